@@ -1,0 +1,111 @@
+#pragma once
+// Configuration of every role: one struct per role, each field with its unit and
+// default. Every field is also a command-line flag and a key of the config files
+// in this folder (`key = value`, key spelled like the flag without dashes in
+// front); flags override the file. parse_config() is the only parser.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace swarm {
+
+enum class role { coordinator, server, trainer, local, cluster };
+
+[[nodiscard]] const char* to_string(role r);
+
+/// Hyperparameters of the byte-level GPT; identical on every peer of a swarm.
+struct model_config {
+  int64_t d_model = 128;      ///< hidden width, features
+  int64_t n_heads = 4;        ///< attention heads; must divide d_model
+  int64_t n_layers = 4;       ///< transformer blocks in the whole model
+  int64_t seq_len = 128;      ///< context length, bytes per sample
+  int64_t microbatch = 8;     ///< samples per microbatch
+  int64_t vocab = 256;        ///< vocabulary: bytes; fixed
+  double lr = 1e-3;           ///< AdamW learning rate
+  double weight_decay = 0.1;  ///< AdamW decoupled weight decay (2-D weights only)
+  double beta1 = 0.9;         ///< AdamW first-moment decay
+  double beta2 = 0.95;        ///< AdamW second-moment decay
+  double grad_clip = 1.0;     ///< global gradient-norm clip per optimizer step; 0 = off
+  uint64_t seed = 1;          ///< parameter initialisation seed
+
+  /// Stable hash of every field; peers with different hashes refuse each other.
+  [[nodiscard]] uint64_t hash() const;
+};
+
+/// Transport settings shared by every networked role.
+struct net_config {
+  double heartbeat_s = 1.0;           ///< CAF middleman heartbeat interval, seconds
+  double connection_timeout_s = 5.0;  ///< drop a silent connection after, seconds
+  int64_t chunk_bytes = 4 << 20;      ///< largest message payload, bytes (CAF slows above ~16 MiB)
+};
+
+struct coordinator_config {
+  int port = 0;           ///< TCP port to publish on; 0 = any free port
+  std::string port_file;  ///< write the bound port here once listening (for scripts)
+};
+
+struct server_config {
+  std::string coordinator;       ///< HOST:PORT of the coordinator
+  int stage = -1;                ///< pipeline stage served, 0-based
+  std::string host = "127.0.0.1";///< address trainers use to reach this server
+  int port = 0;                  ///< TCP port to publish on; 0 = any free port
+  int64_t batch_size = 64;       ///< samples accumulated before each optimizer step
+};
+
+struct trainer_config {
+  std::string coordinator;          ///< HOST:PORT of the coordinator
+  std::string corpus = "/usr/share/games/fortunes";  ///< file or folder of text files
+  int in_flight = 4;                ///< microbatches in the pipeline at once
+  int64_t batch_size = 64;          ///< samples per reported step (loss averaged over it)
+  int64_t max_steps = 0;            ///< stop after this many steps; 0 = run until stopped
+  double forward_timeout_s = 30.0;  ///< deadline of one forward request, seconds
+  double backward_timeout_s = 75.0; ///< deadline of one backward request, seconds
+  int max_retries = 5;              ///< attempts per stage request before the microbatch is dropped
+  double no_server_wait_s = 600.0;  ///< how long a request waits for a stage with no server, seconds
+};
+
+struct cluster_config {
+  int servers_per_stage = 2;  ///< server processes per stage
+  int trainers = 1;           ///< trainer processes
+};
+
+/// Everything one process needs; each role reads its own part.
+struct app_config {
+  role which = role::local;
+  std::string config_file;   ///< the file the values came from, if any
+  int stages = 2;            ///< pipeline stages the model is cut into
+  int threads = 0;           ///< torch intra-op threads; 0 = all cores (cluster: cores / servers)
+  std::string device = "cpu";///< torch device; only "cpu" in this build
+  std::string metrics;       ///< JSON-lines metrics file to append to; empty = none
+  std::string log_level = "info";  ///< trace, debug, info, warn, error
+  model_config model;
+  net_config net;
+  coordinator_config coordinator;
+  server_config server;
+  trainer_config trainer;
+  cluster_config cluster;
+};
+
+/// Result of parsing: a config, or an exit (help printed: code 0; error: code 2
+/// with `message` saying what to fix).
+struct parse_result {
+  std::optional<app_config> config;
+  int exit_code = 0;
+  std::string message;
+};
+
+/// Parses flags and the optional --config file; validates every value.
+[[nodiscard]] parse_result parse_config(int argc, const char* const* argv);
+
+/// Checks ranges and cross-field rules; returns an empty string when valid.
+[[nodiscard]] std::string validate(const app_config& cfg);
+
+/// Renders a config back to flags (for the cluster launcher's children).
+[[nodiscard]] std::vector<std::string> to_flags(const app_config& cfg);
+
+/// Splits "host:port"; nullopt when malformed.
+[[nodiscard]] std::optional<std::pair<std::string, uint16_t>> split_host_port(const std::string& s);
+
+} // namespace swarm

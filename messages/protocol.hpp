@@ -1,0 +1,44 @@
+#pragma once
+// The cross-process protocols: atoms and typed actor interfaces. Every payload
+// is a serialized message of messages/swarm.proto; CAF only carries bytes, so an
+// actor behaves the same whether its peer is in this process or another.
+//
+// Large payloads: CAF 0.17 slows down disproportionately for messages above
+// ~16 MiB, so a payload larger than net_config::chunk_bytes travels as leading
+// (chunk, transfer_id, bytes) messages followed by the request (or reply) that
+// carries the same transfer_id and the last piece. transfer_id 0 = all inline.
+// CAF keeps messages between two actors in order, which the reassembly relies on.
+
+#include <cstdint>
+#include <string>
+
+#include <caf/atom.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+namespace swarm {
+
+using forward_atom = caf::atom_constant<caf::atom("forward")>;
+using backward_atom = caf::atom_constant<caf::atom("backward")>;
+using chunk_atom = caf::atom_constant<caf::atom("chunk")>;
+using register_atom = caf::atom_constant<caf::atom("register")>;
+using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
+using membership_atom = caf::atom_constant<caf::atom("member")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+/// A stage server. Requests carry (transfer_id, last bytes of a proto payload):
+/// forward: forward_request -> forward_reply; backward: backward_request -> backward_reply.
+using stage_actor = caf::typed_actor<
+    caf::replies_to<forward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
+    caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
+    caf::reacts_to<chunk_atom, uint64_t, std::string>>;
+
+/// The membership registry. register: register_server -> register_reply (the
+/// sender is monitored from then on); subscribe: subscribe -> empty string, then
+/// (membership_atom, membership_update) messages to the sender for every server
+/// of that stage, present and future.
+using coordinator_actor = caf::typed_actor<
+    caf::replies_to<register_atom, std::string>::with<std::string>,
+    caf::replies_to<subscribe_atom, std::string>::with<std::string>>;
+
+} // namespace swarm

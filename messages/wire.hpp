@@ -1,0 +1,54 @@
+#pragma once
+// Encoding, decoding and boundary validation of the wire schema. A payload that
+// passed these checks is well-formed; whether its shapes fit the model is checked
+// by the stage worker, which knows the model.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "messages/errors.hpp"
+#include "swarm.pb.h"
+
+namespace swarm {
+
+template <class Proto>
+[[nodiscard]] std::string encode(const Proto& msg) {
+  return msg.SerializeAsString();
+}
+
+/// Parses `bytes` as `Proto`; a BAD_REQUEST error naming `what` when malformed.
+template <class Proto>
+[[nodiscard]] caf::expected<Proto> decode(const std::string& bytes, const char* what) {
+  Proto msg;
+  if (!msg.ParseFromString(bytes))
+    return make_error(errc::BAD_REQUEST, std::string{"malformed "} + what + " (" + std::to_string(bytes.size()) + " bytes)");
+  return msg;
+}
+
+/// Bytes per element of `t`; 0 for DTYPE_INVALID or an unknown value.
+[[nodiscard]] size_t element_size(proto::dtype t);
+
+/// Elements of `t`'s shape, or -1 when a dimension is negative or the product overflows.
+[[nodiscard]] int64_t numel(const proto::tensor& t);
+
+/// "[8, 64, 128]".
+[[nodiscard]] std::string shape_string(const proto::tensor& t);
+
+/// Checks dtype, codec, dimensions and that the data length matches the shape.
+[[nodiscard]] caf::error check_tensor(const proto::tensor& t, const char* name);
+
+/// An int64 tensor of `shape` holding `values` (row-major).
+[[nodiscard]] proto::tensor make_int64_tensor(const std::vector<int64_t>& values, std::vector<int64_t> shape);
+
+/// Boundary checks of requests: stage in range, tensors present and well-formed.
+[[nodiscard]] caf::error check_request(const proto::forward_request& req, int num_stages);
+[[nodiscard]] caf::error check_request(const proto::backward_request& req, int num_stages);
+
+/// Registration of a server with a coordinator of `num_stages` stages and model hash `config_hash`.
+[[nodiscard]] caf::error check_registration(const proto::register_server& reg, int num_stages, uint64_t config_hash);
+
+} // namespace swarm

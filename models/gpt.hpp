@@ -1,0 +1,73 @@
+#pragma once
+// A GPT-2-style decoder over bytes, in libtorch, and its pipeline stages.
+//
+// Goals: the textbook pre-LayerNorm architecture, deterministic initialisation
+// per sub-module so that a stage built alone holds exactly the weights of the same
+// layers in the whole model, and a stage cut that reproduces the whole model's
+// loss and gradients. Non-goals: speed tricks (flash attention, fused kernels),
+// weight tying (the LM head is untied so stage 0 and the last stage share nothing).
+
+#include <torch/torch.h>
+
+#include "config/config.hpp"
+#include "models/partition.hpp"
+
+namespace swarm {
+
+/// One transformer block: x + attn(ln1(x)); x + mlp(ln2(x)).
+class block_impl : public torch::nn::Module {
+public:
+  explicit block_impl(const model_config& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+private:
+  int64_t n_heads_;
+  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
+  torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc_{nullptr}, out_{nullptr};
+};
+TORCH_MODULE(block);
+
+/// One pipeline stage. Stage 0 maps int64 token ids [B, T] to hidden states
+/// [B, T, d]; middle stages map hidden to hidden; the last stage maps hidden
+/// states to logits [B, T, vocab]. A single stage spanning all blocks is the whole model.
+class stage_module_impl : public torch::nn::Module {
+public:
+  stage_module_impl(const model_config& cfg, const stage_span& span);
+  torch::Tensor forward(const torch::Tensor& x);
+  [[nodiscard]] const stage_span& span() const { return span_; }
+
+private:
+  stage_span span_;
+  torch::nn::Embedding tok_emb_{nullptr}, pos_emb_{nullptr};
+  std::vector<block> blocks_;
+  torch::nn::LayerNorm ln_f_{nullptr};
+  torch::nn::Linear head_{nullptr};
+};
+TORCH_MODULE(stage_module);
+
+/// The whole model as one module (a single stage spanning every block).
+[[nodiscard]] stage_module make_full_model(const model_config& cfg);
+
+/// Mean next-byte cross-entropy in nats: logits [B, T, V], targets int64 [B, T].
+[[nodiscard]] torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+/// AdamW over `module`'s parameters with cfg's betas and lr; weight decay only
+/// on parameters with two or more dimensions (not on biases and LayerNorm gains).
+[[nodiscard]] std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& module, const model_config& cfg);
+
+/// Stateless backward of a stage: recompute forward from `inputs`, backpropagate
+/// `output_grad`, accumulate parameter gradients, return d/d inputs (undefined
+/// tensor for stage 0, whose inputs are token ids).
+[[nodiscard]] torch::Tensor stage_backward(stage_module& stage, const torch::Tensor& inputs,
+                                           const torch::Tensor& output_grad);
+
+/// Last stage: forward, loss against `targets`, backward; accumulates parameter
+/// gradients and returns (loss, d loss / d inputs).
+struct loss_and_grad {
+  float loss = 0;
+  torch::Tensor input_grad;
+};
+[[nodiscard]] loss_and_grad last_stage_forward_backward(stage_module& stage, const torch::Tensor& inputs,
+                                                        const torch::Tensor& targets);
+
+} // namespace swarm

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every build and run dependency of swarm from Debian 12 packages.
+# Idempotent: packages already installed are skipped, and apt is not touched at all
+# when nothing is missing. Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libcaf-dev                       # C++ Actor Framework 0.17.6: core, io, openssl
+  libtorch-dev                     # libtorch 1.13.1, CPU
+  libopenblas0-pthread             # without it libtorch runs on the reference BLAS (10-20x slower)
+  libprotobuf-dev protobuf-compiler
+  libspdlog-dev
+  catch2                           # Catch2 2.13 (single header)
+  libcli11-dev                     # command-line parsing
+  fortunes                         # default training corpus (/usr/share/games/fortunes)
+  python3                          # benchmark and metrics scripts
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
