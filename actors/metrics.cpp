@@ -93,4 +93,8 @@ void metrics_sink::emit(const char* event, std::initializer_list<field> fields) 
   [[maybe_unused]] auto n = ::write(fd_, line.data(), line.size());
 }
 
+std::shared_ptr<metrics_sink> open_metrics(const std::string& path, const std::string& role) {
+  return path.empty() ? std::make_shared<metrics_sink>() : std::make_shared<metrics_sink>(path, role);
+}
+
 } // namespace swarm

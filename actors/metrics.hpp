@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -35,5 +36,8 @@ private:
   int fd_ = -1;
   std::string role_;
 };
+
+/// A sink appending to `path` as `role`, or one that drops everything when `path` is empty.
+[[nodiscard]] std::shared_ptr<metrics_sink> open_metrics(const std::string& path, const std::string& role);
 
 } // namespace swarm

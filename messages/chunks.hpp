@@ -13,6 +13,7 @@
 
 #include <caf/actor_addr.hpp>
 #include <caf/expected.hpp>
+#include <caf/send.hpp>
 
 #include "messages/protocol.hpp"
 
@@ -29,11 +30,12 @@ struct cut_payload {
 /// sender-unique transfer id when more than one piece is needed.
 [[nodiscard]] cut_payload cut(std::string payload, size_t chunk_bytes, uint64_t& next_id);
 
-/// Sends the leading chunks of `p` from `self` to `dest` (any handle that accepts chunk_atom).
+/// Sends the leading chunks of `p` from `self` to `dest` (any handle that accepts
+/// chunk_atom). unsafe_send_as because a typed server replies to untyped requesters.
 template <class Self, class Handle>
 void send_lead(Self* self, const Handle& dest, cut_payload& p) {
   for (auto& piece : p.lead)
-    self->send(dest, chunk_atom::value, p.transfer_id, std::move(piece));
+    caf::unsafe_send_as(self, dest, chunk_atom::value, p.transfer_id, std::move(piece));
   p.lead.clear();
 }
 

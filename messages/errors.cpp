@@ -19,10 +19,11 @@ errc code_of(const caf::error& err) {
       case caf::sec::request_timeout:
         return errc::TIMEOUT;
       case caf::sec::request_receiver_down:
-      case caf::sec::no_such_peer:
       case caf::sec::no_route_to_receiving_node:
       case caf::sec::cannot_connect_to_node:
-      case caf::sec::broken_promise:
+      case caf::sec::cannot_forward_to_invalid_actor:
+      case caf::sec::disconnect_during_handshake:
+      case caf::sec::connection_timeout:
       case caf::sec::remote_linking_failed:
         return errc::PEER_GONE;
       default:

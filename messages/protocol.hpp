@@ -33,12 +33,12 @@ using stage_actor = caf::typed_actor<
     caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::reacts_to<chunk_atom, uint64_t, std::string>>;
 
-/// The membership registry. register: register_server -> register_reply (the
-/// sender is monitored from then on); subscribe: subscribe -> empty string, then
+/// The membership registry. register: (register_server, the server's handle)
+/// -> register_reply, and the server is monitored from then on; subscribe: subscribe -> empty string, then
 /// (membership_atom, membership_update) messages to the sender for every server
 /// of that stage, present and future.
 using coordinator_actor = caf::typed_actor<
-    caf::replies_to<register_atom, std::string>::with<std::string>,
+    caf::replies_to<register_atom, std::string, stage_actor>::with<std::string>,
     caf::replies_to<subscribe_atom, std::string>::with<std::string>>;
 
 } // namespace swarm

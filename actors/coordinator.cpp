@@ -1,0 +1,106 @@
+#include "actors/coordinator.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/log.hpp"
+#include "messages/wire.hpp"
+
+namespace swarm {
+
+namespace {
+
+using self_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
+
+void notify(self_ptr self, const proto::register_server& reg, proto::membership_update::change kind) {
+  const auto bytes = encode(membership_of(reg, kind));
+  for (const auto& [addr, sub] : self->state.subscribers)
+    if (sub.second == reg.stage())
+      caf::unsafe_send_as(self, sub.first, membership_atom::value, bytes);
+}
+
+caf::result<std::string> on_register(self_ptr self, const std::string& bytes, const stage_actor& server) {
+  auto log = get_logger("coordinator");
+  auto reg = decode<proto::register_server>(bytes, "register_server");
+  if (!reg) {
+    log->warn("rejected registration: {}", describe(reg.error()));
+    return reg.error();
+  }
+  if (auto err = check_registration(*reg, self->state.cfg.num_stages, self->state.cfg.config_hash)) {
+    log->warn("rejected registration of {}: {}", reg->server_id(), describe(err));
+    return err;
+  }
+  if (!server)
+    return make_error(errc::BAD_REQUEST, "register_server without a server handle");
+  self->monitor(server);
+  self->state.servers[server.address()] = *reg;
+  log->info("stage {}: server {} joined at {}:{}", reg->stage(), reg->server_id(), reg->host(), reg->port());
+  self->state.metrics->emit("server_join", {{"stage", int64_t{reg->stage()}},
+                                            {"server", reg->server_id()},
+                                            {"host", reg->host()},
+                                            {"port", int64_t{reg->port()}}});
+  notify(self, *reg, proto::membership_update::JOIN);
+  proto::register_reply rep;
+  rep.set_num_stages(static_cast<uint32_t>(self->state.cfg.num_stages));
+  return encode(rep);
+}
+
+caf::result<std::string> on_subscribe(self_ptr self, const std::string& bytes) {
+  auto sub = decode<proto::subscribe>(bytes, "subscribe");
+  if (!sub)
+    return sub.error();
+  if (static_cast<int>(sub->stage()) >= self->state.cfg.num_stages)
+    return make_error(errc::UNKNOWN_STAGE, "subscribe to stage " + std::to_string(sub->stage()) + " of " +
+                                               std::to_string(self->state.cfg.num_stages));
+  if (sub->config_hash() != self->state.cfg.config_hash)
+    return make_error(errc::BAD_CONFIG, "trainer's model hash differs from the swarm's: start it with the same config");
+  auto who = caf::actor_cast<caf::actor>(self->current_sender());
+  self->monitor(who);
+  self->state.subscribers[who.address()] = {who, sub->stage()};
+  for (const auto& [addr, reg] : self->state.servers)
+    if (reg.stage() == sub->stage())
+      caf::unsafe_send_as(self, who, membership_atom::value, encode(membership_of(reg, proto::membership_update::JOIN)));
+  return std::string{};
+}
+
+void on_down(self_ptr self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  st.subscribers.erase(msg.source);
+  auto it = st.servers.find(msg.source);
+  if (it == st.servers.end())
+    return;
+  const auto reg = it->second;
+  st.servers.erase(it);
+  get_logger("coordinator")->warn("stage {}: server {} down ({})", reg.stage(), reg.server_id(),
+                                  caf::to_string(msg.reason));
+  st.metrics->emit("server_down", {{"stage", int64_t{reg.stage()}},
+                                   {"server", reg.server_id()},
+                                   {"reason", caf::to_string(msg.reason)}});
+  notify(self, reg, proto::membership_update::DOWN);
+}
+
+} // namespace
+
+proto::membership_update membership_of(const proto::register_server& reg, proto::membership_update::change kind) {
+  proto::membership_update up;
+  up.set_kind(kind);
+  up.set_stage(reg.stage());
+  up.set_server_id(reg.server_id());
+  up.set_host(reg.host());
+  up.set_port(reg.port());
+  return up;
+}
+
+coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings cfg,
+                                             std::shared_ptr<metrics_sink> metrics) {
+  self->state.cfg = cfg;
+  self->state.metrics = std::move(metrics);
+  self->set_down_handler([self](caf::down_msg& msg) { on_down(self, msg); });
+  return {
+      [self](register_atom, const std::string& bytes, const stage_actor& server) {
+        return on_register(self, bytes, server);
+      },
+      [self](subscribe_atom, const std::string& bytes) { return on_subscribe(self, bytes); },
+  };
+}
+
+} // namespace swarm

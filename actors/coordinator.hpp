@@ -1,0 +1,48 @@
+#pragma once
+// coordinator: the membership registry of a swarm.
+//
+//   spawned --> running --(exit message)--> done
+//
+// running: servers register (stage, host, port, model hash) and are monitored;
+// trainers' load balancers subscribe to a stage and receive a JOIN for every
+// server of it, present and future, and a DOWN when the coordinator sees one go.
+// Load balancers monitor their servers themselves too, so a DOWN from here is
+// a second opinion, not the only signal.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
+
+#include "actors/metrics.hpp"
+#include "messages/protocol.hpp"
+#include "swarm.pb.h"
+
+namespace swarm {
+
+struct coordinator_settings {
+  int num_stages = 2;        ///< stages of the swarm's model
+  uint64_t config_hash = 0;  ///< model_config::hash() every peer must match
+};
+
+struct coordinator_state {
+  static inline const char* name = "coordinator";
+  coordinator_settings cfg;
+  std::shared_ptr<metrics_sink> metrics;
+  std::map<caf::actor_addr, proto::register_server> servers;       ///< live servers by actor
+  std::map<caf::actor_addr, std::pair<caf::actor, uint32_t>> subscribers;  ///< load balancer -> stage
+};
+
+[[nodiscard]] coordinator_actor::behavior_type coordinator(coordinator_actor::stateful_pointer<coordinator_state> self,
+                                                           coordinator_settings cfg,
+                                                           std::shared_ptr<metrics_sink> metrics);
+
+/// The JOIN or DOWN update that tells subscribers about `reg`.
+[[nodiscard]] proto::membership_update membership_of(const proto::register_server& reg,
+                                                     proto::membership_update::change kind);
+
+} // namespace swarm

@@ -1,0 +1,214 @@
+#include "actors/trainer.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/log.hpp"
+#include "messages/protocol.hpp"
+#include "messages/wire.hpp"
+
+namespace swarm {
+
+namespace {
+
+using self_ptr = caf::stateful_actor<trainer_state>*;
+using clock = trainer_state::clock;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
+
+caf::timespan seconds(double s) {
+  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
+}
+
+int last_stage(self_ptr self) {
+  return self->state.cfg.num_stages - 1;
+}
+
+void send_forward(self_ptr self, uint64_t id, int stage);
+void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_grad);
+void launch(self_ptr self);
+
+void maybe_finish(self_ptr self) {
+  auto& st = self->state;
+  if (st.draining && st.live.empty()) {
+    get_logger("trainer")->info("done: {} steps, {} microbatches issued, {} completed, {} dropped", st.step,
+                                st.issued, st.completed, st.dropped);
+    for (auto& lb : st.balancers)
+      self->send_exit(lb, caf::exit_reason::user_shutdown);
+    self->quit();
+  }
+}
+
+void emit_step(self_ptr self) {
+  auto& st = self->state;
+  const auto now = clock::now();
+  const double secs = std::chrono::duration<double>(now - st.step_started).count();
+  const double loss = st.step_loss_sum / static_cast<double>(std::max<int64_t>(st.step_microbatches, 1));
+  const double tokens_per_s = static_cast<double>(st.step_samples * st.cfg.model.seq_len) / std::max(secs, 1e-9);
+  ++st.step;
+  get_logger("trainer")->info("step {} loss {:.4f} samples {} tokens/s {:.0f} (dropped {}, retries {})", st.step,
+                              loss, st.samples, tokens_per_s, st.dropped, st.retries);
+  st.metrics->emit("step", {{"trainer", st.cfg.trainer_id},
+                            {"step", st.step},
+                            {"loss", loss},
+                            {"samples", st.samples},
+                            {"tokens_per_s", tokens_per_s},
+                            {"elapsed_s", std::chrono::duration<double>(now - st.started).count()},
+                            {"issued", st.issued},
+                            {"completed", st.completed},
+                            {"dropped", st.dropped},
+                            {"retries", st.retries}});
+  st.step_samples = 0;
+  st.step_loss_sum = 0;
+  st.step_microbatches = 0;
+  st.step_started = now;
+  if (st.cfg.train.max_steps > 0 && st.step >= st.cfg.train.max_steps)
+    st.draining = true;
+}
+
+void complete(self_ptr self, uint64_t id, float loss) {
+  auto& st = self->state;
+  auto it = st.live.find(id);
+  const int64_t n = it->second.samples;
+  st.live.erase(it);
+  ++st.completed;
+  st.samples += n;
+  st.step_samples += n;
+  st.step_loss_sum += loss;
+  ++st.step_microbatches;
+  if (st.step_samples >= st.cfg.train.batch_size)
+    emit_step(self);
+  launch(self);
+  maybe_finish(self);
+}
+
+/// A stage request failed: retry it, or drop the microbatch when that is pointless.
+void on_failure(self_ptr self, uint64_t id, int stage, bool forward, proto::tensor output_grad,
+                const caf::error& err) {
+  auto& st = self->state;
+  auto it = st.live.find(id);
+  auto log = get_logger("trainer");
+  if (is_retryable(err) && ++it->second.attempts < st.cfg.train.max_retries) {
+    ++st.retries;
+    log->info("microbatch {} stage {} {}: {}; retry {}", id, stage, forward ? "forward" : "backward", describe(err),
+              it->second.attempts);
+    // Brief, growing pause: a stage whose only server just died needs a moment to re-route.
+    const auto pause = std::chrono::milliseconds(50 * it->second.attempts);
+    if (forward)
+      self->delayed_send(self, pause, retry_atom::value, id, stage);
+    else
+      self->delayed_send(self, pause, retry_atom::value, id, stage, encode(output_grad));
+    return;
+  }
+  log->warn("microbatch {} dropped at stage {} {}: {}", id, stage, forward ? "forward" : "backward", describe(err));
+  st.metrics->emit("dropped", {{"trainer", st.cfg.trainer_id},
+                               {"microbatch", static_cast<int64_t>(id)},
+                               {"stage", int64_t{stage}},
+                               {"reason", describe(err)}});
+  st.live.erase(it);
+  ++st.dropped;
+  launch(self);
+  maybe_finish(self);
+}
+
+void send_forward(self_ptr self, uint64_t id, int stage) {
+  auto& st = self->state;
+  auto& mb = st.live.at(id);
+  proto::forward_request req;
+  req.set_microbatch_id(id);
+  req.set_stage(static_cast<uint32_t>(stage));
+  *req.mutable_inputs() = mb.inputs[stage];
+  if (stage == last_stage(self))
+    *req.mutable_targets() = mb.targets;
+  const auto deadline = seconds(st.cfg.train.no_server_wait_s + st.cfg.train.forward_timeout_s + 5);
+  self->request(st.balancers[stage], deadline, forward_atom::value, encode(req))
+      .then(
+          [self, id, stage](const std::string& bytes) {
+            auto rep = decode<proto::forward_reply>(bytes, "forward_reply");
+            caf::error err = rep ? caf::error{} : rep.error();
+            if (!err && stage == last_stage(self) && stage > 0)
+              err = check_tensor(rep->input_grad(), "input_grad");
+            else if (!err && stage != last_stage(self))
+              err = check_tensor(rep->outputs(), "outputs");
+            if (err) {
+              on_failure(self, id, stage, true, {}, err);
+            } else if (stage != last_stage(self)) {
+              self->state.live.at(id).inputs[stage + 1] = std::move(*rep->mutable_outputs());
+              send_forward(self, id, stage + 1);
+            } else if (stage == 0) {
+              complete(self, id, rep->loss());
+            } else {
+              // The loss is known now; the microbatch completes when stage 0's backward returns.
+              self->state.live.at(id).loss = rep->loss();
+              send_backward(self, id, stage - 1, std::move(*rep->mutable_input_grad()));
+            }
+          },
+          [self, id, stage](caf::error& err) { on_failure(self, id, stage, true, {}, err); });
+}
+
+void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_grad) {
+  auto& st = self->state;
+  auto& mb = st.live.at(id);
+  proto::backward_request req;
+  req.set_microbatch_id(id);
+  req.set_stage(static_cast<uint32_t>(stage));
+  *req.mutable_inputs() = mb.inputs[stage];
+  *req.mutable_output_grad() = output_grad;
+  const auto deadline = seconds(st.cfg.train.no_server_wait_s + st.cfg.train.backward_timeout_s + 5);
+  self->request(st.balancers[stage], deadline, backward_atom::value, encode(req))
+      .then(
+          [self, id, stage, output_grad](const std::string& bytes) {
+            auto rep = decode<proto::backward_reply>(bytes, "backward_reply");
+            caf::error err = rep ? caf::error{} : rep.error();
+            if (!err && stage > 0)
+              err = check_tensor(rep->input_grad(), "input_grad");
+            if (err)
+              on_failure(self, id, stage, false, output_grad, err);
+            else if (stage == 0)
+              complete(self, id, self->state.live.at(id).loss);
+            else
+              send_backward(self, id, stage - 1, std::move(*rep->mutable_input_grad()));
+          },
+          [self, id, stage, output_grad](caf::error& err) { on_failure(self, id, stage, false, output_grad, err); });
+}
+
+/// Starts new microbatches until in_flight are live (unless draining).
+void launch(self_ptr self) {
+  auto& st = self->state;
+  while (!st.draining && static_cast<int>(st.live.size()) < st.cfg.train.in_flight) {
+    const auto tokens = sample_microbatch(*st.text, st.cfg.model.microbatch, st.cfg.model.seq_len, st.rng);
+    const uint64_t id = ++st.next_id;
+    auto& mb = st.live[id];
+    mb.inputs.resize(static_cast<size_t>(st.cfg.num_stages));
+    mb.inputs[0] = make_int64_tensor(tokens.inputs, {tokens.batch, tokens.seq_len});
+    mb.targets = make_int64_tensor(tokens.targets, {tokens.batch, tokens.seq_len});
+    mb.samples = tokens.batch;
+    ++st.issued;
+    send_forward(self, id, 0);
+  }
+}
+
+} // namespace
+
+caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const corpus> text,
+                      std::vector<caf::actor> balancers, std::shared_ptr<metrics_sink> metrics) {
+  auto& st = self->state;
+  st.rng.seed(cfg.model.seed * 7919 + std::hash<std::string>{}(cfg.trainer_id));
+  st.cfg = std::move(cfg);
+  st.text = std::move(text);
+  st.balancers = std::move(balancers);
+  st.metrics = std::move(metrics);
+  st.started = st.step_started = clock::now();
+  // A load balancer that quits (e.g. its subscription was refused) ends training.
+  for (auto& lb : st.balancers)
+    self->link_to(lb);
+  launch(self);
+  return {
+      [self](retry_atom, uint64_t id, int stage) { send_forward(self, id, stage); },
+      [self](retry_atom, uint64_t id, int stage, const std::string& grad) {
+        proto::tensor t;
+        t.ParseFromString(grad);
+        send_backward(self, id, stage, std::move(t));
+      },
+  };
+}
+
+} // namespace swarm

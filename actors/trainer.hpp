@@ -1,0 +1,74 @@
+#pragma once
+// trainer: drives training through the pipeline of load balancers.
+//
+//   running --(max_steps reached)--> draining --(nothing in flight)--> done
+//
+// running: keeps in_flight microbatches in the pipeline. Each goes forward
+// through stages 0..S-1 (the last stage also returns loss and the gradient of its
+// inputs) and backward through S-2..0, the trainer holding every stage's inputs
+// until that stage's backward is done (stateless backward: any server of the stage
+// can take it). A request that fails retryably is sent again (the load balancer
+// picks a server anew), up to max_retries; then the microbatch is dropped and
+// counted. Every batch_size completed samples make one `step` event.
+// draining: no new microbatches; in-flight ones finish or drop.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "actors/metrics.hpp"
+#include "config/config.hpp"
+#include "models/corpus.hpp"
+#include "swarm.pb.h"
+
+namespace swarm {
+
+struct trainer_settings {
+  std::string trainer_id;  ///< name in logs and metrics
+  int num_stages = 2;
+  model_config model;
+  trainer_config train;
+};
+
+struct trainer_state {
+  static inline const char* name = "trainer";
+  using clock = std::chrono::steady_clock;
+
+  struct microbatch {
+    std::vector<proto::tensor> inputs;  ///< inputs[k]: what stage k's forward took
+    proto::tensor targets;
+    int64_t samples = 0;
+    float loss = 0;    ///< mean loss, known after the last stage's forward
+    int attempts = 0;  ///< failed attempts of the current stage request
+  };
+
+  trainer_settings cfg;
+  std::shared_ptr<const corpus> text;
+  std::shared_ptr<metrics_sink> metrics;
+  std::vector<caf::actor> balancers;  ///< one per stage
+  std::mt19937_64 rng;
+  std::map<uint64_t, microbatch> live;
+  uint64_t next_id = 0;
+  bool draining = false;
+  // Accounting: issued = completed + dropped + live.size() at all times.
+  int64_t issued = 0, completed = 0, dropped = 0, retries = 0;
+  int64_t samples = 0;            ///< samples completed in total
+  int64_t step = 0;
+  int64_t step_samples = 0;       ///< samples completed since the last step event
+  double step_loss_sum = 0;       ///< sum over microbatches of their mean loss, this step
+  int64_t step_microbatches = 0;
+  clock::time_point step_started, started;
+};
+
+[[nodiscard]] caf::behavior trainer(caf::stateful_actor<trainer_state>* self, trainer_settings cfg,
+                                    std::shared_ptr<const corpus> text, std::vector<caf::actor> balancers,
+                                    std::shared_ptr<metrics_sink> metrics);
+
+} // namespace swarm

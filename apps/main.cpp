@@ -1,0 +1,49 @@
+// swarm: SWARM-parallel training of a byte-level GPT on CAF actors and libtorch.
+//
+//   swarm --role cluster --config config/small            # a local swarm, many processes
+//   swarm --role local --config config/small              # the same model in one process
+//   swarm --role coordinator --port 7000
+//   swarm --role server --coordinator host:7000 --stage 1
+//   swarm --role trainer --coordinator host:7000
+//
+// Every option: swarm --help. Config files: config/. Metrics: README.md.
+
+#include <iostream>
+
+#include "actors/log.hpp"
+#include "actors/metrics.hpp"
+#include "apps/roles.hpp"
+#include "models/local_train.hpp"
+
+int main(int argc, char** argv) {
+  auto parsed = swarm::parse_config(argc, argv);
+  if (!parsed.config) {
+    (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.message << "\n";
+    return parsed.exit_code;
+  }
+  const auto& cfg = *parsed.config;
+  swarm::install_signal_handlers();
+  try {
+    switch (cfg.which) {
+      case swarm::role::coordinator:
+        return swarm::run_coordinator(cfg);
+      case swarm::role::server:
+        return swarm::run_server(cfg);
+      case swarm::role::trainer:
+        return swarm::run_trainer(cfg);
+      case swarm::role::cluster:
+        return swarm::run_cluster(cfg);
+      case swarm::role::local: {
+        swarm::setup_logging("local", cfg.log_level);
+        auto metrics = swarm::open_metrics(cfg.metrics, "local");
+        swarm::set_torch_threads(cfg.threads);
+        return swarm::run_local(cfg, *metrics, swarm::stop_requested);
+      }
+    }
+  } catch (const std::exception& e) {
+    // Start-up misconfiguration (unreadable metrics file, bad corpus, ...).
+    std::cerr << "swarm: " << e.what() << "\n";
+    return 2;
+  }
+  return 2;
+}

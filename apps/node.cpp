@@ -1,0 +1,201 @@
+// The networked roles: coordinator, server, trainer. Each builds one actor
+// system, spawns its actors, and waits until they finish or a signal arrives.
+
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/coordinator.hpp"
+#include "actors/load_balancer.hpp"
+#include "actors/log.hpp"
+#include "actors/stage_server.hpp"
+#include "actors/trainer.hpp"
+#include "apps/roles.hpp"
+#include "messages/wire.hpp"
+
+namespace swarm {
+
+std::atomic<bool> stop_requested{false};
+
+void install_signal_handlers() {
+  auto on_signal = [](int) { stop_requested = true; };
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+}
+
+namespace {
+
+caf::timespan seconds(double s) {
+  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
+}
+
+/// CAF settings every node shares. Heartbeats and the connection timeout are what
+/// detect a hung (SIGSTOPped) peer; without them its connection never drops.
+void configure(caf::actor_system_config& sys_cfg, const app_config& cfg) {
+  sys_cfg.load<caf::io::middleman>();
+  sys_cfg.add_message_type<stage_actor>("stage_actor");
+  register_error_category(sys_cfg);
+  sys_cfg.set("middleman.heartbeat-interval", seconds(cfg.net.heartbeat_s));
+  sys_cfg.set("middleman.connection-timeout", seconds(cfg.net.connection_timeout_s));
+  // Compute runs on detached actors; the scheduler only shuffles messages.
+  sys_cfg.set("scheduler.max-threads", size_t{2});
+  sys_cfg.set("logger.console", caf::atom("none"));
+}
+
+/// Waits until `whom` terminates (returns its exit reason) or a signal asks to
+/// stop (then asks it to exit and waits for that).
+template <class Handle>
+caf::error wait_for(caf::actor_system& sys, const Handle& whom) {
+  caf::scoped_actor self{sys};
+  self->monitor(whom);
+  caf::error reason;
+  bool done = false;
+  bool asked = false;
+  while (!done) {
+    if (stop_requested && !asked) {
+      self->send_exit(whom, caf::exit_reason::user_shutdown);
+      asked = true;
+    }
+    self->receive([&](caf::down_msg& msg) { done = true, reason = msg.reason; },
+                  caf::after(std::chrono::milliseconds(100)) >> [] {});
+  }
+  return reason;
+}
+
+int exit_code_of(const caf::error& reason) {
+  return !reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal ? 0 : 1;
+}
+
+/// Connects to the coordinator, retrying while it is still starting up.
+caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, const std::string& address) {
+  const auto hp = split_host_port(address);  // validated by parse_config
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    auto handle = sys.middleman().remote_actor<coordinator_actor>(hp->first, hp->second);
+    if (handle || std::chrono::steady_clock::now() > deadline || stop_requested)
+      return handle;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+} // namespace
+
+int run_coordinator(const app_config& cfg) {
+  setup_logging("coordinator", cfg.log_level);
+  auto log = get_logger("coordinator");
+  auto metrics = open_metrics(cfg.metrics, "coordinator");
+  caf::actor_system_config sys_cfg;
+  configure(sys_cfg, cfg);
+  caf::actor_system sys{sys_cfg};
+  auto coord = sys.spawn(coordinator, coordinator_settings{cfg.stages, cfg.model.hash()}, metrics);
+  auto port = sys.middleman().publish(coord, static_cast<uint16_t>(cfg.coordinator.port));
+  if (!port) {
+    std::cerr << "swarm: coordinator cannot listen on port " << cfg.coordinator.port << ": " << sys.render(port.error())
+              << "\n";
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    return 1;
+  }
+  if (!cfg.coordinator.port_file.empty()) {
+    // Write then rename, so a reader never sees a half-written number.
+    const auto tmp = cfg.coordinator.port_file + ".tmp";
+    std::ofstream(tmp) << *port << "\n";
+    std::rename(tmp.c_str(), cfg.coordinator.port_file.c_str());
+  }
+  log->info("listening on port {} for {} stages (model hash {})", *port, cfg.stages, cfg.model.hash());
+  return exit_code_of(wait_for(sys, coord));
+}
+
+int run_server(const app_config& cfg) {
+  const std::string server_id = "s" + std::to_string(cfg.server.stage) + "-" + std::to_string(::getpid());
+  setup_logging("server " + server_id, cfg.log_level);
+  auto log = get_logger("stage_server");
+  auto metrics = open_metrics(cfg.metrics, "server");
+  set_torch_threads(cfg.threads);
+  std::shared_ptr<stage_worker> worker;
+  try {
+    worker = std::make_shared<stage_worker>(cfg.model, cfg.server.stage, cfg.stages, cfg.device);
+  } catch (const std::exception& e) {
+    std::cerr << "swarm: server: " << e.what() << "\n";
+    return 2;
+  }
+  caf::actor_system_config sys_cfg;
+  configure(sys_cfg, cfg);
+  caf::actor_system sys{sys_cfg};
+  stage_server_config scfg{server_id, cfg.server.batch_size, cfg.net.chunk_bytes};
+  auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics);
+  auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
+  auto port = sys.middleman().publish(server, static_cast<uint16_t>(cfg.server.port));
+  if (!port) {
+    std::cerr << "swarm: server cannot listen on port " << cfg.server.port << ": " << sys.render(port.error()) << "\n";
+    stop_server();
+    return 1;
+  }
+  auto coord = connect_coordinator(sys, cfg.server.coordinator);
+  if (!coord) {
+    std::cerr << "swarm: server cannot reach coordinator " << cfg.server.coordinator << ": "
+              << sys.render(coord.error()) << "\n";
+    stop_server();
+    return 1;
+  }
+  proto::register_server reg;
+  reg.set_stage(static_cast<uint32_t>(cfg.server.stage));
+  reg.set_server_id(server_id);
+  reg.set_host(cfg.server.host);
+  reg.set_port(*port);
+  reg.set_num_stages(static_cast<uint32_t>(cfg.stages));
+  reg.set_config_hash(cfg.model.hash());
+  caf::error refused;
+  caf::scoped_actor self{sys};
+  self->request(*coord, std::chrono::seconds(30), register_atom::value, encode(reg), server)
+      .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
+  if (refused) {
+    std::cerr << "swarm: coordinator refused server " << server_id << ": " << describe(refused) << "\n";
+    stop_server();
+    return code_of(refused) == errc::BAD_CONFIG || code_of(refused) == errc::UNKNOWN_STAGE ? 2 : 1;
+  }
+  log->info("serving stage {} (blocks {}..{}, {} parameters) on port {}", cfg.server.stage,
+            worker->span().first_block, worker->span().end_block, worker->parameter_count(), *port);
+  return exit_code_of(wait_for(sys, server));
+}
+
+int run_trainer(const app_config& cfg) {
+  const std::string trainer_id = "t" + std::to_string(::getpid());
+  setup_logging("trainer " + trainer_id, cfg.log_level);
+  auto metrics = open_metrics(cfg.metrics, "trainer");
+  auto text = std::make_shared<const corpus>(corpus::load(cfg.trainer.corpus, cfg.model.seq_len + 1));
+  caf::actor_system_config sys_cfg;
+  configure(sys_cfg, cfg);
+  caf::actor_system sys{sys_cfg};
+  auto coord = connect_coordinator(sys, cfg.trainer.coordinator);
+  if (!coord) {
+    std::cerr << "swarm: trainer cannot reach coordinator " << cfg.trainer.coordinator << ": "
+              << sys.render(coord.error()) << "\n";
+    return 1;
+  }
+  std::vector<caf::actor> balancers;
+  for (int s = 0; s < cfg.stages; ++s) {
+    load_balancer_config lb{s,
+                            cfg.model.hash(),
+                            cfg.trainer.forward_timeout_s,
+                            cfg.trainer.backward_timeout_s,
+                            cfg.trainer.no_server_wait_s,
+                            cfg.net.chunk_bytes};
+    balancers.push_back(sys.spawn(load_balancer, lb, *coord, metrics));
+  }
+  trainer_settings tcfg{trainer_id, cfg.stages, cfg.model, cfg.trainer};
+  auto t = sys.spawn(trainer, tcfg, text, balancers, metrics);
+  const auto reason = wait_for(sys, t);
+  for (auto& lb : balancers)
+    caf::anon_send_exit(lb, caf::exit_reason::user_shutdown);
+  if (exit_code_of(reason) != 0)
+    std::cerr << "swarm: trainer stopped: " << describe(reason) << "\n";
+  return exit_code_of(reason);
+}
+
+} // namespace swarm

@@ -1,0 +1,23 @@
+#pragma once
+// The roles of the swarm binary; each returns the process exit code
+// (0 success, 1 runtime failure, 2 bad config or input).
+
+#include <atomic>
+
+#include "config/config.hpp"
+
+namespace swarm {
+
+/// Set by SIGINT/SIGTERM; every role polls it and shuts down cleanly.
+extern std::atomic<bool> stop_requested;
+void install_signal_handlers();
+
+int run_coordinator(const app_config& cfg);
+int run_server(const app_config& cfg);
+int run_trainer(const app_config& cfg);
+int run_cluster(const app_config& cfg);
+
+/// Sets torch's intra-op thread count (0 = all cores); lives in a torch TU.
+void set_torch_threads(int threads);
+
+} // namespace swarm

@@ -1,0 +1,241 @@
+#include "config/config.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstring>
+#include <sstream>
+
+namespace swarm {
+
+const char* to_string(role r) {
+  switch (r) {
+    case role::coordinator: return "coordinator";
+    case role::server: return "server";
+    case role::trainer: return "trainer";
+    case role::local: return "local";
+    case role::cluster: return "cluster";
+  }
+  return "?";
+}
+
+uint64_t model_config::hash() const {
+  // FNV-1a over the printed fields: stable across processes and builds.
+  std::ostringstream s;
+  s << d_model << ' ' << n_heads << ' ' << n_layers << ' ' << seq_len << ' ' << microbatch << ' ' << vocab << ' '
+    << lr << ' ' << weight_decay << ' ' << beta1 << ' ' << beta2 << ' ' << grad_clip << ' ' << seed;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s.str()) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::optional<std::pair<std::string, uint16_t>> split_host_port(const std::string& s) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    return std::nullopt;
+  const auto port_str = s.substr(colon + 1);
+  if (port_str.find_first_not_of("0123456789") != std::string::npos || port_str.size() > 5)
+    return std::nullopt;
+  const long port = std::stol(port_str);
+  if (port < 1 || port > 65535)
+    return std::nullopt;
+  return std::make_pair(s.substr(0, colon), static_cast<uint16_t>(port));
+}
+
+namespace {
+
+/// Declares every option; the same table serves flags, config files and --help.
+void add_options(CLI::App& app, app_config& c, std::string& role_name) {
+  app.add_option("--role", role_name, "what this process is: coordinator | server | trainer | local | cluster")
+      ->required()
+      ->check(CLI::IsMember({"coordinator", "server", "trainer", "local", "cluster"}));
+  app.add_option("--stages", c.stages, "pipeline stages the model is cut into (1..n-layers)");
+  app.add_option("--threads", c.threads, "torch intra-op threads per process; 0 = all cores (cluster: cores / servers)");
+  app.add_option("--device", c.device, "torch device; only 'cpu' in this build");
+  app.add_option("--metrics", c.metrics, "append JSON-lines metrics to this file (see README)");
+  app.add_option("--log-level", c.log_level, "trace | debug | info | warn | error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+
+  auto& m = c.model;
+  app.add_option("--d-model", m.d_model, "hidden width, features");
+  app.add_option("--n-heads", m.n_heads, "attention heads (must divide d-model)");
+  app.add_option("--n-layers", m.n_layers, "transformer blocks in the whole model");
+  app.add_option("--seq-len", m.seq_len, "context length, bytes per sample");
+  app.add_option("--microbatch", m.microbatch, "samples per microbatch");
+  app.add_option("--lr", m.lr, "AdamW learning rate");
+  app.add_option("--weight-decay", m.weight_decay, "AdamW weight decay on 2-D weights");
+  app.add_option("--beta1", m.beta1, "AdamW first-moment decay");
+  app.add_option("--beta2", m.beta2, "AdamW second-moment decay");
+  app.add_option("--grad-clip", m.grad_clip, "clip the gradient norm per step to this; 0 = off");
+  app.add_option("--seed", m.seed, "seed of parameter initialisation and data sampling");
+
+  auto& n = c.net;
+  app.add_option("--heartbeat", n.heartbeat_s, "CAF heartbeat interval, seconds");
+  app.add_option("--connection-timeout", n.connection_timeout_s, "drop a connection silent this long, seconds");
+  app.add_option("--chunk-bytes", n.chunk_bytes, "largest single message payload, bytes");
+
+  app.add_option("--port", c.coordinator.port, "coordinator: TCP port to listen on; 0 = any free port");
+  app.add_option("--port-file", c.coordinator.port_file, "coordinator: write the bound port to this file");
+
+  app.add_option("--coordinator", c.server.coordinator, "server, trainer: HOST:PORT of the coordinator");
+  app.add_option("--stage", c.server.stage, "server: pipeline stage to serve, 0-based");
+  app.add_option("--host", c.server.host, "server: address trainers use to reach it");
+  app.add_option("--server-port", c.server.port, "server: TCP port to listen on; 0 = any free port");
+  app.add_option("--batch-size", c.server.batch_size,
+                 "samples per optimizer step (server) and per reported step (trainer, local)");
+
+  auto& t = c.trainer;
+  app.add_option("--corpus", t.corpus, "training text: a file, or a folder of text files");
+  app.add_option("--in-flight", t.in_flight, "trainer: microbatches in the pipeline at once");
+  app.add_option("--max-steps", t.max_steps, "stop after this many steps; 0 = until Ctrl-C");
+  app.add_option("--forward-timeout", t.forward_timeout_s, "trainer: deadline of one forward request, seconds");
+  app.add_option("--backward-timeout", t.backward_timeout_s, "trainer: deadline of one backward request, seconds");
+  app.add_option("--max-retries", t.max_retries, "trainer: attempts per stage request before a microbatch is dropped");
+  app.add_option("--no-server-wait", t.no_server_wait_s,
+                 "trainer: how long a request waits for a stage without servers, seconds");
+
+  app.add_option("--servers-per-stage", c.cluster.servers_per_stage, "cluster: server processes per stage");
+  app.add_option("--trainers", c.cluster.trainers, "cluster: trainer processes");
+}
+
+template <class T>
+void require(std::string& err, bool ok, const char* flag, const T& value, const char* rule) {
+  if (!ok && err.empty()) {
+    std::ostringstream s;
+    s << "--" << flag << " " << value << ": " << rule;
+    err = s.str();
+  }
+}
+
+} // namespace
+
+std::string validate(const app_config& c) {
+  std::string e;
+  const auto& m = c.model;
+  require(e, m.d_model >= 1, "d-model", m.d_model, "must be >= 1");
+  require(e, m.n_heads >= 1 && m.d_model % m.n_heads == 0, "n-heads", m.n_heads, "must be >= 1 and divide d-model");
+  require(e, m.n_layers >= 1, "n-layers", m.n_layers, "must be >= 1");
+  require(e, m.seq_len >= 1, "seq-len", m.seq_len, "must be >= 1");
+  require(e, m.microbatch >= 1, "microbatch", m.microbatch, "must be >= 1");
+  require(e, m.lr > 0 && m.lr < 1, "lr", m.lr, "must be in (0, 1)");
+  require(e, m.weight_decay >= 0, "weight-decay", m.weight_decay, "must be >= 0");
+  require(e, m.beta1 >= 0 && m.beta1 < 1, "beta1", m.beta1, "must be in [0, 1)");
+  require(e, m.beta2 >= 0 && m.beta2 < 1, "beta2", m.beta2, "must be in [0, 1)");
+  require(e, m.grad_clip >= 0, "grad-clip", m.grad_clip, "must be >= 0");
+  require(e, c.stages >= 1 && c.stages <= m.n_layers, "stages", c.stages, "must be in [1, n-layers]");
+  require(e, c.threads >= 0, "threads", c.threads, "must be >= 0");
+  require(e, c.device == "cpu", "device", c.device, "only 'cpu' is available in this build (Debian's libtorch has no CUDA)");
+  require(e, c.net.heartbeat_s > 0, "heartbeat", c.net.heartbeat_s, "must be > 0");
+  require(e, c.net.connection_timeout_s > c.net.heartbeat_s, "connection-timeout", c.net.connection_timeout_s,
+          "must exceed --heartbeat");
+  require(e, c.net.chunk_bytes >= 1024, "chunk-bytes", c.net.chunk_bytes, "must be >= 1024");
+  require(e, c.coordinator.port >= 0 && c.coordinator.port <= 65535, "port", c.coordinator.port, "must be in [0, 65535]");
+  require(e, c.server.port >= 0 && c.server.port <= 65535, "server-port", c.server.port, "must be in [0, 65535]");
+  require(e, c.server.batch_size >= m.microbatch, "batch-size", c.server.batch_size, "must be >= microbatch");
+  const auto& t = c.trainer;
+  require(e, t.in_flight >= 1, "in-flight", t.in_flight, "must be >= 1");
+  require(e, t.max_steps >= 0, "max-steps", t.max_steps, "must be >= 0");
+  require(e, t.forward_timeout_s > 0, "forward-timeout", t.forward_timeout_s, "must be > 0");
+  require(e, t.backward_timeout_s > 0, "backward-timeout", t.backward_timeout_s, "must be > 0");
+  require(e, t.max_retries >= 1, "max-retries", t.max_retries, "must be >= 1");
+  require(e, t.no_server_wait_s > 0, "no-server-wait", t.no_server_wait_s, "must be > 0");
+  require(e, c.cluster.servers_per_stage >= 1, "servers-per-stage", c.cluster.servers_per_stage, "must be >= 1");
+  require(e, c.cluster.trainers >= 1, "trainers", c.cluster.trainers, "must be >= 1");
+  if (!e.empty())
+    return e;
+  // Role-specific required values.
+  const bool needs_coordinator = c.which == role::server || c.which == role::trainer;
+  if (needs_coordinator && !split_host_port(c.server.coordinator))
+    return "--coordinator '" + c.server.coordinator + "': " + to_string(c.which) + " needs HOST:PORT of the coordinator";
+  if (c.which == role::server && (c.server.stage < 0 || c.server.stage >= c.stages))
+    return "--stage " + std::to_string(c.server.stage) + ": server needs a stage in [0, " + std::to_string(c.stages) +
+           ")";
+  return {};
+}
+
+parse_result parse_config(int argc, const char* const* argv) {
+  parse_result result;
+  app_config c;
+  std::string role_name;
+  CLI::App app{"swarm: SWARM-parallel training of a byte-level GPT on CAF actors.\n"
+               "One binary; --role picks what this process is. Every option is also a key of the\n"
+               "--config file (`key = value`, the flag's name without dashes in front)."};
+  app.set_config("--config", "", "read options from this file (see config/); flags override it");
+  add_options(app, c, role_name);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    result.message = app.help();
+    result.exit_code = 0;
+    return result;
+  } catch (const CLI::ParseError& e) {
+    result.message = std::string{"swarm: "} + e.what() + "\nRun with --help for every option and its unit.";
+    result.exit_code = 2;
+    return result;
+  }
+  static const std::pair<const char*, role> roles[] = {{"coordinator", role::coordinator},
+                                                       {"server", role::server},
+                                                       {"trainer", role::trainer},
+                                                       {"local", role::local},
+                                                       {"cluster", role::cluster}};
+  for (const auto& [name, r] : roles)
+    if (role_name == name)
+      c.which = r;
+  if (auto opt = app.get_option("--config"); opt->count() > 0)
+    c.config_file = opt->as<std::string>();
+  c.trainer.batch_size = c.server.batch_size;  // one --batch-size for both roles
+  c.trainer.coordinator = c.server.coordinator;
+  if (auto err = validate(c); !err.empty()) {
+    result.message = "swarm: bad config: " + err;
+    result.exit_code = 2;
+    return result;
+  }
+  result.config = std::move(c);
+  return result;
+}
+
+std::vector<std::string> to_flags(const app_config& c) {
+  std::vector<std::string> f;
+  auto add = [&f](const char* name, const auto& value) {
+    std::ostringstream s;
+    s.precision(17);
+    s << value;
+    f.push_back(std::string{"--"} + name);
+    f.push_back(s.str());
+  };
+  add("stages", c.stages);
+  add("threads", c.threads);
+  add("device", c.device);
+  add("log-level", c.log_level);
+  if (!c.metrics.empty())
+    add("metrics", c.metrics);
+  const auto& m = c.model;
+  add("d-model", m.d_model);
+  add("n-heads", m.n_heads);
+  add("n-layers", m.n_layers);
+  add("seq-len", m.seq_len);
+  add("microbatch", m.microbatch);
+  add("lr", m.lr);
+  add("weight-decay", m.weight_decay);
+  add("beta1", m.beta1);
+  add("beta2", m.beta2);
+  add("grad-clip", m.grad_clip);
+  add("seed", m.seed);
+  add("heartbeat", c.net.heartbeat_s);
+  add("connection-timeout", c.net.connection_timeout_s);
+  add("chunk-bytes", c.net.chunk_bytes);
+  add("batch-size", c.server.batch_size);
+  const auto& t = c.trainer;
+  add("corpus", t.corpus);
+  add("in-flight", t.in_flight);
+  add("max-steps", t.max_steps);
+  add("forward-timeout", t.forward_timeout_s);
+  add("backward-timeout", t.backward_timeout_s);
+  add("max-retries", t.max_retries);
+  add("no-server-wait", t.no_server_wait_s);
+  return f;
+}
+
+} // namespace swarm

@@ -1,0 +1,184 @@
+#include "models/gpt.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace swarm {
+
+namespace {
+
+// Which sub-module a seed is for. A seed per sub-module (rather than one stream
+// for the whole model) is what makes a stage built alone hold the same weights
+// as the same layers of the full model.
+constexpr uint64_t embeddings_tag = 0;
+constexpr uint64_t head_tag = uint64_t{1} << 40;
+uint64_t block_tag(int64_t global_index) { return 1 + static_cast<uint64_t>(global_index); }
+
+/// SplitMix64 finaliser: neighbouring tags give unrelated seeds.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/// A private generator, so building a model never disturbs torch's global one.
+at::Generator generator_for(const model_config& cfg, uint64_t tag) {
+  return at::detail::createCPUGenerator(mix(cfg.seed ^ mix(tag)));
+}
+
+// GPT-2's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm gains;
+// the projections that write into the residual stream get 0.02 / sqrt(2 n_layers)
+// so the residual's variance does not grow with depth.
+constexpr double init_std = 0.02;
+
+void init_linear(torch::nn::LinearImpl& l, double std, at::Generator& gen) {
+  torch::NoGradGuard no_grad;
+  l.weight.normal_(0.0, std, gen);
+  if (l.bias.defined())
+    l.bias.zero_();
+}
+
+void init_embedding(torch::nn::Embedding& e, at::Generator& gen) {
+  torch::NoGradGuard no_grad;
+  e->weight.normal_(0.0, init_std, gen);
+}
+
+torch::nn::LayerNorm make_layer_norm(int64_t d) {
+  // LayerNorm's defaults are already ones and zeros; eps as in GPT-2.
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(1e-5));
+}
+
+/// True where a query position may not look (keys after it).
+torch::Tensor causal_mask(int64_t t, const torch::Device& device) {
+  return torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(1);
+}
+
+} // namespace
+
+block_impl::block_impl(const model_config& cfg) : n_heads_(cfg.n_heads) {
+  const int64_t d = cfg.d_model;
+  ln1_ = register_module("ln1", make_layer_norm(d));
+  qkv_ = register_module("qkv", torch::nn::Linear(d, 3 * d));
+  proj_ = register_module("proj", torch::nn::Linear(d, d));
+  ln2_ = register_module("ln2", make_layer_norm(d));
+  fc_ = register_module("fc", torch::nn::Linear(d, 4 * d));
+  out_ = register_module("out", torch::nn::Linear(4 * d, d));
+}
+
+torch::Tensor block_impl::forward(const torch::Tensor& x) {
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
+  const int64_t hd = d / n_heads_;
+  // Attention: torch 1.13's C++ API has only the private _scaled_dot_product_attention,
+  // so it is spelled out; at byte-level context lengths this costs little.
+  auto qkv = qkv_(ln1_(x)).chunk(3, -1);
+  auto split_heads = [&](const torch::Tensor& m) { return m.view({b, t, n_heads_, hd}).transpose(1, 2); };
+  auto q = split_heads(qkv[0]), k = split_heads(qkv[1]), v = split_heads(qkv[2]);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
+  scores = scores.masked_fill(causal_mask(t, x.device()), -std::numeric_limits<float>::infinity());
+  auto y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).contiguous().view({b, t, d});
+  auto h = x + proj_(y);
+  return h + out_(torch::gelu(fc_(ln2_(h)), "tanh"));
+}
+
+stage_module_impl::stage_module_impl(const model_config& cfg, const stage_span& span) : span_(span) {
+  const double residual_std = init_std / std::sqrt(2.0 * static_cast<double>(cfg.n_layers));
+  if (span.has_embedding()) {
+    auto gen = generator_for(cfg, embeddings_tag);
+    tok_emb_ = register_module("tok_emb", torch::nn::Embedding(cfg.vocab, cfg.d_model));
+    pos_emb_ = register_module("pos_emb", torch::nn::Embedding(cfg.seq_len, cfg.d_model));
+    init_embedding(tok_emb_, gen);
+    init_embedding(pos_emb_, gen);
+  }
+  for (int i = span.first_block; i < span.end_block; ++i) {
+    auto gen = generator_for(cfg, block_tag(i));
+    // Global index in the name, so a stage's parameter names match the full model's.
+    auto blk = register_module("block" + std::to_string(i), block(cfg));
+    // The block's layers are private; reach them by name, in registration order.
+    for (auto& item : blk->named_children()) {
+      if (auto* lin = item.value()->as<torch::nn::LinearImpl>()) {
+        const bool residual = item.key() == "proj" || item.key() == "out";
+        init_linear(*lin, residual ? residual_std : init_std, gen);
+      }
+    }
+    blocks_.push_back(blk);
+  }
+  if (span.has_head()) {
+    auto gen = generator_for(cfg, head_tag);
+    ln_f_ = register_module("ln_f", make_layer_norm(cfg.d_model));
+    head_ = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(cfg.d_model, cfg.vocab).bias(false)));
+    init_linear(*head_, init_std, gen);
+  }
+}
+
+torch::Tensor stage_module_impl::forward(const torch::Tensor& x) {
+  torch::Tensor h = x;
+  if (span_.has_embedding()) {
+    auto pos = torch::arange(x.size(1), torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+    h = tok_emb_(x) + pos_emb_(pos);
+  }
+  for (auto& blk : blocks_)
+    h = blk(h);
+  if (span_.has_head())
+    h = head_(ln_f_(h));
+  return h;
+}
+
+stage_module make_full_model(const model_config& cfg) {
+  return stage_module(cfg, partition_blocks(static_cast<int>(cfg.n_layers), 1).at(0));
+}
+
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& module, const model_config& cfg) {
+  auto options = torch::optim::AdamWOptions(cfg.lr).betas({cfg.beta1, cfg.beta2}).weight_decay(cfg.weight_decay);
+  // Decay shrinks matrices towards zero; on gains and biases it only hurts (GPT-2, nanoGPT).
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& p : module.parameters())
+    (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options));
+  auto no_decay_options = options;
+  no_decay_options.weight_decay(0.0);
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(no_decay_options));
+  return std::make_unique<torch::optim::AdamW>(std::move(groups), options);
+}
+
+namespace {
+
+/// A leaf copy of a stage's inputs that collects their gradient; token ids stay as they are.
+torch::Tensor as_grad_leaf(const torch::Tensor& inputs) {
+  if (!inputs.is_floating_point())
+    return inputs;
+  return inputs.detach().clone().requires_grad_(true);
+}
+
+torch::Tensor grad_of(const torch::Tensor& leaf) {
+  return leaf.requires_grad() ? leaf.grad() : torch::Tensor{};
+}
+
+} // namespace
+
+torch::Tensor stage_backward(stage_module& stage, const torch::Tensor& inputs, const torch::Tensor& output_grad) {
+  torch::AutoGradMode grad_mode(true);
+  auto leaf = as_grad_leaf(inputs);
+  auto out = stage->forward(leaf);
+  out.backward(output_grad);
+  return grad_of(leaf);
+}
+
+loss_and_grad last_stage_forward_backward(stage_module& stage, const torch::Tensor& inputs,
+                                          const torch::Tensor& targets) {
+  torch::AutoGradMode grad_mode(true);
+  auto leaf = as_grad_leaf(inputs);
+  auto loss = lm_loss(stage->forward(leaf), targets);
+  loss.backward();
+  return {loss.item<float>(), grad_of(leaf)};
+}
+
+} // namespace swarm
