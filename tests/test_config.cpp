@@ -1,1 +1,134 @@
-// placeholder: being written
+// Config parsing: files, flags overriding files, validation messages, to_flags round trip.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "config/config.hpp"
+
+using namespace swarm;
+
+namespace {
+
+parse_result parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "swarm");
+  std::vector<const char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.c_str());
+  return parse_config(static_cast<int>(argv.size()), argv.data());
+}
+
+std::string write_temp(const std::string& text) {
+  char name[] = "/tmp/swarm-config-XXXXXX";
+  close(mkstemp(name));
+  std::ofstream(name) << text;
+  return name;
+}
+
+} // namespace
+
+TEST_CASE("defaults are valid and the role is required", "[config]") {
+  auto ok = parse({"--role", "local"});
+  REQUIRE(ok.config);
+  CHECK(ok.config->which == role::local);
+  CHECK(ok.config->device == "cpu");
+  CHECK(ok.config->model.d_model == 128);
+  auto missing = parse({});
+  CHECK_FALSE(missing.config);
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.message.find("--role") != std::string::npos);
+  auto bad = parse({"--role", "wizard"});
+  CHECK_FALSE(bad.config);
+  CHECK(bad.exit_code == 2);
+}
+
+TEST_CASE("the shipped config files parse", "[config]") {
+  for (const char* file : {SWARM_SOURCE_DIR "/config/tiny", SWARM_SOURCE_DIR "/config/small"}) {
+    INFO(file);
+    auto r = parse({"--role", "cluster", "--config", file});
+    REQUIRE(r.config);
+    CHECK(r.config->config_file == file);
+    CHECK(r.config->stages == 2);
+  }
+  auto tiny = parse({"--role", "local", "--config", SWARM_SOURCE_DIR "/config/tiny"});
+  REQUIRE(tiny.config);
+  CHECK(tiny.config->model.d_model == 64);
+  CHECK(tiny.config->trainer.batch_size == 32);
+}
+
+TEST_CASE("flags override the file", "[config]") {
+  const auto file = write_temp("d-model = 96\nn-heads = 3\nstages = 2\n");
+  auto r = parse({"--role", "local", "--config", file, "--d-model", "48"});
+  REQUIRE(r.config);
+  CHECK(r.config->model.d_model == 48);
+  CHECK(r.config->model.n_heads == 3);
+  std::remove(file.c_str());
+}
+
+TEST_CASE("bad values get a message naming the flag and the fix", "[config]") {
+  struct bad_case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  const std::vector<bad_case> cases{
+      {{"--role", "local", "--d-model", "100", "--n-heads", "3"}, "--n-heads 3"},
+      {{"--role", "local", "--stages", "9"}, "--stages 9"},
+      {{"--role", "local", "--lr", "-1"}, "--lr"},
+      {{"--role", "local", "--device", "cuda"}, "only 'cpu'"},
+      {{"--role", "server", "--stage", "0"}, "--coordinator"},
+      {{"--role", "server", "--coordinator", "localhost:7000", "--stage", "2"}, "--stage 2"},
+      {{"--role", "trainer", "--coordinator", "localhost:99999"}, "HOST:PORT"},
+      {{"--role", "local", "--batch-size", "4"}, "--batch-size 4"},
+      {{"--role", "local", "--no-such-flag", "1"}, "no-such-flag"},
+      {{"--role", "local", "--config", "/nonexistent/file"}, "/nonexistent/file"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse(c.args);
+    INFO(c.args.back() << " -> " << r.message);
+    CHECK_FALSE(r.config);
+    CHECK(r.exit_code == 2);
+    CHECK(r.message.find(c.expect) != std::string::npos);
+  }
+}
+
+TEST_CASE("help exits 0 and explains units", "[config]") {
+  auto r = parse({"--help"});
+  CHECK_FALSE(r.config);
+  CHECK(r.exit_code == 0);
+  CHECK(r.message.find("seconds") != std::string::npos);
+  CHECK(r.message.find("--servers-per-stage") != std::string::npos);
+}
+
+TEST_CASE("to_flags round-trips every value a child needs", "[config]") {
+  auto r = parse({"--role", "cluster", "--config", SWARM_SOURCE_DIR "/config/tiny", "--lr", "0.00123", "--seed", "7"});
+  REQUIRE(r.config);
+  auto flags = to_flags(*r.config);
+  flags.insert(flags.begin(), {"--role", "local"});
+  auto back = parse(flags);
+  REQUIRE(back.config);
+  CHECK(back.config->model.hash() == r.config->model.hash());
+  CHECK(back.config->trainer.batch_size == r.config->trainer.batch_size);
+  CHECK(back.config->trainer.forward_timeout_s == r.config->trainer.forward_timeout_s);
+  CHECK(back.config->model.lr == 0.00123);
+}
+
+TEST_CASE("split_host_port", "[config]") {
+  CHECK(split_host_port("127.0.0.1:7000") == std::make_pair(std::string{"127.0.0.1"}, uint16_t{7000}));
+  CHECK_FALSE(split_host_port("127.0.0.1"));
+  CHECK_FALSE(split_host_port(":80"));
+  CHECK_FALSE(split_host_port("h:0"));
+  CHECK_FALSE(split_host_port("h:65536"));
+  CHECK_FALSE(split_host_port("h:8a"));
+}
+
+TEST_CASE("model hash changes with any model field", "[config]") {
+  model_config a, b;
+  CHECK(a.hash() == b.hash());
+  b.lr = 0.0011;
+  CHECK(a.hash() != b.hash());
+  b = a;
+  b.seed = 2;
+  CHECK(a.hash() != b.hash());
+}

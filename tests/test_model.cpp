@@ -1,1 +1,234 @@
-// placeholder
+// Tier (a/b): the GPT and its stage cut against the whole model as reference.
+// torch before catch.hpp: glog's CHECK would otherwise replace Catch2's.
+#include <torch/torch.h>
+
+#include "actors/metrics.hpp"
+#include "models/gpt.hpp"
+#include "models/local_train.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+using namespace swarm;
+
+namespace {
+
+model_config small_config() {
+  model_config cfg;
+  cfg.d_model = 32;
+  cfg.n_heads = 2;
+  cfg.n_layers = 4;
+  cfg.seq_len = 16;
+  cfg.microbatch = 3;
+  cfg.seed = 1234;
+  return cfg;
+}
+
+torch::Tensor random_tokens(int64_t b, int64_t t, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  return torch::randint(0, 256, {b, t}, gen, torch::kLong);
+}
+
+std::vector<stage_module> make_stages(const model_config& cfg, int num_stages) {
+  std::vector<stage_module> stages;
+  for (const auto& span : partition_blocks(static_cast<int>(cfg.n_layers), num_stages))
+    stages.emplace_back(cfg, span);
+  return stages;
+}
+
+/// The swarm's schedule: forwards without grad stage by stage, loss and backward
+/// on the last stage, then stateless backwards in reverse with the returned grads.
+float run_staged(std::vector<stage_module>& stages, const torch::Tensor& x, const torch::Tensor& y) {
+  std::vector<torch::Tensor> inputs{x};
+  for (size_t k = 0; k + 1 < stages.size(); ++k) {
+    torch::NoGradGuard no_grad;
+    inputs.push_back(stages[k]->forward(inputs[k]));
+  }
+  auto last = last_stage_forward_backward(stages.back(), inputs.back(), y);
+  auto grad = last.input_grad;
+  for (size_t k = stages.size() - 1; k-- > 0;)
+    grad = stage_backward(stages[k], inputs[k], grad);
+  REQUIRE(!grad.defined());  // stage 0's inputs are token ids
+  return last.loss;
+}
+
+std::map<std::string, torch::Tensor> named(torch::nn::Module& m, bool grads) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : m.named_parameters())
+    out[item.key()] = grads ? item.value().grad() : item.value();
+  return out;
+}
+
+/// Max |a - b| over every tensor of `full`, which `staged` must hold under the same names.
+double max_diff(const std::map<std::string, torch::Tensor>& full, const std::map<std::string, torch::Tensor>& staged) {
+  REQUIRE(full.size() == staged.size());
+  double worst = 0;
+  for (const auto& [name, t] : full) {
+    INFO("parameter " << name);
+    auto it = staged.find(name);
+    REQUIRE(it != staged.end());
+    REQUIRE(t.defined());
+    REQUIRE(it->second.defined());
+    REQUIRE(it->second.sizes() == t.sizes());
+    worst = std::max(worst, (t - it->second).abs().max().item<double>());
+  }
+  return worst;
+}
+
+std::map<std::string, torch::Tensor> merged(std::vector<stage_module>& stages, bool grads) {
+  std::map<std::string, torch::Tensor> all;
+  for (auto& s : stages)
+    for (auto& [name, t] : named(*s, grads))
+      REQUIRE(all.emplace(name, t).second);  // every parameter lives on exactly one stage
+  return all;
+}
+
+} // namespace
+
+TEST_CASE("a stage built alone holds the full model's weights", "[model]") {
+  const auto cfg = small_config();
+  auto full = make_full_model(cfg);
+  for (int s : {1, 2, 3, 4}) {
+    auto stages = make_stages(cfg, s);
+    const double diff = max_diff(named(*full, false), merged(stages, false));
+    std::cout << "init S=" << s << ": max |w_full - w_staged| = " << diff << "\n";
+    REQUIRE(diff == 0.0);
+  }
+  // Another seed gives other weights.
+  auto other_cfg = cfg;
+  other_cfg.seed = 99;
+  auto other = make_full_model(other_cfg);
+  REQUIRE(max_diff(named(*full, false), named(*other, false)) > 0.01);
+}
+
+TEST_CASE("the staged chain reproduces the full model's loss and every gradient", "[model]") {
+  const auto cfg = small_config();
+  for (int64_t t : {cfg.seq_len, int64_t{10}}) {
+    const auto x = random_tokens(cfg.microbatch, t, 1);
+    const auto y = random_tokens(cfg.microbatch, t, 2);
+    auto full = make_full_model(cfg);
+    auto full_loss = lm_loss(full->forward(x), y);
+    full_loss.backward();
+    for (int s : {2, 3, 4}) {
+      auto stages = make_stages(cfg, s);
+      const float loss = run_staged(stages, x, y);
+      const double grad_diff = max_diff(named(*full, true), merged(stages, true));
+      const double loss_diff = std::abs(loss - full_loss.item<float>());
+      std::cout << "T=" << t << " S=" << s << ": loss " << loss << " |dloss| " << loss_diff
+                << " max |dgrad| " << grad_diff << "\n";
+      CHECK(loss_diff < 1e-5);
+      CHECK(grad_diff < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("attention is causal", "[model]") {
+  const auto cfg = small_config();
+  auto model = make_full_model(cfg);
+  torch::NoGradGuard no_grad;
+  auto x = random_tokens(2, cfg.seq_len, 3);
+  auto changed = x.clone();
+  changed.index_put_({torch::indexing::Slice(), 10}, (x.index({torch::indexing::Slice(), 10}) + 1) % 256);
+  auto a = model->forward(x), b = model->forward(changed);
+  const double before = (a.narrow(1, 0, 10) - b.narrow(1, 0, 10)).abs().max().item<double>();
+  const double at = (a.narrow(1, 10, 1) - b.narrow(1, 10, 1)).abs().max().item<double>();
+  std::cout << "causality: max change before pos 10 " << before << ", at pos 10 " << at << "\n";
+  REQUIRE(before == 0.0);
+  REQUIRE(at > 1e-4);
+}
+
+TEST_CASE("lm_loss is the mean next-byte cross-entropy", "[model]") {
+  auto gen = at::detail::createCPUGenerator(5);
+  auto logits = torch::randn({2, 3, 256}, gen);
+  auto targets = random_tokens(2, 3, 6);
+  auto reference = -torch::log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).mean();
+  const double diff = std::abs(lm_loss(logits, targets).item<double>() - reference.item<double>());
+  std::cout << "lm_loss vs log_softmax reference: |diff| " << diff << "\n";
+  REQUIRE(diff < 1e-6);
+}
+
+TEST_CASE("an untrained model predicts bytes almost uniformly", "[model]") {
+  const auto cfg = small_config();
+  auto model = make_full_model(cfg);
+  torch::NoGradGuard no_grad;
+  const double loss = lm_loss(model->forward(random_tokens(8, cfg.seq_len, 7)), random_tokens(8, cfg.seq_len, 8))
+                          .item<double>();
+  std::cout << "untrained loss " << loss << " (ln 256 = " << std::log(256.0) << ")\n";
+  REQUIRE(std::abs(loss - std::log(256.0)) < 0.3);
+}
+
+TEST_CASE("the optimizer decays matrices only", "[model]") {
+  auto cfg = small_config();
+  auto model = make_full_model(cfg);
+  auto opt = make_optimizer(*model, cfg);
+  REQUIRE(opt->param_groups().size() == 2);
+  size_t total = 0;
+  for (auto& group : opt->param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    for (auto& p : group.params())
+      REQUIRE(o.weight_decay() == (p.dim() >= 2 ? cfg.weight_decay : 0.0));
+    REQUIRE(o.lr() == cfg.lr);
+    REQUIRE(std::get<1>(o.betas()) == cfg.beta2);
+    total += group.params().size();
+  }
+  REQUIRE(total == model->parameters().size());
+}
+
+TEST_CASE("training on a repeated string drives the loss down", "[model]") {
+  auto cfg = small_config();
+  cfg.lr = 3e-3;
+  const std::string pattern = "hello swarm! ";
+  std::vector<int64_t> text;
+  for (int i = 0; i < 40; ++i)
+    for (unsigned char c : pattern)
+      text.push_back(c);
+  auto model = make_full_model(cfg);
+  auto opt = make_optimizer(*model, cfg);
+  std::mt19937_64 rng(1);
+  std::uniform_int_distribution<size_t> start(0, text.size() - cfg.seq_len - 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  double first = 0, last = 0;
+  for (int step = 0; step < 200; ++step) {
+    auto x = torch::empty({8, cfg.seq_len}, torch::kLong), y = torch::empty({8, cfg.seq_len}, torch::kLong);
+    for (int64_t b = 0; b < 8; ++b) {
+      const size_t i = start(rng);
+      x[b] = torch::tensor(std::vector<int64_t>(text.begin() + i, text.begin() + i + cfg.seq_len));
+      y[b] = torch::tensor(std::vector<int64_t>(text.begin() + i + 1, text.begin() + i + 1 + cfg.seq_len));
+    }
+    auto loss = lm_loss(model->forward(x), y);
+    opt->zero_grad();
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.grad_clip);
+    opt->step();
+    (step == 0 ? first : last) = loss.item<double>();
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "training: loss " << first << " -> " << last << " in 200 steps, " << secs << " s\n";
+  REQUIRE(last < 0.5);
+}
+
+TEST_CASE("run_local trains a few steps and reports a missing corpus", "[model]") {
+  app_config cfg;
+  cfg.model = small_config();
+  cfg.threads = 2;
+  cfg.trainer.batch_size = 6;  // two microbatches of 3
+  cfg.trainer.max_steps = 3;
+  cfg.trainer.corpus = "/tmp/swarm_test_model_corpus.txt";
+  {
+    std::ofstream out(cfg.trainer.corpus);
+    for (int i = 0; i < 50; ++i)
+      out << "the quick brown fox jumps over the lazy dog\n";
+  }
+  metrics_sink none;
+  std::atomic<bool> stop{false};
+  REQUIRE(run_local(cfg, none, stop) == 0);
+  cfg.trainer.corpus = "/nonexistent/corpus";
+  REQUIRE(run_local(cfg, none, stop) == 2);
+  std::remove("/tmp/swarm_test_model_corpus.txt");
+}

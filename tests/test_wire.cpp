@@ -1,1 +1,166 @@
-// placeholder: being written
+// Boundary validation of the wire schema and chunked payloads, with malformed input.
+#include <catch2/catch.hpp>
+
+#include "messages/chunks.hpp"
+#include "messages/wire.hpp"
+
+using namespace swarm;
+
+namespace {
+
+proto::tensor float_tensor(std::vector<int64_t> shape) {
+  proto::tensor t;
+  int64_t n = 1;
+  for (auto d : shape) {
+    t.add_shape(d);
+    n *= d;
+  }
+  t.set_dtype(proto::FLOAT32);
+  t.set_data(std::string(static_cast<size_t>(n) * 4, '\0'));
+  return t;
+}
+
+errc code(const caf::error& e) {
+  return code_of(e);
+}
+
+} // namespace
+
+TEST_CASE("check_tensor accepts consistent tensors of every size", "[wire]") {
+  CHECK_FALSE(check_tensor(float_tensor({}), "scalar"));
+  CHECK_FALSE(check_tensor(float_tensor({0}), "empty"));
+  CHECK_FALSE(check_tensor(float_tensor({2, 0, 3}), "empty"));
+  CHECK_FALSE(check_tensor(float_tensor({8, 64, 32}), "x"));
+  auto ids = make_int64_tensor({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK_FALSE(check_tensor(ids, "ids"));
+  CHECK(numel(ids) == 6);
+  CHECK(shape_string(ids) == "[2, 3]");
+}
+
+TEST_CASE("check_tensor rejects inconsistent tensors with BAD_REQUEST", "[wire]") {
+  auto t = float_tensor({2, 3});
+  t.mutable_data()->pop_back();
+  CHECK(code(check_tensor(t, "x")) == errc::BAD_REQUEST);
+  CHECK(describe(check_tensor(t, "x")).find("23 data bytes") != std::string::npos);
+
+  auto neg = float_tensor({2});
+  neg.set_shape(0, -2);
+  CHECK(code(check_tensor(neg, "x")) == errc::BAD_REQUEST);
+
+  auto huge = float_tensor({});
+  for (int i = 0; i < 8; ++i)
+    huge.add_shape(int64_t{1} << 40);
+  CHECK(code(check_tensor(huge, "x")) == errc::BAD_REQUEST);
+
+  auto no_dtype = float_tensor({1});
+  no_dtype.set_dtype(proto::DTYPE_INVALID);
+  CHECK(code(check_tensor(no_dtype, "x")) == errc::BAD_REQUEST);
+
+  auto bad_codec = float_tensor({1});
+  bad_codec.set_codec(static_cast<proto::codec>(17));
+  CHECK(code(check_tensor(bad_codec, "x")) == errc::BAD_REQUEST);
+}
+
+TEST_CASE("decode reports malformed payloads instead of crashing", "[wire]") {
+  for (std::string garbage : {std::string("\xff\xff\xff\xff\x0f", 5), std::string("\x0a\x64garbage"), std::string(1, '\x1a')}) {
+    auto r = decode<proto::forward_request>(garbage, "forward_request");
+    REQUIRE_FALSE(r);
+    CHECK(code(r.error()) == errc::BAD_REQUEST);
+    CHECK(describe(r.error()).find("malformed forward_request") != std::string::npos);
+  }
+  proto::forward_request ok;
+  ok.set_stage(1);
+  auto back = decode<proto::forward_request>(encode(ok), "forward_request");
+  REQUIRE(back);
+  CHECK(back->stage() == 1);
+}
+
+TEST_CASE("requests are checked for stage range and required tensors", "[wire]") {
+  proto::forward_request f;
+  f.set_stage(0);
+  CHECK(code(check_request(f, 2)) == errc::BAD_REQUEST);  // no inputs
+  *f.mutable_inputs() = make_int64_tensor({1, 2}, {1, 2});
+  CHECK_FALSE(check_request(f, 2));
+  f.set_stage(2);
+  CHECK(code(check_request(f, 2)) == errc::UNKNOWN_STAGE);
+  f.set_stage(1);
+  CHECK(code(check_request(f, 2)) == errc::BAD_REQUEST);  // last stage needs targets
+  *f.mutable_targets() = make_int64_tensor({1, 2}, {1, 2});
+  CHECK_FALSE(check_request(f, 2));
+  f.set_stage(0);
+  CHECK(code(check_request(f, 2)) == errc::BAD_REQUEST);  // targets on a middle stage
+
+  proto::backward_request b;
+  b.set_stage(0);
+  *b.mutable_inputs() = make_int64_tensor({1, 2}, {1, 2});
+  CHECK(code(check_request(b, 2)) == errc::BAD_REQUEST);  // no output_grad
+  *b.mutable_output_grad() = float_tensor({1, 2, 4});
+  CHECK_FALSE(check_request(b, 2));
+  b.set_stage(1);
+  CHECK(code(check_request(b, 2)) == errc::BAD_REQUEST);  // last stage has no separate backward
+  b.set_stage(7);
+  CHECK(code(check_request(b, 2)) == errc::UNKNOWN_STAGE);
+}
+
+TEST_CASE("registrations must match the swarm's model and stages", "[wire]") {
+  proto::register_server r;
+  r.set_stage(1);
+  r.set_server_id("s1");
+  r.set_host("127.0.0.1");
+  r.set_port(4242);
+  r.set_num_stages(2);
+  r.set_config_hash(99);
+  CHECK_FALSE(check_registration(r, 2, 99));
+  CHECK(code(check_registration(r, 2, 98)) == errc::BAD_CONFIG);
+  CHECK(code(check_registration(r, 3, 99)) == errc::BAD_CONFIG);
+  r.set_stage(2);
+  CHECK(code(check_registration(r, 2, 99)) == errc::UNKNOWN_STAGE);
+  r.set_stage(0);
+  r.set_port(0);
+  CHECK(code(check_registration(r, 2, 99)) == errc::BAD_REQUEST);
+}
+
+TEST_CASE("errors separate retryable from fatal", "[wire]") {
+  CHECK(is_retryable(make_error(errc::TIMEOUT, "")));
+  CHECK(is_retryable(make_error(errc::PEER_GONE, "")));
+  CHECK(is_retryable(make_error(errc::NO_SERVER, "")));
+  CHECK(is_retryable(caf::make_error(caf::sec::request_timeout)));
+  CHECK(is_retryable(caf::make_error(caf::sec::request_receiver_down)));
+  CHECK_FALSE(is_retryable(make_error(errc::BAD_REQUEST, "")));
+  CHECK_FALSE(is_retryable(make_error(errc::WRONG_SHAPE, "")));
+  CHECK_FALSE(is_retryable(make_error(errc::NON_FINITE, "")));
+  CHECK(describe(make_error(errc::WRONG_SHAPE, "inputs [1]")) == "WRONG_SHAPE: inputs [1]");
+}
+
+TEST_CASE("payloads are cut into chunks and reassembled in order", "[chunks]") {
+  uint64_t next = 0;
+  for (size_t size : {size_t{0}, size_t{1}, size_t{1023}, size_t{1024}, size_t{1025}, size_t{10000}}) {
+    std::string payload(size, '\0');
+    for (size_t i = 0; i < size; ++i)
+      payload[i] = static_cast<char>(i * 7);
+    auto p = cut(payload, 1024, next);
+    CHECK(p.lead.size() == (size == 0 ? 0 : (size - 1) / 1024));
+    CHECK((p.transfer_id == 0) == p.lead.empty());
+    chunk_assembler a;
+    caf::actor_addr from;
+    for (auto& piece : p.lead) {
+      CHECK(piece.size() == 1024);
+      a.add(from, p.transfer_id, piece);
+    }
+    auto whole = a.finish(from, p.transfer_id, p.tail);
+    REQUIRE(whole);
+    CHECK(*whole == payload);
+    CHECK(a.pending() == 0);
+  }
+}
+
+TEST_CASE("a transfer finished without its chunks is an error", "[chunks]") {
+  chunk_assembler a;
+  auto r = a.finish(caf::actor_addr{}, 5, "tail");
+  REQUIRE_FALSE(r);
+  CHECK(code_of(r.error()) == errc::BAD_REQUEST);
+  a.add(caf::actor_addr{}, 6, "x");
+  CHECK(a.pending() == 1);
+  a.forget(caf::actor_addr{});
+  CHECK(a.pending() == 0);
+}
