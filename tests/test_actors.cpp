@@ -1,1 +1,196 @@
-// placeholder: being written
+// Tier (b): actor protocols inside one process, over a real middleman on loopback.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/coordinator.hpp"
+#include "actors/load_balancer.hpp"
+#include "actors/stage_server.hpp"
+#include "messages/wire.hpp"
+
+using namespace swarm;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct system_fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+
+  system_fixture() {
+    cfg.load<caf::io::middleman>();
+    cfg.add_message_type<stage_actor>("stage_actor");
+    register_error_category(cfg);
+    cfg.set("logger.console", caf::atom("none"));
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+};
+
+model_config tiny_model() {
+  model_config m;
+  m.d_model = 16;
+  m.n_heads = 2;
+  m.n_layers = 2;
+  m.seq_len = 8;
+  m.microbatch = 2;
+  return m;
+}
+
+std::string forward_payload(uint32_t stage, int64_t batch, int64_t seq) {
+  proto::forward_request req;
+  req.set_microbatch_id(1);
+  req.set_stage(stage);
+  *req.mutable_inputs() = make_int64_tensor(std::vector<int64_t>(batch * seq, 65), {batch, seq});
+  return encode(req);
+}
+
+/// A stage server that accepts requests and never answers: a hung peer.
+stage_actor::behavior_type silent_server(stage_actor::pointer self) {
+  return {
+      [self](forward_atom, uint64_t, std::string&) -> caf::result<uint64_t, std::string> {
+        return self->make_response_promise<uint64_t, std::string>();
+      },
+      [self](backward_atom, uint64_t, std::string&) -> caf::result<uint64_t, std::string> {
+        return self->make_response_promise<uint64_t, std::string>();
+      },
+      [](chunk_atom, uint64_t, std::string&) {},
+  };
+}
+
+proto::register_server registration(const std::string& id, uint32_t stage, uint16_t port, uint64_t hash) {
+  proto::register_server reg;
+  reg.set_stage(stage);
+  reg.set_server_id(id);
+  reg.set_host("127.0.0.1");
+  reg.set_port(port);
+  reg.set_num_stages(2);
+  reg.set_config_hash(hash);
+  return reg;
+}
+
+} // namespace
+
+TEST_CASE_METHOD(system_fixture, "stage server answers bad requests with errors and keeps serving", "[actors]") {
+  auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu");
+  // 1 KiB chunks so the 2x8x16 float reply (1 KiB + header) must travel in pieces.
+  auto server = sys->spawn(stage_server, stage_server_config{"s0", 64, 1024}, worker, std::make_shared<metrics_sink>());
+  caf::scoped_actor self{*sys};
+  auto ask = [&](uint64_t transfer, std::string payload) {
+    caf::expected<std::pair<uint64_t, std::string>> out{caf::error{}};
+    self->request(server, 10s, forward_atom::value, transfer, std::move(payload))
+        .receive([&](uint64_t id, std::string& tail) { out = std::make_pair(id, std::move(tail)); },
+                 [&](caf::error& err) { out = std::move(err); });
+    return out;
+  };
+  auto garbage = ask(0, std::string("\xff\xff\xff", 3));
+  REQUIRE_FALSE(garbage);
+  CHECK(code_of(garbage.error()) == errc::BAD_REQUEST);
+  auto wrong_stage = ask(0, forward_payload(1, 2, 8));
+  REQUIRE_FALSE(wrong_stage);
+  CHECK((code_of(wrong_stage.error()) == errc::UNKNOWN_STAGE || code_of(wrong_stage.error()) == errc::BAD_REQUEST));
+  auto too_long = ask(0, forward_payload(0, 2, 9));
+  REQUIRE_FALSE(too_long);
+  CHECK(code_of(too_long.error()) == errc::WRONG_SHAPE);
+  auto orphan = ask(77, "tail");  // a transfer whose chunks never came
+  REQUIRE_FALSE(orphan);
+  CHECK(code_of(orphan.error()) == errc::BAD_REQUEST);
+
+  // A valid request, itself sent in chunks, still works after all that.
+  uint64_t next = 0;
+  auto piece = cut(forward_payload(0, 2, 8), 100, next);
+  REQUIRE(piece.lead.size() >= 2);
+  for (auto& p : piece.lead)
+    self->send(server, chunk_atom::value, piece.transfer_id, p);
+  auto ok = ask(piece.transfer_id, piece.tail);
+  REQUIRE(ok);
+  CHECK(ok->first != 0);  // the reply came in chunks too
+  chunk_assembler chunks;
+  self->receive_while([&] { return self->mailbox().size() > 0; })(
+      [&](chunk_atom, uint64_t id, const std::string& bytes) { chunks.add(server.address(), id, bytes); });
+  auto whole = chunks.finish(server.address(), ok->first, ok->second);
+  REQUIRE(whole);
+  auto rep = decode<proto::forward_reply>(*whole, "forward_reply");
+  REQUIRE(rep);
+  CHECK(shape_string(rep->outputs()) == "[2, 8, 16]");
+  CHECK_FALSE(check_tensor(rep->outputs(), "outputs"));
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(system_fixture, "coordinator admits matching servers, refuses others, reports downs",
+                 "[actors]") {
+  const std::string path = "/tmp/swarm-test-actors-metrics.jsonl";
+  std::remove(path.c_str());
+  auto metrics = std::make_shared<metrics_sink>(path, "coordinator");
+  auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, metrics);
+  caf::scoped_actor self{*sys};
+  auto fake = sys->spawn(silent_server);
+
+  proto::subscribe sub;
+  sub.set_stage(1);
+  sub.set_config_hash(42);
+  bool subscribed = false;
+  self->request(coord, 5s, subscribe_atom::value, encode(sub))
+      .receive([&](const std::string&) { subscribed = true; }, [&](caf::error&) {});
+  REQUIRE(subscribed);
+
+  caf::error refused;
+  self->request(coord, 5s, register_atom::value, encode(registration("bad", 1, 4000, 41)), fake)
+      .receive([](const std::string&) {}, [&](caf::error& err) { refused = err; });
+  CHECK(code_of(refused) == errc::BAD_CONFIG);
+
+  bool joined = false;
+  self->request(coord, 5s, register_atom::value, encode(registration("s1", 1, 4000, 42)), fake)
+      .receive([&](const std::string&) { joined = true; }, [](caf::error&) {});
+  REQUIRE(joined);
+  proto::membership_update up;
+  self->receive([&](membership_atom, const std::string& bytes) { up.ParseFromString(bytes); },
+                caf::after(5s) >> [] { FAIL("no JOIN"); });
+  CHECK(up.kind() == proto::membership_update::JOIN);
+  CHECK(up.server_id() == "s1");
+  CHECK(up.port() == 4000);
+
+  self->send_exit(fake, caf::exit_reason::kill);
+  self->receive([&](membership_atom, const std::string& bytes) { up.ParseFromString(bytes); },
+                caf::after(5s) >> [] { FAIL("no DOWN"); });
+  CHECK(up.kind() == proto::membership_update::DOWN);
+  self->send_exit(coord, caf::exit_reason::user_shutdown);
+
+  std::ifstream in(path);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(all.find("\"event\": \"server_join\"") != std::string::npos);
+  CHECK(all.find("\"event\": \"server_down\"") != std::string::npos);
+}
+
+TEST_CASE_METHOD(system_fixture, "load balancer fails requests pending at a dead server at once", "[actors]") {
+  auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
+  auto fake = sys->spawn(silent_server);
+  auto port = sys->middleman().publish(fake, 0, "127.0.0.1");
+  REQUIRE(port);
+  caf::scoped_actor self{*sys};
+  self->request(coord, 5s, register_atom::value, encode(registration("hung", 0, *port, 42)), fake)
+      .receive([](const std::string&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
+  // Deadlines far beyond the test's patience: only the down event can end the request.
+  load_balancer_config lbc{0, 42, 60.0, 60.0, 60.0, 4 << 20};
+  auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
+
+  caf::error result;
+  const auto start = std::chrono::steady_clock::now();
+  // Kill the server once the request had time to reach it.
+  std::thread killer([&] {
+    std::this_thread::sleep_for(500ms);
+    caf::anon_send_exit(fake, caf::exit_reason::kill);
+  });
+  self->request(lb, 30s, forward_atom::value, forward_payload(0, 2, 8))
+      .receive([](const std::string&) {}, [&](caf::error& err) { result = err; });
+  killer.join();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(code_of(result) == errc::PEER_GONE);
+  CHECK(is_retryable(result));
+  CHECK(waited < 10.0);
+  self->send_exit(lb, caf::exit_reason::user_shutdown);
+  self->send_exit(coord, caf::exit_reason::user_shutdown);
+}
