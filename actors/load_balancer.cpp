@@ -30,7 +30,7 @@ void settle(self_ptr self, uint64_t id, caf::expected<std::string> result) {
     if (s.id == it->second.server_id)
       --s.in_flight;
   if (result)
-    it->second.promise.deliver(std::move(*result));
+    it->second.promise.deliver(std::move(*result), it->second.server_id);
   else
     it->second.promise.deliver(result.error());
   st.in_flight.erase(it);
@@ -42,6 +42,12 @@ void dispatch(self_ptr self, request req) {
   for (const auto& s : st.servers)
     load.push_back(s.in_flight);
   auto pick = policy::least_in_flight(load, st.rotation++);
+  // Backward goes back to the forward's server while it lives: until stage
+  // averaging keeps replicas identical, only that replica's function matches the
+  // gradient the later stages computed.
+  for (size_t i = 0; i < st.servers.size(); ++i)
+    if (!req.preferred.empty() && st.servers[i].id == req.preferred)
+      pick = i;
   if (!pick) {
     if (st.waiting.empty())
       get_logger("load_balancer")->warn("stage {}: no live server; requests wait up to {} s for one to join",
@@ -178,14 +184,16 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
               self->quit(err);
             });
   self->send(self, tick_atom::value);
-  auto enqueue = [self](bool forward, std::string& payload) {
+  auto enqueue = [self](bool forward, std::string& payload, std::string preferred) {
     auto promise = self->make_response_promise();
-    dispatch(self, {forward, std::move(payload), promise, load_balancer_state::clock::now(), {}});
+    dispatch(self, {forward, std::move(payload), std::move(preferred), promise, load_balancer_state::clock::now(), {}});
     return promise;
   };
   return {
-      [enqueue](forward_atom, std::string& payload) { return enqueue(true, payload); },
-      [enqueue](backward_atom, std::string& payload) { return enqueue(false, payload); },
+      [enqueue](forward_atom, std::string& payload) { return enqueue(true, payload, {}); },
+      [enqueue](backward_atom, std::string& payload, std::string& preferred) {
+        return enqueue(false, payload, std::move(preferred));
+      },
       [self](membership_atom, const std::string& bytes) { on_membership(self, bytes); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id, piece);

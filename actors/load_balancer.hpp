@@ -11,8 +11,9 @@
 // there itself (PEER_GONE) at once: CAF 0.17 would only fail them at the deadline.
 // Retrying is the caller's decision (is_retryable()).
 //
-// Protocol with the trainer (same process): (forward_atom | backward_atom,
-// serialized request) -> serialized reply.
+// Protocol with the trainer (same process):
+//   (forward_atom, request bytes) -> (reply bytes, id of the server that answered)
+//   (backward_atom, request bytes, preferred server id) -> (reply bytes, server id)
 
 #include <chrono>
 #include <cstdint>
@@ -55,6 +56,7 @@ struct load_balancer_state {
   struct request {
     bool forward = true;
     std::string payload;
+    std::string preferred;  ///< server to use if it is live (backward: the forward's server)
     caf::response_promise promise;
     clock::time_point queued_at;
     std::string server_id;  ///< where it was sent, once dispatched

@@ -50,6 +50,7 @@ void emit_step(self_ptr self) {
                             {"step", st.step},
                             {"loss", loss},
                             {"samples", st.samples},
+                            {"tokens", st.samples * st.cfg.model.seq_len},
                             {"tokens_per_s", tokens_per_s},
                             {"elapsed_s", std::chrono::duration<double>(now - st.started).count()},
                             {"issued", st.issued},
@@ -74,7 +75,8 @@ void complete(self_ptr self, uint64_t id, float loss) {
   st.step_samples += n;
   st.step_loss_sum += loss;
   ++st.step_microbatches;
-  if (st.step_samples >= st.cfg.train.batch_size)
+  // Microbatches still finishing after the last step count as samples, not as a step.
+  if (st.step_samples >= st.cfg.train.batch_size && !st.draining)
     emit_step(self);
   launch(self);
   maybe_finish(self);
@@ -121,7 +123,7 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
   const auto deadline = seconds(st.cfg.train.no_server_wait_s + st.cfg.train.forward_timeout_s + 5);
   self->request(st.balancers[stage], deadline, forward_atom::value, encode(req))
       .then(
-          [self, id, stage](const std::string& bytes) {
+          [self, id, stage](const std::string& bytes, const std::string& server) {
             auto rep = decode<proto::forward_reply>(bytes, "forward_reply");
             caf::error err = rep ? caf::error{} : rep.error();
             if (!err && stage == last_stage(self) && stage > 0)
@@ -130,14 +132,18 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
               err = check_tensor(rep->outputs(), "outputs");
             if (err) {
               on_failure(self, id, stage, true, {}, err);
-            } else if (stage != last_stage(self)) {
-              self->state.live.at(id).inputs[stage + 1] = std::move(*rep->mutable_outputs());
+              return;
+            }
+            auto& mb = self->state.live.at(id);
+            mb.servers[stage] = server;
+            if (stage != last_stage(self)) {
+              mb.inputs[stage + 1] = std::move(*rep->mutable_outputs());
               send_forward(self, id, stage + 1);
             } else if (stage == 0) {
               complete(self, id, rep->loss());
             } else {
               // The loss is known now; the microbatch completes when stage 0's backward returns.
-              self->state.live.at(id).loss = rep->loss();
+              mb.loss = rep->loss();
               send_backward(self, id, stage - 1, std::move(*rep->mutable_input_grad()));
             }
           },
@@ -153,9 +159,9 @@ void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_g
   *req.mutable_inputs() = mb.inputs[stage];
   *req.mutable_output_grad() = output_grad;
   const auto deadline = seconds(st.cfg.train.no_server_wait_s + st.cfg.train.backward_timeout_s + 5);
-  self->request(st.balancers[stage], deadline, backward_atom::value, encode(req))
+  self->request(st.balancers[stage], deadline, backward_atom::value, encode(req), mb.servers[stage])
       .then(
-          [self, id, stage, output_grad](const std::string& bytes) {
+          [self, id, stage, output_grad](const std::string& bytes, const std::string&) {
             auto rep = decode<proto::backward_reply>(bytes, "backward_reply");
             caf::error err = rep ? caf::error{} : rep.error();
             if (!err && stage > 0)
@@ -178,6 +184,7 @@ void launch(self_ptr self) {
     const uint64_t id = ++st.next_id;
     auto& mb = st.live[id];
     mb.inputs.resize(static_cast<size_t>(st.cfg.num_stages));
+    mb.servers.resize(static_cast<size_t>(st.cfg.num_stages));
     mb.inputs[0] = make_int64_tensor(tokens.inputs, {tokens.batch, tokens.seq_len});
     mb.targets = make_int64_tensor(tokens.targets, {tokens.batch, tokens.seq_len});
     mb.samples = tokens.batch;

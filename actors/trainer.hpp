@@ -44,6 +44,7 @@ struct trainer_state {
   struct microbatch {
     std::vector<proto::tensor> inputs;  ///< inputs[k]: what stage k's forward took
     proto::tensor targets;
+    std::vector<std::string> servers;   ///< servers[k]: who ran stage k's forward
     int64_t samples = 0;
     float loss = 0;    ///< mean loss, known after the last stage's forward
     int attempts = 0;  ///< failed attempts of the current stage request

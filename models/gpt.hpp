@@ -25,7 +25,7 @@ private:
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc_{nullptr}, out_{nullptr};
 };
-TORCH_MODULE(block);
+TORCH_MODULE_IMPL(block, block_impl);
 
 /// One pipeline stage. Stage 0 maps int64 token ids [B, T] to hidden states
 /// [B, T, d]; middle stages map hidden to hidden; the last stage maps hidden
@@ -43,7 +43,7 @@ private:
   torch::nn::LayerNorm ln_f_{nullptr};
   torch::nn::Linear head_{nullptr};
 };
-TORCH_MODULE(stage_module);
+TORCH_MODULE_IMPL(stage_module, stage_module_impl);
 
 /// The whole model as one module (a single stage spanning every block).
 [[nodiscard]] stage_module make_full_model(const model_config& cfg);

@@ -81,6 +81,7 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
     metrics.emit("step", {{"step", int64_t{step}},
                           {"loss", loss},
                           {"samples", int64_t{samples}},
+                          {"tokens", int64_t{samples * m.seq_len}},
                           {"tokens_per_s", tokens_per_s},
                           {"elapsed_s", seconds_since(start)}});
     std::printf("local step %lld loss %.3f tokens/s %.0f\n", static_cast<long long>(step), loss, tokens_per_s);

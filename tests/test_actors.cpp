@@ -101,7 +101,7 @@ TEST_CASE_METHOD(system_fixture, "stage server answers bad requests with errors 
 
   // A valid request, itself sent in chunks, still works after all that.
   uint64_t next = 0;
-  auto piece = cut(forward_payload(0, 2, 8), 100, next);
+  auto piece = cut(forward_payload(0, 2, 8), 40, next);
   REQUIRE(piece.lead.size() >= 2);
   for (auto& p : piece.lead)
     self->send(server, chunk_atom::value, piece.transfer_id, p);
@@ -185,7 +185,7 @@ TEST_CASE_METHOD(system_fixture, "load balancer fails requests pending at a dead
     caf::anon_send_exit(fake, caf::exit_reason::kill);
   });
   self->request(lb, 30s, forward_atom::value, forward_payload(0, 2, 8))
-      .receive([](const std::string&) {}, [&](caf::error& err) { result = err; });
+      .receive([](const std::string&, const std::string&) {}, [&](caf::error& err) { result = err; });
   killer.join();
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(code_of(result) == errc::PEER_GONE);

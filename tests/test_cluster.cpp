@@ -86,7 +86,7 @@ double unigram_entropy(const std::string& bytes) {
 TEST_CASE("a multi-process swarm trains config/tiny below the unigram entropy", "[cluster]") {
   const std::string metrics = "/tmp/swarm-test-cluster-" + std::to_string(getpid()) + ".jsonl";
   std::remove(metrics.c_str());
-  const int steps = 60;
+  const int steps = 300;
   const int code = run_swarm({"--role", "cluster", "--config", SWARM_SOURCE_DIR "/config/tiny", "--max-steps",
                               std::to_string(steps), "--metrics", metrics, "--log-level", "warn"},
                              240);

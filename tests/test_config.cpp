@@ -55,7 +55,7 @@ TEST_CASE("the shipped config files parse", "[config]") {
   auto tiny = parse({"--role", "local", "--config", SWARM_SOURCE_DIR "/config/tiny"});
   REQUIRE(tiny.config);
   CHECK(tiny.config->model.d_model == 64);
-  CHECK(tiny.config->trainer.batch_size == 32);
+  CHECK(tiny.config->trainer.batch_size == 16);
 }
 
 TEST_CASE("flags override the file", "[config]") {
