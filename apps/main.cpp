@@ -36,7 +36,6 @@ int main(int argc, char** argv) {
       case swarm::role::local: {
         swarm::setup_logging("local", cfg.log_level);
         auto metrics = swarm::open_metrics(cfg.metrics, "local");
-        swarm::set_torch_threads(cfg.threads);
         return swarm::run_local(cfg, *metrics, swarm::stop_requested);
       }
     }

@@ -49,7 +49,7 @@ namespace {
 /// Declares every option; the same table serves flags, config files and --help.
 void add_options(CLI::App& app, app_config& c, std::string& role_name) {
   // The last occurrence wins, so a launcher can append overrides to a full flag list.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
   app.add_option("--role", role_name, "what this process is: coordinator | server | trainer | local | cluster")
       ->required()
       ->check(CLI::IsMember({"coordinator", "server", "trainer", "local", "cluster"}));

@@ -6,9 +6,9 @@
 #include <iostream>
 #include <optional>
 #include <random>
-#include <thread>
 
 #include "actors/metrics.hpp"
+#include "apps/roles.hpp"
 #include "models/corpus.hpp"
 #include "models/gpt.hpp"
 
@@ -51,8 +51,8 @@ double train_step(stage_module& model, torch::optim::Optimizer& opt, const corpu
 } // namespace
 
 int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bool>& stop_requested) {
-  const int threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(threads);
+  set_torch_threads(cfg.threads);
+  const int threads = torch::get_num_threads();
   const auto& m = cfg.model;
   std::optional<corpus> text;
   try {

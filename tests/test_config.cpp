@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include <unistd.h>
@@ -131,4 +132,39 @@ TEST_CASE("model hash changes with any model field", "[config]") {
   b = a;
   b.seed = 2;
   CHECK(a.hash() != b.hash());
+}
+
+TEST_CASE("the README documents every flag and every metrics event", "[config][readme]") {
+  std::ifstream in(SWARM_SOURCE_DIR "/README.md");
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE_FALSE(readme.empty());
+  const auto help = parse({"--help"}).message;
+  int flags = 0;
+  for (size_t pos = help.find("--"); pos != std::string::npos; pos = help.find("--", pos + 2)) {
+    const auto end = help.find_first_not_of("abcdefghijklmnopqrstuvwxyz-", pos + 2);
+    const auto flag = help.substr(pos, end - pos);
+    if (flag.size() <= 2)
+      continue;
+    INFO(flag);
+    CHECK(readme.find(flag) != std::string::npos);
+    ++flags;
+  }
+  CHECK(flags > 30);
+
+  // Every event some source file emits has a row in the README's metrics table.
+  int events = 0;
+  for (const char* dir : {"/actors", "/apps", "/models"})
+    for (const auto& entry : std::filesystem::directory_iterator(std::string{SWARM_SOURCE_DIR} + dir)) {
+      if (!entry.is_regular_file())
+        continue;
+      std::ifstream src(entry.path());
+      const std::string code((std::istreambuf_iterator<char>(src)), std::istreambuf_iterator<char>());
+      for (size_t pos = code.find("emit(\""); pos != std::string::npos; pos = code.find("emit(\"", pos + 1)) {
+        const auto name = code.substr(pos + 6, code.find('"', pos + 6) - pos - 6);
+        INFO(entry.path().string() << " emits " << name);
+        CHECK(readme.find("| `" + name + "` |") != std::string::npos);
+        ++events;
+      }
+    }
+  CHECK(events >= 7);
 }
