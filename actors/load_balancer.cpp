@@ -4,7 +4,7 @@
 #include <caf/io/all.hpp>
 
 #include "actors/log.hpp"
-#include "actors/policy/least_in_flight.hpp"
+#include "actors/stage_server.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm {
@@ -13,69 +13,194 @@ namespace {
 
 using self_ptr = caf::stateful_actor<load_balancer_state>*;
 using request = load_balancer_state::request;
+using clock_type = load_balancer_state::clock;
 
 caf::timespan seconds(double s) {
   return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
 }
 
+/// The router's clock: steady seconds (passed in, never read inside the policy).
+double now_s() {
+  return std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();
+}
+
+const char* op_name(const request& r) {
+  return r.forward ? "forward" : "backward";
+}
+
+/// Appends a commit deadline to a serialized request: protobuf merges
+/// concatenated messages field by field, so no parse and re-encode is needed.
+std::string with_deadline(const std::string& payload, bool forward, double deadline) {
+  if (forward) {
+    proto::forward_request d;
+    d.set_commit_deadline(deadline);
+    return payload + d.SerializeAsString();
+  }
+  proto::backward_request d;
+  d.set_commit_deadline(deadline);
+  return payload + d.SerializeAsString();
+}
+
+std::optional<std::string> choose_static(self_ptr self) {
+  auto& st = self->state;
+  if (!st.pinned.empty())
+    return st.servers.count(st.pinned) > 0 ? std::optional{st.pinned} : std::nullopt;
+  std::vector<std::string> candidates;
+  for (const auto& [id, handle] : st.servers)
+    if (st.retired.count(id) == 0)
+      candidates.push_back(id);
+  if (candidates.empty())
+    return std::nullopt;
+  st.pinned = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(st.rng)];
+  get_logger("load_balancer")->info("stage {}: static routing pinned to server {}", st.cfg.stage, st.pinned);
+  return st.pinned;
+}
+
+std::optional<std::string> choose(self_ptr self, const request& req) {
+  auto& st = self->state;
+  if (st.cfg.static_routing)
+    return choose_static(self);
+  const double now = now_s();
+  std::vector<std::string> exclude;
+  // Backward returns to the forward's server while it is eligible: until stage
+  // averaging keeps replicas identical, only that replica's function matches the
+  // gradient the later stages computed.
+  const bool keep_preferred = !req.preferred.empty() && st.servers.count(req.preferred) > 0 &&
+                              !st.router.banned(req.preferred, now) &&
+                              std::find(req.tried.begin(), req.tried.end(), req.preferred) == req.tried.end();
+  for (const auto& [id, handle] : st.servers)
+    if ((keep_preferred && id != req.preferred) ||
+        (!keep_preferred && std::find(req.tried.begin(), req.tried.end(), id) != req.tried.end()))
+      exclude.push_back(id);
+  auto pick = st.router.choose(static_cast<double>(req.samples), !req.forward, now, st.rng, exclude);
+  if (!pick && !exclude.empty())  // every eligible server already failed this request: try one again
+    pick = st.router.choose(static_cast<double>(req.samples), !req.forward, now, st.rng);
+  return pick;
+}
+
 void dispatch(self_ptr self, request req);
 
-/// A reply or error for request `id` arrived (or the server died): settle it once.
-void settle(self_ptr self, uint64_t id, caf::expected<std::string> result) {
+void deliver_error(request& req, caf::error err) {
+  req.promise.deliver(std::move(err));
+}
+
+/// One attempt of `req` failed at `server` with `err`; decide what happens next.
+void on_attempt_failed(self_ptr self, request req, const caf::error& err, const char* reason) {
   auto& st = self->state;
-  auto it = st.in_flight.find(id);
+  const auto& server = req.server_id;
+  const double waited = std::chrono::duration<double>(clock_type::now() - req.sent_at).count();
+  auto log = get_logger("load_balancer");
+  const auto code = code_of(err);
+  if (!is_retryable(err)) {
+    log->warn("stage {}: {} of {} items failed at {}: {} (not retried)", st.cfg.stage, op_name(req), req.samples,
+              server, describe(err));
+    deliver_error(req, err);
+    return;
+  }
+  if (code == errc::TIMEOUT) {
+    st.router.on_timeout(server);
+    st.metrics->emit("timeout", {{"stage", int64_t{st.cfg.stage}},
+                                 {"trainer", st.cfg.trainer_id},
+                                 {"server", server},
+                                 {"op", std::string{op_name(req)}},
+                                 {"seconds", waited}});
+  } else if (code != errc::PEER_GONE && st.servers.count(server) > 0) {
+    const double ban_s = st.router.ban(server, now_s());
+    log->warn("stage {}: server {} banned for {:.1f} s: {}", st.cfg.stage, server, ban_s, describe(err));
+    st.metrics->emit("ban", {{"stage", int64_t{st.cfg.stage}},
+                             {"trainer", st.cfg.trainer_id},
+                             {"server", server},
+                             {"seconds", ban_s},
+                             {"reason", describe(err)}});
+  }
+  req.tried.push_back(server);
+  req.last_error = err;
+  req.failed_reason = reason;
+  if (req.attempts >= st.cfg.max_attempts) {
+    log->warn("stage {}: {} gave up after {} attempts: {}", st.cfg.stage, op_name(req), req.attempts, describe(err));
+    deliver_error(req, err);
+    return;
+  }
+  dispatch(self, std::move(req));
+}
+
+void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string tail) {
+  auto& st = self->state;
+  auto it = st.in_flight.find(attempt);
   if (it == st.in_flight.end())
-    return;  // already failed when its server went down
-  for (auto& s : st.servers)
-    if (s.id == it->second.server_id)
-      --s.in_flight;
-  if (result)
-    it->second.promise.deliver(std::move(*result), it->second.server_id);
-  else
-    it->second.promise.deliver(result.error());
+    return;  // already re-sent after its server went down
+  auto req = std::move(it->second);
   st.in_flight.erase(it);
+  auto handle = st.servers.find(req.server_id);
+  auto whole = st.chunks.finish(handle != st.servers.end() ? handle->second.address() : caf::actor_addr{},
+                                transfer_id, std::move(tail));
+  if (!whole) {
+    on_attempt_failed(self, std::move(req), whole.error(), "error");
+    return;
+  }
+  const double secs = std::chrono::duration<double>(clock_type::now() - req.sent_at).count();
+  st.router.on_success(req.server_id, static_cast<double>(req.samples), secs);
+  req.promise.deliver(std::move(*whole), req.server_id, int32_t{req.attempts});
+}
+
+void send_attempt(self_ptr self, request req, const std::string& server_id) {
+  auto& st = self->state;
+  const auto& target = st.servers.at(server_id);
+  if (req.attempts > 0) {
+    get_logger("load_balancer")->info("stage {}: {} re-sent {} -> {} ({})", st.cfg.stage, op_name(req),
+                                      req.tried.empty() ? "?" : req.tried.back(), server_id, req.failed_reason);
+    st.metrics->emit("reroute", {{"stage", int64_t{st.cfg.stage}},
+                                 {"trainer", st.cfg.trainer_id},
+                                 {"op", std::string{op_name(req)}},
+                                 {"from", req.tried.empty() ? std::string{} : req.tried.back()},
+                                 {"to", server_id},
+                                 {"reason", req.failed_reason}});
+  }
+  ++req.attempts;
+  req.server_id = server_id;
+  req.sent_at = clock_type::now();
+  const double timeout = req.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s;
+  const double deadline = unix_now() + timeout * (1.0 - st.cfg.commit_grace);
+  auto piece = cut(with_deadline(req.payload, req.forward, deadline), static_cast<size_t>(st.cfg.chunk_bytes),
+                   st.next_transfer);
+  send_lead(self, target, piece);
+  const uint64_t attempt = ++st.next_attempt;
+  const bool forward = req.forward;
+  st.in_flight.emplace(attempt, std::move(req));
+  auto ok = [self, attempt](uint64_t transfer_id, std::string& tail) {
+    on_reply(self, attempt, transfer_id, std::move(tail));
+  };
+  auto fail = [self, attempt](caf::error& err) {
+    auto it = self->state.in_flight.find(attempt);
+    if (it == self->state.in_flight.end())
+      return;
+    auto req = std::move(it->second);
+    self->state.in_flight.erase(it);
+    on_attempt_failed(self, std::move(req), err, code_of(err) == errc::TIMEOUT ? "timeout" : "error");
+  };
+  if (forward)
+    self->request(target, seconds(timeout), forward_atom::value, piece.transfer_id, std::move(piece.tail)).then(ok, fail);
+  else
+    self->request(target, seconds(timeout), backward_atom::value, piece.transfer_id, std::move(piece.tail)).then(ok, fail);
 }
 
 void dispatch(self_ptr self, request req) {
   auto& st = self->state;
-  std::vector<int> load;
-  for (const auto& s : st.servers)
-    load.push_back(s.in_flight);
-  auto pick = policy::least_in_flight(load, st.rotation++);
-  // Backward goes back to the forward's server while it lives: until stage
-  // averaging keeps replicas identical, only that replica's function matches the
-  // gradient the later stages computed.
-  for (size_t i = 0; i < st.servers.size(); ++i)
-    if (!req.preferred.empty() && st.servers[i].id == req.preferred)
-      pick = i;
+  auto pick = choose(self, req);
   if (!pick) {
-    if (st.waiting.empty())
-      get_logger("load_balancer")->warn("stage {}: no live server; requests wait up to {} s for one to join",
-                                        st.cfg.stage, st.cfg.no_server_wait_s);
+    if (!st.stalled)
+      get_logger("load_balancer")->warn("stage {}: no eligible server ({} connected); requests wait up to {} s",
+                                        st.cfg.stage, st.servers.size(), st.cfg.no_server_wait_s);
+    st.stalled = true;
+    req.queued_at = clock_type::now();
     st.waiting.push_back(std::move(req));
     return;
   }
-  auto& target = st.servers[*pick];
-  ++target.in_flight;
-  req.server_id = target.id;
-  auto piece = cut(req.payload, static_cast<size_t>(st.cfg.chunk_bytes), st.next_transfer);
-  send_lead(self, target.handle, piece);
-  const uint64_t id = ++st.next_request;
-  const bool forward = req.forward;
-  st.in_flight.emplace(id, std::move(req));
-  const auto server_addr = target.handle.address();
-  auto on_reply = [self, id, server_addr](uint64_t transfer_id, std::string& tail) {
-    settle(self, id, self->state.chunks.finish(server_addr, transfer_id, std::move(tail)));
-  };
-  auto on_error = [self, id](caf::error& err) { settle(self, id, std::move(err)); };
-  if (forward)
-    self->request(target.handle, seconds(st.cfg.forward_timeout_s), forward_atom::value, piece.transfer_id,
-                  std::move(piece.tail))
-        .then(on_reply, on_error);
-  else
-    self->request(target.handle, seconds(st.cfg.backward_timeout_s), backward_atom::value, piece.transfer_id,
-                  std::move(piece.tail))
-        .then(on_reply, on_error);
+  if (st.stalled && st.waiting.empty()) {
+    st.stalled = false;
+    get_logger("load_balancer")->info("stage {}: requests flow again", st.cfg.stage);
+  }
+  send_attempt(self, std::move(req), *pick);
 }
 
 void flush_waiting(self_ptr self) {
@@ -85,29 +210,38 @@ void flush_waiting(self_ptr self) {
     dispatch(self, std::move(req));
 }
 
-/// Fails the requests pending at `server_id` with PEER_GONE and forgets the server.
-void remove_server(self_ptr self, const std::string& server_id, const std::string& why) {
+/// The server is gone: re-send everything pending there at once.
+void remove_server(self_ptr self, std::string server_id, const std::string& why) {
   auto& st = self->state;
-  auto it = std::find_if(st.servers.begin(), st.servers.end(), [&](const auto& s) { return s.id == server_id; });
+  auto it = st.servers.find(server_id);
   if (it == st.servers.end())
     return;
-  get_logger("load_balancer")->warn("stage {}: server {} down ({}), failing its {} pending requests", st.cfg.stage,
-                                    server_id, why, it->in_flight);
-  st.chunks.forget(it->handle.address());
+  st.chunks.forget(it->second.address());
   st.servers.erase(it);
-  std::vector<uint64_t> lost;
-  for (const auto& [id, req] : st.in_flight)
-    if (req.server_id == server_id)
-      lost.push_back(id);
-  for (auto id : lost)
-    settle(self, id, make_error(errc::PEER_GONE, "server " + server_id + " went down: " + why));
+  st.router.remove(server_id);
+  if (st.pinned == server_id) {
+    st.retired.insert(server_id);
+    st.pinned.clear();
+  }
+  std::vector<request> lost;
+  for (auto at = st.in_flight.begin(); at != st.in_flight.end();)
+    if (at->second.server_id == server_id) {
+      lost.push_back(std::move(at->second));
+      at = st.in_flight.erase(at);
+    } else {
+      ++at;
+    }
+  get_logger("load_balancer")->warn("stage {}: server {} down ({}); re-sending its {} pending requests", st.cfg.stage,
+                                    server_id, why, lost.size());
+  for (auto& req : lost)
+    on_attempt_failed(self, std::move(req), make_error(errc::PEER_GONE, "server " + server_id + " down: " + why),
+                      "down");
 }
 
 void connect(self_ptr self, const proto::membership_update& up) {
   auto& st = self->state;
   const auto id = up.server_id();
-  if (st.connecting.count(id) > 0 ||
-      std::any_of(st.servers.begin(), st.servers.end(), [&](const auto& s) { return s.id == id; }))
+  if (st.connecting.count(id) > 0 || st.servers.count(id) > 0)
     return;
   st.connecting.insert(id);
   auto mm = self->system().middleman().actor_handle();
@@ -122,7 +256,8 @@ void connect(self_ptr self, const proto::membership_update& up) {
             }
             auto handle = caf::actor_cast<stage_actor>(std::move(ptr));
             self->monitor(handle);
-            st.servers.push_back({id, handle, 0});
+            st.servers[id] = handle;
+            st.router.add(id, now_s());
             get_logger("load_balancer")->info("stage {}: server {} connected ({} live)", st.cfg.stage, id,
                                               st.servers.size());
             flush_waiting(self);
@@ -146,36 +281,41 @@ void on_membership(self_ptr self, const std::string& bytes) {
     remove_server(self, up->server_id(), "coordinator reported it down");
 }
 
-/// Expires requests that waited too long for any server.
-void expire_waiting(self_ptr self) {
+/// Fails requests that waited too long for any server, then retries the rest
+/// (a ban may have ended since).
+void on_tick(self_ptr self) {
   auto& st = self->state;
-  const auto limit = std::chrono::duration_cast<load_balancer_state::clock::duration>(
-      std::chrono::duration<double>(st.cfg.no_server_wait_s));
-  const auto now = load_balancer_state::clock::now();
+  const auto limit = std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(st.cfg.no_server_wait_s));
+  const auto now = clock_type::now();
   while (!st.waiting.empty() && now - st.waiting.front().queued_at > limit) {
-    st.waiting.front().promise.deliver(make_error(
-        errc::NO_SERVER, "stage " + std::to_string(st.cfg.stage) + " had no live server for " +
-                             std::to_string(st.cfg.no_server_wait_s) + " s"));
+    deliver_error(st.waiting.front(), make_error(errc::NO_SERVER, "stage " + std::to_string(st.cfg.stage) +
+                                                                      " had no eligible server for " +
+                                                                      std::to_string(st.cfg.no_server_wait_s) + " s"));
     st.waiting.pop_front();
   }
+  flush_waiting(self);
 }
 
 } // namespace
 
 caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator_actor coordinator,
                             std::shared_ptr<metrics_sink> metrics) {
-  self->state.cfg = cfg;
-  self->state.metrics = std::move(metrics);
+  auto& st = self->state;
+  st.rng.seed(cfg.seed);
+  st.router = policy::stage_router{cfg.routing};
+  st.cfg = std::move(cfg);
+  st.metrics = std::move(metrics);
   self->set_down_handler([self](caf::down_msg& msg) {
-    for (const auto& s : self->state.servers)
-      if (s.handle.address() == msg.source) {
-        remove_server(self, s.id, caf::to_string(msg.reason));
+    for (const auto& [id, handle] : self->state.servers)
+      if (handle.address() == msg.source) {
+        const std::string gone = id;  // remove_server erases the map entry `id` refers to
+        remove_server(self, gone, caf::to_string(msg.reason));
         return;
       }
   });
   proto::subscribe sub;
-  sub.set_stage(static_cast<uint32_t>(cfg.stage));
-  sub.set_config_hash(cfg.config_hash);
+  sub.set_stage(static_cast<uint32_t>(st.cfg.stage));
+  sub.set_config_hash(st.cfg.config_hash);
   self->request(coordinator, std::chrono::seconds(30), subscribe_atom::value, encode(sub))
       .then([](const std::string&) {},
             [self](caf::error& err) {
@@ -184,22 +324,28 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
               self->quit(err);
             });
   self->send(self, tick_atom::value);
-  auto enqueue = [self](bool forward, std::string& payload, std::string preferred) {
+  auto enqueue = [self](bool forward, std::string& payload, int64_t samples, std::string preferred) {
     auto promise = self->make_response_promise();
-    dispatch(self, {forward, std::move(payload), std::move(preferred), promise, load_balancer_state::clock::now(), {}});
+    request req;
+    req.forward = forward;
+    req.payload = std::move(payload);
+    req.samples = samples;
+    req.preferred = std::move(preferred);
+    req.promise = promise;
+    dispatch(self, std::move(req));
     return promise;
   };
   return {
-      [enqueue](forward_atom, std::string& payload) { return enqueue(true, payload, {}); },
-      [enqueue](backward_atom, std::string& payload, std::string& preferred) {
-        return enqueue(false, payload, std::move(preferred));
+      [enqueue](forward_atom, std::string& payload, int64_t samples) { return enqueue(true, payload, samples, {}); },
+      [enqueue](backward_atom, std::string& payload, int64_t samples, std::string& preferred) {
+        return enqueue(false, payload, samples, std::move(preferred));
       },
       [self](membership_atom, const std::string& bytes) { on_membership(self, bytes); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id, piece);
       },
       [self](tick_atom) {
-        expire_waiting(self);
+        on_tick(self);
         self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
       },
   };

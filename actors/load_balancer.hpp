@@ -1,25 +1,37 @@
 #pragma once
 // load_balancer: one per stage per trainer process. Knows the stage's servers
-// (JOINs from the coordinator, each connected to directly), picks one for every
-// request and relays the reply.
+// (JOINs from the coordinator, each connected to directly and monitored), picks
+// one for every request and relays the reply; on failure it re-sends the request
+// itself, so a dead or slow server costs only the work in flight.
 //
-//   waiting_for_servers <--(last server down / first server up)--> dispatching
+//   waiting_for_servers <--(no eligible server / one joins or a ban ends)--> dispatching
 //
-// Both states accept requests; without a server they queue until one joins or
-// no_server_wait_s passes (NO_SERVER). Every request to a server carries a
-// deadline, and when a server goes down the balancer fails the requests pending
-// there itself (PEER_GONE) at once: CAF 0.17 would only fail them at the deadline.
-// Retrying is the caller's decision (is_retryable()).
+// Both states accept requests; without an eligible server they queue until one
+// is (checked on every join and every second) or no_server_wait_s passes
+// (NO_SERVER), with one log line per stall, not one per request.
 //
-// Protocol with the trainer (same process):
-//   (forward_atom, request bytes) -> (reply bytes, id of the server that answered)
-//   (backward_atom, request bytes, preferred server id) -> (reply bytes, server id)
+// Routing (swarm): policy::stage_router, interleaved weighted round-robin over
+// measured throughput. Routing (static): one pinned server per stage, as
+// GPipe-style pipelines; when it dies requests wait for a replacement to join.
+//
+// Failures of one attempt:
+//   server down (monitor) -> every request pending there is re-sent at once
+//                            (CAF 0.17 would only fail them at their deadline);
+//   deadline passed       -> re-sent to another server, no ban (`timeout` event);
+//   retryable error       -> server banned with backoff (`ban`), re-sent;
+//   fatal error (bad request) -> returned to the trainer, which drops the microbatch.
+// After max_attempts attempts the last error goes back to the trainer.
+//
+// Protocol with the trainer (same process), replies (bytes, server id, attempts):
+//   (forward_atom, request bytes, samples)
+//   (backward_atom, request bytes, samples, preferred server id)
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,6 +42,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include "actors/metrics.hpp"
+#include "actors/policy/routing.hpp"
 #include "messages/chunks.hpp"
 #include "messages/protocol.hpp"
 
@@ -37,41 +50,53 @@ namespace swarm {
 
 struct load_balancer_config {
   int stage = 0;
+  std::string trainer_id;              ///< for metrics
   uint64_t config_hash = 0;            ///< sent with the subscription
-  double forward_timeout_s = 30.0;     ///< deadline of one forward at a server, seconds
-  double backward_timeout_s = 75.0;    ///< deadline of one backward at a server, seconds
+  double forward_timeout_s = 30.0;     ///< deadline of one forward attempt, seconds
+  double backward_timeout_s = 75.0;    ///< deadline of one backward attempt, seconds
   double no_server_wait_s = 600.0;     ///< how long a request may wait for any server, seconds
+  double commit_grace = 0.1;           ///< servers commit by deadline - grace x timeout
+  int max_attempts = 5;                ///< attempts per request before its error goes back
+  bool static_routing = false;         ///< pin one server (GPipe-style) instead of SWARM routing
   int64_t chunk_bytes = 4 << 20;       ///< largest request payload per message, bytes
+  uint64_t seed = 1;                   ///< tie-breaks and static pinning
+  policy::routing_config routing;
 };
 
 struct load_balancer_state {
   static inline const char* name = "load_balancer";
   using clock = std::chrono::steady_clock;
 
-  struct server {
-    std::string id;
-    stage_actor handle;
-    int in_flight = 0;
-  };
   struct request {
     bool forward = true;
     std::string payload;
-    std::string preferred;  ///< server to use if it is live (backward: the forward's server)
+    int64_t samples = 0;
+    std::string preferred;         ///< server to use if eligible (backward: the forward's server)
     caf::response_promise promise;
-    clock::time_point queued_at;
-    std::string server_id;  ///< where it was sent, once dispatched
+    clock::time_point queued_at;   ///< when it started waiting for a server
+    int attempts = 0;              ///< attempts sent so far
+    std::vector<std::string> tried;///< servers that failed it, avoided while others exist
+    std::string failed_reason;     ///< why the previous attempt failed (for `reroute`)
+    caf::error last_error;
+    // The attempt in flight:
+    std::string server_id;
+    clock::time_point sent_at;
   };
 
   load_balancer_config cfg;
   std::shared_ptr<metrics_sink> metrics;
-  std::vector<server> servers;           ///< connected, live
-  std::set<std::string> connecting;      ///< JOINed, connection pending
-  std::map<uint64_t, request> in_flight; ///< dispatched, by request id
-  std::deque<request> waiting;           ///< no server yet
+  std::map<std::string, stage_actor> servers;  ///< connected, live, by server id
+  std::set<std::string> connecting;            ///< JOINed, connection pending
+  std::map<uint64_t, request> in_flight;       ///< dispatched, by attempt id
+  std::deque<request> waiting;                 ///< no eligible server yet
+  policy::stage_router router;
+  std::mt19937_64 rng;
+  std::string pinned;                          ///< static routing: the one server used
+  std::set<std::string> retired;               ///< static routing: dead pins, never reused
   chunk_assembler chunks;
   uint64_t next_transfer = 0;
-  uint64_t next_request = 0;
-  uint64_t rotation = 0;
+  uint64_t next_attempt = 0;
+  bool stalled = false;                        ///< a stall was logged and has not ended
 };
 
 /// Spawns with the coordinator to subscribe to.

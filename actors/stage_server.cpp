@@ -1,5 +1,11 @@
 #include "actors/stage_server.hpp"
 
+#include <chrono>
+#include <thread>
+#include <type_traits>
+
+#include <unistd.h>
+
 #include <caf/all.hpp>
 
 #include "actors/log.hpp"
@@ -7,10 +13,15 @@
 
 namespace swarm {
 
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 namespace {
 
 using self_ptr = stage_actor::stateful_pointer<stage_server_state>;
 using reply_t = caf::result<uint64_t, std::string>;
+using clock_type = std::chrono::steady_clock;
 
 /// Steps the optimizer once enough samples are accumulated.
 void maybe_step(self_ptr self) {
@@ -35,10 +46,56 @@ reply_t send_reply(self_ptr self, std::string payload) {
 }
 
 reply_t reject(self_ptr self, const char* op, caf::error err) {
-  ++self->state.rejected;
+  ++self->state.counters->rejected;
   get_logger("stage_server")->warn("stage {}: rejected {} from {}: {}", self->state.worker->span().stage, op,
                                    caf::to_string(self->current_sender()), describe(err));
   return err;
+}
+
+/// Emulates a slower device: sleeps (slowdown - 1) times the compute time so far.
+void slow_down(self_ptr self, clock_type::time_point started, bool& done) {
+  if (done || self->state.cfg.slowdown <= 1.0)
+    return;
+  done = true;
+  std::this_thread::sleep_for((clock_type::now() - started) * (self->state.cfg.slowdown - 1.0));
+}
+
+/// Test hook: hang while holding the request (see stage_server_config::fault).
+void maybe_hang(self_ptr self, bool forward) {
+  auto& st = self->state;
+  const int64_t seen = forward ? ++st.forwards_seen : ++st.backwards_seen;
+  const auto kind = forward ? stage_server_config::fault_kind::hang_forward : stage_server_config::fault_kind::hang_backward;
+  if (st.cfg.fault != kind || seen != st.cfg.fault_after)
+    return;
+  get_logger("stage_server")->warn("fault hook: hanging in {} #{} until killed", forward ? "forward" : "backward", seen);
+  st.metrics->emit("fault", {{"server", st.cfg.server_id},
+                             {"stage", int64_t{st.worker->span().stage}},
+                             {"op", std::string{forward ? "forward" : "backward"}},
+                             {"pid", static_cast<int64_t>(::getpid())}});
+  for (;;)
+    std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+/// The exactly-once rule (see the header), asked after compute, before adding.
+template <class Req>
+commit_decision decide_commit(self_ptr self, const Req& req, const char* direction, int64_t samples) {
+  auto& st = self->state;
+  if (req.commit_deadline() > 0 && unix_now() > req.commit_deadline()) {
+    ++st.counters->late;
+    return {false, make_error(errc::TIMEOUT, "finished after the commit deadline; gradients discarded")};
+  }
+  auto key = req.trainer_id() + "/" + std::to_string(req.microbatch_id()) + "/" + direction;
+  if (!st.committed.insert(key).second) {
+    ++st.counters->duplicates;
+    return {false, {}};
+  }
+  st.committed_order.push_back(std::move(key));
+  if (st.committed_order.size() > stage_server_state::committed_window) {
+    st.committed.erase(st.committed_order.front());
+    st.committed_order.pop_front();
+  }
+  st.counters->committed_samples += samples;
+  return {};
 }
 
 /// Reassembles, decodes, validates and runs one request of type Req on `run`.
@@ -51,10 +108,24 @@ reply_t handle(self_ptr self, const char* op, uint64_t transfer_id, std::string 
   auto req = decode<Req>(*payload, op);
   if (!req)
     return reject(self, op, req.error());
-  auto rep = run(*req);
+  if (req->commit_deadline() > 0 && unix_now() > req->commit_deadline()) {
+    // It waited in the mailbox past its deadline: the caller has moved on.
+    ++st.counters->late;
+    return reject(self, op, make_error(errc::TIMEOUT, "arrived after its commit deadline; not computed"));
+  }
+  maybe_hang(self, std::is_same_v<Req, proto::forward_request>);
+  const auto started = clock_type::now();
+  bool slept = false;
+  const int64_t samples = req->has_inputs() && req->inputs().shape_size() > 0 ? req->inputs().shape(0) : 0;
+  commit_gate gate = [&] {
+    slow_down(self, started, slept);
+    return decide_commit(self, *req, op, samples);
+  };
+  auto rep = run(*req, gate);
+  slow_down(self, started, slept);
   if (!rep)
     return reject(self, op, rep.error());
-  ++st.served;
+  ++st.counters->served;
   maybe_step(self);
   return send_reply(self, encode(*rep));
 }
@@ -62,10 +133,12 @@ reply_t handle(self_ptr self, const char* op, uint64_t transfer_id, std::string 
 } // namespace
 
 stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, std::shared_ptr<stage_worker> worker,
-                                        std::shared_ptr<metrics_sink> metrics) {
+                                        std::shared_ptr<metrics_sink> metrics,
+                                        std::shared_ptr<stage_server_counters> counters) {
   self->state.cfg = std::move(cfg);
   self->state.worker = std::move(worker);
   self->state.metrics = std::move(metrics);
+  self->state.counters = std::move(counters);
   // A trainer that dies mid-transfer leaves partial payloads; drop them with it.
   self->set_down_handler([self](caf::down_msg& msg) {
     self->state.chunks.forget(msg.source);
@@ -73,15 +146,14 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   });
   return {
       [self](forward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
-        return handle<proto::forward_request>(self, "forward_request", transfer_id, std::move(tail),
-                                              [self](const proto::forward_request& r) {
-                                                return self->state.worker->forward(r);
-                                              });
+        return handle<proto::forward_request>(
+            self, "forward_request", transfer_id, std::move(tail),
+            [self](const proto::forward_request& r, const commit_gate& g) { return self->state.worker->forward(r, g); });
       },
       [self](backward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
         return handle<proto::backward_request>(self, "backward_request", transfer_id, std::move(tail),
-                                               [self](const proto::backward_request& r) {
-                                                 return self->state.worker->backward(r);
+                                               [self](const proto::backward_request& r, const commit_gate& g) {
+                                                 return self->state.worker->backward(r, g);
                                                });
       },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {

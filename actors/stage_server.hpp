@@ -9,11 +9,22 @@
 // reply and a log line and leaves the parameters untouched. Once batch_size
 // samples of gradients are accumulated the server applies an optimizer step
 // (stage-wide averaging replaces this local step in a later issue).
+//
+// Exactly once: gradients of a microbatch (key: trainer, microbatch, direction)
+// are added at most once per server: a request already past its commit deadline
+// is refused before compute, gradients that finish after it are discarded
+// (TIMEOUT, so the trainer's retry elsewhere is the only one that counts), and a
+// repeat of a key this server already added is answered without adding again.
+// The load balancer sets the commit deadline a grace period before its own
+// request deadline, so a server that commits in time has that grace for its
+// reply to arrive before anyone retries.
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_set>
 
 #include "actors/metrics.hpp"
 #include "config/config.hpp"
@@ -25,25 +36,48 @@ namespace swarm {
 
 /// What a stage server needs to know; built from app_config by the server role.
 struct stage_server_config {
-  std::string server_id;       ///< unique name in logs and metrics, e.g. "s1.0"
-  int64_t batch_size = 64;     ///< samples accumulated before each optimizer step
+  std::string server_id;          ///< unique name in logs and metrics, e.g. "s1-4711"
+  int64_t batch_size = 64;        ///< samples accumulated before each optimizer step
   int64_t chunk_bytes = 4 << 20;  ///< largest reply payload per message, bytes
+  double slowdown = 1.0;          ///< emulate a device this many times slower (sleep (F-1) x compute)
+  /// Test hook: the fault_after-th request of this kind hangs forever, holding it,
+  /// after a `fault` metrics event, so a test can kill -9 a server mid-request.
+  enum class fault_kind { none, hang_forward, hang_backward } fault = fault_kind::none;
+  int64_t fault_after = 1;
+};
+
+/// Totals a server reports when it exits (metrics event server_exit).
+struct stage_server_counters {
+  int64_t served = 0;             ///< requests answered successfully
+  int64_t rejected = 0;           ///< requests answered with an error
+  int64_t committed_samples = 0;  ///< samples whose gradients were added
+  int64_t duplicates = 0;         ///< repeats answered without adding again
+  int64_t late = 0;               ///< requests refused or discarded after their commit deadline
 };
 
 struct stage_server_state {
   static inline const char* name = "stage_server";
+  /// Keys of microbatches whose gradients were added, oldest first; bounded.
+  static constexpr size_t committed_window = 1 << 16;
+
   stage_server_config cfg;
   std::shared_ptr<stage_worker> worker;
   std::shared_ptr<metrics_sink> metrics;
+  std::shared_ptr<stage_server_counters> counters;
   chunk_assembler chunks;
   std::set<caf::actor_addr> chunk_senders;  ///< monitored so their unfinished payloads can be dropped
   uint64_t next_transfer = 0;
-  int64_t served = 0;    ///< requests answered successfully
-  int64_t rejected = 0;  ///< requests answered with an error
+  int64_t forwards_seen = 0, backwards_seen = 0;  ///< for the fault hook
+  std::unordered_set<std::string> committed;
+  std::deque<std::string> committed_order;
 };
 
 [[nodiscard]] stage_actor::behavior_type stage_server(stage_actor::stateful_pointer<stage_server_state> self,
                                                       stage_server_config cfg, std::shared_ptr<stage_worker> worker,
-                                                      std::shared_ptr<metrics_sink> metrics);
+                                                      std::shared_ptr<metrics_sink> metrics,
+                                                      std::shared_ptr<stage_server_counters> counters);
+
+/// Wall-clock now in unix seconds: the clock commit deadlines are written in.
+[[nodiscard]] double unix_now();
 
 } // namespace swarm

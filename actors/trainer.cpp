@@ -12,7 +12,6 @@ namespace {
 
 using self_ptr = caf::stateful_actor<trainer_state>*;
 using clock = trainer_state::clock;
-using retry_atom = caf::atom_constant<caf::atom("retry")>;
 
 caf::timespan seconds(double s) {
   return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
@@ -22,6 +21,13 @@ int last_stage(self_ptr self) {
   return self->state.cfg.num_stages - 1;
 }
 
+/// How long the trainer waits for a load balancer: every attempt, plus waiting
+/// for a server, plus slack, so the balancer always answers first.
+caf::timespan request_deadline(self_ptr self, double attempt_timeout_s) {
+  const auto& t = self->state.cfg.train;
+  return seconds(t.no_server_wait_s + t.max_retries * attempt_timeout_s + 10);
+}
+
 void send_forward(self_ptr self, uint64_t id, int stage);
 void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_grad);
 void launch(self_ptr self);
@@ -29,8 +35,20 @@ void launch(self_ptr self);
 void maybe_finish(self_ptr self) {
   auto& st = self->state;
   if (st.draining && st.live.empty()) {
-    get_logger("trainer")->info("done: {} steps, {} microbatches issued, {} completed, {} dropped", st.step,
-                                st.issued, st.completed, st.dropped);
+    std::string acked;
+    for (auto n : st.acked)
+      acked += (acked.empty() ? "" : ",") + std::to_string(n);
+    get_logger("trainer")->info("done: {} steps, {} microbatches issued, {} completed, {} dropped; acked samples per "
+                                "stage {}",
+                                st.step, st.issued, st.completed, st.dropped, acked);
+    st.metrics->emit("trainer_exit", {{"trainer", st.cfg.trainer_id},
+                                      {"steps", st.step},
+                                      {"issued", st.issued},
+                                      {"completed", st.completed},
+                                      {"dropped", st.dropped},
+                                      {"retries", st.retries},
+                                      {"samples", st.samples},
+                                      {"acked", acked}});
     for (auto& lb : st.balancers)
       self->send_exit(lb, caf::exit_reason::user_shutdown);
     self->quit();
@@ -82,33 +100,28 @@ void complete(self_ptr self, uint64_t id, float loss) {
   maybe_finish(self);
 }
 
-/// A stage request failed: retry it, or drop the microbatch when that is pointless.
-void on_failure(self_ptr self, uint64_t id, int stage, bool forward, proto::tensor output_grad,
-                const caf::error& err) {
+/// The load balancer gave up on a stage request: drop the microbatch, counted.
+void drop(self_ptr self, uint64_t id, int stage, bool forward, const caf::error& err) {
   auto& st = self->state;
-  auto it = st.live.find(id);
-  auto log = get_logger("trainer");
-  if (is_retryable(err) && ++it->second.attempts < st.cfg.train.max_retries) {
-    ++st.retries;
-    log->info("microbatch {} stage {} {}: {}; retry {}", id, stage, forward ? "forward" : "backward", describe(err),
-              it->second.attempts);
-    // Brief, growing pause: a stage whose only server just died needs a moment to re-route.
-    const auto pause = std::chrono::milliseconds(50 * it->second.attempts);
-    if (forward)
-      self->delayed_send(self, pause, retry_atom::value, id, stage);
-    else
-      self->delayed_send(self, pause, retry_atom::value, id, stage, encode(output_grad));
-    return;
-  }
-  log->warn("microbatch {} dropped at stage {} {}: {}", id, stage, forward ? "forward" : "backward", describe(err));
+  get_logger("trainer")->warn("microbatch {} dropped at stage {} {}: {}", id, stage, forward ? "forward" : "backward",
+                              describe(err));
   st.metrics->emit("dropped", {{"trainer", st.cfg.trainer_id},
                                {"microbatch", static_cast<int64_t>(id)},
                                {"stage", int64_t{stage}},
+                               {"op", std::string{forward ? "forward" : "backward"}},
                                {"reason", describe(err)}});
-  st.live.erase(it);
+  st.live.erase(id);
   ++st.dropped;
   launch(self);
   maybe_finish(self);
+}
+
+/// A stage request succeeded after `attempts` attempts; `commits`: it added gradients.
+void on_success(self_ptr self, uint64_t id, int stage, int32_t attempts, bool commits) {
+  auto& st = self->state;
+  st.retries += attempts - 1;
+  if (commits)
+    st.acked[stage] += st.live.at(id).samples;
 }
 
 void send_forward(self_ptr self, uint64_t id, int stage) {
@@ -117,13 +130,14 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
   proto::forward_request req;
   req.set_microbatch_id(id);
   req.set_stage(static_cast<uint32_t>(stage));
+  req.set_trainer_id(st.cfg.trainer_id);
   *req.mutable_inputs() = mb.inputs[stage];
   if (stage == last_stage(self))
     *req.mutable_targets() = mb.targets;
-  const auto deadline = seconds(st.cfg.train.no_server_wait_s + st.cfg.train.forward_timeout_s + 5);
-  self->request(st.balancers[stage], deadline, forward_atom::value, encode(req))
+  self->request(st.balancers[stage], request_deadline(self, st.cfg.train.forward_timeout_s), forward_atom::value,
+                encode(req), mb.samples)
       .then(
-          [self, id, stage](const std::string& bytes, const std::string& server) {
+          [self, id, stage](const std::string& bytes, const std::string& server, int32_t attempts) {
             auto rep = decode<proto::forward_reply>(bytes, "forward_reply");
             caf::error err = rep ? caf::error{} : rep.error();
             if (!err && stage == last_stage(self) && stage > 0)
@@ -131,9 +145,10 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
             else if (!err && stage != last_stage(self))
               err = check_tensor(rep->outputs(), "outputs");
             if (err) {
-              on_failure(self, id, stage, true, {}, err);
+              drop(self, id, stage, true, err);
               return;
             }
+            on_success(self, id, stage, attempts, stage == last_stage(self));
             auto& mb = self->state.live.at(id);
             mb.servers[stage] = server;
             if (stage != last_stage(self)) {
@@ -147,7 +162,7 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
               send_backward(self, id, stage - 1, std::move(*rep->mutable_input_grad()));
             }
           },
-          [self, id, stage](caf::error& err) { on_failure(self, id, stage, true, {}, err); });
+          [self, id, stage](caf::error& err) { drop(self, id, stage, true, err); });
 }
 
 void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_grad) {
@@ -156,24 +171,28 @@ void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_g
   proto::backward_request req;
   req.set_microbatch_id(id);
   req.set_stage(static_cast<uint32_t>(stage));
+  req.set_trainer_id(st.cfg.trainer_id);
   *req.mutable_inputs() = mb.inputs[stage];
-  *req.mutable_output_grad() = output_grad;
-  const auto deadline = seconds(st.cfg.train.no_server_wait_s + st.cfg.train.backward_timeout_s + 5);
-  self->request(st.balancers[stage], deadline, backward_atom::value, encode(req), mb.servers[stage])
+  *req.mutable_output_grad() = std::move(output_grad);
+  self->request(st.balancers[stage], request_deadline(self, st.cfg.train.backward_timeout_s), backward_atom::value,
+                encode(req), mb.samples, mb.servers[stage])
       .then(
-          [self, id, stage, output_grad](const std::string& bytes, const std::string&) {
+          [self, id, stage](const std::string& bytes, const std::string&, int32_t attempts) {
             auto rep = decode<proto::backward_reply>(bytes, "backward_reply");
             caf::error err = rep ? caf::error{} : rep.error();
             if (!err && stage > 0)
               err = check_tensor(rep->input_grad(), "input_grad");
-            if (err)
-              on_failure(self, id, stage, false, output_grad, err);
-            else if (stage == 0)
+            if (err) {
+              drop(self, id, stage, false, err);
+              return;
+            }
+            on_success(self, id, stage, attempts, true);
+            if (stage == 0)
               complete(self, id, self->state.live.at(id).loss);
             else
               send_backward(self, id, stage - 1, std::move(*rep->mutable_input_grad()));
           },
-          [self, id, stage, output_grad](caf::error& err) { on_failure(self, id, stage, false, output_grad, err); });
+          [self, id, stage](caf::error& err) { drop(self, id, stage, false, err); });
 }
 
 /// Starts new microbatches until in_flight are live (unless draining).
@@ -207,15 +226,10 @@ caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const
   // A load balancer that quits (e.g. its subscription was refused) ends training.
   for (auto& lb : st.balancers)
     self->link_to(lb);
+  st.acked.assign(static_cast<size_t>(st.cfg.num_stages), 0);
   launch(self);
-  return {
-      [self](retry_atom, uint64_t id, int stage) { send_forward(self, id, stage); },
-      [self](retry_atom, uint64_t id, int stage, const std::string& grad) {
-        proto::tensor t;
-        t.ParseFromString(grad);
-        send_backward(self, id, stage, std::move(t));
-      },
-  };
+  // Everything arrives as responses; the behavior only keeps the actor alive.
+  return {[](tick_atom) {}};
 }
 
 } // namespace swarm

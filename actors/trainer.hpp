@@ -7,10 +7,16 @@
 // through stages 0..S-1 (the last stage also returns loss and the gradient of its
 // inputs) and backward through S-2..0, the trainer holding every stage's inputs
 // until that stage's backward is done (stateless backward: any server of the stage
-// can take it). A request that fails retryably is sent again (the load balancer
-// picks a server anew), up to max_retries; then the microbatch is dropped and
-// counted. Every batch_size completed samples make one `step` event.
+// can take it). The load balancers retry failed attempts on other servers; an
+// error that reaches the trainer drops the microbatch, counted (`dropped`).
+// Every batch_size completed samples make one `step` event.
 // draining: no new microbatches; in-flight ones finish or drop.
+//
+// Accounting: issued = completed + dropped + in flight at all times, and
+// acked[k] counts the samples whose gradients stage k confirmed adding (its
+// last-stage forward or backward reply). Each server adds a microbatch at most
+// once (see stage_server), so the servers' committed samples of stage k sum to
+// acked[k], less what servers that died took with them.
 
 #include <cstdint>
 #include <map>
@@ -47,7 +53,6 @@ struct trainer_state {
     std::vector<std::string> servers;   ///< servers[k]: who ran stage k's forward
     int64_t samples = 0;
     float loss = 0;    ///< mean loss, known after the last stage's forward
-    int attempts = 0;  ///< failed attempts of the current stage request
   };
 
   trainer_settings cfg;
@@ -60,6 +65,7 @@ struct trainer_state {
   bool draining = false;
   // Accounting: issued = completed + dropped + live.size() at all times.
   int64_t issued = 0, completed = 0, dropped = 0, retries = 0;
+  std::vector<int64_t> acked;     ///< per stage: samples whose gradients the stage confirmed
   int64_t samples = 0;            ///< samples completed in total
   int64_t step = 0;
   int64_t step_samples = 0;       ///< samples completed since the last step event

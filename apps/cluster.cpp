@@ -14,6 +14,10 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include <sys/prctl.h>
@@ -31,6 +35,14 @@ namespace {
 struct child {
   std::string name;  ///< "coordinator", "server 1.0", "trainer 0"
   role which;
+  int stage = -1;    ///< servers: the stage, so a restart serves the same one
+};
+
+/// --chaos: one random server hit every chaos_every_s, back after chaos_down_s.
+struct chaos_event {
+  std::chrono::steady_clock::time_point at;
+  pid_t pid = 0;        ///< stop: the stopped process; kill: the killed one
+  child victim;
 };
 
 std::string self_exe() {
@@ -70,29 +82,62 @@ int wait_for_port(const std::string& file, pid_t coordinator) {
   return 0;
 }
 
-/// SIGTERM to every child still running, SIGKILL to those alive 10 s later.
-void stop_all(std::map<pid_t, child>& children, const std::shared_ptr<spdlog::logger>& log) {
+/// SIGTERM to `which` children (all when nullopt), SIGKILL to those alive 10 s later.
+void stop_children(std::map<pid_t, child>& children, std::optional<role> except,
+                   const std::shared_ptr<spdlog::logger>& log) {
+  std::set<pid_t> targets;
   for (const auto& [pid, c] : children)
+    if (!except || c.which != *except)
+      targets.insert(pid);
+  for (pid_t pid : targets)
     ::kill(pid, SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!children.empty()) {
+  while (!targets.empty()) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
+      targets.erase(pid);
       children.erase(pid);
       continue;
     }
     if (pid < 0)
       break;
     if (std::chrono::steady_clock::now() > deadline) {
-      for (const auto& [p, c] : children) {
-        log->warn("{} (pid {}) ignored SIGTERM; killing it", c.name, p);
+      for (pid_t p : targets) {
+        log->warn("{} (pid {}) ignored SIGTERM; killing it", children[p].name, p);
         ::kill(p, SIGKILL);
       }
-      ::waitpid(-1, &status, 0);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+/// Stops trainers and servers first and the coordinator last, so nobody sees
+/// the registry vanish and tries to register again on the way out.
+void stop_all(std::map<pid_t, child>& children, const std::shared_ptr<spdlog::logger>& log) {
+  stop_children(children, role::coordinator, log);
+  stop_children(children, std::nullopt, log);
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+/// A running server, of `stage` unless it is -1, chosen uniformly at random.
+std::optional<std::pair<pid_t, child>> pick_victim(const std::map<pid_t, child>& children, int stage,
+                                                   std::mt19937_64& rng) {
+  std::vector<std::pair<pid_t, child>> servers;
+  for (const auto& [pid, c] : children)
+    if (c.which == role::server && (stage < 0 || c.stage == stage))
+      servers.emplace_back(pid, c);
+  if (servers.empty())
+    return std::nullopt;
+  return servers[std::uniform_int_distribution<size_t>(0, servers.size() - 1)(rng)];
 }
 
 int threads_per_server(const app_config& cfg) {
@@ -123,7 +168,7 @@ int run_cluster(const app_config& cfg) {
 
   std::map<pid_t, child> children;
   const pid_t coord_pid = spawn_child(args_for(role::coordinator, {"--port", "0", "--port-file", port_file}));
-  children[coord_pid] = {"coordinator", role::coordinator};
+  children[coord_pid] = {"coordinator", role::coordinator, -1};
   const int port = wait_for_port(port_file, coord_pid);
   std::filesystem::remove_all(dir);
   if (port == 0) {
@@ -133,15 +178,26 @@ int run_cluster(const app_config& cfg) {
   }
   const std::string address = "127.0.0.1:" + std::to_string(port);
   const auto threads = std::to_string(threads_per_server(cfg));
+  const auto slowdowns = split_list(cfg.cluster.server_slowdowns);
+  auto start_server = [&](const child& c, size_t launch_index) {
+    std::vector<std::string> extra{"--coordinator", address, "--stage", std::to_string(c.stage), "--threads", threads};
+    if (launch_index < slowdowns.size())
+      extra.insert(extra.end(), {"--slowdown", slowdowns[launch_index]});
+    const pid_t pid = spawn_child(args_for(role::server, extra));
+    children[pid] = c;
+    return pid;
+  };
+  std::map<std::string, size_t> launch_index;  ///< server name -> position in --server-slowdowns
   for (int s = 0; s < cfg.stages; ++s)
     for (int i = 0; i < cfg.cluster.servers_per_stage; ++i) {
-      auto args = args_for(role::server, {"--coordinator", address, "--stage", std::to_string(s), "--threads", threads});
-      children[spawn_child(args)] = {"server " + std::to_string(s) + "." + std::to_string(i), role::server};
+      child c{"server " + std::to_string(s) + "." + std::to_string(i), role::server, s};
+      launch_index[c.name] = launch_index.size();
+      start_server(c, launch_index[c.name]);
     }
   int trainers_left = cfg.cluster.trainers;
   for (int i = 0; i < cfg.cluster.trainers; ++i)
     children[spawn_child(args_for(role::trainer, {"--coordinator", address, "--threads", "1"}))] = {
-        "trainer " + std::to_string(i), role::trainer};
+        "trainer " + std::to_string(i), role::trainer, -1};
   log->info("coordinator on {}, {} stages x {} servers ({} torch threads each), {} trainer(s); Ctrl-C stops all",
             address, cfg.stages, cfg.cluster.servers_per_stage, threads, cfg.cluster.trainers);
   metrics->emit("cluster_start", {{"stages", int64_t{cfg.stages}},
@@ -150,15 +206,60 @@ int run_cluster(const app_config& cfg) {
                                   {"coordinator_port", int64_t{port}}});
 
   int exit_code = 0;
+  std::mt19937_64 chaos_rng(cfg.cluster.chaos_seed);
+  const auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(cfg.cluster.chaos_every_s));
+  const auto down_for = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(cfg.cluster.chaos_down_s));
+  auto next_hit = std::chrono::steady_clock::now() + every;
+  std::vector<chaos_event> recoveries;
+  std::set<pid_t> chaos_killed;
   while (!stop_requested && trainers_left > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (cfg.cluster.chaos != "none" && now >= next_hit) {
+      next_hit = now + every;
+      if (auto hit = pick_victim(children, cfg.cluster.chaos_stage, chaos_rng)) {
+        const bool kill = cfg.cluster.chaos == "kill";
+        ::kill(hit->first, kill ? SIGKILL : SIGSTOP);
+        if (kill)
+          chaos_killed.insert(hit->first);
+        log->warn("chaos: {} {} (pid {}) for {} s", kill ? "killed" : "stopped", hit->second.name, hit->first,
+                  cfg.cluster.chaos_down_s);
+        metrics->emit("chaos", {{"action", std::string{kill ? "kill" : "stop"}},
+                                {"process", hit->second.name},
+                                {"pid", int64_t{hit->first}}});
+        recoveries.push_back({now + down_for, hit->first, hit->second});
+      }
+    }
+    for (auto it = recoveries.begin(); it != recoveries.end();) {
+      if (now < it->at) {
+        ++it;
+        continue;
+      }
+      if (cfg.cluster.chaos == "kill") {
+        const pid_t pid = start_server(it->victim, launch_index[it->victim.name]);
+        log->info("chaos: restarted {} as pid {}", it->victim.name, pid);
+        metrics->emit("chaos", {{"action", std::string{"restart"}},
+                                {"process", it->victim.name},
+                                {"pid", int64_t{pid}}});
+      } else {
+        ::kill(it->pid, SIGCONT);
+        metrics->emit("chaos", {{"action", std::string{"continue"}},
+                                {"process", it->victim.name},
+                                {"pid", int64_t{it->pid}}});
+      }
+      it = recoveries.erase(it);
+    }
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
     const auto c = children[pid];
     children.erase(pid);
+    if (chaos_killed.erase(pid) > 0)
+      continue;  // our own doing, logged when it happened
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     metrics->emit("process_exit", {{"process", c.name}, {"pid", int64_t{pid}}, {"code", int64_t{code}}});
     if (c.which == role::trainer) {
@@ -175,6 +276,9 @@ int run_cluster(const app_config& cfg) {
       log->warn("{} (pid {}) exited with code {}", c.name, pid, code);
     }
   }
+  for (const auto& r : recoveries)  // a stopped server must run again to exit
+    if (cfg.cluster.chaos == "stop")
+      ::kill(r.pid, SIGCONT);
   log->info("stopping {} processes", children.size());
   stop_all(children, log);
   metrics->emit("cluster_exit", {{"code", int64_t{exit_code}}});

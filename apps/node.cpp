@@ -48,24 +48,49 @@ void configure(caf::actor_system_config& sys_cfg, const app_config& cfg) {
   sys_cfg.set("logger.console", caf::atom("none"));
 }
 
-/// Waits until `whom` terminates (returns its exit reason) or a signal asks to
-/// stop (then asks it to exit and waits for that).
-template <class Handle>
-caf::error wait_for(caf::actor_system& sys, const Handle& whom) {
+struct wait_result {
+  bool watched_down = false;  ///< `watched` went down first; `whom` still runs
+  caf::error reason;          ///< otherwise: `whom`'s exit reason
+};
+
+/// Waits until `whom` terminates (returns its exit reason) or `watched` goes down
+/// first; a signal asks `whom` to exit and the wait goes on until it has.
+template <class Handle, class Watched>
+wait_result wait_for(caf::actor_system& sys, const Handle& whom, const Watched& watched) {
   caf::scoped_actor self{sys};
   self->monitor(whom);
-  caf::error reason;
-  bool done = false;
+  if (watched)
+    self->monitor(watched);
   bool asked = false;
-  while (!done) {
+  for (;;) {
     if (stop_requested && !asked) {
       self->send_exit(whom, caf::exit_reason::user_shutdown);
       asked = true;
     }
-    self->receive([&](caf::down_msg& msg) { done = true, reason = msg.reason; },
+    caf::optional<caf::down_msg> down;
+    self->receive([&](caf::down_msg& msg) { down = std::move(msg); },
                   caf::after(std::chrono::milliseconds(100)) >> [] {});
+    if (down && down->source == whom.address())
+      return {false, down->reason};
+    if (down && watched && down->source == watched.address())
+      return {true, {}};
   }
-  return reason;
+}
+
+/// Waits until `whom` terminates and returns its exit reason.
+template <class Handle>
+caf::error wait_for(caf::actor_system& sys, const Handle& whom) {
+  return wait_for(sys, whom, caf::actor{}).reason;
+}
+
+/// Registers `server` with the coordinator; the refusal, if any.
+caf::error register_with(caf::actor_system& sys, const coordinator_actor& coord, const proto::register_server& reg,
+                         const stage_actor& server) {
+  caf::error refused;
+  caf::scoped_actor self{sys};
+  self->request(coord, std::chrono::seconds(30), register_atom::value, encode(reg), server)
+      .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
+  return refused;
 }
 
 int exit_code_of(const caf::error& reason) {
@@ -127,8 +152,13 @@ int run_server(const app_config& cfg) {
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
-  stage_server_config scfg{server_id, cfg.server.batch_size, cfg.net.chunk_bytes};
-  auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics);
+  stage_server_config scfg{server_id, cfg.server.batch_size, cfg.net.chunk_bytes, cfg.server.slowdown};
+  if (cfg.server.fault != "none")
+    scfg.fault = cfg.server.fault == "hang-forward" ? stage_server_config::fault_kind::hang_forward
+                                                   : stage_server_config::fault_kind::hang_backward;
+  scfg.fault_after = cfg.server.fault_after;
+  auto counters = std::make_shared<stage_server_counters>();
+  auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics, counters);
   auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
   auto port = sys.middleman().publish(server, static_cast<uint16_t>(cfg.server.port));
   if (!port) {
@@ -150,10 +180,7 @@ int run_server(const app_config& cfg) {
   reg.set_port(*port);
   reg.set_num_stages(static_cast<uint32_t>(cfg.stages));
   reg.set_config_hash(cfg.model.hash());
-  caf::error refused;
-  caf::scoped_actor self{sys};
-  self->request(*coord, std::chrono::seconds(30), register_atom::value, encode(reg), server)
-      .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
+  auto refused = register_with(sys, *coord, reg, server);
   if (refused) {
     std::cerr << "swarm: coordinator refused server " << server_id << ": " << describe(refused) << "\n";
     stop_server();
@@ -161,7 +188,37 @@ int run_server(const app_config& cfg) {
   }
   log->info("serving stage {} (blocks {}..{}, {} parameters) on port {}", cfg.server.stage,
             worker->span().first_block, worker->span().end_block, worker->parameter_count(), *port);
-  return exit_code_of(wait_for(sys, server));
+  // Serve until done; whenever the coordinator connection drops (a coordinator
+  // restart, or this process was stopped long enough for peers to give up on
+  // it), connect and register again so trainers find this server anew.
+  caf::error reason;
+  for (;;) {
+    auto waited = wait_for(sys, server, *coord);
+    if (!waited.watched_down) {
+      reason = waited.reason;
+      break;
+    }
+    log->warn("lost the coordinator; registering again");
+    for (;;) {
+      coord = connect_coordinator(sys, cfg.server.coordinator);
+      if (stop_requested || (coord && !register_with(sys, *coord, reg, server)))
+        break;
+    }
+    if (stop_requested) {
+      reason = wait_for(sys, server);
+      break;
+    }
+  }
+  // The actor is done, so its counters are stable to read here.
+  metrics->emit("server_exit", {{"stage", int64_t{cfg.server.stage}},
+                                {"server", server_id},
+                                {"served", counters->served},
+                                {"rejected", counters->rejected},
+                                {"committed_samples", counters->committed_samples},
+                                {"duplicates", counters->duplicates},
+                                {"late", counters->late},
+                                {"steps", worker->steps()}});
+  return exit_code_of(reason);
 }
 
 int run_trainer(const app_config& cfg) {
@@ -180,12 +237,20 @@ int run_trainer(const app_config& cfg) {
   }
   std::vector<caf::actor> balancers;
   for (int s = 0; s < cfg.stages; ++s) {
-    load_balancer_config lb{s,
-                            cfg.model.hash(),
-                            cfg.trainer.forward_timeout_s,
-                            cfg.trainer.backward_timeout_s,
-                            cfg.trainer.no_server_wait_s,
-                            cfg.net.chunk_bytes};
+    const auto& t = cfg.trainer;
+    load_balancer_config lb;
+    lb.stage = s;
+    lb.trainer_id = trainer_id;
+    lb.config_hash = cfg.model.hash();
+    lb.forward_timeout_s = t.forward_timeout_s;
+    lb.backward_timeout_s = t.backward_timeout_s;
+    lb.no_server_wait_s = t.no_server_wait_s;
+    lb.commit_grace = t.commit_grace;
+    lb.max_attempts = t.max_retries;
+    lb.static_routing = t.routing == "static";
+    lb.chunk_bytes = cfg.net.chunk_bytes;
+    lb.seed = cfg.model.seed * 1000003 + static_cast<uint64_t>(::getpid()) * 31 + static_cast<uint64_t>(s);
+    lb.routing = {t.ema_alpha, t.backward_cost, t.ban_base_s, t.ban_max_s};
     balancers.push_back(sys.spawn(load_balancer, lb, *coord, metrics));
   }
   trainer_settings tcfg{trainer_id, cfg.stages, cfg.model, cfg.trainer};

@@ -88,6 +88,11 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name) {
   app.add_option("--batch-size", c.server.batch_size,
                  "samples per optimizer step (server) and per reported step (trainer, local)");
 
+  app.add_option("--slowdown", c.server.slowdown, "server: emulate a device this many times slower (>= 1)");
+  app.add_option("--fault", c.server.fault, "server, test hook: none | hang-forward | hang-backward")
+      ->check(CLI::IsMember({"none", "hang-forward", "hang-backward"}));
+  app.add_option("--fault-after", c.server.fault_after, "server, test hook: the Nth request of that kind hangs");
+
   auto& t = c.trainer;
   app.add_option("--corpus", t.corpus, "training text: a file, or a folder of text files");
   app.add_option("--in-flight", t.in_flight, "trainer: microbatches in the pipeline at once");
@@ -97,9 +102,26 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name) {
   app.add_option("--max-retries", t.max_retries, "trainer: attempts per stage request before a microbatch is dropped");
   app.add_option("--no-server-wait", t.no_server_wait_s,
                  "trainer: how long a request waits for a stage without servers, seconds");
+  app.add_option("--routing", t.routing, "trainer: swarm (throughput-weighted, rerouting) | static (pinned)")
+      ->check(CLI::IsMember({"swarm", "static"}));
+  app.add_option("--ema-alpha", t.ema_alpha, "trainer: weight of the newest sample in the throughput average");
+  app.add_option("--backward-cost", t.backward_cost, "trainer: a backward counts as this many forwards");
+  app.add_option("--ban-base", t.ban_base_s, "trainer: first ban of a failing server, seconds (doubles per repeat)");
+  app.add_option("--ban-max", t.ban_max_s, "trainer: longest ban, seconds");
+  app.add_option("--commit-grace", t.commit_grace,
+                 "trainer: servers must commit this fraction of a request's deadline before it ends");
 
   app.add_option("--servers-per-stage", c.cluster.servers_per_stage, "cluster: server processes per stage");
   app.add_option("--trainers", c.cluster.trainers, "cluster: trainer processes");
+  auto& x = c.cluster;
+  app.add_option("--chaos", x.chaos, "cluster: none | kill (SIGKILL, fresh process later) | stop (SIGSTOP/SIGCONT)")
+      ->check(CLI::IsMember({"none", "kill", "stop"}));
+  app.add_option("--chaos-every", x.chaos_every_s, "cluster: hit one random server every this many seconds");
+  app.add_option("--chaos-down", x.chaos_down_s, "cluster: restart (kill) or continue (stop) it after, seconds");
+  app.add_option("--chaos-stage", x.chaos_stage, "cluster: only hit servers of this stage; -1 = any");
+  app.add_option("--chaos-seed", x.chaos_seed, "cluster: seed of the victim choice");
+  app.add_option("--server-slowdowns", x.server_slowdowns,
+                 "cluster: per-server --slowdown, comma-separated, stage-major launch order (e.g. 1,3,1,1)");
 }
 
 template <class T>
@@ -145,6 +167,16 @@ std::string validate(const app_config& c) {
   require(e, t.no_server_wait_s > 0, "no-server-wait", t.no_server_wait_s, "must be > 0");
   require(e, c.cluster.servers_per_stage >= 1, "servers-per-stage", c.cluster.servers_per_stage, "must be >= 1");
   require(e, c.cluster.trainers >= 1, "trainers", c.cluster.trainers, "must be >= 1");
+  require(e, c.server.slowdown >= 1, "slowdown", c.server.slowdown, "must be >= 1");
+  require(e, c.server.fault_after >= 1, "fault-after", c.server.fault_after, "must be >= 1");
+  require(e, t.ema_alpha > 0 && t.ema_alpha <= 1, "ema-alpha", t.ema_alpha, "must be in (0, 1]");
+  require(e, t.backward_cost > 0, "backward-cost", t.backward_cost, "must be > 0");
+  require(e, t.ban_base_s > 0 && t.ban_max_s >= t.ban_base_s, "ban-base", t.ban_base_s, "must be > 0 and <= --ban-max");
+  require(e, t.commit_grace >= 0 && t.commit_grace < 1, "commit-grace", t.commit_grace, "must be in [0, 1)");
+  require(e, c.cluster.chaos_every_s > 0, "chaos-every", c.cluster.chaos_every_s, "must be > 0");
+  require(e, c.cluster.chaos_down_s >= 0, "chaos-down", c.cluster.chaos_down_s, "must be >= 0");
+  require(e, c.cluster.chaos_stage >= -1 && c.cluster.chaos_stage < c.stages, "chaos-stage", c.cluster.chaos_stage,
+          "must be -1 or a stage index");
   if (!e.empty())
     return e;
   // Role-specific required values.
@@ -237,6 +269,12 @@ std::vector<std::string> to_flags(const app_config& c) {
   add("backward-timeout", t.backward_timeout_s);
   add("max-retries", t.max_retries);
   add("no-server-wait", t.no_server_wait_s);
+  add("routing", t.routing);
+  add("ema-alpha", t.ema_alpha);
+  add("backward-cost", t.backward_cost);
+  add("ban-base", t.ban_base_s);
+  add("ban-max", t.ban_max_s);
+  add("commit-grace", t.commit_grace);
   return f;
 }
 

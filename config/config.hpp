@@ -52,6 +52,9 @@ struct server_config {
   std::string host = "127.0.0.1";///< address trainers use to reach this server
   int port = 0;                  ///< TCP port to publish on; 0 = any free port
   int64_t batch_size = 64;       ///< samples accumulated before each optimizer step
+  double slowdown = 1.0;         ///< emulate a device this many times slower (>= 1)
+  std::string fault = "none";    ///< test hook: none | hang-forward | hang-backward
+  int64_t fault_after = 1;       ///< the fault hits the Nth request of its kind
 };
 
 struct trainer_config {
@@ -63,12 +66,24 @@ struct trainer_config {
   double forward_timeout_s = 30.0;  ///< deadline of one forward request, seconds
   double backward_timeout_s = 75.0; ///< deadline of one backward request, seconds
   int max_retries = 5;              ///< attempts per stage request before the microbatch is dropped
+  std::string routing = "swarm";    ///< swarm: throughput-weighted, rerouting; static: one pinned server per stage
+  double ema_alpha = 0.1;           ///< weight of the newest sample in the throughput average
+  double backward_cost = 2.5;       ///< a backward counts as this many forwards when routing
+  double ban_base_s = 1.0;          ///< first ban of a failing server, seconds (doubles per repeat)
+  double ban_max_s = 60.0;          ///< longest ban, seconds
+  double commit_grace = 0.1;        ///< servers must commit this fraction of the deadline before it
   double no_server_wait_s = 600.0;  ///< how long a request waits for a stage with no server, seconds
 };
 
 struct cluster_config {
   int servers_per_stage = 2;  ///< server processes per stage
   int trainers = 1;           ///< trainer processes
+  std::string chaos = "none"; ///< none | kill (SIGKILL, fresh process later) | stop (SIGSTOP, SIGCONT later)
+  double chaos_every_s = 20;  ///< one random server hit every this many seconds
+  double chaos_down_s = 10;   ///< restarted (kill) or continued (stop) after this many seconds
+  int chaos_stage = -1;       ///< only servers of this stage; -1 = any stage
+  uint64_t chaos_seed = 1;    ///< seed of the victim choice
+  std::string server_slowdowns;  ///< per-server --slowdown, comma-separated in launch order (stage-major)
 };
 
 /// Everything one process needs; each role reads its own part.

@@ -131,7 +131,7 @@ struct stage_worker::impl {
   /// Runs `fn` (which backpropagates one microbatch into .grad) and adds its
   /// gradients to the sums only when the loss and every gradient are finite.
   template <class Fn>
-  caf::expected<loss_and_grad> accumulate(int64_t batch, Fn&& fn) {
+  caf::expected<loss_and_grad> accumulate(int64_t batch, const commit_gate& gate, bool& duplicate, Fn&& fn) {
     clear_param_grads();
     loss_and_grad r = fn();
     bool finite = std::isfinite(r.loss) && all_finite(r.input_grad);
@@ -141,6 +141,14 @@ struct stage_worker::impl {
       clear_param_grads();
       return make_error(errc::NON_FINITE, "stage " + std::to_string(span().stage) +
                                               ": loss or gradients are NaN or Inf for these inputs; dropped");
+    }
+    const auto decision = gate ? gate() : commit_decision{};
+    duplicate = !decision.add;
+    if (decision.reject || duplicate) {
+      clear_param_grads();
+      if (decision.reject)
+        return decision.reject;
+      return r;
     }
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i)
@@ -200,7 +208,7 @@ caf::error check_backward(const proto::backward_request& req, const stage_span& 
 
 } // namespace
 
-caf::expected<proto::forward_reply> stage_worker::forward(const proto::forward_request& req) {
+caf::expected<proto::forward_reply> stage_worker::forward(const proto::forward_request& req, const commit_gate& gate) {
   auto& m = *impl_;
   if (auto err = check_forward(req, m.span(), m.cfg))
     return err;
@@ -219,9 +227,12 @@ caf::expected<proto::forward_reply> stage_worker::forward(const proto::forward_r
       auto targets = decode_checked(req.targets(), "targets", m.cfg);
       if (!targets)
         return targets.error();
-      auto r = m.accumulate(inputs->size(0), [&] { return last_stage_forward_backward(m.module, *inputs, *targets); });
+      bool duplicate = false;
+      auto r = m.accumulate(inputs->size(0), gate, duplicate,
+                            [&] { return last_stage_forward_backward(m.module, *inputs, *targets); });
       if (!r)
         return r.error();
+      reply.set_duplicate(duplicate);
       reply.set_loss(r->loss);
       if (r->input_grad.defined())
         *reply.mutable_input_grad() = encode_tensor(r->input_grad);
@@ -234,7 +245,8 @@ caf::expected<proto::forward_reply> stage_worker::forward(const proto::forward_r
   }
 }
 
-caf::expected<proto::backward_reply> stage_worker::backward(const proto::backward_request& req) {
+caf::expected<proto::backward_reply> stage_worker::backward(const proto::backward_request& req,
+                                                          const commit_gate& gate) {
   auto& m = *impl_;
   if (auto err = check_backward(req, m.span(), m.cfg))
     return err;
@@ -245,12 +257,14 @@ caf::expected<proto::backward_reply> stage_worker::backward(const proto::backwar
     auto output_grad = decode_checked(req.output_grad(), "output_grad", m.cfg);
     if (!output_grad)
       return output_grad.error();
-    auto r = m.accumulate(inputs->size(0), [&] {
+    bool duplicate = false;
+    auto r = m.accumulate(inputs->size(0), gate, duplicate, [&] {
       return loss_and_grad{0.0f, stage_backward(m.module, *inputs, *output_grad)};
     });
     if (!r)
       return r.error();
     proto::backward_reply reply;
+    reply.set_duplicate(duplicate);
     if (r->input_grad.defined())
       *reply.mutable_input_grad() = encode_tensor(r->input_grad);
     reply.set_server_step(static_cast<uint64_t>(m.steps));

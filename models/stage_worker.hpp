@@ -9,6 +9,7 @@
 // gradient of the mean loss over the batch), clips, steps AdamW and zeroes.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,14 @@
 #include "swarm.pb.h"
 
 namespace swarm {
+
+/// Asked once a microbatch's gradients are computed and finite, before they are
+/// added to the accumulator: the caller's exactly-once rule (see stage_server).
+struct commit_decision {
+  bool add = true;     ///< false: already added once; reply without adding again
+  caf::error reject;   ///< set: discard the gradients and fail the request with it
+};
+using commit_gate = std::function<commit_decision()>;
 
 class stage_worker {
 public:
@@ -32,10 +41,12 @@ public:
   /// Validates shapes, dtypes, token range and finiteness against the model
   /// (WRONG_SHAPE, NON_FINITE, UNKNOWN_STAGE, BAD_REQUEST); never throws. Runs the
   /// stage; on the last stage also the loss and backward (reply has loss, input_grad).
-  [[nodiscard]] caf::expected<proto::forward_reply> forward(const proto::forward_request& req);
+  [[nodiscard]] caf::expected<proto::forward_reply> forward(const proto::forward_request& req,
+                                                           const commit_gate& gate = {});
 
   /// Stateless backward (not for the last stage); same validation as forward.
-  [[nodiscard]] caf::expected<proto::backward_reply> backward(const proto::backward_request& req);
+  [[nodiscard]] caf::expected<proto::backward_reply> backward(const proto::backward_request& req,
+                                                             const commit_gate& gate = {});
 
   /// Samples whose gradients are accumulated since the last step.
   [[nodiscard]] int64_t accumulated_samples() const;

@@ -77,7 +77,8 @@ proto::register_server registration(const std::string& id, uint32_t stage, uint1
 TEST_CASE_METHOD(system_fixture, "stage server answers bad requests with errors and keeps serving", "[actors]") {
   auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu");
   // 1 KiB chunks so the 2x8x16 float reply (1 KiB + header) must travel in pieces.
-  auto server = sys->spawn(stage_server, stage_server_config{"s0", 64, 1024}, worker, std::make_shared<metrics_sink>());
+  auto server = sys->spawn(stage_server, stage_server_config{"s0", 64, 1024}, worker, std::make_shared<metrics_sink>(),
+                           std::make_shared<stage_server_counters>());
   caf::scoped_actor self{*sys};
   auto ask = [&](uint64_t transfer, std::string payload) {
     caf::expected<std::pair<uint64_t, std::string>> out{caf::error{}};
@@ -165,32 +166,58 @@ TEST_CASE_METHOD(system_fixture, "coordinator admits matching servers, refuses o
   CHECK(all.find("\"event\": \"server_down\"") != std::string::npos);
 }
 
-TEST_CASE_METHOD(system_fixture, "load balancer fails requests pending at a dead server at once", "[actors]") {
+TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a dead server at once", "[actors]") {
   auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
-  auto fake = sys->spawn(silent_server);
-  auto port = sys->middleman().publish(fake, 0, "127.0.0.1");
-  REQUIRE(port);
+  auto hung = sys->spawn(silent_server);
+  auto hung_port = sys->middleman().publish(hung, 0, "127.0.0.1");
+  REQUIRE(hung_port);
+  auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu");
+  auto good = sys->spawn(stage_server, stage_server_config{"good", 64, 4 << 20}, worker,
+                         std::make_shared<metrics_sink>(), std::make_shared<stage_server_counters>());
+  auto good_port = sys->middleman().publish(good, 0, "127.0.0.1");
+  REQUIRE(good_port);
   caf::scoped_actor self{*sys};
-  self->request(coord, 5s, register_atom::value, encode(registration("hung", 0, *port, 42)), fake)
-      .receive([](const std::string&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
-  // Deadlines far beyond the test's patience: only the down event can end the request.
-  load_balancer_config lbc{0, 42, 60.0, 60.0, 60.0, 4 << 20};
-  auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
+  auto join = [&](const std::string& id, uint16_t port, const stage_actor& handle) {
+    caf::scoped_actor registrar{*sys};  // own actor: join also runs on the chaos thread
+    registrar->request(coord, 5s, register_atom::value, encode(registration(id, 0, port, 42)), handle)
+        .receive([](const std::string&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
+  };
+  join("hung", *hung_port, caf::actor_cast<stage_actor>(hung));
+  // Deadlines far beyond the test's patience: only the down event can move the request.
+  load_balancer_config lbc;
+  lbc.config_hash = 42;
+  lbc.forward_timeout_s = lbc.backward_timeout_s = lbc.no_server_wait_s = 60.0;
+  const std::string metrics_path = "/tmp/swarm-test-lb-metrics.jsonl";
+  std::remove(metrics_path.c_str());
+  auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord),
+                       std::make_shared<metrics_sink>(metrics_path, "trainer"));
 
-  caf::error result;
+  std::string served_by;
+  int32_t attempts = 0;
   const auto start = std::chrono::steady_clock::now();
-  // Kill the server once the request had time to reach it.
-  std::thread killer([&] {
-    std::this_thread::sleep_for(500ms);
-    caf::anon_send_exit(fake, caf::exit_reason::kill);
+  std::thread chaos([&] {
+    std::this_thread::sleep_for(500ms);  // the request is at the hung server by now
+    join("good", *good_port, caf::actor_cast<stage_actor>(good));
+    std::this_thread::sleep_for(300ms);
+    caf::anon_send_exit(hung, caf::exit_reason::kill);
   });
-  self->request(lb, 30s, forward_atom::value, forward_payload(0, 2, 8))
-      .receive([](const std::string&, const std::string&) {}, [&](caf::error& err) { result = err; });
-  killer.join();
+  self->request(lb, 30s, forward_atom::value, forward_payload(0, 2, 8), int64_t{2})
+      .receive(
+          [&](const std::string& bytes, const std::string& server, int32_t n) {
+            served_by = server;
+            attempts = n;
+            CHECK(decode<proto::forward_reply>(bytes, "forward_reply"));
+          },
+          [&](caf::error& err) { FAIL(describe(err)); });
+  chaos.join();
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(code_of(result) == errc::PEER_GONE);
-  CHECK(is_retryable(result));
+  CHECK(served_by == "good");
+  CHECK(attempts == 2);
   CHECK(waited < 10.0);
-  self->send_exit(lb, caf::exit_reason::user_shutdown);
-  self->send_exit(coord, caf::exit_reason::user_shutdown);
+  std::ifstream in(metrics_path);
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(all.find("\"event\": \"reroute\"") != std::string::npos);
+  CHECK(all.find("\"reason\": \"down\"") != std::string::npos);
+  for (const auto& a : {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord), caf::actor_cast<caf::actor>(good)})
+    self->send_exit(a, caf::exit_reason::user_shutdown);
 }

@@ -1,0 +1,196 @@
+#include "actors/policy/routing.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace swarm::policy {
+
+namespace {
+
+/// Virtual times this close (relative, at least 1e-12 absolute) count as a tie:
+/// sums of the same increments in a different order differ in the last bits.
+constexpr double k_tie_tolerance = 1e-12;
+
+/// Rate assumed for an unmeasured peer when no peer of the stage is measured,
+/// in samples per second; only the ratio between peers matters, so any value
+/// that is the same for all of them rotates work evenly.
+constexpr double k_default_rate = 1.0;
+
+bool listed(const std::vector<std::string>& ids, const std::string& id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+} // namespace
+
+// --- throughput_ema --------------------------------------------------------------
+
+void throughput_ema::update(double samples, double seconds) {
+  if (!(samples > 0.0) || !(seconds > 0.0) || !std::isfinite(samples) || !std::isfinite(seconds))
+    return;
+  const double rate = samples / seconds;
+  if (!std::isfinite(rate))  // tiny `seconds` can overflow; such a rate is no measurement
+    return;
+  // Same value as raw / (1 - (1 - alpha)^n), updated in corrected form
+  // (m += alpha / c_n * (x - m), c_n = 1 - (1 - alpha)^n) so that the first
+  // sample and a constant rate come out exact rather than off by rounding.
+  weight_sum_ = (1.0 - alpha_) * weight_sum_ + alpha_;
+  estimate_ += alpha_ / weight_sum_ * (rate - estimate_);
+  ++updates_;
+}
+
+std::optional<double> throughput_ema::estimate() const {
+  if (updates_ == 0)
+    return std::nullopt;
+  return estimate_;
+}
+
+// --- stage_router ----------------------------------------------------------------
+
+const stage_router::peer* stage_router::find(const std::string& id) const {
+  for (const auto& p : peers_)
+    if (p.id == id)
+      return &p;
+  return nullptr;
+}
+
+stage_router::peer* stage_router::find(const std::string& id) {
+  return const_cast<peer*>(std::as_const(*this).find(id));
+}
+
+std::optional<double> stage_router::floor(double now, const std::vector<std::string>& exclude, const peer* skip) const {
+  std::optional<double> lo;
+  for (const auto& p : peers_) {
+    if (&p == skip || p.returning || is_banned(p, now) || listed(exclude, p.id))
+      continue;
+    lo = lo ? std::min(*lo, p.vtime) : p.vtime;
+  }
+  return lo;
+}
+
+double stage_router::speed(const peer& p) const {
+  if (auto r = p.rate.estimate())
+    return *r;
+  // Unmeasured: assume an average peer so one probe costs about what it would
+  // on any other, neither starving it nor flooding it before it is measured.
+  double sum = 0.0;
+  int n = 0;
+  for (const auto& q : peers_)
+    if (auto r = q.rate.estimate()) {
+      sum += *r;
+      ++n;
+    }
+  return n > 0 ? sum / n : k_default_rate;
+}
+
+void stage_router::add(const std::string& id, double now) {
+  peer* p = find(id);
+  if (p == nullptr) {
+    peers_.push_back(peer{id, 0.0, throughput_ema(cfg_.alpha)});
+    p = &peers_.back();
+  }
+  // Enter (or come back) at the front of the steady peers. When none is in
+  // service (all banned), use the smallest virtual time of the others, so the
+  // banned ones do not come back far ahead of it; 0 for the very first peer.
+  std::optional<double> entry = floor(now, {}, p);
+  if (!entry)
+    for (const auto& q : peers_)
+      if (&q != p)
+        entry = entry ? std::min(*entry, q.vtime) : q.vtime;
+  if (entry)
+    p->vtime = std::max(p->vtime, *entry);
+  // A re-announcement means the peer is back: forget its ban and its run of
+  // bans (the EMA stays: it still describes this machine).
+  p->banned_until = 0.0;
+  p->ban_count = 0;
+  p->returning = false;
+}
+
+void stage_router::remove(const std::string& id) {
+  peers_.erase(std::remove_if(peers_.begin(), peers_.end(), [&](const peer& p) { return p.id == id; }), peers_.end());
+}
+
+std::optional<std::string> stage_router::choose(double task_size, bool backward, double now, std::mt19937_64& rng,
+                                                const std::vector<std::string>& exclude) {
+  // 1. Peers back from a ban rejoin at the steady peers' minimum, not where
+  //    they stopped: otherwise they would get all the work they "missed".
+  if (const auto lo = floor(now, exclude, nullptr))
+    for (auto& p : peers_)
+      if (p.returning && !is_banned(p, now) && !listed(exclude, p.id)) {
+        p.vtime = std::max(p.vtime, *lo);
+        p.returning = false;
+      }
+
+  // 2. The eligible peers with the smallest virtual time.
+  double lo = std::numeric_limits<double>::infinity();
+  for (const auto& p : peers_)
+    if (!is_banned(p, now) && !listed(exclude, p.id))
+      lo = std::min(lo, p.vtime);
+  std::vector<peer*> best;
+  const double tol = k_tie_tolerance * std::max(1.0, std::abs(lo));
+  for (auto& p : peers_)
+    if (!is_banned(p, now) && !listed(exclude, p.id) && p.vtime - lo <= tol)
+      best.push_back(&p);
+  if (best.empty())
+    return std::nullopt;
+
+  // 3. Ties at random, so trainers that start together do not all pick the
+  //    same fresh server first.
+  peer* pick = best.front();
+  if (best.size() > 1)
+    pick = best[std::uniform_int_distribution<size_t>(0, best.size() - 1)(rng)];
+
+  // 4. Advance it by the seconds this task should take it; a backward
+  //    recomputes the forward, so it costs more.
+  const double cost = std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0);
+  pick->vtime += cost / speed(*pick);
+  pick->returning = false;
+  return pick->id;
+}
+
+void stage_router::on_success(const std::string& id, double samples, double seconds) {
+  if (peer* p = find(id)) {
+    p->rate.update(samples, seconds);
+    p->ban_count = 0;
+  }
+}
+
+void stage_router::on_timeout(const std::string& id) {
+  if (peer* p = find(id))
+    ++p->timeouts;
+}
+
+int64_t stage_router::timeouts(const std::string& id) const {
+  const peer* p = find(id);
+  return p ? p->timeouts : 0;
+}
+
+double stage_router::ban(const std::string& id, double now) {
+  peer* p = find(id);
+  if (p == nullptr)
+    return 0.0;
+  p->ban_count = std::min(p->ban_count + 1, 1 << 20);  // bounded: no int overflow
+  // ldexp instead of a shift: no overflow however many bans in a row.
+  const double length = std::min(cfg_.ban_max_s, std::ldexp(cfg_.ban_base_s, std::min(p->ban_count - 1, 2048)));
+  p->banned_until = std::max(p->banned_until, now + length);
+  p->returning = true;
+  return length;
+}
+
+bool stage_router::banned(const std::string& id, double now) const {
+  const peer* p = find(id);
+  return p != nullptr && is_banned(*p, now);
+}
+
+std::optional<double> stage_router::ema(const std::string& id) const {
+  const peer* p = find(id);
+  return p ? p->rate.estimate() : std::nullopt;
+}
+
+size_t stage_router::eligible(double now) const {
+  return static_cast<size_t>(
+      std::count_if(peers_.begin(), peers_.end(), [&](const peer& p) { return !is_banned(p, now); }));
+}
+
+} // namespace swarm::policy

@@ -1,0 +1,145 @@
+#pragma once
+// SWARM's stochastic wiring: how a trainer picks one server of a pipeline stage
+// for each microbatch (SWARM.md, mechanisms 2 and 4).
+//
+// Interleaved weighted round-robin over virtual finish times: every peer has a
+// virtual time; choose() takes the eligible peer with the smallest and adds
+// cost / throughput to it, so over time each peer gets work in proportion to
+// its measured throughput, interleaved rather than in bursts. Throughput is a
+// bias-corrected EMA of whole requests (network + queue + compute) as the
+// caller saw them, because that is the rate the trainer actually gets.
+//
+// Faults: a timeout is only counted (the network may be at fault); an error or
+// a peer going down bans it with exponential backoff until the ban expires or
+// the peer re-registers.
+//
+// Pure: no CAF, no sockets, no clock, no global RNG. `now` is seconds on any
+// monotonic clock the caller likes; randomness comes in as an engine, so tests
+// are exact and need no sleeps. Not thread-safe: one router per stage per
+// trainer, used from that trainer's actor.
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace swarm::policy {
+
+/// Bias-corrected exponential moving average of a rate in samples per second.
+class throughput_ema {
+public:
+  /// alpha: weight of the newest sample; 0.1 follows the SWARM prototype.
+  explicit throughput_ema(double alpha = 0.1) : alpha_(alpha) {}
+
+  /// Folds in one request that moved `samples` in `seconds`; ignores requests
+  /// that carry no usable rate (non-positive or non-finite), keeping the state.
+  void update(double samples, double seconds);
+
+  /// Samples per second; nullopt before the first valid update. Started at 0
+  /// and divided by 1 - (1 - alpha)^n (as in Adam), so one sample is exact
+  /// instead of being pulled towards 0.
+  [[nodiscard]] std::optional<double> estimate() const;
+
+  /// Number of valid updates folded in so far.
+  [[nodiscard]] int64_t updates() const { return updates_; }
+
+private:
+  double alpha_;
+  double estimate_ = 0.0;    // bias-corrected EMA, samples per second
+  double weight_sum_ = 0.0;  // 1 - (1 - alpha)^updates_: the bias correction
+  int64_t updates_ = 0;
+};
+
+/// Knobs of the stage router; one field per line with its unit.
+struct routing_config {
+  /// Weight of the newest request in the throughput EMA (dimensionless, 0..1].
+  double alpha = 0.1;
+  /// A backward counts as this many forwards (dimensionless): the server
+  /// recomputes the forward before it can run the backward (SWARM: ~2.5x).
+  double backward_cost = 2.5;
+  /// Length of the first ban after an error, in seconds; each further
+  /// consecutive ban doubles it.
+  double ban_base_s = 1.0;
+  /// Longest ban, in seconds, so a peer that recovers is retried within a minute.
+  double ban_max_s = 60.0;
+};
+
+/// Picks servers of one pipeline stage for one trainer (interleaved weighted
+/// round-robin over virtual finish times, with bans and backoff).
+class stage_router {
+public:
+  explicit stage_router(routing_config cfg = {}) : cfg_(cfg) {}
+
+  /// A server joined or re-announced itself. New: it enters at the current
+  /// minimum virtual time so it is probed soon. Known: its ban and ban count
+  /// are cleared and its virtual time is lifted to that minimum; its EMA stays.
+  void add(const std::string& id, double now);
+
+  /// Forgets a server entirely (gone for good); unknown ids are ignored.
+  void remove(const std::string& id);
+
+  /// The server for the next task of `task_size` samples; nullopt when no
+  /// server is eligible (present, not banned at `now`, not in `exclude`).
+  /// Equal virtual times are broken uniformly at random with `rng`.
+  [[nodiscard]] std::optional<std::string> choose(double task_size, bool backward, double now, std::mt19937_64& rng,
+                                                  const std::vector<std::string>& exclude = {});
+
+  /// A request to `id` finished: `samples` took `seconds` end to end. Feeds the
+  /// EMA and ends the run of consecutive bans (the peer works again).
+  void on_success(const std::string& id, double samples, double seconds);
+
+  /// A request to `id` ran past its deadline. Only counted, never banned: a
+  /// timeout may be the network's fault, and the caller retries elsewhere.
+  void on_timeout(const std::string& id);
+
+  /// Number of timeouts seen from `id` (0 when unknown).
+  [[nodiscard]] int64_t timeouts(const std::string& id) const;
+
+  /// An error or down event from `id`: banned until now + backoff. Returns the
+  /// ban length in seconds (0 for an unknown id, which is not banned).
+  double ban(const std::string& id, double now);
+
+  /// Whether `id` is banned at `now` (false for unknown ids).
+  [[nodiscard]] bool banned(const std::string& id, double now) const;
+
+  /// Measured throughput of `id` in samples per second; nullopt when unknown
+  /// or never measured.
+  [[nodiscard]] std::optional<double> ema(const std::string& id) const;
+
+  /// Number of known servers, banned ones included.
+  [[nodiscard]] size_t size() const { return peers_.size(); }
+
+  /// Number of servers not banned at `now`.
+  [[nodiscard]] size_t eligible(double now) const;
+
+  /// Whether `id` is known (banned or not).
+  [[nodiscard]] bool contains(const std::string& id) const { return find(id) != nullptr; }
+
+private:
+  struct peer {
+    std::string id;
+    double vtime = 0.0;  // virtual finish time, in seconds of that peer's work
+    throughput_ema rate;
+    double banned_until = 0.0;  // seconds on the caller's clock; banned while now < this
+    bool returning = false;     // banned since last chosen: lift vtime when eligible again
+    int ban_count = 0;          // consecutive bans without a success in between
+    int64_t timeouts = 0;
+  };
+
+  [[nodiscard]] const peer* find(const std::string& id) const;
+  [[nodiscard]] peer* find(const std::string& id);
+  [[nodiscard]] bool is_banned(const peer& p, double now) const { return now < p.banned_until; }
+  /// Smallest virtual time of peers in steady service at `now` (eligible, not
+  /// just back from a ban, not in `exclude`, not `skip`); nullopt when none.
+  [[nodiscard]] std::optional<double> floor(double now, const std::vector<std::string>& exclude,
+                                            const peer* skip) const;
+  /// Samples per second used to advance `p`: its EMA, or the mean of measured
+  /// peers while it has none (1 sample/s when nobody is measured).
+  [[nodiscard]] double speed(const peer& p) const;
+
+  routing_config cfg_;
+  std::vector<peer> peers_;  // few per stage, so linear scans beat any index
+};
+
+} // namespace swarm::policy

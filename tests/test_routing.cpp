@@ -1,0 +1,378 @@
+// SWARM routing policy: throughput EMA, weighted round-robin, bans. Exact
+// expectations; time and randomness are injected, so nothing sleeps.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "actors/policy/routing.hpp"
+
+using swarm::policy::routing_config;
+using swarm::policy::stage_router;
+using swarm::policy::throughput_ema;
+
+namespace {
+
+/// A router with these servers at `now` = 0, each measured at the given rate
+/// (samples per second) by one 10-sample request; rate 0 leaves it unmeasured.
+stage_router make_router(const std::vector<std::pair<std::string, double>>& servers, routing_config cfg = {}) {
+  stage_router r(cfg);
+  for (const auto& [id, rate] : servers) {
+    r.add(id, 0.0);
+    if (rate > 0)
+      r.on_success(id, 10.0, 10.0 / rate);
+  }
+  return r;
+}
+
+/// How many times each server is chosen in `n` forward choices of 1 sample.
+std::map<std::string, int> count_choices(stage_router& r, int n, std::mt19937_64& rng, double now = 0.0) {
+  std::map<std::string, int> counts;
+  for (int i = 0; i < n; ++i) {
+    const auto id = r.choose(1.0, false, now, rng);
+    REQUIRE(id);
+    ++counts[*id];
+  }
+  return counts;
+}
+
+} // namespace
+
+// --- throughput EMA ------------------------------------------------------------------
+
+TEST_CASE("ema: nothing before the first update, that sample exactly after it", "[routing]") {
+  throughput_ema e(0.1);
+  CHECK_FALSE(e.estimate());
+  CHECK(e.updates() == 0);
+  e.update(10.0, 1.0);
+  REQUIRE(e.estimate());
+  CHECK(*e.estimate() == 10.0);  // bias correction: raw 1.0 / (1 - 0.9)
+  CHECK(e.updates() == 1);
+}
+
+TEST_CASE("ema: second update matches the hand computation", "[routing]") {
+  // raw1 = 0.1 * 10 = 1; raw2 = 0.9 * 1 + 0.1 * 20 = 2.9; corrected 2.9 / (1 - 0.81).
+  throughput_ema e(0.1);
+  e.update(10.0, 1.0);
+  e.update(40.0, 2.0);  // 20 samples/s
+  REQUIRE(e.estimate());
+  CHECK(*e.estimate() == Approx(2.9 / 0.19).epsilon(1e-12));
+  CHECK(*e.estimate() == Approx(15.263157894736842).epsilon(1e-12));
+  CHECK(e.updates() == 2);
+}
+
+TEST_CASE("ema: a constant rate stays exact", "[routing]") {
+  for (double alpha : {0.1, 0.5, 1.0}) {
+    throughput_ema e(alpha);
+    for (int i = 1; i <= 200; ++i) {
+      e.update(21.0, 3.0);  // 7 samples/s
+      REQUIRE(e.estimate());
+      CHECK(*e.estimate() == Approx(7.0).epsilon(1e-12));
+    }
+  }
+}
+
+TEST_CASE("ema: invalid requests are ignored", "[routing]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct row {
+    double samples, seconds;
+  };
+  const std::vector<row> bad = {{10, 0},   {10, -1}, {10, nan}, {10, inf}, {0, 1},
+                                {-3, 1},   {nan, 1}, {inf, 1},  {1e300, 1e-300}};
+  for (const auto& b : bad) {
+    INFO("samples " << b.samples << " seconds " << b.seconds);
+    throughput_ema fresh;
+    fresh.update(b.samples, b.seconds);
+    CHECK_FALSE(fresh.estimate());
+    CHECK(fresh.updates() == 0);
+
+    throughput_ema used;
+    used.update(5.0, 1.0);
+    used.update(b.samples, b.seconds);
+    REQUIRE(used.estimate());
+    CHECK(*used.estimate() == 5.0);
+    CHECK(used.updates() == 1);
+  }
+}
+
+// --- weighted round-robin ----------------------------------------------------------------
+
+TEST_CASE("router: work in proportion to measured throughput", "[routing]") {
+  struct row {
+    std::vector<std::pair<std::string, double>> servers;
+    int choices;
+  };
+  const std::vector<row> table = {
+      {{{"a", 10}, {"b", 30}}, 4000},
+      {{{"a", 10}, {"b", 20}, {"c", 50}}, 8000},
+      {{{"a", 7}, {"b", 7}}, 1000},
+      {{{"a", 1}, {"b", 100}}, 10100},
+  };
+  for (const auto& t : table) {
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      std::mt19937_64 rng(seed);
+      auto r = make_router(t.servers);
+      const auto counts = count_choices(r, t.choices, rng);
+      double total_rate = 0;
+      for (const auto& s : t.servers)
+        total_rate += s.second;
+      for (const auto& [id, rate] : t.servers) {
+        const double want = t.choices * rate / total_rate;
+        const int got = counts.count(id) ? counts.at(id) : 0;
+        INFO("server " << id << " got " << got << " want " << want);
+        CHECK(std::abs(got / double(t.choices) - rate / total_rate) < 0.01);
+        CHECK(std::abs(got - want) <= 2.0);  // round-robin: off by at most a choice or so
+      }
+    }
+  }
+}
+
+TEST_CASE("router: work is interleaved, not in bursts", "[routing]") {
+  // 1:3 -> the slow server gets 2 of every 8 consecutive choices, give or take one.
+  std::mt19937_64 rng(7);
+  auto r = make_router({{"slow", 10}, {"fast", 30}});
+  count_choices(r, 101, rng);
+  for (int window = 0; window < 50; ++window) {
+    const auto counts = count_choices(r, 8, rng);
+    const int slow = counts.count("slow") ? counts.at("slow") : 0;
+    CHECK(slow >= 1);
+    CHECK(slow <= 3);
+  }
+}
+
+TEST_CASE("router: a new server is probed within two choices", "[routing]") {
+  // It enters at the current minimum, so it is next, or ties with the one old
+  // server there. After a multiple of 4 choices at 1:3 both old servers sit at
+  // the same virtual time, a three-way tie: then it may take three choices.
+  for (int warmup = 1000; warmup < 1040; ++warmup) {
+    std::mt19937_64 rng(static_cast<uint64_t>(warmup));
+    auto r = make_router({{"a", 10}, {"b", 30}});
+    count_choices(r, warmup, rng);
+    r.add("new", 5.0);
+    CHECK_FALSE(r.ema("new"));
+    const int limit = warmup % 4 == 0 ? 3 : 2;
+    int waited = 1;
+    while (r.choose(1.0, false, 5.0, rng) != std::optional<std::string>("new"))
+      REQUIRE(++waited < 100);
+    INFO("after " << warmup << " choices");
+    CHECK(waited <= limit);
+    // Probed, not flooded: from here it gets its average share, 20 of 60.
+    const auto counts = count_choices(r, 60, rng, 5.0);
+    CHECK(std::abs(counts.at("new") - 20) <= 2);
+  }
+}
+
+TEST_CASE("router: an unmeasured server counts as the average measured one", "[routing]") {
+  // Mean of 10 and 30 is 20, so "new" gets 20 / 60 of the work until measured.
+  std::mt19937_64 rng(3);
+  auto r = make_router({{"a", 10}, {"b", 30}, {"new", 0}});
+  const auto counts = count_choices(r, 6000, rng);
+  CHECK(std::abs(counts.at("a") - 1000) <= 2);
+  CHECK(std::abs(counts.at("b") - 3000) <= 2);
+  CHECK(std::abs(counts.at("new") - 2000) <= 2);
+}
+
+TEST_CASE("router: with nobody measured, choices rotate over all servers", "[routing]") {
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    std::mt19937_64 rng(seed);
+    auto r = make_router({{"a", 0}, {"b", 0}, {"c", 0}});
+    for (int round = 0; round < 5; ++round) {
+      const auto counts = count_choices(r, 3, rng);
+      INFO("seed " << seed << " round " << round);
+      CHECK(counts.size() == 3);  // each of the three exactly once per round
+    }
+  }
+}
+
+TEST_CASE("router: ties between identical servers are broken at random", "[routing]") {
+  std::map<std::string, int> firsts;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    std::mt19937_64 rng(seed);
+    auto r = make_router({{"a", 0}, {"b", 0}});
+    ++firsts[*r.choose(1.0, false, 0.0, rng)];
+  }
+  CHECK(firsts["a"] > 50);
+  CHECK(firsts["b"] > 50);
+}
+
+TEST_CASE("router: a backward costs backward_cost forwards", "[routing]") {
+  // Two servers at 10 samples/s. One backward to X puts it at 0.1 * cost; the
+  // other then takes forwards at 0, 0.1, 0.2, ... until it passes that, i.e.
+  // ceil(cost) of them, before X is chosen again. Costs avoid exact ties.
+  const std::vector<std::pair<double, int>> table = {{1.5, 2}, {2.5, 3}, {3.5, 4}, {0.5, 1}};
+  for (const auto& [cost, forwards] : table) {
+    for (uint64_t seed = 0; seed < 10; ++seed) {
+      std::mt19937_64 rng(seed);
+      routing_config cfg;
+      cfg.backward_cost = cost;
+      auto r = make_router({{"a", 10}, {"b", 10}}, cfg);
+      const auto x = r.choose(1.0, true, 0.0, rng);
+      REQUIRE(x);
+      int run = 0;
+      while (r.choose(1.0, false, 0.0, rng) != x)
+        REQUIRE(++run < 100);
+      INFO("backward_cost " << cost << " seed " << seed);
+      CHECK(run == forwards);
+    }
+  }
+}
+
+TEST_CASE("router: default backward cost is 2.5 and task size scales the cost", "[routing]") {
+  CHECK(routing_config{}.backward_cost == 2.5);
+  // Backward of 2 samples at 10 samples/s = 0.5 s of virtual time: 5 forwards of 1 on the other.
+  std::mt19937_64 rng(1);
+  auto r = make_router({{"a", 10}, {"b", 10}});
+  const auto x = r.choose(2.0, true, 0.0, rng);
+  int run = 0;
+  while (r.choose(1.0, false, 0.0, rng) != x)
+    REQUIRE(++run < 100);
+  CHECK(run >= 5);
+  CHECK(run <= 6);  // 0.5 vs 0.1 * 5 may tie
+}
+
+// --- bans and timeouts -------------------------------------------------------------------
+
+TEST_CASE("router: bans back off exponentially up to the cap", "[routing]") {
+  auto r = make_router({{"a", 10}});
+  const std::vector<double> want = {1, 2, 4, 8, 16, 32, 60, 60, 60};
+  double now = 0.0;
+  for (double w : want) {
+    CHECK(r.ban("a", now) == w);
+    CHECK(r.banned("a", now));
+    CHECK(r.banned("a", now + w - 1e-9));
+    CHECK_FALSE(r.banned("a", now + w));
+    now += w;
+  }
+  // Many more bans still give the cap, no overflow.
+  for (int i = 0; i < 3000; ++i)
+    r.ban("a", now);
+  CHECK(r.ban("a", now) == 60.0);
+}
+
+TEST_CASE("router: ban lengths follow the config", "[routing]") {
+  routing_config cfg;
+  cfg.ban_base_s = 0.5;
+  cfg.ban_max_s = 3.0;
+  auto r = make_router({{"a", 10}}, cfg);
+  for (double w : {0.5, 1.0, 2.0, 3.0, 3.0})
+    CHECK(r.ban("a", 0.0) == w);
+}
+
+TEST_CASE("router: a banned server is not chosen until its ban ends", "[routing]") {
+  std::mt19937_64 rng(5);
+  auto r = make_router({{"a", 10}, {"b", 10}});
+  CHECK(r.ban("a", 0.0) == 1.0);
+  CHECK(r.eligible(0.5) == 1);
+  CHECK(r.size() == 2);
+  for (double now : {0.0, 0.3, 0.999})
+    for (int i = 0; i < 10; ++i)
+      CHECK(r.choose(1.0, false, now, rng) == std::optional<std::string>("b"));
+  CHECK(r.eligible(1.0) == 2);
+  // Back at 1.0 s: a probe soon, but no flood of the 30 choices it missed.
+  const auto counts = count_choices(r, 20, rng, 1.0);
+  CHECK(counts.at("a") == 10);
+  CHECK(counts.at("b") == 10);
+}
+
+TEST_CASE("router: success resets the backoff, re-registration lifts the ban", "[routing]") {
+  auto r = make_router({{"a", 10}, {"b", 10}});
+  CHECK(r.ban("a", 0.0) == 1.0);
+  CHECK(r.ban("a", 0.0) == 2.0);
+  r.on_success("a", 10.0, 1.0);
+  CHECK(r.ban("a", 10.0) == 1.0);
+
+  CHECK(r.ban("a", 20.0) == 2.0);
+  CHECK(r.banned("a", 20.5));
+  r.add("a", 20.5);
+  CHECK_FALSE(r.banned("a", 20.5));
+  REQUIRE(r.ema("a"));
+  CHECK(*r.ema("a") == 10.0);  // EMA survives re-registration (constant rate: exact)
+  CHECK(r.ban("a", 21.0) == 1.0);  // and the count starts over
+  CHECK(r.size() == 2);
+}
+
+TEST_CASE("router: timeouts are counted, never banned", "[routing]") {
+  std::mt19937_64 rng(9);
+  auto r = make_router({{"a", 10}});
+  for (int i = 1; i <= 5; ++i) {
+    r.on_timeout("a");
+    CHECK(r.timeouts("a") == i);
+  }
+  CHECK_FALSE(r.banned("a", 0.0));
+  CHECK(r.choose(1.0, false, 0.0, rng) == std::optional<std::string>("a"));
+  CHECK(r.timeouts("unknown") == 0);
+}
+
+// --- degenerate inputs ----------------------------------------------------------------------
+
+TEST_CASE("router: no eligible server gives nullopt", "[routing]") {
+  std::mt19937_64 rng(1);
+  stage_router empty;
+  CHECK_FALSE(empty.choose(1.0, false, 0.0, rng));
+  CHECK(empty.size() == 0);
+  CHECK(empty.eligible(0.0) == 0);
+
+  auto all_banned = make_router({{"a", 10}, {"b", 20}});
+  all_banned.ban("a", 0.0);
+  all_banned.ban("b", 0.0);
+  CHECK_FALSE(all_banned.choose(1.0, false, 0.5, rng));
+  CHECK(all_banned.eligible(0.5) == 0);
+
+  auto one = make_router({{"a", 10}});
+  CHECK_FALSE(one.choose(1.0, false, 0.0, rng, {"a"}));
+  CHECK(one.choose(1.0, false, 0.0, rng, {"zzz"}) == std::optional<std::string>("a"));
+}
+
+TEST_CASE("router: the exclude list is respected", "[routing]") {
+  std::mt19937_64 rng(2);
+  auto r = make_router({{"a", 10}, {"b", 30}, {"c", 20}});
+  for (int i = 0; i < 100; ++i) {
+    const auto id = r.choose(1.0, i % 2 == 0, 0.0, rng, {"b", "c"});
+    CHECK(id == std::optional<std::string>("a"));
+  }
+  for (int i = 0; i < 100; ++i)
+    CHECK(r.choose(1.0, false, 0.0, rng, {"a"}) != std::optional<std::string>("a"));
+}
+
+TEST_CASE("router: remove forgets a server; unknown ids are no-ops", "[routing]") {
+  std::mt19937_64 rng(4);
+  auto r = make_router({{"a", 10}, {"b", 30}});
+  r.remove("nobody");
+  CHECK(r.size() == 2);
+  r.on_success("nobody", 1.0, 1.0);
+  r.on_timeout("nobody");
+  CHECK(r.ban("nobody", 0.0) == 0.0);
+  CHECK_FALSE(r.banned("nobody", 0.0));
+  CHECK_FALSE(r.ema("nobody"));
+  CHECK_FALSE(r.contains("nobody"));
+  CHECK(r.size() == 2);
+
+  count_choices(r, 10, rng);
+  r.remove("b");
+  CHECK(r.size() == 1);
+  CHECK_FALSE(r.contains("b"));
+  CHECK(r.contains("a"));
+  for (int i = 0; i < 50; ++i)
+    CHECK(r.choose(1.0, false, 0.0, rng) == std::optional<std::string>("a"));
+  r.remove("a");
+  CHECK_FALSE(r.choose(1.0, false, 0.0, rng));
+}
+
+TEST_CASE("router: a server added while all others are banned does not fall behind them", "[routing]") {
+  // "c" joins while a and b are banned; they return later and must not take
+  // every choice until c catches up with their old virtual times (or vice versa).
+  std::mt19937_64 rng(6);
+  auto r = make_router({{"a", 10}, {"b", 10}});
+  count_choices(r, 100, rng);  // a and b at ~5 s of virtual time
+  r.ban("a", 0.0);
+  r.ban("b", 0.0);
+  r.add("c", 0.0);
+  r.on_success("c", 10.0, 1.0);
+  count_choices(r, 10, rng, 0.5);  // only c, while they are banned
+  const auto counts = count_choices(r, 30, rng, 2.0);
+  CHECK(std::abs(counts.at("a") - 10) <= 1);
+  CHECK(std::abs(counts.at("b") - 10) <= 1);
+  CHECK(std::abs(counts.at("c") - 10) <= 1);
+}
