@@ -10,66 +10,17 @@
 // context, which neither an untrained nor a frequency-only model can do.
 #include <catch2/catch.hpp>
 
-#include <chrono>
 #include <cmath>
-#include <csignal>
 #include <fstream>
 #include <map>
-#include <regex>
-#include <thread>
 
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "models/corpus.hpp"
+#include "process_util.hpp"
 
 namespace {
 
-/// Runs the swarm binary with `args`; SIGKILLs it after `timeout_s`. Returns the exit code (-1 on timeout).
-int run_swarm(std::vector<std::string> args, double timeout_s) {
-  args.insert(args.begin(), SWARM_BINARY);
-  std::vector<char*> argv;
-  for (auto& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGTERM);
-      std::this_thread::sleep_for(std::chrono::seconds(3));
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(in, l);)
-    lines.push_back(l);
-  return lines;
-}
-
-bool is_event(const std::string& line, const std::string& event) {
-  return line.find("\"event\": \"" + event + "\"") != std::string::npos;
-}
-
-double number(const std::string& line, const std::string& key) {
-  std::smatch m;
-  if (!std::regex_search(line, m, std::regex("\"" + key + "\": (-?[0-9.eE+-]+)")))
-    return std::nan("");
-  return std::stod(m[1]);
-}
+using namespace swarm::test;
 
 double unigram_entropy(const std::string& bytes) {
   std::map<unsigned char, double> counts;
@@ -113,6 +64,13 @@ TEST_CASE("a multi-process swarm trains config/tiny below the unigram entropy", 
               losses.front(), tail, bound);
   CHECK(losses.front() > 4.5);  // started untrained
   CHECK(tail < bound);
+  // No faults: every sample the trainer saw acknowledged was added exactly once per stage.
+  const auto committed = committed_per_stage(metrics);
+  const auto acked = acked_per_stage(metrics);
+  REQUIRE(acked.size() == 2);
+  CHECK(acked[0] == number(events(metrics, "trainer_exit").back(), "samples"));
+  CHECK(committed.at(0) == acked[0]);
+  CHECK(committed.at(1) == acked[1]);
   std::remove(metrics.c_str());
 }
 

@@ -1,0 +1,148 @@
+#pragma once
+// Helpers for tier (c) tests: start the real swarm binary as real processes,
+// wait for them with a deadline, and read the metrics file they append to.
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <optional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace swarm::test {
+
+/// Starts `swarm args...` and returns its pid.
+inline pid_t spawn_swarm(std::vector<std::string> args) {
+  args.insert(args.begin(), SWARM_BINARY);
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+/// Exit code of `pid` once it ends, or nullopt (process left running) after `timeout_s`.
+inline std::optional<int> wait_exit(pid_t pid, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline)
+      return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/// SIGTERM, then SIGKILL if it is still there 10 s later; returns its exit code.
+inline int stop(pid_t pid) {
+  kill(pid, SIGTERM);
+  if (auto code = wait_exit(pid, 10))
+    return *code;
+  kill(pid, SIGKILL);
+  return wait_exit(pid, 10).value_or(-1);
+}
+
+/// Runs the swarm binary with `args` to completion; -1 when it had to be killed after `timeout_s`.
+inline int run_swarm(std::vector<std::string> args, double timeout_s) {
+  const pid_t pid = spawn_swarm(std::move(args));
+  if (auto code = wait_exit(pid, timeout_s))
+    return *code;
+  stop(pid);
+  return -1;
+}
+
+inline std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);)
+    lines.push_back(l);
+  return lines;
+}
+
+inline bool is_event(const std::string& line, const std::string& event) {
+  return line.find("\"event\": \"" + event + "\"") != std::string::npos;
+}
+
+inline std::vector<std::string> events(const std::string& path, const std::string& event) {
+  std::vector<std::string> out;
+  for (auto& l : read_lines(path))
+    if (is_event(l, event))
+      out.push_back(std::move(l));
+  return out;
+}
+
+/// A numeric field of a metrics line; NaN when absent.
+inline double number(const std::string& line, const std::string& key) {
+  std::smatch m;
+  if (!std::regex_search(line, m, std::regex("\"" + key + "\": (-?[0-9.eE+-]+)")))
+    return std::nan("");
+  return std::stod(m[1]);
+}
+
+/// A string field of a metrics line; empty when absent.
+inline std::string text(const std::string& line, const std::string& key) {
+  std::smatch m;
+  if (!std::regex_search(line, m, std::regex("\"" + key + "\": \"([^\"]*)\"")))
+    return {};
+  return m[1];
+}
+
+/// Polls the metrics file until `pred(lines)` holds or `timeout_s` passes.
+template <class Pred>
+bool wait_for_metrics(const std::string& path, Pred pred, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred(read_lines(path)))
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+/// Mean loss of the first and of the last `n` step events.
+inline std::pair<double, double> loss_head_tail(const std::string& path, size_t n) {
+  const auto steps = events(path, "step");
+  double head = 0, tail = 0;
+  if (steps.size() < n)
+    return {std::nan(""), std::nan("")};
+  for (size_t i = 0; i < n; ++i) {
+    head += number(steps[i], "loss") / n;
+    tail += number(steps[steps.size() - n + i], "loss") / n;
+  }
+  return {head, tail};
+}
+
+/// Samples the servers of each stage report having added (server_exit events).
+inline std::map<int, int64_t> committed_per_stage(const std::string& metrics) {
+  std::map<int, int64_t> sum;
+  for (const auto& l : events(metrics, "server_exit"))
+    sum[static_cast<int>(number(l, "stage"))] += static_cast<int64_t>(number(l, "committed_samples"));
+  return sum;
+}
+
+/// The trainer's acked samples per stage (trainer_exit event).
+inline std::vector<int64_t> acked_per_stage(const std::string& metrics) {
+  std::vector<int64_t> out;
+  const auto exits = events(metrics, "trainer_exit");
+  if (exits.empty())
+    return out;
+  std::stringstream in(text(exits.back(), "acked"));
+  for (std::string n; std::getline(in, n, ',');)
+    out.push_back(std::stoll(n));
+  return out;
+}
+
+} // namespace swarm::test

@@ -1,0 +1,199 @@
+// Tier (c): fault tolerance of the real binary as real processes on loopback.
+// Servers are killed with SIGKILL while they hold a forward and a backward,
+// stopped with SIGSTOP, and slowed down; training must go on, the loss keep
+// falling, and every sample be accounted for.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "process_util.hpp"
+
+using namespace swarm::test;
+
+namespace {
+
+const std::string tiny = SWARM_SOURCE_DIR "/config/tiny";
+
+/// A swarm started process by process, so a test can reach each one.
+struct manual_swarm {
+  std::string metrics;
+  std::string address;
+  pid_t coordinator = 0;
+  std::vector<pid_t> servers;
+  std::vector<std::string> common;  ///< flags every process gets
+
+  explicit manual_swarm(std::vector<std::string> flags) : common(std::move(flags)) {
+    metrics = "/tmp/swarm-test-faults-" + std::to_string(getpid()) + ".jsonl";
+    std::remove(metrics.c_str());
+    common.insert(common.begin(), {"--config", tiny, "--metrics", metrics, "--log-level", "warn"});
+    const std::string port_file = metrics + ".port";
+    std::remove(port_file.c_str());
+    coordinator = spawn({"--role", "coordinator", "--port", "0", "--port-file", port_file});
+    for (int i = 0; i < 100 && address.empty(); ++i) {
+      std::ifstream in(port_file);
+      int port = 0;
+      if (in >> port)
+        address = "127.0.0.1:" + std::to_string(port);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::remove(port_file.c_str());
+  }
+
+  pid_t spawn(std::vector<std::string> args) const {
+    args.insert(args.end(), common.begin(), common.end());
+    return spawn_swarm(args);
+  }
+
+  pid_t server(int stage, std::vector<std::string> extra = {}) {
+    extra.insert(extra.begin(), {"--role", "server", "--coordinator", address, "--stage", std::to_string(stage)});
+    servers.push_back(spawn(extra));
+    return servers.back();
+  }
+
+  pid_t trainer(std::vector<std::string> extra) const {
+    extra.insert(extra.begin(), {"--role", "trainer", "--coordinator", address});
+    return spawn(extra);
+  }
+
+  /// Stops every server still running (they report server_exit), then the coordinator.
+  void shutdown() {
+    for (pid_t pid : servers)
+      if (kill(pid, 0) == 0)
+        stop(pid);
+    servers.clear();
+    if (coordinator)
+      stop(coordinator);
+    coordinator = 0;
+  }
+
+  ~manual_swarm() {
+    for (pid_t pid : servers)
+      kill(pid, SIGKILL);
+    if (coordinator)
+      kill(coordinator, SIGKILL);
+    std::remove(metrics.c_str());
+  }
+};
+
+void check_trainer_accounting(const std::string& metrics, int steps) {
+  const auto exits = events(metrics, "trainer_exit");
+  REQUIRE(exits.size() == 1);
+  const auto& e = exits.front();
+  std::printf("trainer: issued %.0f completed %.0f dropped %.0f retries %.0f acked %s\n", number(e, "issued"),
+              number(e, "completed"), number(e, "dropped"), number(e, "retries"), text(e, "acked").c_str());
+  CHECK(number(e, "steps") == steps);
+  CHECK(number(e, "issued") == number(e, "completed") + number(e, "dropped"));
+  CHECK(number(e, "dropped") <= 2);
+  const auto [head, tail] = loss_head_tail(metrics, 10);
+  std::printf("loss: first 10 steps %.3f, last 10 steps %.3f\n", head, tail);
+  CHECK(tail < head - 1.0);
+}
+
+} // namespace
+
+TEST_CASE("training goes on when servers die holding a forward and a backward", "[faults]") {
+  manual_swarm swarm({"--forward-timeout", "20", "--backward-timeout", "20"});
+  REQUIRE_FALSE(swarm.address.empty());
+  swarm.server(0);
+  const pid_t hangs_in_backward = swarm.server(0, {"--fault", "hang-backward", "--fault-after", "40"});
+  swarm.server(1);
+  const pid_t hangs_in_forward = swarm.server(1, {"--fault", "hang-forward", "--fault-after", "40"});
+  const int steps = 200;
+  const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
+
+  // kill -9 each faulty server as soon as it holds its request.
+  std::set<std::string> killed_ops;
+  REQUIRE(wait_for_metrics(
+      swarm.metrics,
+      [&](const std::vector<std::string>& lines) {
+        for (const auto& l : lines)
+          if (is_event(l, "fault") && killed_ops.insert(text(l, "op")).second) {
+            const pid_t pid = static_cast<pid_t>(number(l, "pid"));
+            CHECK((pid == hangs_in_backward || pid == hangs_in_forward));
+            kill(pid, SIGKILL);
+          }
+        return killed_ops.size() == 2;
+      },
+      120));
+  REQUIRE(wait_exit(trainer, 180) == 0);
+  swarm.shutdown();
+
+  check_trainer_accounting(swarm.metrics, steps);
+  std::set<std::string> rerouted;
+  for (const auto& l : events(swarm.metrics, "reroute"))
+    if (text(l, "reason") == "down")
+      rerouted.insert(text(l, "op") + " stage " + std::to_string(static_cast<int>(number(l, "stage"))));
+  CHECK(rerouted.count("forward stage 1") == 1);
+  CHECK(rerouted.count("backward stage 0") == 1);
+  // The dead servers took what they had added; the survivors hold no more than was acked.
+  const auto committed = committed_per_stage(swarm.metrics);
+  const auto acked = acked_per_stage(swarm.metrics);
+  REQUIRE(acked.size() == 2);
+  for (int s = 0; s < 2; ++s) {
+    CHECK(committed.at(s) > 0);
+    CHECK(committed.at(s) <= acked[s]);
+  }
+}
+
+TEST_CASE("a stopped server is routed around and no sample counts twice", "[faults]") {
+  manual_swarm swarm({"--forward-timeout", "2", "--backward-timeout", "3", "--heartbeat", "0.5",
+                      "--connection-timeout", "3"});
+  REQUIRE_FALSE(swarm.address.empty());
+  const pid_t victim = swarm.server(0);
+  swarm.server(0);
+  swarm.server(1);
+  swarm.server(1);
+  const int steps = 200;
+  const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [](const std::vector<std::string>& lines) {
+        return std::count_if(lines.begin(), lines.end(), [](const auto& l) { return is_event(l, "step"); }) >= 40;
+      },
+      120));
+  kill(victim, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // past every deadline and the connection timeout
+  kill(victim, SIGCONT);
+  REQUIRE(wait_exit(trainer, 180) == 0);
+  swarm.shutdown();
+
+  check_trainer_accounting(swarm.metrics, steps);
+  CHECK(events(swarm.metrics, "reroute").size() >= 1);
+  // No server died: every acked sample was added exactly once on its stage.
+  const auto committed = committed_per_stage(swarm.metrics);
+  const auto acked = acked_per_stage(swarm.metrics);
+  REQUIRE(acked.size() == 2);
+  for (int s = 0; s < 2; ++s) {
+    INFO("stage " << s);
+    CHECK(committed.at(s) == acked[s]);
+  }
+}
+
+TEST_CASE("a stage with servers at slowdown 1 and 3 splits work about 3:1", "[faults]") {
+  const std::string metrics = "/tmp/swarm-test-slowdown-" + std::to_string(getpid()) + ".jsonl";
+  std::remove(metrics.c_str());
+  // Stage 0: servers at slowdown 1 and 3; stage 1: two at 1. Forwards count, as
+  // backwards follow their forward's server.
+  REQUIRE(run_swarm({"--role", "cluster", "--config", tiny, "--max-steps", "150", "--metrics", metrics,
+                     "--log-level", "warn", "--server-slowdowns", "1,3,1,1"},
+                    240) == 0);
+  std::vector<double> served;  // stage 0 servers in launch order = pid order
+  std::map<std::string, double> by_server;
+  for (const auto& l : events(metrics, "server_exit"))
+    if (number(l, "stage") == 0)
+      by_server[text(l, "server")] = number(l, "served");
+  REQUIRE(by_server.size() == 2);
+  // Server ids end in the pid; the cluster starts the slow one second.
+  std::vector<std::pair<int, double>> ordered;
+  for (const auto& [id, n] : by_server)
+    ordered.emplace_back(std::stoi(id.substr(id.find('-') + 1)), n);
+  std::sort(ordered.begin(), ordered.end());
+  const double ratio = ordered[0].second / std::max(ordered[1].second, 1.0);
+  std::printf("slowdown 1 vs 3: served %.0f vs %.0f requests, ratio %.2f (expected 3, accepted 2.0-4.5)\n",
+              ordered[0].second, ordered[1].second, ratio);
+  CHECK(ratio > 2.0);
+  CHECK(ratio < 4.5);
+  std::remove(metrics.c_str());
+}
