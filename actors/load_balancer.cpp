@@ -220,7 +220,11 @@ void remove_server(self_ptr self, std::string server_id, const std::string& why)
   st.servers.erase(it);
   st.router.remove(server_id);
   if (st.pinned == server_id) {
+    // GPipe-style: no rerouting to the servers already there; wait for a
+    // replacement that joins after the failure.
     st.retired.insert(server_id);
+    for (const auto& [id, handle] : st.servers)
+      st.retired.insert(id);
     st.pinned.clear();
   }
   std::vector<request> lost;

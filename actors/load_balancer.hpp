@@ -58,7 +58,7 @@ struct load_balancer_config {
   double commit_grace = 0.1;           ///< servers commit by deadline - grace x timeout
   int max_attempts = 5;                ///< attempts per request before its error goes back
   bool static_routing = false;         ///< pin one server (GPipe-style) instead of SWARM routing
-  int64_t chunk_bytes = 4 << 20;       ///< largest request payload per message, bytes
+  int64_t chunk_bytes = 16 << 20;      ///< largest request payload per message, bytes
   uint64_t seed = 1;                   ///< tie-breaks and static pinning
   policy::routing_config routing;
 };
@@ -92,7 +92,7 @@ struct load_balancer_state {
   policy::stage_router router;
   std::mt19937_64 rng;
   std::string pinned;                          ///< static routing: the one server used
-  std::set<std::string> retired;               ///< static routing: dead pins, never reused
+  std::set<std::string> retired;               ///< static routing: servers present when a pin died, never used
   chunk_assembler chunks;
   uint64_t next_transfer = 0;
   uint64_t next_attempt = 0;

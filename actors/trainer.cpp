@@ -74,7 +74,9 @@ void emit_step(self_ptr self) {
                             {"issued", st.issued},
                             {"completed", st.completed},
                             {"dropped", st.dropped},
-                            {"retries", st.retries}});
+                            {"retries", st.retries},
+                            {"step_retries", st.retries - st.step_retries_base}});
+  st.step_retries_base = st.retries;
   st.step_samples = 0;
   st.step_loss_sum = 0;
   st.step_microbatches = 0;

@@ -65,6 +65,7 @@ struct trainer_state {
   bool draining = false;
   // Accounting: issued = completed + dropped + live.size() at all times.
   int64_t issued = 0, completed = 0, dropped = 0, retries = 0;
+  int64_t step_retries_base = 0;  ///< retries at the last step event
   std::vector<int64_t> acked;     ///< per stage: samples whose gradients the stage confirmed
   int64_t samples = 0;            ///< samples completed in total
   int64_t step = 0;

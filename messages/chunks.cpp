@@ -14,10 +14,14 @@ cut_payload cut(std::string payload, size_t chunk_bytes, uint64_t& next_id) {
     return p;
   }
   p.transfer_id = ++next_id;
+  // Equal pieces rather than full ones plus a runt: a tiny last message behind a
+  // large one waits on TCP's delayed acknowledgement (measured: +40 ms per payload).
+  const size_t pieces = (payload.size() + chunk_bytes - 1) / chunk_bytes;
+  const size_t piece = (payload.size() + pieces - 1) / pieces;
   size_t pos = 0;
-  while (payload.size() - pos > chunk_bytes) {
-    p.lead.emplace_back(payload, pos, chunk_bytes);
-    pos += chunk_bytes;
+  while (payload.size() - pos > piece) {
+    p.lead.emplace_back(payload, pos, piece);
+    pos += piece;
   }
   p.tail.assign(payload, pos, std::string::npos);
   return p;

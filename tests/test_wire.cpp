@@ -144,7 +144,8 @@ TEST_CASE("payloads are cut into chunks and reassembled in order", "[chunks]") {
     chunk_assembler a;
     caf::actor_addr from;
     for (auto& piece : p.lead) {
-      CHECK(piece.size() == 1024);
+      CHECK(piece.size() <= 1024);
+      CHECK(piece.size() + 1 >= p.tail.size());  // equal pieces, no runt at the end
       a.add(from, p.transfer_id, piece);
     }
     auto whole = a.finish(from, p.transfer_id, p.tail);

@@ -1,0 +1,42 @@
+#pragma once
+// Pure pieces of the stage-wide butterfly all-reduce (SWARM section 5): how the
+// flat gradient vector is cut into one shard per peer, and how a shard owner
+// reduces the peers' parts of its shard, weighted by their sample counts.
+// No CAF, no torch: plain floats, so the arithmetic is tested exactly.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace swarm::policy {
+
+/// Elements [begin, end) of the flat vector.
+struct shard {
+  int64_t begin = 0;
+  int64_t end = 0;
+  [[nodiscard]] int64_t size() const { return end - begin; }
+  bool operator==(const shard& o) const { return begin == o.begin && end == o.end; }
+};
+
+/// Cuts `total` elements into `peers` contiguous shards, in rank order, whose
+/// sizes differ by at most one (the first total % peers get the extra element).
+/// Empty when peers < 1 or total < 0; shards may be empty when total < peers.
+[[nodiscard]] std::vector<shard> partition_shards(int64_t total, int peers);
+
+/// One peer's part of a shard: its mean gradient over `samples` samples.
+struct weighted_part {
+  const float* values = nullptr;  ///< shard.size() floats
+  double samples = 0;             ///< weight; a peer with none contributes nothing
+};
+
+/// Writes sum_i samples_i * values_i / sum_i samples_i into `out` (n floats).
+/// False, with `out` untouched, when no part has samples (nothing to average).
+[[nodiscard]] bool weighted_mean(const std::vector<weighted_part>& parts, int64_t n, float* out);
+
+/// Bytes each peer sends (and receives) in an ideal butterfly all-reduce of
+/// `bytes`: its parts of the others' shards out, their reduced shards back in.
+[[nodiscard]] inline double ideal_allreduce_bytes(double bytes, int peers) {
+  return peers < 2 ? 0.0 : 2.0 * (peers - 1) / peers * bytes;
+}
+
+} // namespace swarm::policy
