@@ -157,6 +157,7 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
                                  {"reason", req.failed_reason}});
   }
   ++req.attempts;
+  req.queued_at = {};
   req.server_id = server_id;
   req.sent_at = clock_type::now();
   const double timeout = req.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s;
@@ -192,7 +193,9 @@ void dispatch(self_ptr self, request req) {
       get_logger("load_balancer")->warn("stage {}: no eligible server ({} connected); requests wait up to {} s",
                                         st.cfg.stage, st.servers.size(), st.cfg.no_server_wait_s);
     st.stalled = true;
-    req.queued_at = clock_type::now();
+    // Keep the time it first waited: every tick re-queues what still finds no server.
+    if (req.queued_at == clock_type::time_point{})
+      req.queued_at = clock_type::now();
     st.waiting.push_back(std::move(req));
     return;
   }

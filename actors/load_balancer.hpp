@@ -73,7 +73,7 @@ struct load_balancer_state {
     int64_t samples = 0;
     std::string preferred;         ///< server to use if eligible (backward: the forward's server)
     caf::response_promise promise;
-    clock::time_point queued_at;   ///< when it started waiting for a server
+    clock::time_point queued_at;   ///< when it started waiting for a server; zero while not waiting
     int attempts = 0;              ///< attempts sent so far
     std::vector<std::string> tried;///< servers that failed it, avoided while others exist
     std::string failed_reason;     ///< why the previous attempt failed (for `reroute`)

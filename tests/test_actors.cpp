@@ -221,3 +221,24 @@ TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a d
   for (const auto& a : {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord), caf::actor_cast<caf::actor>(good)})
     self->send_exit(a, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE_METHOD(system_fixture, "a stage without servers fails requests with NO_SERVER after the wait",
+                 "[actors]") {
+  auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
+  load_balancer_config lbc;
+  lbc.config_hash = 42;
+  lbc.no_server_wait_s = 1.0;
+  auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
+  caf::scoped_actor self{*sys};
+  caf::error result;
+  const auto start = std::chrono::steady_clock::now();
+  self->request(lb, 30s, forward_atom::value, forward_payload(0, 2, 8), int64_t{2})
+      .receive([](const std::string&, const std::string&, int32_t) { FAIL("served without servers"); },
+               [&](caf::error& err) { result = err; });
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(code_of(result) == errc::NO_SERVER);
+  CHECK(waited >= 1.0);
+  CHECK(waited < 5.0);  // the wait is counted from the first time it queued, not from the last retry
+  self->send_exit(lb, caf::exit_reason::user_shutdown);
+  self->send_exit(coord, caf::exit_reason::user_shutdown);
+}
