@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstring>
+#include <sstream>
 #include <stdexcept>
 
 #include "messages/errors.hpp"
@@ -106,7 +108,8 @@ struct stage_worker::impl {
   model_config cfg;
   stage_module module;
   std::unique_ptr<torch::optim::AdamW> optimizer;
-  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> params;  // registration order: the flat order of the header
+  std::vector<std::string> names;     // params' names ("block2.qkv.weight")
   // Gradients are summed here rather than in .grad so that a microbatch whose
   // gradients come out non-finite can be dropped without touching the good ones.
   std::vector<torch::Tensor> accum;
@@ -116,9 +119,11 @@ struct stage_worker::impl {
 
   impl(const model_config& c, const stage_span& span) : cfg(c), module(c, span) {
     optimizer = make_optimizer(*module, cfg);
-    params = module->parameters();
-    for (auto& p : params)
-      accum.push_back(torch::zeros_like(p));
+    for (const auto& item : module->named_parameters()) {
+      names.push_back(item.key());
+      params.push_back(item.value());
+      accum.push_back(torch::zeros_like(item.value()));
+    }
   }
 
   [[nodiscard]] const stage_span& span() const { return module->span(); }
@@ -126,6 +131,14 @@ struct stage_worker::impl {
   void clear_param_grads() {
     for (auto& p : params)
       p.mutable_grad() = torch::Tensor{};
+  }
+
+  void clear_accumulator() {
+    torch::NoGradGuard no_grad;
+    for (auto& a : accum)
+      a.zero_();
+    samples = 0;
+    microbatches = 0;
   }
 
   /// Runs `fn` (which backpropagates one microbatch into .grad) and adds its
@@ -280,22 +293,239 @@ int64_t stage_worker::accumulated_samples() const { return impl_->samples; }
 int64_t stage_worker::steps() const { return impl_->steps; }
 
 void stage_worker::apply_step() {
-  auto& m = *impl_;
-  if (m.microbatches == 0)
+  if (impl_->microbatches == 0)
     return;
-  // Each microbatch contributed the gradient of its own mean loss; their mean is
-  // the gradient of the batch's mean loss (equal microbatch sizes).
-  for (size_t i = 0; i < m.params.size(); ++i)
-    m.params[i].mutable_grad() = m.accum[i] / static_cast<double>(m.microbatches);
-  if (m.cfg.grad_clip > 0)
-    torch::nn::utils::clip_grad_norm_(m.params, m.cfg.grad_clip);
-  m.optimizer->step();
+  // accumulate() admits only finite gradients, so this fails only when their mean
+  // overflowed float32; then the step is dropped like a non-finite microbatch.
+  (void)apply_gradient(take_gradient().values);
+}
+
+local_gradient stage_worker::take_gradient() {
+  auto& m = *impl_;
+  local_gradient g;
+  g.values.assign(static_cast<size_t>(parameter_count()), 0.0f);
+  g.samples = m.samples;
+  g.microbatches = m.microbatches;
+  if (m.microbatches > 0) {
+    torch::NoGradGuard no_grad;
+    size_t offset = 0;
+    for (const auto& a : m.accum) {
+      // Each microbatch contributed the gradient of its own mean loss; their mean is
+      // the gradient of the batch's mean loss (equal microbatch sizes).
+      const auto mean = (a / static_cast<double>(m.microbatches)).contiguous();
+      std::memcpy(g.values.data() + offset, mean.data_ptr<float>(), static_cast<size_t>(mean.numel()) * sizeof(float));
+      offset += static_cast<size_t>(mean.numel());
+    }
+  }
+  m.clear_accumulator();
+  return g;
+}
+
+caf::error stage_worker::apply_gradient(const std::vector<float>& mean_grad) {
+  auto& m = *impl_;
+  const auto expected = static_cast<size_t>(parameter_count());
+  if (mean_grad.size() != expected)
+    return make_error(errc::WRONG_SHAPE, "gradient of " + std::to_string(mean_grad.size()) + " values for stage " +
+                                             std::to_string(m.span().stage) + " expected " + std::to_string(expected));
+  for (size_t i = 0; i < mean_grad.size(); ++i)
+    if (!std::isfinite(mean_grad[i]))
+      return make_error(errc::NON_FINITE, "gradient for stage " + std::to_string(m.span().stage) + " holds " +
+                                              std::to_string(mean_grad[i]) + " at index " + std::to_string(i));
+  try {
+    size_t offset = 0;
+    for (auto& p : m.params) {
+      auto* data = const_cast<float*>(mean_grad.data() + offset);  // from_blob only reads: cloned at once
+      p.mutable_grad() = torch::from_blob(data, p.sizes(), torch::kFloat32).clone();
+      offset += static_cast<size_t>(p.numel());
+    }
+    if (m.cfg.grad_clip > 0)
+      torch::nn::utils::clip_grad_norm_(m.params, m.cfg.grad_clip);
+    m.optimizer->step();
+  } catch (const std::exception& e) {
+    m.clear_param_grads();
+    return make_error(errc::INTERNAL, "optimizer step of stage " + std::to_string(m.span().stage) + ": " + e.what());
+  }
   m.clear_param_grads();
-  for (auto& a : m.accum)
-    a.zero_();
-  m.samples = 0;
-  m.microbatches = 0;
   ++m.steps;
+  return caf::none;
+}
+
+uint64_t stage_worker::parameter_hash() const {
+  uint64_t h = 14695981039346656037ULL;  // FNV-1a 64 offset basis
+  for (const auto& p : impl_->params) {
+    const auto c = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+    const auto n = static_cast<size_t>(c.numel()) * sizeof(float);
+    for (size_t i = 0; i < n; ++i) {
+      h ^= bytes[i];
+      h *= 1099511628211ULL;  // FNV-1a 64 prime
+    }
+  }
+  return h;
+}
+
+// --- state transfer
+//
+// One torch archive (zip, as torch::save writes) with flat keys:
+//   format            string  state_format
+//   span              int64 [stage, num_stages, first_block, end_block]
+//   steps             int64 [] the worker's optimizer steps
+//   names             string  parameter names in flat order, '\n'-separated
+//   param_<i>         float32 parameter i
+//   exp_avg_<i>, exp_avg_sq_<i>, step_<i> (int64 []), max_exp_avg_sq_<i> (amsgrad only)
+//                     AdamW state of parameter i; zeros and step 0 where it has none yet
+// Keys are indices, not names, because archive keys are attribute names.
+
+namespace {
+
+constexpr const char* state_format = "swarm.stage_state.v1";
+
+std::string optimizer_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+std::string span_string(int64_t stage, int64_t num_stages, int64_t first, int64_t end) {
+  return "stage " + std::to_string(stage) + "/" + std::to_string(num_stages) + " (blocks [" + std::to_string(first) +
+         ", " + std::to_string(end) + "))";
+}
+
+std::string span_string(const stage_span& s) { return span_string(s.stage, s.num_stages, s.first_block, s.end_block); }
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v)
+    out += (out.empty() ? "" : "\n") + x;
+  return out;
+}
+
+/// c10::Error's what() carries a backtrace: keep its first line.
+std::string first_line(const char* what) {
+  std::string s{what};
+  return s.substr(0, s.find('\n'));
+}
+
+std::string shape_of(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d)
+    s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "] " + std::string{c10::toString(t.scalar_type())};
+}
+
+/// A state read from an archive and checked, not yet installed.
+struct parsed_state {
+  std::vector<int64_t> span;
+  int64_t steps = 0;
+  std::string names;
+  std::vector<torch::Tensor> params, exp_avg, exp_avg_sq, max_exp_avg_sq;
+  std::vector<int64_t> param_steps;
+};
+
+torch::Tensor read_tensor(torch::serialize::InputArchive& in, const std::string& key) {
+  torch::Tensor t;
+  in.read(key, t);
+  return t.detach().contiguous();
+}
+
+} // namespace
+
+std::string stage_worker::export_state() const {
+  const auto& m = *impl_;
+  torch::NoGradGuard no_grad;
+  torch::serialize::OutputArchive out;
+  const auto& s = m.span();
+  out.write("format", c10::IValue(std::string{state_format}));
+  out.write("span", torch::tensor(std::vector<int64_t>{s.stage, s.num_stages, s.first_block, s.end_block}));
+  out.write("steps", torch::tensor(m.steps));
+  out.write("names", c10::IValue(join(m.names)));
+  const auto& state = m.optimizer->state();
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const auto& p = m.params[i];
+    const auto idx = std::to_string(i);
+    out.write("param_" + idx, p.detach());
+    auto it = state.find(optimizer_key(p));
+    if (it == state.end()) {
+      out.write("exp_avg_" + idx, torch::zeros_like(p));
+      out.write("exp_avg_sq_" + idx, torch::zeros_like(p));
+      out.write("step_" + idx, torch::tensor(int64_t{0}));
+      continue;
+    }
+    const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    out.write("exp_avg_" + idx, st.exp_avg());
+    out.write("exp_avg_sq_" + idx, st.exp_avg_sq());
+    out.write("step_" + idx, torch::tensor(st.step()));
+    if (st.max_exp_avg_sq().defined())
+      out.write("max_exp_avg_sq_" + idx, st.max_exp_avg_sq());
+  }
+  std::ostringstream os;
+  out.save_to(os);
+  return os.str();
+}
+
+caf::error stage_worker::import_state(const std::string& bytes) {
+  auto& m = *impl_;
+  const std::string here = span_string(m.span());
+  parsed_state st;
+  // 1. Parse everything, touching nothing.
+  try {
+    torch::serialize::InputArchive in;
+    std::istringstream is(bytes);
+    in.load_from(is);
+    c10::IValue format, names;
+    if (!in.try_read("format", format) || !format.isString() || format.toStringRef() != state_format)
+      return make_error(errc::BAD_REQUEST, "state for " + here + " is not a " + state_format + " archive");
+    const auto span = read_tensor(in, "span").to(torch::kLong);
+    st.span.assign(span.data_ptr<int64_t>(), span.data_ptr<int64_t>() + span.numel());
+    st.steps = read_tensor(in, "steps").item<int64_t>();
+    in.read("names", names);
+    st.names = names.toStringRef();
+    if (st.span.size() != 4 || st.steps < 0)
+      return make_error(errc::BAD_REQUEST, "state for " + here + " has a malformed span or step count");
+    const std::string there = span_string(st.span[0], st.span[1], st.span[2], st.span[3]);
+    if (st.names != join(m.names))
+      return make_error(errc::WRONG_SHAPE, "state of " + there + " does not fit " + here +
+                                               ": its parameters are named differently (another stage or model)");
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      const auto idx = std::to_string(i);
+      st.params.push_back(read_tensor(in, "param_" + idx));
+      st.exp_avg.push_back(read_tensor(in, "exp_avg_" + idx));
+      st.exp_avg_sq.push_back(read_tensor(in, "exp_avg_sq_" + idx));
+      st.param_steps.push_back(read_tensor(in, "step_" + idx).item<int64_t>());
+      torch::Tensor max_sq;
+      if (in.try_read("max_exp_avg_sq_" + idx, max_sq))
+        max_sq = max_sq.detach().contiguous();
+      st.max_exp_avg_sq.push_back(max_sq);
+      const auto& p = m.params[i];
+      for (const auto* t : {&st.params[i], &st.exp_avg[i], &st.exp_avg_sq[i], &st.max_exp_avg_sq[i]}) {
+        if (t == &st.max_exp_avg_sq[i] && !t->defined())
+          continue;
+        if (!t->defined() || t->scalar_type() != torch::kFloat32 || t->sizes() != p.sizes())
+          return make_error(errc::WRONG_SHAPE, "state of " + there + " does not fit " + here + ": " + m.names[i] +
+                                                   " is " + (t->defined() ? shape_of(*t) : "missing") + " expected " +
+                                                   shape_of(p));
+        if (!all_finite(*t))
+          return make_error(errc::NON_FINITE, "state of " + there + ": " + m.names[i] + " holds NaN or Inf");
+      }
+      if (st.param_steps[i] < 0)
+        return make_error(errc::BAD_REQUEST, "state of " + there + ": negative AdamW step for " + m.names[i]);
+    }
+  } catch (const std::exception& e) {
+    return make_error(errc::BAD_REQUEST, "unreadable state for " + here + ": " + first_line(e.what()));
+  }
+  // 2. Install: copy_ keeps the parameters' TensorImpls, which key the optimizer state.
+  torch::NoGradGuard no_grad;
+  auto& state = m.optimizer->state();
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    m.params[i].copy_(st.params[i]);
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(st.param_steps[i]);
+    s->exp_avg(st.exp_avg[i]);
+    s->exp_avg_sq(st.exp_avg_sq[i]);
+    if (st.max_exp_avg_sq[i].defined())
+      s->max_exp_avg_sq(st.max_exp_avg_sq[i]);
+    state[optimizer_key(m.params[i])] = std::move(s);
+  }
+  m.steps = st.steps;
+  m.clear_param_grads();
+  m.clear_accumulator();
+  return caf::none;
 }
 
 const stage_span& stage_worker::span() const { return impl_->span(); }

@@ -7,11 +7,23 @@
 // microbatch's parameter gradients of its mean loss and counts its samples;
 // apply_step() divides the sum by the number of microbatches accumulated (the
 // gradient of the mean loss over the batch), clips, steps AdamW and zeroes.
+//
+// Stage-wide averaging splits that step in two: take_gradient() hands out this
+// server's mean gradient and empties the accumulator; the servers of the stage
+// average their vectors weighted by samples; each applies the same vector with
+// apply_gradient(). Same parameters + same optimizer state + same vector ->
+// bit-identical parameters afterwards (parameter_hash() checks it). A joining
+// server copies parameters and optimizer state with export_state()/import_state().
+//
+// Flat order: every flat vector here runs over the parameters in registration
+// order (stage_module::parameters(): tok_emb, pos_emb, block<i>..., ln_f, head),
+// each parameter row-major.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/expected.hpp>
 
@@ -28,6 +40,13 @@ struct commit_decision {
   caf::error reject;   ///< set: discard the gradients and fail the request with it
 };
 using commit_gate = std::function<commit_decision()>;
+
+/// One server's share of a stage-wide gradient average.
+struct local_gradient {
+  std::vector<float> values;  ///< mean gradient over `microbatches`, flat (see "Flat order")
+  int64_t samples = 0;        ///< samples behind it: the weight in the stage-wide average
+  int64_t microbatches = 0;   ///< microbatches behind it
+};
 
 class stage_worker {
 public:
@@ -53,7 +72,25 @@ public:
   /// Optimizer steps applied so far.
   [[nodiscard]] int64_t steps() const;
   /// One optimizer step on the accumulated gradients; no-op when nothing is accumulated.
+  /// Same as apply_gradient(take_gradient().values); gradients whose mean overflowed are dropped.
   void apply_step();
+
+  /// The mean of the accumulated gradients (all zeros, samples 0, when none) and
+  /// their counts; empties the accumulator so later microbatches count towards the next step.
+  [[nodiscard]] local_gradient take_gradient();
+  /// One optimizer step with `mean_grad` (flat, parameter_count() long): clip to
+  /// cfg.grad_clip, AdamW, ++steps. WRONG_SHAPE / NON_FINITE leave the parameters untouched.
+  /// Leaves the accumulator alone. Deterministic: equal state + equal vector -> equal result.
+  [[nodiscard]] caf::error apply_gradient(const std::vector<float>& mean_grad);
+
+  /// 64-bit FNV-1a over the float32 bytes of every parameter in flat order.
+  [[nodiscard]] uint64_t parameter_hash() const;
+  /// Parameters, AdamW state and step count of this stage as one byte string.
+  [[nodiscard]] std::string export_state() const;
+  /// Replaces parameters, AdamW state and step count with an export_state() of the
+  /// same stage and model, and empties the accumulator. BAD_REQUEST (unreadable) or
+  /// WRONG_SHAPE (another stage or model) leave the worker unchanged.
+  [[nodiscard]] caf::error import_state(const std::string& bytes);
 
   [[nodiscard]] const stage_span& span() const;
   /// Number of parameters (elements) of this stage.

@@ -12,9 +12,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <sstream>
 
 using namespace swarm;
 
@@ -92,6 +94,66 @@ torch::Tensor probe(stage_worker& w) {
 proto::tensor with_value(torch::Tensor t, int64_t index, double value) {
   t.view({-1})[index] = value;
   return encode_tensor(t);
+}
+
+/// One stage-0 microbatch of `b` samples through the stateless backward; `seed` picks the data.
+void feed(stage_worker& w, uint64_t seed, int64_t b = batch) {
+  REQUIRE(w.backward(bwd(0, tokens(b, len, seed), hidden(b, len, small_config().d_model, seed + 1000))));
+}
+
+errc code(const caf::error& err) { return err ? code_of(err) : errc::OK; }
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+/// The samples-weighted mean of two servers' gradients, as the stage all-reduce computes it.
+std::vector<float> weighted_mean(const local_gradient& a, const local_gradient& b) {
+  REQUIRE(a.values.size() == b.values.size());
+  const double total = static_cast<double>(a.samples + b.samples);
+  std::vector<float> out(a.values.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<float>((a.values[i] * static_cast<double>(a.samples) +
+                                 b.values[i] * static_cast<double>(b.samples)) / total);
+  return out;
+}
+
+/// `state` with its parameters but a fresh AdamW state: what a download that
+/// forgot the optimizer would install. Follows the key layout in stage_worker.cpp.
+std::string without_optimizer_state(const std::string& state) {
+  torch::serialize::InputArchive in;
+  std::istringstream is(state);
+  in.load_from(is);
+  torch::serialize::OutputArchive out;
+  for (const char* key : {"format", "names"}) {
+    c10::IValue v;
+    in.read(key, v);
+    out.write(key, v);
+  }
+  for (const char* key : {"span", "steps"}) {
+    torch::Tensor t;
+    in.read(key, t);
+    out.write(key, t);
+  }
+  const auto keys = in.keys();
+  const auto n = std::count_if(keys.begin(), keys.end(), [](const std::string& k) { return k.rfind("param_", 0) == 0; });
+  REQUIRE(n > 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto idx = std::to_string(i);
+    torch::Tensor p;
+    in.read("param_" + idx, p);
+    out.write("param_" + idx, p);
+    out.write("exp_avg_" + idx, torch::zeros_like(p));
+    out.write("exp_avg_sq_" + idx, torch::zeros_like(p));
+    out.write("step_" + idx, torch::tensor(int64_t{0}));
+  }
+  std::ostringstream os;
+  out.save_to(os);
+  return os.str();
 }
 
 } // namespace
@@ -285,4 +347,196 @@ TEST_CASE("impossible configurations are refused with a fix", "[worker]") {
   odd.n_heads = 3;
   REQUIRE(refuses(odd, 0, 2, "cpu"));
   REQUIRE(!refuses(cfg, 3, 4, "cpu"));
+}
+
+TEST_CASE("take_gradient hands out the mean over microbatches and empties the accumulator", "[worker]") {
+  const auto cfg = small_config();
+  stage_worker both(cfg, 0, 2, "cpu"), one_by_one(cfg, 0, 2, "cpu");
+  const auto n = static_cast<size_t>(both.parameter_count());
+  feed(both, 1);
+  feed(both, 2);
+  feed(one_by_one, 1);
+  const auto g1 = one_by_one.take_gradient();
+  feed(one_by_one, 2);
+  const auto g2 = one_by_one.take_gradient();
+  const auto g = both.take_gradient();
+
+  REQUIRE(g.values.size() == n);
+  REQUIRE(g.samples == 2 * batch);
+  REQUIRE(g.microbatches == 2);
+  REQUIRE(g1.samples == batch);
+  REQUIRE(g1.microbatches == 1);
+  std::vector<float> half_sum(n);
+  double largest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    half_sum[i] = (g1.values[i] + g2.values[i]) / 2.0f;
+    largest = std::max(largest, std::abs(static_cast<double>(g.values[i])));
+  }
+  const double diff = max_abs_diff(g.values, half_sum);
+  const double spread = max_abs_diff(g1.values, g2.values);
+  std::cout << "take_gradient: " << n << " values, max |g| " << largest << ", max |g - (g1 + g2) / 2| " << diff
+            << ", max |g1 - g2| " << spread << "\n";
+  REQUIRE(spread > 0);  // the two microbatches differ, so a sum or a single one would not pass
+  REQUIRE(diff <= 1e-6 * std::max(1.0, largest));
+
+  // Emptied: a second take is all zeros and later microbatches start the next step.
+  REQUIRE(both.accumulated_samples() == 0);
+  const auto empty = both.take_gradient();
+  REQUIRE(empty.values.size() == n);
+  REQUIRE(empty.samples == 0);
+  REQUIRE(empty.microbatches == 0);
+  REQUIRE(std::all_of(empty.values.begin(), empty.values.end(), [](float v) { return v == 0.0f; }));
+  feed(both, 3);
+  const auto next = both.take_gradient();
+  REQUIRE(next.samples == batch);
+  REQUIRE(next.microbatches == 1);
+  REQUIRE(both.steps() == 0);  // taking is not stepping
+}
+
+TEST_CASE("replicas that apply the same averaged gradient stay bit-identical", "[worker]") {
+  const auto cfg = small_config();  // grad_clip on: clipping must be deterministic too
+  stage_worker a(cfg, 0, 2, "cpu"), b(cfg, 0, 2, "cpu");
+  uint64_t previous = a.parameter_hash();
+  REQUIRE(b.parameter_hash() == previous);
+  for (uint64_t round = 0; round < 3; ++round) {
+    // Different data and different sample counts on the two replicas.
+    feed(a, 100 + 10 * round);
+    feed(a, 101 + 10 * round, 2);
+    feed(b, 105 + 10 * round);
+    const auto ga = a.take_gradient(), gb = b.take_gradient();
+    REQUIRE(ga.samples == batch + 2);
+    REQUIRE(gb.samples == batch);
+    const auto own_diff = max_abs_diff(ga.values, gb.values);
+    const auto avg = weighted_mean(ga, gb);
+    REQUIRE(code(a.apply_gradient(avg)) == errc::OK);
+    REQUIRE(code(b.apply_gradient(avg)) == errc::OK);
+    const auto ha = a.parameter_hash(), hb = b.parameter_hash();
+    std::cout << "round " << round << ": local gradients differ by up to " << own_diff << "; hashes " << std::hex << ha
+              << " " << hb << " (before " << previous << ")" << std::dec << "\n";
+    REQUIRE(own_diff > 0);
+    REQUIRE(ha == hb);
+    REQUIRE(ha != previous);
+    previous = ha;
+  }
+  REQUIRE(a.steps() == 3);
+  REQUIRE(b.steps() == 3);
+  REQUIRE(torch::equal(probe(a), probe(b)));
+}
+
+TEST_CASE("apply_gradient rejects a wrong length or non-finite values untouched", "[worker]") {
+  const auto cfg = small_config();
+  stage_worker w(cfg, 1, 2, "cpu");
+  const auto n = static_cast<size_t>(w.parameter_count());
+  const auto before = w.parameter_hash();
+  // A microbatch in the accumulator: rejected (and accepted) gradients leave it alone.
+  REQUIRE(w.forward(fwd(1, hidden(batch, len, cfg.d_model, 1), tokens(batch, len, 2))));
+
+  for (size_t size : {size_t{0}, n - 1, n + 1}) {
+    const auto err = w.apply_gradient(std::vector<float>(size, 0.01f));
+    std::cout << "length " << size << ": " << (err ? describe(err) : "OK") << "\n";
+    REQUIRE(code(err) == errc::WRONG_SHAPE);
+  }
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    std::vector<float> g(n, 0.01f);
+    g[n / 2] = bad;
+    const auto err = w.apply_gradient(g);
+    std::cout << "value " << bad << ": " << (err ? describe(err) : "OK") << "\n";
+    REQUIRE(code(err) == errc::NON_FINITE);
+  }
+  REQUIRE(w.parameter_hash() == before);
+  REQUIRE(w.steps() == 0);
+  REQUIRE(w.accumulated_samples() == batch);
+
+  REQUIRE(code(w.apply_gradient(std::vector<float>(n, 0.01f))) == errc::OK);
+  REQUIRE(w.steps() == 1);
+  REQUIRE(w.parameter_hash() != before);
+  REQUIRE(w.accumulated_samples() == batch);
+}
+
+TEST_CASE("a joining server imports parameters and optimizer state", "[worker]") {
+  const auto cfg = small_config();
+  stage_worker a(cfg, 0, 2, "cpu");
+  for (uint64_t step = 0; step < 3; ++step) {
+    feed(a, 200 + 2 * step);
+    feed(a, 201 + 2 * step);
+    a.apply_step();
+  }
+  REQUIRE(a.steps() == 3);
+  const auto state = a.export_state();
+  const double param_bytes = static_cast<double>(a.parameter_count()) * sizeof(float);
+  std::cout << "export_state: " << state.size() << " bytes for " << a.parameter_count() << " parameters = "
+            << state.size() / param_bytes << " x parameter bytes (params + exp_avg + exp_avg_sq = 3x = "
+            << 3 * param_bytes << " bytes)\n";
+  REQUIRE(state.size() >= 3 * param_bytes);
+  REQUIRE(state.size() < 3 * param_bytes + 64 * 1024);
+
+  stage_worker b(cfg, 0, 2, "cpu"), c(cfg, 0, 2, "cpu");
+  feed(b, 7);  // import drops whatever b had accumulated
+  REQUIRE(b.parameter_hash() != a.parameter_hash());
+  REQUIRE(code(b.import_state(state)) == errc::OK);
+  REQUIRE(b.parameter_hash() == a.parameter_hash());
+  REQUIRE(b.steps() == 3);
+  REQUIRE(b.accumulated_samples() == 0);
+  // c gets the parameters only: the check below must tell it apart.
+  REQUIRE(code(c.import_state(without_optimizer_state(state))) == errc::OK);
+  REQUIRE(c.parameter_hash() == a.parameter_hash());
+
+  for (uint64_t round = 0; round < 2; ++round) {
+    feed(a, 300 + round);
+    const auto g = a.take_gradient();
+    for (auto* w : {&a, &b, &c})
+      REQUIRE(code(w->apply_gradient(g.values)) == errc::OK);
+  }
+  const double c_drift = (probe(c) - probe(a)).abs().max().item<double>();
+  std::cout << "after 2 more steps: a " << std::hex << a.parameter_hash() << " b " << b.parameter_hash()
+            << " params-only c " << c.parameter_hash() << std::dec << ", max |c - a| on a probe " << c_drift << "\n";
+  REQUIRE(b.parameter_hash() == a.parameter_hash());
+  REQUIRE(torch::equal(probe(b), probe(a)));
+  REQUIRE(c.parameter_hash() != a.parameter_hash());
+  const bool same_state = b.export_state() == a.export_state();  // bool: Catch would print the bytes
+  REQUIRE(same_state);
+}
+
+TEST_CASE("import_state refuses garbage and other stages' states untouched", "[worker]") {
+  const auto cfg = small_config();
+  stage_worker w(cfg, 0, 2, "cpu");
+  feed(w, 1);
+  w.apply_step();
+  const auto before = w.parameter_hash();
+  const auto good = w.export_state();
+  auto wider = cfg;
+  wider.d_model = 64;
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"empty", ""},
+      {"garbage", "this is not a torch archive"},
+      {"truncated", good.substr(0, good.size() / 2)},
+      {"params only, no format", [] {
+         torch::serialize::OutputArchive out;
+         out.write("param_0", torch::zeros({3}));
+         std::ostringstream os;
+         out.save_to(os);
+         return os.str();
+       }()},
+  };
+  for (const auto& [what, bytes] : bad) {
+    const auto err = w.import_state(bytes);
+    std::cout << what << ": " << (err ? describe(err) : "OK") << "\n";
+    REQUIRE(code(err) == errc::BAD_REQUEST);
+  }
+  const std::vector<std::pair<std::string, std::string>> foreign = {
+      {"last stage", stage_worker(cfg, 1, 2, "cpu").export_state()},
+      {"stage 0 of 4", stage_worker(cfg, 0, 4, "cpu").export_state()},
+      {"d_model 64", stage_worker(wider, 0, 2, "cpu").export_state()},
+  };
+  for (const auto& [what, bytes] : foreign) {
+    const auto err = w.import_state(bytes);
+    std::cout << what << ": " << (err ? describe(err) : "OK") << "\n";
+    REQUIRE(code(err) == errc::WRONG_SHAPE);
+  }
+  REQUIRE(w.parameter_hash() == before);
+  REQUIRE(w.steps() == 1);
+  const bool same_state = w.export_state() == good;  // optimizer state untouched too
+  REQUIRE(same_state);
 }
