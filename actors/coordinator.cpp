@@ -100,6 +100,16 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
         return on_register(self, bytes, server);
       },
       [self](subscribe_atom, const std::string& bytes) { return on_subscribe(self, bytes); },
+      [self](peers_atom, const std::string& bytes) -> caf::result<std::string> {
+        auto sub = decode<proto::subscribe>(bytes, "subscribe");
+        if (!sub)
+          return sub.error();
+        proto::server_list list;
+        for (const auto& [addr, reg] : self->state.servers)
+          if (reg.stage() == sub->stage())
+            *list.add_servers() = membership_of(reg, proto::membership_update::JOIN);
+        return encode(list);
+      },
   };
 }
 

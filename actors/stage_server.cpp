@@ -156,6 +156,28 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
                                                  return self->state.worker->backward(r, g);
                                                });
       },
+      [self](state_atom, uint64_t transfer_id, std::string tail) -> reply_t {
+        auto& st = self->state;
+        auto payload = st.chunks.finish(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id,
+                                        std::move(tail));
+        auto req = payload ? decode<proto::state_request>(*payload, "state_request")
+                           : caf::expected<proto::state_request>{payload.error()};
+        if (!req)
+          return reject(self, "state_request", req.error());
+        if (static_cast<int>(req->stage()) != st.worker->span().stage)
+          return reject(self, "state_request",
+                        make_error(errc::UNKNOWN_STAGE, "state of stage " + std::to_string(req->stage()) +
+                                                            " asked of a server of stage " +
+                                                            std::to_string(st.worker->span().stage)));
+        proto::state_reply rep;
+        rep.set_stage(req->stage());
+        rep.set_step(static_cast<uint64_t>(st.worker->steps()));
+        rep.set_parameter_hash(st.worker->parameter_hash());
+        rep.set_state(st.worker->export_state());
+        get_logger("stage_server")->info("stage {}: sent state at step {} ({} bytes) to {}", req->stage(), rep.step(),
+                                         rep.state().size(), req->server_id());
+        return send_reply(self, encode(rep));
+      },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (self->state.chunk_senders.insert(from).second)

@@ -17,6 +17,7 @@
 #include "actors/stage_server.hpp"
 #include "actors/trainer.hpp"
 #include "apps/roles.hpp"
+#include "messages/chunks.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm {
@@ -109,6 +110,78 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
   }
 }
 
+/// Asks `peer` for its state and imports it; the error when that fails.
+caf::error download_from(caf::actor_system& sys, const proto::membership_update& peer, const app_config& cfg,
+                         const std::string& server_id, stage_worker& worker, metrics_sink& metrics) {
+  auto handle = sys.middleman().remote_actor<stage_actor>(peer.host(), static_cast<uint16_t>(peer.port()));
+  if (!handle)
+    return handle.error();
+  const auto started = std::chrono::steady_clock::now();
+  proto::state_request req;
+  req.set_stage(static_cast<uint32_t>(cfg.server.stage));
+  req.set_server_id(server_id);
+  caf::scoped_actor self{sys};
+  caf::expected<std::string> whole{caf::error{}};
+  self->request(*handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
+      .receive(
+          [&](uint64_t transfer_id, std::string& tail) {
+            // A chunked reply's leading pieces came first and wait in the mailbox.
+            chunk_assembler chunks;
+            self->receive_while([&] { return self->mailbox().size() > 0; })(
+                [&](chunk_atom, uint64_t id, const std::string& piece) { chunks.add(handle->address(), id, piece); });
+            whole = chunks.finish(handle->address(), transfer_id, std::move(tail));
+          },
+          [&](caf::error& err) { whole = std::move(err); });
+  if (!whole)
+    return whole.error();
+  auto rep = decode<proto::state_reply>(*whole, "state_reply");
+  if (!rep)
+    return rep.error();
+  if (auto err = worker.import_state(rep->state()))
+    return err;
+  if (worker.parameter_hash() != rep->parameter_hash())
+    return make_error(errc::INTERNAL, "imported parameters hash differently from the peer's");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  get_logger("stage_server")->info("downloaded stage {} state at step {} from {} ({} bytes, {:.2f} s)",
+                                   cfg.server.stage, rep->step(), peer.server_id(), rep->state().size(), secs);
+  metrics.emit("state_download", {{"stage", int64_t{cfg.server.stage}},
+                                  {"server", server_id},
+                                  {"from", peer.server_id()},
+                                  {"step", static_cast<int64_t>(rep->step())},
+                                  {"bytes", static_cast<int64_t>(rep->state().size())},
+                                  {"seconds", secs},
+                                  {"hash", std::to_string(rep->parameter_hash())}});
+  return caf::none;
+}
+
+/// A joining (new or restarted) server copies parameters and optimizer state
+/// from the first live peer of its stage that delivers them; with no peer it
+/// keeps its initial parameters (it is the stage's first server).
+void download_state(caf::actor_system& sys, const coordinator_actor& coord, const app_config& cfg,
+                    const std::string& server_id, stage_worker& worker, metrics_sink& metrics) {
+  auto log = get_logger("stage_server");
+  proto::subscribe query;
+  query.set_stage(static_cast<uint32_t>(cfg.server.stage));
+  query.set_config_hash(cfg.model.hash());
+  caf::expected<proto::server_list> peers{caf::error{}};
+  caf::scoped_actor self{sys};
+  self->request(coord, std::chrono::seconds(10), peers_atom::value, encode(query))
+      .receive([&](const std::string& bytes) { peers = decode<proto::server_list>(bytes, "server_list"); },
+               [&](caf::error& err) { peers = std::move(err); });
+  if (!peers) {
+    log->warn("cannot list the peers of stage {} ({}); starting from initial parameters", cfg.server.stage,
+              describe(peers.error()));
+    return;
+  }
+  for (const auto& peer : peers->servers()) {
+    auto err = download_from(sys, peer, cfg, server_id, worker, metrics);
+    if (!err)
+      return;
+    log->warn("state download from {} failed: {}; trying the next peer", peer.server_id(), describe(err));
+  }
+  log->info("no live peer of stage {} delivered state; starting from initial parameters", cfg.server.stage);
+}
+
 } // namespace
 
 int run_coordinator(const app_config& cfg) {
@@ -152,6 +225,14 @@ int run_server(const app_config& cfg) {
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
+  auto coord = connect_coordinator(sys, cfg.server.coordinator);
+  if (!coord) {
+    std::cerr << "swarm: server cannot reach coordinator " << cfg.server.coordinator << ": "
+              << sys.render(coord.error()) << "\n";
+    return 1;
+  }
+  // Before serving anything: start where the stage is, not from scratch.
+  download_state(sys, *coord, cfg, server_id, *worker, *metrics);
   stage_server_config scfg{server_id, cfg.server.batch_size, cfg.net.chunk_bytes, cfg.server.slowdown};
   if (cfg.server.fault != "none")
     scfg.fault = cfg.server.fault == "hang-forward" ? stage_server_config::fault_kind::hang_forward
@@ -163,13 +244,6 @@ int run_server(const app_config& cfg) {
   auto port = sys.middleman().publish(server, static_cast<uint16_t>(cfg.server.port));
   if (!port) {
     std::cerr << "swarm: server cannot listen on port " << cfg.server.port << ": " << sys.render(port.error()) << "\n";
-    stop_server();
-    return 1;
-  }
-  auto coord = connect_coordinator(sys, cfg.server.coordinator);
-  if (!coord) {
-    std::cerr << "swarm: server cannot reach coordinator " << cfg.server.coordinator << ": "
-              << sys.render(coord.error()) << "\n";
     stop_server();
     return 1;
   }
@@ -217,7 +291,8 @@ int run_server(const app_config& cfg) {
                                 {"committed_samples", counters->committed_samples},
                                 {"duplicates", counters->duplicates},
                                 {"late", counters->late},
-                                {"steps", worker->steps()}});
+                                {"steps", worker->steps()},
+                                {"hash", std::to_string(worker->parameter_hash())}});
   return exit_code_of(reason);
 }
 

@@ -25,20 +25,26 @@ using register_atom = caf::atom_constant<caf::atom("register")>;
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
 using membership_atom = caf::atom_constant<caf::atom("member")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using state_atom = caf::atom_constant<caf::atom("state")>;
+using peers_atom = caf::atom_constant<caf::atom("peers")>;
 
 /// A stage server. Requests carry (transfer_id, last bytes of a proto payload):
-/// forward: forward_request -> forward_reply; backward: backward_request -> backward_reply.
+/// forward: forward_request -> forward_reply; backward: backward_request -> backward_reply;
+/// state: state_request -> state_reply (a joining peer downloads the stage's state).
 using stage_actor = caf::typed_actor<
     caf::replies_to<forward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
+    caf::replies_to<state_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::reacts_to<chunk_atom, uint64_t, std::string>>;
 
 /// The membership registry. register: (register_server, the server's handle)
-/// -> register_reply, and the server is monitored from then on; subscribe: subscribe -> empty string, then
+/// -> register_reply, and the server is monitored from then on; peers:
+/// subscribe (only the stage is read) -> server_list of that stage now; subscribe: subscribe -> empty string, then
 /// (membership_atom, membership_update) messages to the sender for every server
 /// of that stage, present and future.
 using coordinator_actor = caf::typed_actor<
     caf::replies_to<register_atom, std::string, stage_actor>::with<std::string>,
-    caf::replies_to<subscribe_atom, std::string>::with<std::string>>;
+    caf::replies_to<subscribe_atom, std::string>::with<std::string>,
+    caf::replies_to<peers_atom, std::string>::with<std::string>>;
 
 } // namespace swarm

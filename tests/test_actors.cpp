@@ -57,6 +57,9 @@ stage_actor::behavior_type silent_server(stage_actor::pointer self) {
       [self](backward_atom, uint64_t, std::string&) -> caf::result<uint64_t, std::string> {
         return self->make_response_promise<uint64_t, std::string>();
       },
+      [self](state_atom, uint64_t, std::string&) -> caf::result<uint64_t, std::string> {
+        return self->make_response_promise<uint64_t, std::string>();
+      },
       [](chunk_atom, uint64_t, std::string&) {},
   };
 }

@@ -197,3 +197,34 @@ TEST_CASE("a stage with servers at slowdown 1 and 3 splits work about 3:1", "[fa
   CHECK(ratio < 4.5);
   std::remove(metrics.c_str());
 }
+
+TEST_CASE("a joining server starts from its stage's state, not from scratch", "[faults]") {
+  manual_swarm swarm({});
+  REQUIRE_FALSE(swarm.address.empty());
+  swarm.server(0);
+  swarm.server(1);
+  REQUIRE(wait_exit(swarm.trainer({"--max-steps", "40"}), 120) == 0);
+  // The stage is idle now, so its state stands still while the joiner copies it.
+  swarm.server(0);  // the joiner
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [](const auto& lines) {
+        return std::count_if(lines.begin(), lines.end(), [](const auto& l) { return is_event(l, "state_download"); }) >= 1;
+      },
+      60));
+  swarm.shutdown();  // stops the servers, each reporting its parameter hash
+
+  const auto downloads = events(swarm.metrics, "state_download");
+  REQUIRE(downloads.size() == 1);
+  std::printf("state download: %.0f bytes in %.3f s at step %.0f\n", number(downloads[0], "bytes"),
+              number(downloads[0], "seconds"), number(downloads[0], "step"));
+  CHECK(number(downloads[0], "step") > 0);  // the peer had trained: not the initial state
+  std::map<std::string, std::string> hash_at_exit;
+  for (const auto& l : events(swarm.metrics, "server_exit"))
+    if (number(l, "stage") == 0)
+      hash_at_exit[text(l, "server")] = text(l, "hash");
+  REQUIRE(hash_at_exit.size() == 2);
+  const auto peer = text(downloads[0], "from");
+  const auto me = text(downloads[0], "server");
+  CHECK(hash_at_exit.at(peer) == text(downloads[0], "hash"));
+  CHECK(hash_at_exit.at(me) == hash_at_exit.at(peer));
+}
