@@ -15,10 +15,6 @@ using self_ptr = caf::stateful_actor<load_balancer_state>*;
 using request = load_balancer_state::request;
 using clock_type = load_balancer_state::clock;
 
-caf::timespan seconds(double s) {
-  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
-}
-
 /// The router's clock: steady seconds (passed in, never read inside the policy).
 double now_s() {
   return std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();

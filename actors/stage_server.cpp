@@ -60,6 +60,12 @@ void slow_down(self_ptr self, clock_type::time_point started, bool& done) {
   std::this_thread::sleep_for((clock_type::now() - started) * (self->state.cfg.slowdown - 1.0));
 }
 
+/// Whether `req`'s commit deadline (0 = none) has passed.
+template <class Req>
+bool past_deadline(const Req& req) {
+  return req.commit_deadline() > 0 && unix_now() > req.commit_deadline();
+}
+
 /// Test hook: hang while holding the request (see stage_server_config::fault).
 void maybe_hang(self_ptr self, bool forward) {
   auto& st = self->state;
@@ -80,7 +86,7 @@ void maybe_hang(self_ptr self, bool forward) {
 template <class Req>
 commit_decision decide_commit(self_ptr self, const Req& req, const char* direction, int64_t samples) {
   auto& st = self->state;
-  if (req.commit_deadline() > 0 && unix_now() > req.commit_deadline()) {
+  if (past_deadline(req)) {
     ++st.counters->late;
     return {false, make_error(errc::TIMEOUT, "finished after the commit deadline; gradients discarded")};
   }
@@ -108,7 +114,7 @@ reply_t handle(self_ptr self, const char* op, uint64_t transfer_id, std::string 
   auto req = decode<Req>(*payload, op);
   if (!req)
     return reject(self, op, req.error());
-  if (req->commit_deadline() > 0 && unix_now() > req->commit_deadline()) {
+  if (past_deadline(*req)) {
     // It waited in the mailbox past its deadline: the caller has moved on.
     ++st.counters->late;
     return reject(self, op, make_error(errc::TIMEOUT, "arrived after its commit deadline; not computed"));

@@ -13,10 +13,6 @@ namespace {
 using self_ptr = caf::stateful_actor<trainer_state>*;
 using clock = trainer_state::clock;
 
-caf::timespan seconds(double s) {
-  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
-}
-
 int last_stage(self_ptr self) {
   return self->state.cfg.num_stages - 1;
 }

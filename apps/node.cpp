@@ -32,10 +32,6 @@ void install_signal_handlers() {
 
 namespace {
 
-caf::timespan seconds(double s) {
-  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
-}
-
 /// CAF settings every node shares. Heartbeats and the connection timeout are what
 /// detect a hung (SIGSTOPped) peer; without them its connection never drops.
 void configure(caf::actor_system_config& sys_cfg, const app_config& cfg) {
@@ -98,12 +94,17 @@ int exit_code_of(const caf::error& reason) {
   return !reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal ? 0 : 1;
 }
 
-/// Connects to the coordinator, retrying while it is still starting up.
-caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, const std::string& address) {
+/// Connects to the coordinator, retrying while it is still starting up; says
+/// on stderr why `who` could not reach it.
+caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, const std::string& address,
+                                                     const char* who) {
   const auto hp = split_host_port(address);  // validated by parse_config
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
     auto handle = sys.middleman().remote_actor<coordinator_actor>(hp->first, hp->second);
+    if (!handle && (std::chrono::steady_clock::now() > deadline || stop_requested))
+      std::cerr << "swarm: " << who << " cannot reach coordinator " << address << ": " << sys.render(handle.error())
+                << "\n";
     if (handle || std::chrono::steady_clock::now() > deadline || stop_requested)
       return handle;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -225,12 +226,9 @@ int run_server(const app_config& cfg) {
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
-  auto coord = connect_coordinator(sys, cfg.server.coordinator);
-  if (!coord) {
-    std::cerr << "swarm: server cannot reach coordinator " << cfg.server.coordinator << ": "
-              << sys.render(coord.error()) << "\n";
+  auto coord = connect_coordinator(sys, cfg.server.coordinator, "server");
+  if (!coord)
     return 1;
-  }
   // Before serving anything: start where the stage is, not from scratch.
   download_state(sys, *coord, cfg, server_id, *worker, *metrics);
   stage_server_config scfg{server_id, cfg.server.batch_size, cfg.net.chunk_bytes, cfg.server.slowdown};
@@ -274,7 +272,7 @@ int run_server(const app_config& cfg) {
     }
     log->warn("lost the coordinator; registering again");
     for (;;) {
-      coord = connect_coordinator(sys, cfg.server.coordinator);
+      coord = connect_coordinator(sys, cfg.server.coordinator, "server");
       if (stop_requested || (coord && !register_with(sys, *coord, reg, server)))
         break;
     }
@@ -304,12 +302,9 @@ int run_trainer(const app_config& cfg) {
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
-  auto coord = connect_coordinator(sys, cfg.trainer.coordinator);
-  if (!coord) {
-    std::cerr << "swarm: trainer cannot reach coordinator " << cfg.trainer.coordinator << ": "
-              << sys.render(coord.error()) << "\n";
+  auto coord = connect_coordinator(sys, cfg.trainer.coordinator, "trainer");
+  if (!coord)
     return 1;
-  }
   std::vector<caf::actor> balancers;
   for (int s = 0; s < cfg.stages; ++s) {
     const auto& t = cfg.trainer;

@@ -9,14 +9,21 @@
 // carries the same transfer_id and the last piece. transfer_id 0 = all inline.
 // CAF keeps messages between two actors in order, which the reassembly relies on.
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
 #include <caf/atom.hpp>
 #include <caf/replies_to.hpp>
+#include <caf/timespan.hpp>
 #include <caf/typed_actor.hpp>
 
 namespace swarm {
+
+/// Seconds from config (a double) as the timespan CAF deadlines take.
+[[nodiscard]] inline caf::timespan seconds(double s) {
+  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
+}
 
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
 using backward_atom = caf::atom_constant<caf::atom("backward")>;
