@@ -33,6 +33,7 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
     return make_error(errc::BAD_REQUEST, "register_server without a server handle");
   self->monitor(server);
   self->state.servers[server.address()] = *reg;
+  self->send(self->state.averaging, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
   log->info("stage {}: server {} joined at {}:{}", reg->stage(), reg->server_id(), reg->host(), reg->port());
   self->state.metrics->emit("server_join", {{"stage", int64_t{reg->stage()}},
                                             {"server", reg->server_id()},
@@ -94,12 +95,15 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
                                              std::shared_ptr<metrics_sink> metrics) {
   self->state.cfg = cfg;
   self->state.metrics = std::move(metrics);
+  cfg.averaging.num_stages = cfg.num_stages;
+  self->state.averaging = self->spawn<caf::linked>(averager, cfg.averaging, self->state.metrics);
   self->set_down_handler([self](caf::down_msg& msg) { on_down(self, msg); });
   return {
       [self](register_atom, const std::string& bytes, const stage_actor& server) {
         return on_register(self, bytes, server);
       },
       [self](subscribe_atom, const std::string& bytes) { return on_subscribe(self, bytes); },
+      [self](averager_atom) { return self->state.averaging; },
       [self](peers_atom, const std::string& bytes) -> caf::result<std::string> {
         auto sub = decode<proto::subscribe>(bytes, "subscribe");
         if (!sub)

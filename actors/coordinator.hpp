@@ -7,7 +7,8 @@
 // trainers' load balancers subscribe to a stage and receive a JOIN for every
 // server of it, present and future, and a DOWN when the coordinator sees one go.
 // Load balancers monitor their servers themselves too, so a DOWN from here is
-// a second opinion, not the only signal.
+// a second opinion, not the only signal. Every registration is passed on to the
+// averaging coordinator (actors/averager.hpp), whose handle servers ask for.
 
 #include <cstdint>
 #include <map>
@@ -18,6 +19,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_addr.hpp>
 
+#include "actors/averager.hpp"
 #include "actors/metrics.hpp"
 #include "messages/protocol.hpp"
 #include "swarm.pb.h"
@@ -27,6 +29,7 @@ namespace swarm {
 struct coordinator_settings {
   int num_stages = 2;        ///< stages of the swarm's model
   uint64_t config_hash = 0;  ///< model_config::hash() every peer must match
+  averager_settings averaging;  ///< the averaging coordinator it spawns (num_stages is copied in)
 };
 
 struct coordinator_state {
@@ -35,6 +38,7 @@ struct coordinator_state {
   std::shared_ptr<metrics_sink> metrics;
   std::map<caf::actor_addr, proto::register_server> servers;       ///< live servers by actor
   std::map<caf::actor_addr, std::pair<caf::actor, uint32_t>> subscribers;  ///< load balancer -> stage
+  averager_actor averaging;  ///< spawned and linked: it lives and dies with this actor
 };
 
 [[nodiscard]] coordinator_actor::behavior_type coordinator(coordinator_actor::stateful_pointer<coordinator_state> self,

@@ -299,6 +299,20 @@ void on_tick(self_ptr self) {
   flush_waiting(self);
 }
 
+/// Asks `coordinator` for the stage's servers, now and as they come and go.
+void subscribe(self_ptr self, const coordinator_actor& coordinator) {
+  proto::subscribe sub;
+  sub.set_stage(static_cast<uint32_t>(self->state.cfg.stage));
+  sub.set_config_hash(self->state.cfg.config_hash);
+  self->request(coordinator, std::chrono::seconds(30), subscribe_atom::value, encode(sub))
+      .then([](const std::string&) {},
+            [self](caf::error& err) {
+              get_logger("load_balancer")->error("stage {}: subscription refused: {}", self->state.cfg.stage,
+                                                 describe(err));
+              self->quit(err);
+            });
+}
+
 } // namespace
 
 caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator_actor coordinator,
@@ -316,16 +330,7 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
         return;
       }
   });
-  proto::subscribe sub;
-  sub.set_stage(static_cast<uint32_t>(st.cfg.stage));
-  sub.set_config_hash(st.cfg.config_hash);
-  self->request(coordinator, std::chrono::seconds(30), subscribe_atom::value, encode(sub))
-      .then([](const std::string&) {},
-            [self](caf::error& err) {
-              get_logger("load_balancer")->error("stage {}: subscription refused: {}", self->state.cfg.stage,
-                                                 describe(err));
-              self->quit(err);
-            });
+  subscribe(self, coordinator);
   self->send(self, tick_atom::value);
   auto enqueue = [self](bool forward, std::string& payload, int64_t samples, std::string preferred) {
     auto promise = self->make_response_promise();
@@ -344,6 +349,9 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
         return enqueue(false, payload, samples, std::move(preferred));
       },
       [self](membership_atom, const std::string& bytes) { on_membership(self, bytes); },
+      // A restarted coordinator: the servers it knows arrive as JOINs again;
+      // those still connected here are kept as they are.
+      [self](subscribe_atom, const coordinator_actor& coordinator) { subscribe(self, coordinator); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id, piece);
       },

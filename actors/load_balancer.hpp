@@ -25,6 +25,7 @@
 // Protocol with the trainer (same process), replies (bytes, server id, attempts):
 //   (forward_atom, request bytes, samples)
 //   (backward_atom, request bytes, samples, preferred server id)
+// From the trainer node after a coordinator restart: (subscribe_atom, new coordinator).
 
 #include <chrono>
 #include <cstdint>

@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 
 #include "actors/log.hpp"
+#include "actors/stage_server_averaging.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm {
@@ -22,21 +23,6 @@ namespace {
 using self_ptr = stage_actor::stateful_pointer<stage_server_state>;
 using reply_t = caf::result<uint64_t, std::string>;
 using clock_type = std::chrono::steady_clock;
-
-/// Steps the optimizer once enough samples are accumulated.
-void maybe_step(self_ptr self) {
-  auto& st = self->state;
-  if (st.worker->accumulated_samples() < st.cfg.batch_size)
-    return;
-  const int64_t samples = st.worker->accumulated_samples();
-  st.worker->apply_step();
-  get_logger("stage_server")->debug("stage {}: step {} over {} samples", st.worker->span().stage,
-                                    st.worker->steps(), samples);
-  st.metrics->emit("server_step", {{"stage", int64_t{st.worker->span().stage}},
-                                   {"server", st.cfg.server_id},
-                                   {"step", st.worker->steps()},
-                                   {"samples", samples}});
-}
 
 /// Sends the leading chunks of `payload` to the requester and returns the tail.
 reply_t send_reply(self_ptr self, std::string payload) {
@@ -132,7 +118,7 @@ reply_t handle(self_ptr self, const char* op, uint64_t transfer_id, std::string 
   if (!rep)
     return reject(self, op, rep.error());
   ++st.counters->served;
-  maybe_step(self);
+  averaging::report_progress(self, false);
   return send_reply(self, encode(*rep));
 }
 
@@ -145,10 +131,13 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   self->state.worker = std::move(worker);
   self->state.metrics = std::move(metrics);
   self->state.counters = std::move(counters);
+  self->state.hash = self->state.worker->parameter_hash();
   // A trainer that dies mid-transfer leaves partial payloads; drop them with it.
+  // A peer that dies mid-round is out of the round.
   self->set_down_handler([self](caf::down_msg& msg) {
     self->state.chunks.forget(msg.source);
     self->state.chunk_senders.erase(msg.source);
+    averaging::on_member_down(self, msg.source);
   });
   return {
       [self](forward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
@@ -184,6 +173,19 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
                                          rep.state().size(), req->server_id());
         return send_reply(self, encode(rep));
       },
+      [self](averager_atom, averager_actor& handle) {
+        self->state.averaging = std::move(handle);
+        averaging::report_progress(self, true);
+      },
+      [self](round_atom, const std::string& bytes, const std::vector<caf::actor>& members) {
+        averaging::on_round_begin(self, bytes, members);
+      },
+      [self](piece_atom, const std::string& bytes) { averaging::on_piece(self, bytes); },
+      [self](exclude_atom, const std::string& bytes) { averaging::on_exclude(self, bytes); },
+      [self](reload_atom, const std::string& bytes, const caf::actor& peer) {
+        averaging::on_reload(self, bytes, peer);
+      },
+      [self](deadline_atom, uint64_t round) { averaging::on_deadline(self, round); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (self->state.chunk_senders.insert(from).second)

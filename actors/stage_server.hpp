@@ -6,9 +6,14 @@
 // serving: forward and backward requests run on the stage_worker one at a time
 // (the actor is spawned detached, so its compute blocks only its own thread).
 // Each request is decoded and validated at the boundary; a bad one gets an error
-// reply and a log line and leaves the parameters untouched. Once batch_size
-// samples of gradients are accumulated the server applies an optimizer step
-// (stage-wide averaging replaces this local step in a later issue).
+// reply and a log line and leaves the parameters untouched.
+//
+// Steps are stage-wide (actors/stage_server_averaging.hpp): the server reports its
+// accumulated samples to the averaging coordinator, which starts a round among
+// the stage's servers; the round all-reduces the gradients server to server and
+// every member applies the same optimizer step. Microbatches that arrive while
+// a round runs are computed on the parameters before the step and count towards
+// the next one (staleness: at most one step, see README).
 //
 // Exactly once: gradients of a microbatch (key: trainer, microbatch, direction)
 // are added at most once per server: a request already past its commit deadline
@@ -19,14 +24,18 @@
 // request deadline, so a server that commits in time has that grace for its
 // reply to arrive before anyone retries.
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_set>
 
 #include "actors/metrics.hpp"
+#include "actors/policy/butterfly.hpp"
 #include "config/config.hpp"
 #include "messages/chunks.hpp"
 #include "messages/protocol.hpp"
@@ -42,7 +51,8 @@ struct stage_server_config {
   double slowdown = 1.0;          ///< emulate a device this many times slower (sleep (F-1) x compute)
   /// Test hook: the fault_after-th request of this kind hangs forever, holding it,
   /// after a `fault` metrics event, so a test can kill -9 a server mid-request.
-  enum class fault_kind { none, hang_forward, hang_backward } fault = fault_kind::none;
+  /// hang_round: hang in the fault_after-th averaging round, after sending its parts.
+  enum class fault_kind { none, hang_forward, hang_backward, hang_round } fault = fault_kind::none;
   int64_t fault_after = 1;
 };
 
@@ -53,6 +63,21 @@ struct stage_server_counters {
   int64_t committed_samples = 0;  ///< samples whose gradients were added
   int64_t duplicates = 0;         ///< repeats answered without adding again
   int64_t late = 0;               ///< requests refused or discarded after their commit deadline
+  int64_t rounds = 0;             ///< averaging rounds applied
+  int64_t rounds_failed = 0;      ///< rounds given up (deadline, excluded, or a step behind)
+  int64_t dropped_samples = 0;    ///< samples of gradients lost with failed rounds or reloads
+};
+
+/// This server's part in the averaging round now running or last run.
+struct server_round {
+  uint64_t id = 0;
+  uint64_t step = 0;                      ///< the step the round starts from
+  std::vector<stage_actor> members;       ///< rank order
+  std::vector<std::string> ids;           ///< rank order
+  std::unique_ptr<policy::butterfly_round> exchange;
+  std::chrono::steady_clock::time_point started;
+  int64_t samples = 0;                    ///< samples of the gradient handed in
+  bool finished = false;                  ///< applied or given up; kept to help others repair
 };
 
 struct stage_server_state {
@@ -70,6 +95,14 @@ struct stage_server_state {
   int64_t forwards_seen = 0, backwards_seen = 0;  ///< for the fault hook
   std::unordered_set<std::string> committed;
   std::deque<std::string> committed_order;
+  // Averaging:
+  averager_actor averaging;                ///< set by the node after registering; again after a coordinator restart
+  uint64_t hash = 0;                       ///< parameter hash, cached: it changes only with a step or a reload
+  int64_t reported_samples = -1;           ///< accumulated samples in the last progress report
+  std::optional<server_round> round;
+  std::map<uint64_t, std::vector<std::pair<caf::actor_addr, std::string>>> early_pieces;  ///< for rounds not begun here yet
+  int64_t rounds_seen = 0;                 ///< for the fault hook
+  bool reloading = false;
 };
 
 [[nodiscard]] stage_actor::behavior_type stage_server(stage_actor::stateful_pointer<stage_server_state> self,

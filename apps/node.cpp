@@ -37,6 +37,7 @@ namespace {
 void configure(caf::actor_system_config& sys_cfg, const app_config& cfg) {
   sys_cfg.load<caf::io::middleman>();
   sys_cfg.add_message_type<stage_actor>("stage_actor");
+  sys_cfg.add_message_type<averager_actor>("averager_actor");
   register_error_category(sys_cfg);
   sys_cfg.set("middleman.heartbeat-interval", seconds(cfg.net.heartbeat_s));
   sys_cfg.set("middleman.connection-timeout", seconds(cfg.net.connection_timeout_s));
@@ -80,13 +81,19 @@ caf::error wait_for(caf::actor_system& sys, const Handle& whom) {
   return wait_for(sys, whom, caf::actor{}).reason;
 }
 
-/// Registers `server` with the coordinator; the refusal, if any.
+/// Registers `server` with the coordinator and hands it the averaging
+/// coordinator's handle; the refusal, if any.
 caf::error register_with(caf::actor_system& sys, const coordinator_actor& coord, const proto::register_server& reg,
                          const stage_actor& server) {
   caf::error refused;
   caf::scoped_actor self{sys};
   self->request(coord, std::chrono::seconds(30), register_atom::value, encode(reg), server)
       .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
+  if (refused)
+    return refused;
+  self->request(coord, std::chrono::seconds(30), averager_atom::value)
+      .receive([&](averager_actor& averaging) { self->send(server, averager_atom::value, std::move(averaging)); },
+               [&](caf::error& err) { refused = std::move(err); });
   return refused;
 }
 
@@ -192,7 +199,11 @@ int run_coordinator(const app_config& cfg) {
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
-  auto coord = sys.spawn(coordinator, coordinator_settings{cfg.stages, cfg.model.hash()}, metrics);
+  coordinator_settings settings{cfg.stages, cfg.model.hash(), {}};
+  settings.averaging.target_batch_size = cfg.server.batch_size;
+  settings.averaging.timeout_s = cfg.coordinator.averaging_timeout_s;
+  settings.averaging.piece_elements = std::max<int64_t>(1, cfg.net.chunk_bytes / 4);
+  auto coord = sys.spawn(coordinator, settings, metrics);
   auto port = sys.middleman().publish(coord, static_cast<uint16_t>(cfg.coordinator.port));
   if (!port) {
     std::cerr << "swarm: coordinator cannot listen on port " << cfg.coordinator.port << ": " << sys.render(port.error())
@@ -232,9 +243,12 @@ int run_server(const app_config& cfg) {
   // Before serving anything: start where the stage is, not from scratch.
   download_state(sys, *coord, cfg, server_id, *worker, *metrics);
   stage_server_config scfg{server_id, cfg.server.batch_size, cfg.net.chunk_bytes, cfg.server.slowdown};
-  if (cfg.server.fault != "none")
-    scfg.fault = cfg.server.fault == "hang-forward" ? stage_server_config::fault_kind::hang_forward
-                                                   : stage_server_config::fault_kind::hang_backward;
+  if (cfg.server.fault == "hang-forward")
+    scfg.fault = stage_server_config::fault_kind::hang_forward;
+  else if (cfg.server.fault == "hang-backward")
+    scfg.fault = stage_server_config::fault_kind::hang_backward;
+  else if (cfg.server.fault == "hang-round")
+    scfg.fault = stage_server_config::fault_kind::hang_round;
   scfg.fault_after = cfg.server.fault_after;
   auto counters = std::make_shared<stage_server_counters>();
   auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics, counters);
@@ -325,7 +339,26 @@ int run_trainer(const app_config& cfg) {
   }
   trainer_settings tcfg{trainer_id, cfg.stages, cfg.model, cfg.trainer};
   auto t = sys.spawn(trainer, tcfg, text, balancers, metrics);
-  const auto reason = wait_for(sys, t);
+  // Train until done; after a coordinator restart the load balancers subscribe
+  // to the new one (they keep routing to the servers they know meanwhile).
+  caf::error reason;
+  for (;;) {
+    auto waited = wait_for(sys, t, *coord);
+    if (!waited.watched_down) {
+      reason = waited.reason;
+      break;
+    }
+    get_logger("trainer")->warn("lost the coordinator; subscribing again");
+    do
+      coord = connect_coordinator(sys, cfg.trainer.coordinator, "trainer");
+    while (!coord && !stop_requested);
+    if (stop_requested) {
+      reason = wait_for(sys, t);
+      break;
+    }
+    for (auto& lb : balancers)
+      caf::anon_send(lb, subscribe_atom::value, *coord);
+  }
   for (auto& lb : balancers)
     caf::anon_send_exit(lb, caf::exit_reason::user_shutdown);
   if (exit_code_of(reason) != 0)

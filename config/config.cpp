@@ -80,18 +80,20 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name) {
 
   app.add_option("--port", c.coordinator.port, "coordinator: TCP port to listen on; 0 = any free port");
   app.add_option("--port-file", c.coordinator.port_file, "coordinator: write the bound port to this file");
+  app.add_option("--averaging-timeout", c.coordinator.averaging_timeout_s,
+                 "coordinator: exclude a server missing from an averaging round after this, seconds");
 
   app.add_option("--coordinator", c.server.coordinator, "server, trainer: HOST:PORT of the coordinator");
   app.add_option("--stage", c.server.stage, "server: pipeline stage to serve, 0-based");
   app.add_option("--host", c.server.host, "server: address trainers use to reach it");
   app.add_option("--server-port", c.server.port, "server: TCP port to listen on; 0 = any free port");
   app.add_option("--batch-size", c.server.batch_size,
-                 "samples per optimizer step (server) and per reported step (trainer, local)");
+                 "samples per optimizer step: stage-wide target batch (coordinator), batch (local), reported step (trainer)");
 
   app.add_option("--slowdown", c.server.slowdown, "server: emulate a device this many times slower (>= 1)");
-  app.add_option("--fault", c.server.fault, "server, test hook: none | hang-forward | hang-backward")
-      ->check(CLI::IsMember({"none", "hang-forward", "hang-backward"}));
-  app.add_option("--fault-after", c.server.fault_after, "server, test hook: the Nth request of that kind hangs");
+  app.add_option("--fault", c.server.fault, "server, test hook: none | hang-forward | hang-backward | hang-round")
+      ->check(CLI::IsMember({"none", "hang-forward", "hang-backward", "hang-round"}));
+  app.add_option("--fault-after", c.server.fault_after, "server, test hook: the Nth request (or round) of that kind hangs");
 
   auto& t = c.trainer;
   app.add_option("--corpus", t.corpus, "training text: a file, or a folder of text files");
@@ -156,6 +158,7 @@ std::string validate(const app_config& c) {
           "must exceed --heartbeat");
   require(e, c.net.chunk_bytes >= 1024, "chunk-bytes", c.net.chunk_bytes, "must be >= 1024");
   require(e, c.coordinator.port >= 0 && c.coordinator.port <= 65535, "port", c.coordinator.port, "must be in [0, 65535]");
+  require(e, c.coordinator.averaging_timeout_s > 0, "averaging-timeout", c.coordinator.averaging_timeout_s, "must be > 0");
   require(e, c.server.port >= 0 && c.server.port <= 65535, "server-port", c.server.port, "must be in [0, 65535]");
   require(e, c.server.batch_size >= m.microbatch, "batch-size", c.server.batch_size, "must be >= microbatch");
   const auto& t = c.trainer;
@@ -261,6 +264,7 @@ std::vector<std::string> to_flags(const app_config& c) {
   add("connection-timeout", c.net.connection_timeout_s);
   add("chunk-bytes", c.net.chunk_bytes);
   add("batch-size", c.server.batch_size);
+  add("averaging-timeout", c.coordinator.averaging_timeout_s);
   const auto& t = c.trainer;
   add("corpus", t.corpus);
   add("in-flight", t.in_flight);

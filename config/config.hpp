@@ -47,6 +47,7 @@ struct net_config {
 struct coordinator_config {
   int port = 0;           ///< TCP port to publish on; 0 = any free port
   std::string port_file;  ///< write the bound port here once listening (for scripts)
+  double averaging_timeout_s = 30.0;  ///< a server missing from a round this long is excluded; rounds end by 2x
 };
 
 struct server_config {
@@ -54,9 +55,9 @@ struct server_config {
   int stage = -1;                ///< pipeline stage served, 0-based
   std::string host = "127.0.0.1";///< address trainers use to reach this server
   int port = 0;                  ///< TCP port to publish on; 0 = any free port
-  int64_t batch_size = 64;       ///< samples accumulated before each optimizer step
+  int64_t batch_size = 64;       ///< samples per stage-wide optimizer step (the coordinator's target batch size)
   double slowdown = 1.0;         ///< emulate a device this many times slower (>= 1)
-  std::string fault = "none";    ///< test hook: none | hang-forward | hang-backward
+  std::string fault = "none";    ///< test hook: none | hang-forward | hang-backward | hang-round
   int64_t fault_after = 1;       ///< the fault hits the Nth request of its kind
 };
 

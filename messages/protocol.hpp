@@ -12,6 +12,9 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
 
 #include <caf/atom.hpp>
 #include <caf/replies_to.hpp>
@@ -34,23 +37,53 @@ using membership_atom = caf::atom_constant<caf::atom("member")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using state_atom = caf::atom_constant<caf::atom("state")>;
 using peers_atom = caf::atom_constant<caf::atom("peers")>;
+using progress_atom = caf::atom_constant<caf::atom("progress")>;
+using round_atom = caf::atom_constant<caf::atom("round")>;
+using piece_atom = caf::atom_constant<caf::atom("piece")>;
+using exclude_atom = caf::atom_constant<caf::atom("exclude")>;
+using done_atom = caf::atom_constant<caf::atom("rounddone")>;
+using reload_atom = caf::atom_constant<caf::atom("reload")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using averager_atom = caf::atom_constant<caf::atom("averager")>;
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+
+/// The averaging coordinator (actors/averager.hpp). progress: progress_report;
+/// done: round_done (both from servers); join: register_server plus the server's
+/// handle (from the coordinator, which spawned it); deadline: its own timer
+/// (stage, round, phase). Server handles travel as plain caf::actor because
+/// stage_actor (below) refers to this type.
+using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::string>,
+                                        caf::reacts_to<done_atom, std::string>,
+                                        caf::reacts_to<join_atom, std::string, caf::actor>,
+                                        caf::reacts_to<deadline_atom, uint32_t, uint64_t, int32_t>>;
 
 /// A stage server. Requests carry (transfer_id, last bytes of a proto payload):
 /// forward: forward_request -> forward_reply; backward: backward_request -> backward_reply;
 /// state: state_request -> state_reply (a joining peer downloads the stage's state).
+/// Averaging: averager (its handle, from the local node after registering);
+/// round: round_begin + members' handles in rank order; piece: allreduce_piece
+/// from a member; exclude: round_exclude; reload: reload_order + the peer's handle;
+/// deadline: its own timer for a round (round id).
 using stage_actor = caf::typed_actor<
     caf::replies_to<forward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<state_atom, uint64_t, std::string>::with<uint64_t, std::string>,
-    caf::reacts_to<chunk_atom, uint64_t, std::string>>;
+    caf::reacts_to<chunk_atom, uint64_t, std::string>,
+    caf::reacts_to<averager_atom, averager_actor>,
+    caf::reacts_to<round_atom, std::string, std::vector<caf::actor>>,
+    caf::reacts_to<piece_atom, std::string>,
+    caf::reacts_to<exclude_atom, std::string>,
+    caf::reacts_to<reload_atom, std::string, caf::actor>,
+    caf::reacts_to<deadline_atom, uint64_t>>;
 
 /// The membership registry. register: (register_server, the server's handle)
 /// -> register_reply, and the server is monitored from then on; peers:
 /// subscribe (only the stage is read) -> server_list of that stage now; subscribe: subscribe -> empty string, then
 /// (membership_atom, membership_update) messages to the sender for every server
-/// of that stage, present and future.
+/// of that stage, present and future; averager -> the averaging coordinator.
 using coordinator_actor = caf::typed_actor<
     caf::replies_to<register_atom, std::string, stage_actor>::with<std::string>,
+    caf::replies_to<averager_atom>::with<averager_actor>,
     caf::replies_to<subscribe_atom, std::string>::with<std::string>,
     caf::replies_to<peers_atom, std::string>::with<std::string>>;
 

@@ -24,6 +24,7 @@ struct system_fixture {
   system_fixture() {
     cfg.load<caf::io::middleman>();
     cfg.add_message_type<stage_actor>("stage_actor");
+    cfg.add_message_type<averager_actor>("averager_actor");
     register_error_category(cfg);
     cfg.set("logger.console", caf::atom("none"));
     sys = std::make_unique<caf::actor_system>(cfg);
@@ -61,6 +62,12 @@ stage_actor::behavior_type silent_server(stage_actor::pointer self) {
         return self->make_response_promise<uint64_t, std::string>();
       },
       [](chunk_atom, uint64_t, std::string&) {},
+      [](averager_atom, averager_actor&) {},
+      [](round_atom, std::string&, std::vector<caf::actor>&) {},
+      [](piece_atom, std::string&) {},
+      [](exclude_atom, std::string&) {},
+      [](reload_atom, std::string&, caf::actor&) {},
+      [](deadline_atom, uint64_t) {},
   };
 }
 

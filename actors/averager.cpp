@@ -1,0 +1,259 @@
+#include "actors/averager.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/log.hpp"
+#include "actors/stage_server.hpp"
+#include "messages/wire.hpp"
+
+namespace swarm {
+
+namespace {
+
+using self_ptr = averager_actor::stateful_pointer<averager_state>;
+using round_t = averager_state::round;
+
+std::optional<size_t> rank_of(const round_t& r, const caf::actor_addr& a) {
+  for (size_t i = 0; i < r.members.size(); ++i)
+    if (r.members[i] == a)
+      return i;
+  return std::nullopt;
+}
+
+void maybe_start(self_ptr self, uint32_t stage);
+
+/// Orders `whom` to copy the state of an up-to-date server of its stage.
+void order_reload(self_ptr self, averager_state::server& whom, const char* reason) {
+  auto& st = self->state;
+  const auto now = averager_state::clock::now();
+  if (now - whom.reload_sent < seconds(st.cfg.timeout_s))
+    return;
+  const auto& pos = st.stages[whom.stage].position;
+  for (const auto& [addr, s] : st.servers) {
+    if (s.stage != whom.stage || !s.view.reported || s.view.step != pos.step || s.view.hash != pos.hash)
+      continue;
+    whom.reload_sent = now;
+    proto::reload_order order;
+    order.set_stage(whom.stage);
+    order.set_from_server_id(s.view.id);
+    order.set_step(pos.step);
+    get_logger("averager")->info("stage {}: {} at step {} ({}) reloads from {} at step {}", whom.stage, whom.view.id,
+                                 whom.view.step, reason, s.view.id, pos.step);
+    st.metrics->emit("reload", {{"stage", int64_t{whom.stage}},
+                                {"server", whom.view.id},
+                                {"from", s.view.id},
+                                {"step", static_cast<int64_t>(pos.step)},
+                                {"reason", std::string{reason}}});
+    self->send(caf::actor_cast<stage_actor>(whom.handle), reload_atom::value, encode(order), s.handle);
+    return;
+  }
+}
+
+/// Tells every member of the running round that rank `rank` is out.
+void exclude(self_ptr self, uint32_t stage, round_t& r, size_t rank, const char* why) {
+  if (!r.excluded.insert(r.members[rank]).second)
+    return;
+  get_logger("averager")->warn("stage {}: round {} excludes {} ({})", stage, r.id, r.ids[rank], why);
+  proto::round_exclude ex;
+  ex.set_stage(stage);
+  ex.set_round(r.id);
+  ex.set_rank(static_cast<uint32_t>(rank));
+  const auto bytes = encode(ex);
+  for (const auto& m : r.members)
+    if (auto it = self->state.servers.find(m); it != self->state.servers.end())
+      self->send(caf::actor_cast<stage_actor>(it->second.handle), exclude_atom::value, bytes);
+}
+
+/// Ends the running round once every member finished or was excluded (or `force`).
+void maybe_finish(self_ptr self, uint32_t stage, bool force) {
+  auto& st = self->state;
+  auto& sg = st.stages[stage];
+  if (!sg.running)
+    return;
+  auto& r = *sg.running;
+  for (const auto& m : r.members)
+    if (!force && r.finished.count(m) == 0 && r.excluded.count(m) == 0)
+      return;
+  std::vector<policy::stage_position> results;
+  int64_t applied = 0;
+  for (const auto& m : r.members)  // rank order, for the tie-break
+    if (auto it = r.results.find(m); it != r.results.end() && r.finished[m]) {
+      results.push_back(it->second);
+      ++applied;
+    }
+  const auto agreed = policy::majority(results);
+  const int64_t agreeing = std::count_if(results.begin(), results.end(), [&](const policy::stage_position& p) {
+    return p.step == agreed.step && p.hash == agreed.hash;
+  });
+  const double secs = std::chrono::duration<double>(averager_state::clock::now() - r.started).count();
+  get_logger("averager")->info("stage {}: round {} done in {:.2f} s: {} of {} applied, step {}", stage, r.id, secs,
+                               applied, r.members.size(), agreed.step);
+  st.metrics->emit("round_end", {{"stage", int64_t{stage}},
+                                 {"round", static_cast<int64_t>(r.id)},
+                                 {"step", static_cast<int64_t>(agreed.step)},
+                                 {"peers", static_cast<int64_t>(r.members.size())},
+                                 {"applied", applied},
+                                 {"agreeing", agreeing},
+                                 {"excluded", static_cast<int64_t>(r.excluded.size())},
+                                 {"seconds", secs}});
+  if (applied > 0 && agreed.step >= sg.position.step)
+    sg.position = agreed;
+  sg.running.reset();
+  for (auto& [addr, s] : st.servers)
+    if (s.stage == stage && s.view.reported && (s.view.step != sg.position.step || s.view.hash != sg.position.hash))
+      order_reload(self, s, s.view.step < sg.position.step ? "behind" : "parameters differ");
+  maybe_start(self, stage);
+}
+
+void maybe_start(self_ptr self, uint32_t stage) {
+  auto& st = self->state;
+  auto& sg = st.stages[stage];
+  if (sg.running)
+    return;
+  std::vector<averager_state::server*> of_stage;
+  std::vector<policy::member_view> views;
+  for (auto& [addr, s] : st.servers)
+    if (s.stage == stage) {
+      of_stage.push_back(&s);
+      views.push_back(s.view);
+    }
+  const auto plan = policy::plan_round(views, sg.position, st.cfg.target_batch_size);
+  for (size_t i : plan.stale)
+    order_reload(self, *of_stage[i], of_stage[i]->view.step < sg.position.step ? "behind" : "parameters differ");
+  if (!plan.start)
+    return;
+  round_t r;
+  r.id = ++st.next_round;
+  r.step = sg.position.step;
+  r.started = averager_state::clock::now();
+  proto::round_begin begin;
+  begin.set_stage(stage);
+  begin.set_round(r.id);
+  begin.set_step(r.step);
+  begin.set_timeout_s(st.cfg.timeout_s);
+  begin.set_piece_elements(static_cast<uint64_t>(st.cfg.piece_elements));
+  std::vector<caf::actor> handles;
+  for (size_t i : plan.members) {
+    r.members.push_back(of_stage[i]->handle.address());
+    r.ids.push_back(of_stage[i]->view.id);
+    begin.add_members(of_stage[i]->view.id);
+    handles.push_back(of_stage[i]->handle);
+    of_stage[i]->view.samples = 0;  // taken by the round; round_done reports what came since
+  }
+  get_logger("averager")->debug("stage {}: round {} at step {} among {} servers, {} samples", stage, r.id, r.step,
+                                r.members.size(), plan.samples);
+  const auto bytes = encode(begin);
+  for (const auto& h : handles)
+    self->send(caf::actor_cast<stage_actor>(h), round_atom::value, bytes, handles);
+  self->delayed_send(self, seconds(st.cfg.timeout_s), deadline_atom::value, stage, r.id, int32_t{1});
+  sg.running = std::move(r);
+}
+
+averager_state::server* sender(self_ptr self, uint32_t stage) {
+  auto it = self->state.servers.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+  if (it == self->state.servers.end() || it->second.stage != stage)
+    return nullptr;
+  return &it->second;
+}
+
+void on_progress(self_ptr self, const std::string& bytes) {
+  auto& st = self->state;
+  auto rep = decode<proto::progress_report>(bytes, "progress_report");
+  if (!rep || rep->stage() >= st.stages.size())
+    return;
+  auto* s = sender(self, rep->stage());
+  if (s == nullptr)
+    return;
+  auto& sg = st.stages[rep->stage()];
+  // A member's reports during its round may predate the gradient it handed in;
+  // its round_done carries what came after.
+  if (sg.running && rank_of(*sg.running, s->handle.address()) && sg.running->finished.count(s->handle.address()) == 0)
+    return;
+  s->view = {s->view.id, true, rep->step(), rep->samples(), rep->parameter_hash()};
+  if (rep->step() > sg.position.step || (sg.position.hash == 0 && rep->step() == sg.position.step))
+    sg.position = {rep->step(), rep->parameter_hash()};  // a restarted averager learns where the stage is
+  maybe_start(self, rep->stage());
+}
+
+void on_done(self_ptr self, const std::string& bytes) {
+  auto& st = self->state;
+  auto done = decode<proto::round_done>(bytes, "round_done");
+  if (!done || done->stage() >= st.stages.size())
+    return;
+  auto* s = sender(self, done->stage());
+  if (s == nullptr)
+    return;
+  s->view = {s->view.id, true, done->step(), done->samples(), done->parameter_hash()};
+  auto& sg = st.stages[done->stage()];
+  if (!sg.running || sg.running->id != done->round())
+    return;
+  auto& r = *sg.running;
+  const auto rank = rank_of(r, s->handle.address());
+  if (!rank)
+    return;
+  r.finished[s->handle.address()] = done->applied();
+  r.results[s->handle.address()] = {done->step(), done->parameter_hash()};
+  if (!done->applied())
+    exclude(self, done->stage(), r, *rank, "gave up");
+  maybe_finish(self, done->stage(), false);
+}
+
+void on_down(self_ptr self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  auto it = st.servers.find(msg.source);
+  if (it == st.servers.end())
+    return;
+  const auto stage = it->second.stage;
+  st.servers.erase(it);
+  auto& sg = st.stages[stage];
+  if (sg.running)
+    if (auto rank = rank_of(*sg.running, msg.source); rank && sg.running->finished.count(msg.source) == 0)
+      exclude(self, stage, *sg.running, *rank, "down");
+  maybe_finish(self, stage, false);
+}
+
+void on_deadline(self_ptr self, uint32_t stage, uint64_t round, int32_t phase) {
+  auto& sg = self->state.stages[stage];
+  if (!sg.running || sg.running->id != round)
+    return;
+  auto& r = *sg.running;
+  if (phase == 1) {
+    for (size_t i = 0; i < r.members.size(); ++i)
+      if (r.finished.count(r.members[i]) == 0)
+        exclude(self, stage, r, i, "missed the deadline");
+    self->delayed_send(self, seconds(self->state.cfg.timeout_s), deadline_atom::value, stage, round, int32_t{2});
+    maybe_finish(self, stage, false);
+  } else {
+    maybe_finish(self, stage, true);
+  }
+}
+
+} // namespace
+
+averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std::shared_ptr<metrics_sink> metrics) {
+  auto& st = self->state;
+  st.cfg = cfg;
+  st.metrics = std::move(metrics);
+  st.stages.resize(static_cast<size_t>(cfg.num_stages));
+  // Round ids only need to differ from the previous averager's, whose rounds
+  // may still be finishing among the servers: start from the clock.
+  st.next_round = static_cast<uint64_t>(unix_now() * 1000.0) << 8;
+  self->set_down_handler([self](caf::down_msg& msg) { on_down(self, msg); });
+  return {
+      [self](progress_atom, const std::string& bytes) { on_progress(self, bytes); },
+      [self](done_atom, const std::string& bytes) { on_done(self, bytes); },
+      [self](join_atom, const std::string& bytes, const caf::actor& handle) {
+        auto reg = decode<proto::register_server>(bytes, "register_server");
+        if (!reg || !handle || reg->stage() >= self->state.stages.size())
+          return;
+        self->monitor(handle);
+        auto& s = self->state.servers[handle.address()];
+        s.handle = handle;
+        s.stage = reg->stage();
+        s.view.id = reg->server_id();
+      },
+      [self](deadline_atom, uint32_t stage, uint64_t round, int32_t phase) { on_deadline(self, stage, round, phase); },
+  };
+}
+
+} // namespace swarm

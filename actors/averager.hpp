@@ -1,0 +1,84 @@
+#pragma once
+// averager: the averaging coordinator of a swarm (SWARM section 5). It lives in
+// the coordinator process; the coordinator forwards every registration to it.
+// It only decides; the gradients go from server to server (butterfly, see
+// actors/policy/butterfly.hpp), never through here.
+//
+// Per stage:
+//   idle --(servers at the stage's step hold target_batch_size samples)--> averaging
+//   averaging --(every member reported or was excluded)--> idle
+//
+// averaging: members are the eligible servers in id order (policy::plan_round).
+// A member that dies, gives up, or has not reported timeout_s after the start is
+// excluded (round_exclude to every member, which the members treat like its
+// death); 2 x timeout_s after the start the round ends whatever happened.
+// At the end the stage moves to the majority result (step, hash); members with
+// another result, and any server behind the stage, are told to reload the state
+// of an up-to-date server (`reload` event), at most once per timeout_s each.
+//
+// Restart: it keeps nothing on disk. Servers register again with a new
+// coordinator and report their step and hash, from which stage positions are
+// rebuilt (the highest step wins); a round in flight when it died finishes
+// among the servers themselves.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
+
+#include "actors/metrics.hpp"
+#include "actors/policy/averaging.hpp"
+#include "messages/protocol.hpp"
+
+namespace swarm {
+
+struct averager_settings {
+  int num_stages = 2;
+  int64_t target_batch_size = 64;   ///< samples per stage-wide optimizer step
+  double timeout_s = 30.0;          ///< a member is excluded after this; the round ends by twice this
+  int64_t piece_elements = 4 << 20; ///< floats per all-reduce message (net.chunk-bytes / 4)
+};
+
+struct averager_state {
+  static inline const char* name = "averager";
+  using clock = std::chrono::steady_clock;
+
+  struct server {
+    caf::actor handle;
+    uint32_t stage = 0;
+    policy::member_view view;
+    clock::time_point reload_sent{};  ///< last reload order; rate limit
+  };
+  struct round {
+    uint64_t id = 0;
+    uint64_t step = 0;
+    std::vector<caf::actor_addr> members;         ///< rank order
+    std::vector<std::string> ids;                 ///< rank order
+    std::map<caf::actor_addr, bool> finished;     ///< member -> applied
+    std::map<caf::actor_addr, policy::stage_position> results;
+    std::set<caf::actor_addr> excluded;
+    clock::time_point started;
+  };
+  struct stage {
+    policy::stage_position position;
+    std::optional<round> running;
+  };
+
+  averager_settings cfg;
+  std::shared_ptr<metrics_sink> metrics;
+  std::map<caf::actor_addr, server> servers;
+  std::vector<stage> stages;
+  uint64_t next_round = 0;
+};
+
+[[nodiscard]] averager_actor::behavior_type averager(averager_actor::stateful_pointer<averager_state> self,
+                                                     averager_settings cfg, std::shared_ptr<metrics_sink> metrics);
+
+} // namespace swarm

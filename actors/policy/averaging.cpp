@@ -1,0 +1,43 @@
+#include "actors/policy/averaging.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace swarm::policy {
+
+round_plan plan_round(const std::vector<member_view>& servers, const stage_position& stage,
+                      int64_t target_batch_size) {
+  round_plan plan;
+  for (size_t i = 0; i < servers.size(); ++i) {
+    const auto& s = servers[i];
+    if (!s.reported)
+      continue;
+    if (s.step == stage.step && s.hash == stage.hash) {
+      plan.members.push_back(i);
+      plan.samples += s.samples;
+    } else if (s.step < stage.step || s.hash != stage.hash) {
+      plan.stale.push_back(i);
+    }
+  }
+  std::sort(plan.members.begin(), plan.members.end(),
+            [&](size_t a, size_t b) { return servers[a].id < servers[b].id; });
+  plan.start = !plan.members.empty() && plan.samples >= static_cast<uint64_t>(std::max<int64_t>(1, target_batch_size));
+  return plan;
+}
+
+stage_position majority(const std::vector<stage_position>& results) {
+  stage_position best{};
+  size_t best_count = 0;
+  for (const auto& r : results) {
+    const auto count = static_cast<size_t>(std::count_if(results.begin(), results.end(), [&](const stage_position& o) {
+      return o.step == r.step && o.hash == r.hash;
+    }));
+    if (best_count == 0 || r.step > best.step || (r.step == best.step && count > best_count)) {
+      best = r;
+      best_count = count;
+    }
+  }
+  return best;
+}
+
+} // namespace swarm::policy

@@ -1,0 +1,45 @@
+#pragma once
+// When the averaging coordinator starts a round, and with whom (SWARM section 5):
+// pure, over the servers' last reports, so it is tested without actors or clocks.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace swarm::policy {
+
+/// What the averager last heard from one server of a stage.
+struct member_view {
+  std::string id;
+  bool reported = false;  ///< sent at least one progress report or round result
+  uint64_t step = 0;      ///< optimizer steps it has applied
+  uint64_t samples = 0;   ///< samples accumulated towards the next step
+  uint64_t hash = 0;      ///< its parameter hash at `step`
+};
+
+/// The stage's position: the highest step any server reached, and the parameter
+/// hash servers at that step must have (the reference: a round's majority, or
+/// the first report at that step).
+struct stage_position {
+  uint64_t step = 0;
+  uint64_t hash = 0;
+};
+
+struct round_plan {
+  bool start = false;            ///< eligible servers hold at least the target batch
+  std::vector<size_t> members;   ///< eligible servers, indices into the input, in rank order (by id)
+  std::vector<size_t> stale;     ///< reported servers behind the stage or with other parameters: reload them
+  uint64_t samples = 0;          ///< samples the eligible servers hold together
+};
+
+/// Eligible: reported, at the stage's step, with its hash. Start when their
+/// samples reach `target_batch_size` (> 0).
+[[nodiscard]] round_plan plan_round(const std::vector<member_view>& servers, const stage_position& stage,
+                                    int64_t target_batch_size);
+
+/// Among results (step, hash) of one round, the reference the stage moves to:
+/// the most common pair at the highest step; ties go to the earliest in the list
+/// (rank order). {0, 0} for an empty list.
+[[nodiscard]] stage_position majority(const std::vector<stage_position>& results);
+
+} // namespace swarm::policy

@@ -1,0 +1,320 @@
+#include "actors/stage_server_averaging.hpp"
+
+#include <cstring>
+#include <thread>
+
+#include <unistd.h>
+
+#include <caf/all.hpp>
+
+#include "actors/log.hpp"
+#include "messages/wire.hpp"
+
+namespace swarm::averaging {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+int64_t stage_of(server_ptr self) { return self->state.worker->span().stage; }
+
+void send_done(server_ptr self, const server_round& r, bool applied) {
+  auto& st = self->state;
+  if (!st.averaging)
+    return;
+  proto::round_done done;
+  done.set_stage(static_cast<uint32_t>(stage_of(self)));
+  done.set_server_id(st.cfg.server_id);
+  done.set_round(r.id);
+  done.set_applied(applied);
+  done.set_step(static_cast<uint64_t>(st.worker->steps()));
+  done.set_parameter_hash(st.hash);
+  done.set_samples(static_cast<uint64_t>(st.worker->accumulated_samples()));
+  self->send(st.averaging, done_atom::value, encode(done));
+  st.reported_samples = st.worker->accumulated_samples();
+}
+
+void emit_params(server_ptr self) {
+  self->state.metrics->emit("params", {{"stage", stage_of(self)},
+                                       {"server", self->state.cfg.server_id},
+                                       {"step", self->state.worker->steps()},
+                                       {"hash", std::to_string(self->state.hash)}});
+}
+
+/// Ends the round here: applied (every shard reduced) or given up (`why`).
+void finish(server_ptr self, const char* why) {
+  auto& st = self->state;
+  auto& r = *st.round;
+  if (r.finished)
+    return;
+  r.finished = true;
+  bool applied = why == nullptr && r.exchange->complete();
+  if (applied) {
+    if (auto err = st.worker->apply_gradient(r.exchange->result())) {
+      // Every member got the same vector, so every member refuses it alike.
+      get_logger("stage_server")->error("stage {}: round {}: averaged gradient refused: {}", stage_of(self), r.id,
+                                        describe(err));
+      applied = false;
+      why = "averaged gradient refused";
+    }
+  }
+  const double secs = std::chrono::duration<double>(clock_type::now() - r.started).count();
+  if (applied) {
+    ++st.counters->rounds;
+    st.hash = st.worker->parameter_hash();
+    emit_params(self);
+  } else {
+    ++st.counters->rounds_failed;
+    st.counters->dropped_samples += r.samples;
+    get_logger("stage_server")->warn("stage {}: gave up round {} after {:.2f} s: {}; {} samples of gradient dropped",
+                                     stage_of(self), r.id, secs, why, r.samples);
+  }
+  const int n = r.exchange->members();
+  st.metrics->emit("averaging_round",
+                   {{"stage", stage_of(self)},
+                    {"server", st.cfg.server_id},
+                    {"round", static_cast<int64_t>(r.id)},
+                    {"step", st.worker->steps()},
+                    {"applied", applied},
+                    {"peers", int64_t{n}},
+                    {"excluded", int64_t{r.exchange->gone_count()}},
+                    {"reassigned", int64_t{r.exchange->reassigned()}},
+                    {"samples", r.samples},
+                    {"bytes", r.exchange->bytes_sent()},
+                    {"bytes_received", r.exchange->bytes_received()},
+                    {"ideal_bytes", static_cast<int64_t>(policy::ideal_allreduce_bytes(
+                                        4.0 * static_cast<double>(st.worker->parameter_count()), n))},
+                    {"seconds", secs}});
+  send_done(self, r, applied);
+}
+
+void send_pieces(server_ptr self, std::vector<policy::piece> out) {
+  auto& st = self->state;
+  auto& r = *st.round;
+  for (auto& p : out) {
+    proto::allreduce_piece msg;
+    msg.set_stage(static_cast<uint32_t>(stage_of(self)));
+    msg.set_round(r.id);
+    msg.set_from_rank(static_cast<uint32_t>(p.from));
+    msg.set_kind(p.reduced ? proto::allreduce_piece::REDUCED : proto::allreduce_piece::PART);
+    msg.set_shard(static_cast<uint32_t>(p.shard));
+    msg.set_offset(static_cast<uint64_t>(p.offset));
+    msg.set_shard_size(static_cast<uint64_t>(p.shard_size));
+    msg.set_samples(static_cast<uint64_t>(p.samples));
+    msg.set_values(reinterpret_cast<const char*>(p.values.data()), p.values.size() * sizeof(float));
+    self->send(r.members[static_cast<size_t>(p.to)], piece_atom::value, encode(msg));
+  }
+  if (!r.finished && r.exchange->complete())
+    finish(self, nullptr);
+}
+
+void feed(server_ptr self, const caf::actor_addr& from, const std::string& bytes) {
+  auto& st = self->state;
+  auto& r = *st.round;
+  auto msg = decode<proto::allreduce_piece>(bytes, "allreduce_piece");
+  std::string why;
+  if (msg && (msg->from_rank() >= r.members.size() || r.members[msg->from_rank()].address() != from))
+    why = "sender is not the member of that rank";
+  if (msg && msg->values().size() % sizeof(float) != 0)
+    why = "values are not whole floats";
+  if (!msg || !why.empty()) {
+    get_logger("stage_server")->warn("stage {}: round {}: ignored a piece: {}", stage_of(self), r.id,
+                                     msg ? why : describe(msg.error()));
+    return;
+  }
+  policy::piece p;
+  p.from = static_cast<int>(msg->from_rank());
+  p.to = r.exchange->rank();
+  p.reduced = msg->kind() == proto::allreduce_piece::REDUCED;
+  p.shard = static_cast<int>(std::min<uint32_t>(msg->shard(), 1u << 30));
+  p.offset = static_cast<int64_t>(std::min<uint64_t>(msg->offset(), uint64_t{1} << 62));
+  p.shard_size = static_cast<int64_t>(std::min<uint64_t>(msg->shard_size(), uint64_t{1} << 62));
+  p.samples = static_cast<int64_t>(std::min<uint64_t>(msg->samples(), uint64_t{1} << 62));
+  p.values.resize(msg->values().size() / sizeof(float));
+  std::memcpy(p.values.data(), msg->values().data(), msg->values().size());
+  auto out = r.exchange->receive(p, &why);
+  if (!why.empty())
+    get_logger("stage_server")->warn("stage {}: round {}: refused a piece from {}: {}", stage_of(self), r.id,
+                                     r.ids[static_cast<size_t>(p.from)], why);
+  send_pieces(self, std::move(out));
+}
+
+/// Test hook: hang in the round, parts sent, holding its shard (see stage_server_config::fault).
+void maybe_hang(server_ptr self) {
+  auto& st = self->state;
+  if (st.cfg.fault != stage_server_config::fault_kind::hang_round || ++st.rounds_seen != st.cfg.fault_after)
+    return;
+  get_logger("stage_server")->warn("fault hook: hanging in round {} until killed", st.round->id);
+  st.metrics->emit("fault", {{"server", st.cfg.server_id},
+                             {"stage", stage_of(self)},
+                             {"op", std::string{"round"}},
+                             {"pid", static_cast<int64_t>(::getpid())}});
+  for (;;)
+    std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+} // namespace
+
+void report_progress(server_ptr self, bool force) {
+  auto& st = self->state;
+  const int64_t samples = st.worker->accumulated_samples();
+  if (!st.averaging || (!force && samples == st.reported_samples))
+    return;
+  st.reported_samples = samples;
+  proto::progress_report rep;
+  rep.set_stage(static_cast<uint32_t>(stage_of(self)));
+  rep.set_server_id(st.cfg.server_id);
+  rep.set_step(static_cast<uint64_t>(st.worker->steps()));
+  rep.set_samples(static_cast<uint64_t>(samples));
+  rep.set_parameter_hash(st.hash);
+  self->send(st.averaging, progress_atom::value, encode(rep));
+}
+
+void on_round_begin(server_ptr self, const std::string& bytes, const std::vector<caf::actor>& members) {
+  auto& st = self->state;
+  auto log = get_logger("stage_server");
+  auto begin = decode<proto::round_begin>(bytes, "round_begin");
+  if (!begin || begin->stage() != static_cast<uint32_t>(stage_of(self)) ||
+      begin->members_size() != static_cast<int>(members.size())) {
+    log->warn("stage {}: ignored a malformed round_begin", stage_of(self));
+    return;
+  }
+  int rank = -1;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (members[i].address() == self->address())
+      rank = static_cast<int>(i);
+  if (rank < 0)
+    return;
+  if (st.round && !st.round->finished)
+    finish(self, "a newer round began");
+  server_round r;
+  r.id = begin->round();
+  r.step = begin->step();
+  r.started = clock_type::now();
+  for (int i = 0; i < begin->members_size(); ++i) {
+    r.ids.push_back(begin->members(i));
+    r.members.push_back(caf::actor_cast<stage_actor>(members[static_cast<size_t>(i)]));
+    if (i != rank)
+      self->monitor(members[static_cast<size_t>(i)]);
+  }
+  const bool in_step = static_cast<uint64_t>(st.worker->steps()) == r.step && !st.reloading;
+  auto grad = in_step ? st.worker->take_gradient() : local_gradient{};
+  r.samples = grad.samples;
+  r.exchange = std::make_unique<policy::butterfly_round>(rank, static_cast<int>(members.size()), std::move(grad.values),
+                                                         grad.samples,
+                                                         static_cast<int64_t>(std::max<uint64_t>(1, begin->piece_elements())));
+  st.round = std::move(r);
+  if (!in_step) {
+    finish(self, "this server is not at the round's step");
+    return;
+  }
+  self->delayed_send(self, seconds(2 * begin->timeout_s()), deadline_atom::value, st.round->id);
+  auto out = st.round->exchange->start();
+  send_pieces(self, std::move(out));
+  maybe_hang(self);
+  // Pieces that overtook the round_begin (other members started first).
+  auto early = st.early_pieces.find(st.round->id);
+  if (early != st.early_pieces.end()) {
+    auto pieces = std::move(early->second);
+    for (auto& [from, piece] : pieces)
+      feed(self, from, piece);
+  }
+  st.early_pieces.erase(st.early_pieces.begin(), st.early_pieces.upper_bound(st.round->id));
+}
+
+void on_piece(server_ptr self, const std::string& bytes) {
+  auto& st = self->state;
+  proto::allreduce_piece head;  // only the round id is needed to route it
+  if (!head.ParseFromString(bytes))
+    return;
+  const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (st.round && head.round() == st.round->id) {
+    feed(self, from, bytes);
+  } else if (!st.round || head.round() > st.round->id) {
+    // Bounded: a round that never begins here must not grow this forever.
+    if (st.early_pieces.size() < 4)
+      st.early_pieces[head.round()].emplace_back(from, bytes);
+  }
+}
+
+void on_exclude(server_ptr self, const std::string& bytes) {
+  auto& st = self->state;
+  auto ex = decode<proto::round_exclude>(bytes, "round_exclude");
+  if (!ex || !st.round || ex->round() != st.round->id)
+    return;
+  if (static_cast<int>(ex->rank()) == st.round->exchange->rank()) {
+    finish(self, "excluded by the averager");
+    return;
+  }
+  send_pieces(self, st.round->exchange->gone(static_cast<int>(ex->rank())));
+}
+
+bool on_member_down(server_ptr self, const caf::actor_addr& who) {
+  auto& st = self->state;
+  if (!st.round)
+    return false;
+  for (size_t i = 0; i < st.round->members.size(); ++i)
+    if (st.round->members[i].address() == who) {
+      send_pieces(self, st.round->exchange->gone(static_cast<int>(i)));
+      return true;
+    }
+  return false;
+}
+
+void on_deadline(server_ptr self, uint64_t round) {
+  if (self->state.round && self->state.round->id == round && !self->state.round->finished)
+    finish(self, "round deadline passed");
+}
+
+void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer) {
+  auto& st = self->state;
+  auto order = decode<proto::reload_order>(bytes, "reload_order");
+  if (!order || !peer || st.reloading || (st.round && !st.round->finished))
+    return;  // the averager asks again later
+  st.reloading = true;
+  proto::state_request req;
+  req.set_stage(static_cast<uint32_t>(stage_of(self)));
+  req.set_server_id(st.cfg.server_id);
+  const auto from = order->from_server_id();
+  const auto started = clock_type::now();
+  auto handle = caf::actor_cast<stage_actor>(peer);
+  self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
+      .then(
+          [self, handle, from, started](uint64_t transfer_id, std::string& tail) {
+            auto& st = self->state;
+            st.reloading = false;
+            auto whole = st.chunks.finish(handle.address(), transfer_id, std::move(tail));
+            auto rep = whole ? decode<proto::state_reply>(*whole, "state_reply")
+                             : caf::expected<proto::state_reply>{whole.error()};
+            const int64_t dropped = st.worker->accumulated_samples();
+            caf::error err = rep ? st.worker->import_state(rep->state()) : rep.error();
+            if (!err && st.worker->parameter_hash() != rep->parameter_hash())
+              err = make_error(errc::INTERNAL, "reloaded parameters hash differently from the peer's");
+            st.hash = st.worker->parameter_hash();
+            if (err) {
+              get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
+                                               describe(err));
+              return;
+            }
+            st.counters->dropped_samples += dropped;
+            const double secs = std::chrono::duration<double>(clock_type::now() - started).count();
+            get_logger("stage_server")->info("stage {}: reloaded step {} from {} in {:.2f} s", stage_of(self),
+                                             rep->step(), from, secs);
+            st.metrics->emit("state_download", {{"stage", stage_of(self)},
+                                                {"server", st.cfg.server_id},
+                                                {"from", from},
+                                                {"step", static_cast<int64_t>(rep->step())},
+                                                {"bytes", static_cast<int64_t>(rep->state().size())},
+                                                {"seconds", secs},
+                                                {"hash", std::to_string(rep->parameter_hash())}});
+            emit_params(self);
+            report_progress(self, true);
+          },
+          [self, from](caf::error& err) {
+            self->state.reloading = false;
+            get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
+                                             describe(err));
+          });
+}
+
+} // namespace swarm::averaging

@@ -1,0 +1,33 @@
+#pragma once
+// The stage server's side of stage-wide averaging (see actors/averager.hpp for
+// the other side): progress reports, the butterfly round, reloads.
+//
+//   round: begun (gradient taken, parts sent) --(all shards reduced)--> applied
+//                                              --(excluded / 2 x timeout / step mismatch)--> given up
+// Either way the server reports round_done, and keeps the round's exchange
+// until the next one begins so members still finishing can repair from it.
+// A server given up (or told its parameters differ) waits for the averager's
+// reload order and then copies an up-to-date peer's state.
+
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
+
+#include "actors/stage_server.hpp"
+
+namespace swarm::averaging {
+
+using server_ptr = stage_actor::stateful_pointer<stage_server_state>;
+
+/// Sends a progress report when the accumulated samples changed (or `force`).
+void report_progress(server_ptr self, bool force);
+void on_round_begin(server_ptr self, const std::string& bytes, const std::vector<caf::actor>& members);
+void on_piece(server_ptr self, const std::string& bytes);
+void on_exclude(server_ptr self, const std::string& bytes);
+void on_deadline(server_ptr self, uint64_t round);
+void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer);
+/// A monitored actor went down; true when it was a member of the current round.
+bool on_member_down(server_ptr self, const caf::actor_addr& who);
+
+} // namespace swarm::averaging
