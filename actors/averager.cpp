@@ -26,13 +26,14 @@ void maybe_start(self_ptr self, uint32_t stage);
 void order_reload(self_ptr self, averager_state::server& whom, const char* reason) {
   auto& st = self->state;
   const auto now = averager_state::clock::now();
-  if (now - whom.reload_sent < seconds(st.cfg.timeout_s))
+  if (whom.reload_pending && now - whom.reload_sent < seconds(st.cfg.timeout_s))
     return;
   const auto& pos = st.stages[whom.stage].position;
   for (const auto& [addr, s] : st.servers) {
     if (s.stage != whom.stage || !s.view.reported || s.view.step != pos.step || s.view.hash != pos.hash)
       continue;
     whom.reload_sent = now;
+    whom.reload_pending = true;
     proto::reload_order order;
     order.set_stage(whom.stage);
     order.set_from_server_id(s.view.id);
@@ -112,8 +113,13 @@ void maybe_start(self_ptr self, uint32_t stage) {
     return;
   std::vector<averager_state::server*> of_stage;
   std::vector<policy::member_view> views;
+  const auto now = averager_state::clock::now();
+  if (now - st.started < seconds(st.cfg.settle_s))
+    return;  // progress reports will call again
   for (auto& [addr, s] : st.servers)
     if (s.stage == stage) {
+      if (!s.view.reported && now - s.joined < seconds(st.cfg.settle_s))
+        return;  // its report will call again
       of_stage.push_back(&s);
       views.push_back(s.view);
     }
@@ -170,6 +176,9 @@ void on_progress(self_ptr self, const std::string& bytes) {
   if (sg.running && rank_of(*sg.running, s->handle.address()) && sg.running->finished.count(s->handle.address()) == 0)
     return;
   s->view = {s->view.id, true, rep->step(), rep->samples(), rep->parameter_hash()};
+  if (rep->reloads() != s->reloads)
+    s->reload_pending = false;
+  s->reloads = rep->reloads();
   if (rep->step() > sg.position.step || (sg.position.hash == 0 && rep->step() == sg.position.step))
     sg.position = {rep->step(), rep->parameter_hash()};  // a restarted averager learns where the stage is
   maybe_start(self, rep->stage());
@@ -235,6 +244,7 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
   st.cfg = cfg;
   st.metrics = std::move(metrics);
   st.stages.resize(static_cast<size_t>(cfg.num_stages));
+  st.started = averager_state::clock::now();
   // Round ids only need to differ from the previous averager's, whose rounds
   // may still be finishing among the servers: start from the clock.
   st.next_round = static_cast<uint64_t>(unix_now() * 1000.0) << 8;
@@ -251,6 +261,7 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
         s.handle = handle;
         s.stage = reg->stage();
         s.view.id = reg->server_id();
+        s.joined = averager_state::clock::now();
       },
       [self](deadline_atom, uint32_t stage, uint64_t round, int32_t phase) { on_deadline(self, stage, round, phase); },
   };

@@ -14,12 +14,14 @@
 // death); 2 x timeout_s after the start the round ends whatever happened.
 // At the end the stage moves to the majority result (step, hash); members with
 // another result, and any server behind the stage, are told to reload the state
-// of an up-to-date server (`reload` event), at most once per timeout_s each.
+// of an up-to-date server (`reload` event); one order at a time per server,
+// repeated when the server reports it dealt with the last (or after timeout_s).
 //
 // Restart: it keeps nothing on disk. Servers register again with a new
 // coordinator and report their step and hash, from which stage positions are
-// rebuilt (the highest step wins); a round in flight when it died finishes
-// among the servers themselves.
+// rebuilt (the highest step wins; no round starts until every server that
+// registered has reported, or settle_s passed); a round in flight when it died
+// finishes among the servers themselves.
 
 #include <chrono>
 #include <cstdint>
@@ -44,6 +46,11 @@ struct averager_settings {
   int64_t target_batch_size = 64;   ///< samples per stage-wide optimizer step
   double timeout_s = 30.0;          ///< a member is excluded after this; the round ends by twice this
   int64_t piece_elements = 4 << 20; ///< floats per all-reduce message (net.chunk-bytes / 4)
+  /// No round starts in the first settle_s after the averager starts, nor while
+  /// a server that registered less than this ago has not reported yet: after a
+  /// restart every server must be heard before the stage's position is taken
+  /// from the highest step.
+  double settle_s = 3.0;
 };
 
 struct averager_state {
@@ -54,7 +61,10 @@ struct averager_state {
     caf::actor handle;
     uint32_t stage = 0;
     policy::member_view view;
-    clock::time_point reload_sent{};  ///< last reload order; rate limit
+    clock::time_point joined{};
+    uint64_t reloads = 0;             ///< its count of reload orders dealt with (progress_report.reloads)
+    bool reload_pending = false;      ///< ordered, and `reloads` has not moved since
+    clock::time_point reload_sent{};
   };
   struct round {
     uint64_t id = 0;
@@ -76,6 +86,7 @@ struct averager_state {
   std::map<caf::actor_addr, server> servers;
   std::vector<stage> stages;
   uint64_t next_round = 0;
+  clock::time_point started;
 };
 
 [[nodiscard]] averager_actor::behavior_type averager(averager_actor::stateful_pointer<averager_state> self,

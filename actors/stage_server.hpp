@@ -103,6 +103,7 @@ struct stage_server_state {
   std::map<uint64_t, std::vector<std::pair<caf::actor_addr, std::string>>> early_pieces;  ///< for rounds not begun here yet
   int64_t rounds_seen = 0;                 ///< for the fault hook
   bool reloading = false;
+  uint64_t reloads = 0;                    ///< reload orders finished or turned down (see progress_report)
 };
 
 [[nodiscard]] stage_actor::behavior_type stage_server(stage_actor::stateful_pointer<stage_server_state> self,

@@ -167,6 +167,7 @@ void report_progress(server_ptr self, bool force) {
   rep.set_step(static_cast<uint64_t>(st.worker->steps()));
   rep.set_samples(static_cast<uint64_t>(samples));
   rep.set_parameter_hash(st.hash);
+  rep.set_reloads(st.reloads);
   self->send(st.averaging, progress_atom::value, encode(rep));
 }
 
@@ -269,8 +270,13 @@ void on_deadline(server_ptr self, uint64_t round) {
 void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer) {
   auto& st = self->state;
   auto order = decode<proto::reload_order>(bytes, "reload_order");
-  if (!order || !peer || st.reloading || (st.round && !st.round->finished))
-    return;  // the averager asks again later
+  if (!order || !peer || st.reloading)
+    return;
+  if (st.round && !st.round->finished) {
+    ++st.reloads;  // turned down: the averager may ask again after the round
+    report_progress(self, true);
+    return;
+  }
   st.reloading = true;
   proto::state_request req;
   req.set_stage(static_cast<uint32_t>(stage_of(self)));
@@ -283,6 +289,7 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
           [self, handle, from, started](uint64_t transfer_id, std::string& tail) {
             auto& st = self->state;
             st.reloading = false;
+            ++st.reloads;
             auto whole = st.chunks.finish(handle.address(), transfer_id, std::move(tail));
             auto rep = whole ? decode<proto::state_reply>(*whole, "state_reply")
                              : caf::expected<proto::state_reply>{whole.error()};
@@ -294,6 +301,7 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
             if (err) {
               get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
                                                describe(err));
+              report_progress(self, true);
               return;
             }
             st.counters->dropped_samples += dropped;
@@ -312,6 +320,8 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
           },
           [self, from](caf::error& err) {
             self->state.reloading = false;
+            ++self->state.reloads;
+            report_progress(self, true);
             get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
                                              describe(err));
           });

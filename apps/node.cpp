@@ -87,11 +87,11 @@ caf::error register_with(caf::actor_system& sys, const coordinator_actor& coord,
                          const stage_actor& server) {
   caf::error refused;
   caf::scoped_actor self{sys};
-  self->request(coord, std::chrono::seconds(30), register_atom::value, encode(reg), server)
+  self->request(coord, std::chrono::seconds(10), register_atom::value, encode(reg), server)
       .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
   if (refused)
     return refused;
-  self->request(coord, std::chrono::seconds(30), averager_atom::value)
+  self->request(coord, std::chrono::seconds(10), averager_atom::value)
       .receive([&](averager_actor& averaging) { self->send(server, averager_atom::value, std::move(averaging)); },
                [&](caf::error& err) { refused = std::move(err); });
   return refused;
@@ -102,17 +102,35 @@ int exit_code_of(const caf::error& reason) {
 }
 
 /// Connects to the coordinator, retrying while it is still starting up; says
-/// on stderr why `who` could not reach it.
+/// on stderr why `who` could not reach it. `lost`: a coordinator that went down,
+/// never to be returned again (CAF's middleman caches the handle per host:port
+/// and may still hand out the dead one right after the connection dropped).
+/// Each attempt is bounded: CAF's own remote_actor waits forever on a
+/// connection whose handshake never completes.
 caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, const std::string& address,
-                                                     const char* who) {
+                                                     const char* who, const caf::actor_addr& lost = {}) {
   const auto hp = split_host_port(address);  // validated by parse_config
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  caf::scoped_actor self{sys};
   for (;;) {
-    auto handle = sys.middleman().remote_actor<coordinator_actor>(hp->first, hp->second);
-    if (!handle && (std::chrono::steady_clock::now() > deadline || stop_requested))
-      std::cerr << "swarm: " << who << " cannot reach coordinator " << address << ": " << sys.render(handle.error())
+    caf::expected<coordinator_actor> handle{caf::error{}};
+    self->request(sys.middleman().actor_handle(), std::chrono::seconds(5), caf::connect_atom::value, hp->first,
+                  hp->second)
+        .receive(
+            [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+              if (!ptr)
+                handle = make_error(errc::PEER_GONE, "nothing published at " + address);
+              else if (ptr->address() == lost)
+                handle = make_error(errc::PEER_GONE, "the lost coordinator is still cached");
+              else
+                handle = caf::actor_cast<coordinator_actor>(std::move(ptr));
+            },
+            [&](caf::error& err) { handle = std::move(err); });
+    const bool out_of_time = std::chrono::steady_clock::now() > deadline || stop_requested;
+    if (!handle && out_of_time)
+      std::cerr << "swarm: " << who << " cannot reach coordinator " << address << ": " << describe(handle.error())
                 << "\n";
-    if (handle || std::chrono::steady_clock::now() > deadline || stop_requested)
+    if (handle || out_of_time)
       return handle;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -204,7 +222,8 @@ int run_coordinator(const app_config& cfg) {
   settings.averaging.timeout_s = cfg.coordinator.averaging_timeout_s;
   settings.averaging.piece_elements = std::max<int64_t>(1, cfg.net.chunk_bytes / 4);
   auto coord = sys.spawn(coordinator, settings, metrics);
-  auto port = sys.middleman().publish(coord, static_cast<uint16_t>(cfg.coordinator.port));
+  // reuse: a coordinator restarted on its old port must not wait out TIME_WAIT.
+  auto port = sys.middleman().publish(coord, static_cast<uint16_t>(cfg.coordinator.port), nullptr, true);
   if (!port) {
     std::cerr << "swarm: coordinator cannot listen on port " << cfg.coordinator.port << ": " << sys.render(port.error())
               << "\n";
@@ -285,10 +304,19 @@ int run_server(const app_config& cfg) {
       break;
     }
     log->warn("lost the coordinator; registering again");
+    const auto lost = coord->address();
     for (;;) {
-      coord = connect_coordinator(sys, cfg.server.coordinator, "server");
-      if (stop_requested || (coord && !register_with(sys, *coord, reg, server)))
+      coord = connect_coordinator(sys, cfg.server.coordinator, "server", lost);
+      if (stop_requested)
         break;
+      if (!coord)
+        continue;
+      auto err = register_with(sys, *coord, reg, server);
+      if (!err) {
+        log->info("registered again");
+        break;
+      }
+      log->warn("registering again failed: {}; retrying", describe(err));
     }
     if (stop_requested) {
       reason = wait_for(sys, server);
@@ -349,8 +377,9 @@ int run_trainer(const app_config& cfg) {
       break;
     }
     get_logger("trainer")->warn("lost the coordinator; subscribing again");
+    const auto lost = coord->address();
     do
-      coord = connect_coordinator(sys, cfg.trainer.coordinator, "trainer");
+      coord = connect_coordinator(sys, cfg.trainer.coordinator, "trainer", lost);
     while (!coord && !stop_requested);
     if (stop_requested) {
       reason = wait_for(sys, t);

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <optional>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -143,6 +144,113 @@ inline std::vector<int64_t> acked_per_stage(const std::string& metrics) {
   for (std::string n; std::getline(in, n, ',');)
     out.push_back(std::stoll(n));
   return out;
+}
+
+
+/// Parameter hashes servers reported (params events): (stage, step) -> server -> hash.
+inline std::map<std::pair<int, int64_t>, std::map<std::string, std::string>> params_by_step(const std::string& metrics) {
+  std::map<std::pair<int, int64_t>, std::map<std::string, std::string>> out;
+  for (const auto& l : events(metrics, "params"))
+    out[{static_cast<int>(number(l, "stage")), static_cast<int64_t>(number(l, "step"))}][text(l, "server")] =
+        text(l, "hash");
+  return out;
+}
+
+/// (stage, step) pairs at which servers of one stage reported different parameters.
+inline std::vector<std::pair<int, int64_t>> params_disagreements(const std::string& metrics) {
+  std::vector<std::pair<int, int64_t>> bad;
+  for (const auto& [key, hashes] : params_by_step(metrics)) {
+    std::set<std::string> distinct;
+    for (const auto& [server, hash] : hashes)
+      distinct.insert(hash);
+    if (distinct.size() > 1)
+      bad.push_back(key);
+  }
+  return bad;
+}
+
+const std::string tiny = SWARM_SOURCE_DIR "/config/tiny";
+
+/// A swarm started process by process, so a test can reach each one.
+struct manual_swarm {
+  std::string metrics;
+  std::string address;
+  int port = 0;  ///< the coordinator's
+  pid_t coordinator = 0;
+  std::vector<pid_t> servers;
+  std::vector<std::string> common;  ///< flags every process gets
+
+  manual_swarm(std::vector<std::string> flags, const char* tag = "faults") : common(std::move(flags)) {
+    metrics = "/tmp/swarm-test-" + std::string(tag) + "-" + std::to_string(getpid()) + ".jsonl";
+    std::remove(metrics.c_str());
+    common.insert(common.begin(), {"--config", tiny, "--metrics", metrics, "--log-level", "warn"});
+    const std::string port_file = metrics + ".port";
+    std::remove(port_file.c_str());
+    coordinator = spawn({"--role", "coordinator", "--port", "0", "--port-file", port_file});
+    for (int i = 0; i < 100 && address.empty(); ++i) {
+      std::ifstream in(port_file);
+      if (in >> port)
+        address = "127.0.0.1:" + std::to_string(port);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::remove(port_file.c_str());
+  }
+
+  /// SIGKILLs the coordinator and starts a fresh one on the same port.
+  void restart_coordinator() {
+    kill(coordinator, SIGKILL);
+    wait_exit(coordinator, 10);
+    coordinator = spawn({"--role", "coordinator", "--port", std::to_string(port)});
+  }
+
+  pid_t spawn(std::vector<std::string> args) const {
+    args.insert(args.end(), common.begin(), common.end());
+    return spawn_swarm(args);
+  }
+
+  pid_t server(int stage, std::vector<std::string> extra = {}) {
+    extra.insert(extra.begin(), {"--role", "server", "--coordinator", address, "--stage", std::to_string(stage)});
+    servers.push_back(spawn(extra));
+    return servers.back();
+  }
+
+  pid_t trainer(std::vector<std::string> extra) const {
+    extra.insert(extra.begin(), {"--role", "trainer", "--coordinator", address});
+    return spawn(extra);
+  }
+
+  /// Stops every server still running (they report server_exit), then the coordinator.
+  void shutdown() {
+    for (pid_t pid : servers)
+      if (kill(pid, 0) == 0)
+        stop(pid);
+    servers.clear();
+    if (coordinator)
+      stop(coordinator);
+    coordinator = 0;
+  }
+
+  ~manual_swarm() {
+    for (pid_t pid : servers)
+      kill(pid, SIGKILL);
+    if (coordinator)
+      kill(coordinator, SIGKILL);
+    std::remove(metrics.c_str());
+  }
+};
+
+void check_trainer_accounting(const std::string& metrics, int steps) {
+  const auto exits = events(metrics, "trainer_exit");
+  REQUIRE(exits.size() == 1);
+  const auto& e = exits.front();
+  std::printf("trainer: issued %.0f completed %.0f dropped %.0f retries %.0f acked %s\n", number(e, "issued"),
+              number(e, "completed"), number(e, "dropped"), number(e, "retries"), text(e, "acked").c_str());
+  CHECK(number(e, "steps") == steps);
+  CHECK(number(e, "issued") == number(e, "completed") + number(e, "dropped"));
+  CHECK(number(e, "dropped") <= 2);
+  const auto [head, tail] = loss_head_tail(metrics, 10);
+  std::printf("loss: first 10 steps %.3f, last 10 steps %.3f\n", head, tail);
+  CHECK(tail < head - 1.0);
 }
 
 } // namespace swarm::test

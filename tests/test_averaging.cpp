@@ -1,0 +1,152 @@
+// Tier (c): stage-wide averaging of the real binary as real processes. Every
+// server writes a `params` event (stage, step, hash of its parameters) after
+// each step; servers of a stage must agree at every step, through a kill -9 in
+// the middle of a round, a server joining mid-training and a coordinator restart.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "process_util.hpp"
+
+using namespace swarm::test;
+
+namespace {
+
+/// Steps of `stage` at which at least `servers` servers reported parameters.
+size_t steps_with(const std::string& metrics, int stage, size_t servers) {
+  size_t n = 0;
+  for (const auto& [key, hashes] : params_by_step(metrics))
+    n += key.first == stage && hashes.size() >= servers;
+  return n;
+}
+
+int64_t last_step(const std::string& metrics, int stage) {
+  int64_t last = -1;
+  for (const auto& [key, hashes] : params_by_step(metrics))
+    if (key.first == stage)
+      last = std::max(last, key.second);
+  return last;
+}
+
+} // namespace
+
+TEST_CASE("a server killed with kill -9 mid-round: survivors finish it identical, training goes on",
+          "[averaging]") {
+  manual_swarm swarm({}, "averaging");
+  REQUIRE_FALSE(swarm.address.empty());
+  // Rank order is id order ("s0-<pid>"): whichever rank the victim gets, its shard is reassigned.
+  swarm.server(0);
+  swarm.server(0);
+  const pid_t victim = swarm.server(0, {"--fault", "hang-round", "--fault-after", "8"});
+  swarm.server(1);
+  const pid_t trainer = swarm.trainer({"--max-steps", "120"});
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [](const auto& lines) { return std::any_of(lines.begin(), lines.end(), [](const auto& l) {
+                                                return is_event(l, "fault") && text(l, "op") == "round";
+                                              }); },
+      120));
+  kill(victim, SIGKILL);  // it holds its shard of the round: the survivors must cover it
+  REQUIRE(wait_exit(trainer, 180) == 0);
+  swarm.shutdown();
+
+  const auto fault = events(swarm.metrics, "fault").at(0);
+  const std::string victim_id = text(fault, "server");
+  // The round the victim hung in: its two peers finished it without it.
+  std::vector<std::string> survivors_of_round;
+  for (const auto& l : events(swarm.metrics, "averaging_round"))
+    if (number(l, "stage") == 0 && number(l, "excluded") == 1 && number(l, "peers") == 3)
+      survivors_of_round.push_back(l);
+  REQUIRE(survivors_of_round.size() >= 2);
+  const auto& first = survivors_of_round[0];
+  CHECK(first.find("\"applied\": true") != std::string::npos);
+  int reassigned = 0;
+  for (const auto& l : survivors_of_round)
+    if (number(l, "round") == number(first, "round"))
+      reassigned += static_cast<int>(number(l, "reassigned"));
+  CHECK(reassigned >= 1);
+  const auto ends = events(swarm.metrics, "round_end");
+  const auto end = std::find_if(ends.begin(), ends.end(),
+                                [&](const auto& l) { return number(l, "round") == number(first, "round"); });
+  REQUIRE(end != ends.end());
+  CHECK(number(*end, "applied") == 2);
+  CHECK(number(*end, "agreeing") == 2);
+  CHECK(number(*end, "excluded") == 1);
+  std::printf("round with kill -9: %.3f s (%.0f of 3 applied)\n", number(*end, "seconds"), number(*end, "applied"));
+  // Identical parameters at every step of both stages, and training went on
+  // well past the fault with both survivors.
+  CHECK(params_disagreements(swarm.metrics).empty());
+  const auto fault_step = static_cast<int64_t>(number(first, "step"));
+  CHECK(last_step(swarm.metrics, 0) > fault_step + 10);
+  CHECK(steps_with(swarm.metrics, 0, 2) > 20);
+  const auto [head, tail] = loss_head_tail(swarm.metrics, 5);
+  CHECK(tail < head - 1.0);
+  std::printf("loss %.2f -> %.2f; stage 0 reached step %lld, fault at step %lld\n", head, tail,
+              static_cast<long long>(last_step(swarm.metrics, 0)), static_cast<long long>(fault_step));
+}
+
+TEST_CASE("a server joining mid-training downloads the stage's state and averages with its peers", "[averaging]") {
+  manual_swarm swarm({}, "averaging");
+  REQUIRE_FALSE(swarm.address.empty());
+  swarm.server(0);
+  swarm.server(0);
+  swarm.server(1);
+  const pid_t trainer = swarm.trainer({"--max-steps", "150"});
+  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return last_step(swarm.metrics, 0) >= 15; }, 120));
+  swarm.server(0);  // the joiner, while the stage trains
+  REQUIRE(wait_exit(trainer, 180) == 0);
+  swarm.shutdown();
+
+  const auto downloads = events(swarm.metrics, "state_download");
+  REQUIRE(!downloads.empty());
+  const auto& joined = downloads.back();
+  const std::string joiner = text(joined, "server");
+  const auto step = static_cast<int64_t>(number(joined, "step"));
+  CHECK(step >= 15);
+  // What it downloaded is what its peer had at that step.
+  const auto at_step = params_by_step(swarm.metrics)[{0, step}];
+  CHECK(at_step.at(text(joined, "from")) == text(joined, "hash"));
+  // From then on it steps with the others, with the same parameters.
+  size_t together = 0;
+  for (const auto& [key, hashes] : params_by_step(swarm.metrics))
+    together += key.first == 0 && key.second > step && hashes.count(joiner) > 0 && hashes.size() == 3;
+  std::printf("joiner %s downloaded step %lld (%.0f bytes, %.3f s); %zu later steps with all 3 servers\n",
+              joiner.c_str(), static_cast<long long>(step), number(joined, "bytes"), number(joined, "seconds"),
+              together);
+  CHECK(together >= 10);
+  CHECK(params_disagreements(swarm.metrics).empty());
+}
+
+TEST_CASE("a coordinator restart mid-training: rounds resume, parameters stay identical", "[averaging]") {
+  manual_swarm swarm({"--heartbeat", "0.5", "--connection-timeout", "3"}, "averaging");
+  REQUIRE_FALSE(swarm.address.empty());
+  swarm.server(0);
+  swarm.server(0);
+  swarm.server(1);
+  swarm.server(1);
+  const pid_t trainer = swarm.trainer({"--max-steps", "150"});
+  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return last_step(swarm.metrics, 1) >= 20; }, 120));
+  const size_t rounds_before = events(swarm.metrics, "round_end").size();
+  swarm.restart_coordinator();  // returns once the old one is dead: later rounds are the new one's
+  const auto killed_at = std::chrono::system_clock::now();
+  REQUIRE(wait_exit(trainer, 240) == 0);
+  swarm.shutdown();
+
+  const double killed_t = std::chrono::duration<double>(killed_at.time_since_epoch()).count();
+  const auto ends = events(swarm.metrics, "round_end");
+  REQUIRE(ends.size() > rounds_before + 10);  // the new averager ran rounds
+  double first_after = 0;
+  for (const auto& l : ends)
+    if (number(l, "t") > killed_t) {
+      first_after = number(l, "t");
+      break;
+    }
+  REQUIRE(first_after > 0);
+  std::printf("coordinator restart: first round of the new averager %.2f s after the kill (process start + 3 s "
+              "settle included); %zu rounds after\n",
+              first_after - killed_t, ends.size() - rounds_before);
+  for (int stage : {0, 1})
+    CHECK(steps_with(swarm.metrics, stage, 2) > 30);
+  CHECK(params_disagreements(swarm.metrics).empty());
+}
