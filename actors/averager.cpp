@@ -256,7 +256,8 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
         auto reg = decode<proto::register_server>(bytes, "register_server");
         if (!reg || !handle || reg->stage() >= self->state.stages.size())
           return;
-        self->monitor(handle);
+        if (self->state.servers.count(handle.address()) == 0)
+          self->monitor(handle);
         auto& s = self->state.servers[handle.address()];
         s.handle = handle;
         s.stage = reg->stage();

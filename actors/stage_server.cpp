@@ -137,6 +137,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   self->set_down_handler([self](caf::down_msg& msg) {
     self->state.chunks.forget(msg.source);
     self->state.chunk_senders.erase(msg.source);
+    self->state.round_peers.erase(msg.source);
     averaging::on_member_down(self, msg.source);
   });
   return {

@@ -91,6 +91,7 @@ struct stage_server_state {
   std::shared_ptr<stage_server_counters> counters;
   chunk_assembler chunks;
   std::set<caf::actor_addr> chunk_senders;  ///< monitored so their unfinished payloads can be dropped
+  std::set<caf::actor_addr> round_peers;    ///< monitored so a round learns of their death (once each)
   uint64_t next_transfer = 0;
   int64_t forwards_seen = 0, backwards_seen = 0;  ///< for the fault hook
   std::unordered_set<std::string> committed;

@@ -195,7 +195,7 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
   for (int i = 0; i < begin->members_size(); ++i) {
     r.ids.push_back(begin->members(i));
     r.members.push_back(caf::actor_cast<stage_actor>(members[static_cast<size_t>(i)]));
-    if (i != rank)
+    if (i != rank && st.round_peers.insert(members[static_cast<size_t>(i)].address()).second)
       self->monitor(members[static_cast<size_t>(i)]);
   }
   const bool in_step = static_cast<uint64_t>(st.worker->steps()) == r.step && !st.reloading;

@@ -331,6 +331,9 @@ int run_server(const app_config& cfg) {
                                 {"committed_samples", counters->committed_samples},
                                 {"duplicates", counters->duplicates},
                                 {"late", counters->late},
+                                {"rounds", counters->rounds},
+                                {"rounds_failed", counters->rounds_failed},
+                                {"dropped_samples", counters->dropped_samples},
                                 {"steps", worker->steps()},
                                 {"hash", std::to_string(worker->parameter_hash())}});
   return exit_code_of(reason);

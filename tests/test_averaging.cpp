@@ -150,3 +150,34 @@ TEST_CASE("a coordinator restart mid-training: rounds resume, parameters stay id
     CHECK(steps_with(swarm.metrics, stage, 2) > 30);
   CHECK(params_disagreements(swarm.metrics).empty());
 }
+
+TEST_CASE("a member that hangs without dying is excluded at the deadline; the round ends without it",
+          "[averaging]") {
+  // Long connection timeout: the hung server's node still answers heartbeats, so
+  // only the averager's deadline (2 s) can take it out of the round.
+  manual_swarm swarm({"--averaging-timeout", "2", "--connection-timeout", "60"}, "averaging");
+  REQUIRE_FALSE(swarm.address.empty());
+  swarm.server(0);
+  swarm.server(0, {"--fault", "hang-round", "--fault-after", "5"});
+  swarm.server(1);
+  REQUIRE(wait_exit(swarm.trainer({"--max-steps", "60"}), 240) == 0);
+  swarm.shutdown();
+
+  const auto fault = events(swarm.metrics, "fault");
+  REQUIRE(fault.size() == 1);
+  const auto hung_at = number(fault[0], "t");
+  const auto ends = events(swarm.metrics, "round_end");
+  const auto end = std::find_if(ends.begin(), ends.end(), [&](const auto& l) {
+    return number(l, "stage") == 0 && number(l, "t") > hung_at;
+  });
+  REQUIRE(end != ends.end());
+  std::printf("hung member: round ended after %.2f s with %.0f of %.0f applied, %.0f excluded\n",
+              number(*end, "seconds"), number(*end, "applied"), number(*end, "peers"), number(*end, "excluded"));
+  CHECK(number(*end, "peers") == 2);
+  CHECK(number(*end, "applied") == 1);
+  CHECK(number(*end, "excluded") == 1);
+  CHECK(number(*end, "seconds") < 2 * 2 + 1);  // never past twice the timeout (plus scheduling slack)
+  // The survivor went on stepping alone.
+  CHECK(last_step(swarm.metrics, 0) > number(*end, "step") + 5);
+  CHECK(params_disagreements(swarm.metrics).empty());
+}

@@ -24,8 +24,7 @@ int64_t butterfly_round::pieces_of(int k) const {
 }
 
 butterfly_round::part butterfly_round::empty_part(int k) const {
-  part p;
-  p.values.assign(static_cast<size_t>(shards_[static_cast<size_t>(k)].size()), 0.0f);
+  part p;  // values are allocated by the first piece: most (rank, shard) pairs never get one
   p.got.assign(static_cast<size_t>(pieces_of(k)), false);
   p.missing = pieces_of(k);
   return p;
@@ -81,6 +80,8 @@ bool butterfly_round::store(part& into, const piece& p) {
     return false;
   into.got[idx] = true;
   --into.missing;
+  if (into.values.empty())
+    into.values.assign(static_cast<size_t>(shards_[static_cast<size_t>(p.shard)].size()), 0.0f);
   into.samples = p.samples;
   std::copy(p.values.begin(), p.values.end(), into.values.begin() + p.offset);
   return true;

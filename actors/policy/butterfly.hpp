@@ -70,8 +70,8 @@ public:
 private:
   struct part {
     int64_t samples = 0;
-    std::vector<float> values;
-    std::vector<bool> got;  ///< per piece
+    std::vector<float> values;  ///< empty until the first piece arrives
+    std::vector<bool> got;      ///< per piece
     int64_t missing = 0;    ///< pieces not yet received
   };
   struct shard_state {
