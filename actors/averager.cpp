@@ -151,7 +151,7 @@ void maybe_start(self_ptr self, uint32_t stage) {
   const auto bytes = encode(begin);
   for (const auto& h : handles)
     self->send(caf::actor_cast<stage_actor>(h), round_atom::value, bytes, handles);
-  self->delayed_send(self, seconds(st.cfg.timeout_s), deadline_atom::value, stage, r.id, int32_t{1});
+  self->delayed_send(self, seconds(1.5 * st.cfg.timeout_s), deadline_atom::value, stage, r.id, int32_t{1});
   sg.running = std::move(r);
 }
 
@@ -207,6 +207,17 @@ void on_done(self_ptr self, const std::string& bytes) {
   maybe_finish(self, done->stage(), false);
 }
 
+void on_waiting(self_ptr self, const std::string& bytes) {
+  auto& st = self->state;
+  auto w = decode<proto::round_waiting>(bytes, "round_waiting");
+  if (!w || w->stage() >= st.stages.size() || sender(self, w->stage()) == nullptr)
+    return;
+  auto& sg = st.stages[w->stage()];
+  if (!sg.running || sg.running->id != w->round())
+    return;
+  sg.running->answered.insert(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+}
+
 void on_down(self_ptr self, const caf::down_msg& msg) {
   auto& st = self->state;
   auto it = st.servers.find(msg.source);
@@ -227,10 +238,22 @@ void on_deadline(self_ptr self, uint32_t stage, uint64_t round, int32_t phase) {
     return;
   auto& r = *sg.running;
   if (phase == 1) {
-    for (size_t i = 0; i < r.members.size(); ++i)
-      if (r.finished.count(r.members[i]) == 0)
-        exclude(self, stage, r, i, "missed the deadline");
-    self->delayed_send(self, seconds(self->state.cfg.timeout_s), deadline_atom::value, stage, round, int32_t{2});
+    // Blame the members too stuck to say whom they wait for. Naming the waited
+    // for is not enough: waits chain (an owner short of a part holds back
+    // everyone waiting for its shard), and responsive members only wait.
+    std::set<size_t> blamed;
+    for (size_t i = 0; i < r.members.size(); ++i) {
+      const auto& m = r.members[i];
+      if (r.finished.count(m) == 0 && r.excluded.count(m) == 0 && r.answered.count(m) == 0)
+        blamed.insert(i);
+    }
+    for (size_t i : blamed) {
+      exclude(self, stage, r, i, "missed the deadline");
+      if (auto it = self->state.servers.find(r.members[i]); it != self->state.servers.end())
+        it->second.view.reported = false;  // not chosen again until it reports
+    }
+    self->delayed_send(self, seconds(1.5 * self->state.cfg.timeout_s), deadline_atom::value, stage, round,
+                       int32_t{2});
     maybe_finish(self, stage, false);
   } else {
     maybe_finish(self, stage, true);
@@ -252,6 +275,7 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
   return {
       [self](progress_atom, const std::string& bytes) { on_progress(self, bytes); },
       [self](done_atom, const std::string& bytes) { on_done(self, bytes); },
+      [self](waiting_atom, const std::string& bytes) { on_waiting(self, bytes); },
       [self](join_atom, const std::string& bytes, const caf::actor& handle) {
         auto reg = decode<proto::register_server>(bytes, "register_server");
         if (!reg || !handle || reg->stage() >= self->state.stages.size())

@@ -9,9 +9,13 @@
 //   averaging --(every member reported or was excluded)--> idle
 //
 // averaging: members are the eligible servers in id order (policy::plan_round).
-// A member that dies, gives up, or has not reported timeout_s after the start is
-// excluded (round_exclude to every member, which the members treat like its
-// death); 2 x timeout_s after the start the round ends whatever happened.
+// A member that dies or gives up is excluded at once (round_exclude to every
+// member, which the members treat like its death). Members not done timeout_s
+// after the start say whom they wait for (round_waiting, logged); at 1.5 x
+// timeout_s the averager excludes the members that did not say (hung) and does
+// not choose them again until they report. Members that all answer but still
+// cannot finish (a slow link) give up at 3 x timeout_s, when the round ends
+// whatever happened: nobody steps, so nobody differs.
 // At the end the stage moves to the majority result (step, hash); members with
 // another result, and any server behind the stage, are told to reload the state
 // of an up-to-date server (`reload` event); one order at a time per server,
@@ -44,7 +48,7 @@ namespace swarm {
 struct averager_settings {
   int num_stages = 2;
   int64_t target_batch_size = 64;   ///< samples per stage-wide optimizer step
-  double timeout_s = 30.0;          ///< a member is excluded after this; the round ends by twice this
+  double timeout_s = 30.0;          ///< see "averaging" above; the round ends by 3x this
   int64_t piece_elements = 4 << 20; ///< floats per all-reduce message (net.chunk-bytes / 4)
   /// No round starts in the first settle_s after the averager starts, nor while
   /// a server that registered less than this ago has not reported yet: after a
@@ -74,6 +78,7 @@ struct averager_state {
     std::map<caf::actor_addr, bool> finished;     ///< member -> applied
     std::map<caf::actor_addr, policy::stage_position> results;
     std::set<caf::actor_addr> excluded;
+    std::set<caf::actor_addr> answered;           ///< sent round_waiting: alive, just waiting
     clock::time_point started;
   };
   struct stage {

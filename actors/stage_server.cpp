@@ -186,7 +186,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
       [self](reload_atom, const std::string& bytes, const caf::actor& peer) {
         averaging::on_reload(self, bytes, peer);
       },
-      [self](deadline_atom, uint64_t round) { averaging::on_deadline(self, round); },
+      [self](deadline_atom, uint64_t round, int32_t phase) { averaging::on_deadline(self, round, phase); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (self->state.chunk_senders.insert(from).second)

@@ -209,7 +209,8 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
     finish(self, "this server is not at the round's step");
     return;
   }
-  self->delayed_send(self, seconds(2 * begin->timeout_s()), deadline_atom::value, st.round->id);
+  self->delayed_send(self, seconds(begin->timeout_s()), deadline_atom::value, st.round->id, int32_t{1});
+  self->delayed_send(self, seconds(3 * begin->timeout_s()), deadline_atom::value, st.round->id, int32_t{2});
   auto out = st.round->exchange->start();
   send_pieces(self, std::move(out));
   maybe_hang(self);
@@ -262,9 +263,28 @@ bool on_member_down(server_ptr self, const caf::actor_addr& who) {
   return false;
 }
 
-void on_deadline(server_ptr self, uint64_t round) {
-  if (self->state.round && self->state.round->id == round && !self->state.round->finished)
+void on_deadline(server_ptr self, uint64_t round, int32_t phase) {
+  auto& st = self->state;
+  if (!st.round || st.round->id != round || st.round->finished)
+    return;
+  if (phase == 2) {
     finish(self, "round deadline passed");
+    return;
+  }
+  if (!st.averaging)
+    return;
+  proto::round_waiting w;
+  w.set_stage(static_cast<uint32_t>(stage_of(self)));
+  w.set_server_id(st.cfg.server_id);
+  w.set_round(round);
+  std::string names;
+  for (int r : st.round->exchange->waiting_on()) {
+    w.add_waiting_on(static_cast<uint32_t>(r));
+    names += (names.empty() ? "" : ", ") + st.round->ids[static_cast<size_t>(r)];
+  }
+  get_logger("stage_server")->warn("stage {}: round {} not done after its timeout; waiting for {}", stage_of(self),
+                                   round, names);
+  self->send(st.averaging, waiting_atom::value, encode(w));
 }
 
 void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer) {

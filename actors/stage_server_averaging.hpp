@@ -3,7 +3,8 @@
 // the other side): progress reports, the butterfly round, reloads.
 //
 //   round: begun (gradient taken, parts sent) --(all shards reduced)--> applied
-//                                              --(excluded / 2 x timeout / step mismatch)--> given up
+//                                              --(excluded / 3 x timeout / step mismatch)--> given up
+// At 1 x timeout a member not done tells the averager whom it waits for.
 // Either way the server reports round_done, and keeps the round's exchange
 // until the next one begins so members still finishing can repair from it.
 // A server given up (or told its parameters differ) waits for the averager's
@@ -25,7 +26,8 @@ void report_progress(server_ptr self, bool force);
 void on_round_begin(server_ptr self, const std::string& bytes, const std::vector<caf::actor>& members);
 void on_piece(server_ptr self, const std::string& bytes);
 void on_exclude(server_ptr self, const std::string& bytes);
-void on_deadline(server_ptr self, uint64_t round);
+/// phase 1 (timeout_s): tell the averager what it waits for; 2 (3 x timeout_s): give up.
+void on_deadline(server_ptr self, uint64_t round, int32_t phase);
 void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer);
 /// A monitored actor went down; true when it was a member of the current round.
 bool on_member_down(server_ptr self, const caf::actor_addr& who);

@@ -81,7 +81,7 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name) {
   app.add_option("--port", c.coordinator.port, "coordinator: TCP port to listen on; 0 = any free port");
   app.add_option("--port-file", c.coordinator.port_file, "coordinator: write the bound port to this file");
   app.add_option("--averaging-timeout", c.coordinator.averaging_timeout_s,
-                 "coordinator: exclude a server missing from an averaging round after this, seconds");
+                 "coordinator: averaging rounds find late servers after this and exclude them at 1.5x, seconds");
 
   app.add_option("--coordinator", c.server.coordinator, "server, trainer: HOST:PORT of the coordinator");
   app.add_option("--stage", c.server.stage, "server: pipeline stage to serve, 0-based");

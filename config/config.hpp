@@ -47,7 +47,7 @@ struct net_config {
 struct coordinator_config {
   int port = 0;           ///< TCP port to publish on; 0 = any free port
   std::string port_file;  ///< write the bound port here once listening (for scripts)
-  double averaging_timeout_s = 30.0;  ///< a server missing from a round this long is excluded; rounds end by 2x
+  double averaging_timeout_s = 30.0;  ///< late members of a round are found after this, excluded at 1.5x; rounds end by 3x
 };
 
 struct server_config {

@@ -46,14 +46,16 @@ using reload_atom = caf::atom_constant<caf::atom("reload")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using averager_atom = caf::atom_constant<caf::atom("averager")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+using waiting_atom = caf::atom_constant<caf::atom("waiting")>;
 
 /// The averaging coordinator (actors/averager.hpp). progress: progress_report;
-/// done: round_done (both from servers); join: register_server plus the server's
+/// done: round_done; waiting: round_waiting (all three from servers); join: register_server plus the server's
 /// handle (from the coordinator, which spawned it); deadline: its own timer
 /// (stage, round, phase). Server handles travel as plain caf::actor because
 /// stage_actor (below) refers to this type.
 using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::string>,
                                         caf::reacts_to<done_atom, std::string>,
+                                        caf::reacts_to<waiting_atom, std::string>,
                                         caf::reacts_to<join_atom, std::string, caf::actor>,
                                         caf::reacts_to<deadline_atom, uint32_t, uint64_t, int32_t>>;
 
@@ -63,7 +65,7 @@ using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::strin
 /// Averaging: averager (its handle, from the local node after registering);
 /// round: round_begin + members' handles in rank order; piece: allreduce_piece
 /// from a member; exclude: round_exclude; reload: reload_order + the peer's handle;
-/// deadline: its own timer for a round (round id).
+/// deadline: its own timers for a round (round id, 1: say what it waits for, 2: give up).
 using stage_actor = caf::typed_actor<
     caf::replies_to<forward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
@@ -74,7 +76,7 @@ using stage_actor = caf::typed_actor<
     caf::reacts_to<piece_atom, std::string>,
     caf::reacts_to<exclude_atom, std::string>,
     caf::reacts_to<reload_atom, std::string, caf::actor>,
-    caf::reacts_to<deadline_atom, uint64_t>>;
+    caf::reacts_to<deadline_atom, uint64_t, int32_t>>;
 
 /// The membership registry. register: (register_server, the server's handle)
 /// -> register_reply, and the server is monitored from then on; peers:

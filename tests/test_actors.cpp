@@ -67,7 +67,7 @@ stage_actor::behavior_type silent_server(stage_actor::pointer self) {
       [](piece_atom, std::string&) {},
       [](exclude_atom, std::string&) {},
       [](reload_atom, std::string&, caf::actor&) {},
-      [](deadline_atom, uint64_t) {},
+      [](deadline_atom, uint64_t, int32_t) {},
   };
 }
 

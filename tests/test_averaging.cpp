@@ -154,7 +154,7 @@ TEST_CASE("a coordinator restart mid-training: rounds resume, parameters stay id
 TEST_CASE("a member that hangs without dying is excluded at the deadline; the round ends without it",
           "[averaging]") {
   // Long connection timeout: the hung server's node still answers heartbeats, so
-  // only the averager's deadline (2 s) can take it out of the round.
+  // only the averager's deadline can take it out of the round: at 1.5 x 2 s.
   manual_swarm swarm({"--averaging-timeout", "2", "--connection-timeout", "60"}, "averaging");
   REQUIRE_FALSE(swarm.address.empty());
   swarm.server(0);
@@ -176,7 +176,7 @@ TEST_CASE("a member that hangs without dying is excluded at the deadline; the ro
   CHECK(number(*end, "peers") == 2);
   CHECK(number(*end, "applied") == 1);
   CHECK(number(*end, "excluded") == 1);
-  CHECK(number(*end, "seconds") < 2 * 2 + 1);  // never past twice the timeout (plus scheduling slack)
+  CHECK(number(*end, "seconds") < 3 * 2 + 1);  // never past 3 x the timeout (plus scheduling slack)
   // The survivor went on stepping alone.
   CHECK(last_step(swarm.metrics, 0) > number(*end, "step") + 5);
   CHECK(params_disagreements(swarm.metrics).empty());

@@ -99,6 +99,7 @@ TEST_CASE("three members, odd size, small pieces: everyone gets the weighted mea
   g.start();
   g.run();
   CHECK(g.agreed() == expected_mean(grads, samples));
+  CHECK(g.m[1]->waiting_on().empty());
   // Ideal traffic: each sends 2/3 of its vector out as parts and 2 x its shard back.
   for (auto& x : g.m) {
     CHECK(x->bytes_sent() == x->bytes_received());
@@ -143,6 +144,10 @@ TEST_CASE("a member dead before sending: survivors cover its shard and agree", "
   g.dead[2] = true;       // ... and before anything reached it; the others learn it below
   g.run();
   CHECK_FALSE(g.m[0]->complete());
+  // Rank 0 waits for rank 2's part of shard 0, its reduced shard 2, and the
+  // reduced shard 1 that rank 1 cannot reduce without rank 2 either.
+  CHECK(g.m[0]->waiting_on() == std::vector<int>{1, 2});
+  CHECK(g.m[1]->waiting_on() == std::vector<int>{0, 2});
   g.kill(2);
   g.run();
   CHECK(g.agreed() == expected_mean({grads[0], grads[1]}, {2, 2}));

@@ -45,6 +45,28 @@ int butterfly_round::gone_count() const {
 
 bool butterfly_round::complete() const { return complete_; }
 
+std::vector<int> butterfly_round::waiting_on() const {
+  std::vector<bool> waits(static_cast<size_t>(n_), false);
+  for (int k = 0; k < n_; ++k) {
+    const auto& s = state_[static_cast<size_t>(k)];
+    if (s.done)
+      continue;
+    const int owner = owner_of(k);
+    if (owner != me_) {
+      waits[static_cast<size_t>(owner)] = true;
+      continue;
+    }
+    for (int r = 0; r < n_; ++r)
+      if (r != me_ && !gone_[static_cast<size_t>(r)] && s.parts[static_cast<size_t>(r)].missing > 0)
+        waits[static_cast<size_t>(r)] = true;
+  }
+  std::vector<int> out;
+  for (int r = 0; r < n_; ++r)
+    if (waits[static_cast<size_t>(r)])
+      out.push_back(r);
+  return out;
+}
+
 void butterfly_round::send_shard(int k, int to, bool reduced, std::vector<piece>& out) {
   const auto& sh = shards_[static_cast<size_t>(k)];
   const float* src = reduced ? state_[static_cast<size_t>(k)].reduced.data() : grad_.data() + sh.begin;

@@ -55,6 +55,9 @@ public:
   [[nodiscard]] std::vector<piece> gone(int r);
 
   [[nodiscard]] bool complete() const;
+  /// Live ranks this member still waits for: the parts of shards it owns, the
+  /// reduced values of shards it does not. Empty once complete.
+  [[nodiscard]] std::vector<int> waiting_on() const;
   /// The averaged vector; valid once complete().
   [[nodiscard]] const std::vector<float>& result() const { return result_; }
   [[nodiscard]] int rank() const { return me_; }
