@@ -94,7 +94,7 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
     return;
   }
   if (code == errc::TIMEOUT) {
-    st.router.on_timeout(server);
+    st.router.on_timeout(server, static_cast<double>(req.samples), waited);
     st.metrics->emit("timeout", {{"stage", int64_t{st.cfg.stage}},
                                  {"trainer", st.cfg.trainer_id},
                                  {"server", server},

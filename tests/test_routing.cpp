@@ -297,12 +297,29 @@ TEST_CASE("router: timeouts are counted, never banned", "[routing]") {
   std::mt19937_64 rng(9);
   auto r = make_router({{"a", 10}});
   for (int i = 1; i <= 5; ++i) {
-    r.on_timeout("a");
+    r.on_timeout("a", 1.0, 2.0);
     CHECK(r.timeouts("a") == i);
   }
   CHECK_FALSE(r.banned("a", 0.0));
   CHECK(r.choose(1.0, false, 0.0, rng) == std::optional<std::string>("a"));
   CHECK(r.timeouts("unknown") == 0);
+  r.on_timeout("a", 1.0, 0.0);  // no usable time: counted only
+  CHECK(r.timeouts("a") == 6);
+}
+
+TEST_CASE("router: a peer is charged the time it held a timed-out request", "[routing]") {
+  std::mt19937_64 rng(4);
+  auto r = make_router({{"a", 10}, {"b", 10}});
+  r.on_timeout("a", 1.0, 5.0);  // held 1 sample for 5 s
+  // b must do 5 s of its own work (50 samples at 10/s) before a is tried again.
+  int before_a = 0;
+  while (r.choose(1.0, false, 0.0, rng) == std::optional<std::string>("b"))
+    ++before_a;
+  CHECK(before_a >= 49);
+  CHECK(before_a <= 51);
+  // And a's rate reflects what the trainer got from it: (9 x 10 + 0.2) / 10 after bias correction.
+  REQUIRE(r.ema("a"));
+  CHECK(*r.ema("a") < 10.0);
 }
 
 // --- degenerate inputs ----------------------------------------------------------------------
@@ -342,7 +359,7 @@ TEST_CASE("router: remove forgets a server; unknown ids are no-ops", "[routing]"
   r.remove("nobody");
   CHECK(r.size() == 2);
   r.on_success("nobody", 1.0, 1.0);
-  r.on_timeout("nobody");
+  r.on_timeout("nobody", 1.0, 1.0);
   CHECK(r.ban("nobody", 0.0) == 0.0);
   CHECK_FALSE(r.banned("nobody", 0.0));
   CHECK_FALSE(r.ema("nobody"));

@@ -156,9 +156,14 @@ void stage_router::on_success(const std::string& id, double samples, double seco
   }
 }
 
-void stage_router::on_timeout(const std::string& id) {
-  if (peer* p = find(id))
+void stage_router::on_timeout(const std::string& id, double samples, double seconds) {
+  if (peer* p = find(id)) {
     ++p->timeouts;
+    if (std::isfinite(seconds) && seconds > 0) {
+      p->vtime += seconds;
+      p->rate.update(samples, seconds);
+    }
+  }
 }
 
 int64_t stage_router::timeouts(const std::string& id) const {

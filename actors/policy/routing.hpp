@@ -9,9 +9,11 @@
 // bias-corrected EMA of whole requests (network + queue + compute) as the
 // caller saw them, because that is the rate the trainer actually gets.
 //
-// Faults: a timeout is only counted (the network may be at fault); an error or
-// a peer going down bans it with exponential backoff until the ban expires or
-// the peer re-registers.
+// Faults: a timeout never bans (the network may be at fault), but the peer is
+// charged the time it held the request, so a hung peer that still answers
+// heartbeats gets probed about once per deadline instead of taking a share of
+// every batch; an error or a peer going down bans it with exponential backoff
+// until the ban expires or the peer re-registers.
 //
 // Pure: no CAF, no sockets, no clock, no global RNG. `now` is seconds on any
 // monotonic clock the caller likes; randomness comes in as an engine, so tests
@@ -89,9 +91,11 @@ public:
   /// EMA and ends the run of consecutive bans (the peer works again).
   void on_success(const std::string& id, double samples, double seconds);
 
-  /// A request to `id` ran past its deadline. Only counted, never banned: a
-  /// timeout may be the network's fault, and the caller retries elsewhere.
-  void on_timeout(const std::string& id);
+  /// A request of `samples` to `id` ran past its deadline after `seconds`. Never
+  /// banned (a timeout may be the network's fault; the caller retries
+  /// elsewhere), but its virtual time is charged `seconds` and the EMA gets the
+  /// rate the caller got at best (samples / seconds).
+  void on_timeout(const std::string& id, double samples, double seconds);
 
   /// Number of timeouts seen from `id` (0 when unknown).
   [[nodiscard]] int64_t timeouts(const std::string& id) const;
