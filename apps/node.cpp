@@ -136,6 +136,31 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
   }
 }
 
+/// Waits until `whom` terminates and returns its exit reason. Whenever the
+/// coordinator goes down meanwhile, connects to its successor at `address` and
+/// calls `rejoin(new coordinator)` until that returns true.
+template <class Handle, class Rejoin>
+caf::error run_with_coordinator(caf::actor_system& sys, const Handle& whom, coordinator_actor coord,
+                                const std::string& address, const char* who, Rejoin rejoin) {
+  for (;;) {
+    auto waited = wait_for(sys, whom, coord);
+    if (!waited.watched_down)
+      return waited.reason;
+    get_logger(who)->warn("lost the coordinator; joining it again when it is back");
+    const auto lost = coord.address();
+    for (;;) {
+      auto fresh = connect_coordinator(sys, address, who, lost);
+      if (stop_requested)
+        return wait_for(sys, whom);
+      if (fresh && rejoin(*fresh)) {
+        coord = *fresh;
+        get_logger(who)->info("joined the coordinator again");
+        break;
+      }
+    }
+  }
+}
+
 /// Asks `peer` for its state and imports it; the error when that fails.
 caf::error download_from(caf::actor_system& sys, const proto::membership_update& peer, const app_config& cfg,
                          const std::string& server_id, stage_worker& worker, metrics_sink& metrics) {
@@ -295,34 +320,14 @@ int run_server(const app_config& cfg) {
             worker->span().first_block, worker->span().end_block, worker->parameter_count(), *port);
   // Serve until done; whenever the coordinator connection drops (a coordinator
   // restart, or this process was stopped long enough for peers to give up on
-  // it), connect and register again so trainers find this server anew.
-  caf::error reason;
-  for (;;) {
-    auto waited = wait_for(sys, server, *coord);
-    if (!waited.watched_down) {
-      reason = waited.reason;
-      break;
-    }
-    log->warn("lost the coordinator; registering again");
-    const auto lost = coord->address();
-    for (;;) {
-      coord = connect_coordinator(sys, cfg.server.coordinator, "server", lost);
-      if (stop_requested)
-        break;
-      if (!coord)
-        continue;
-      auto err = register_with(sys, *coord, reg, server);
-      if (!err) {
-        log->info("registered again");
-        break;
-      }
-      log->warn("registering again failed: {}; retrying", describe(err));
-    }
-    if (stop_requested) {
-      reason = wait_for(sys, server);
-      break;
-    }
-  }
+  // it), register again so trainers find this server anew.
+  const auto reason = run_with_coordinator(sys, server, *coord, cfg.server.coordinator, "server",
+                                           [&](const coordinator_actor& fresh) {
+                                             auto err = register_with(sys, fresh, reg, server);
+                                             if (err)
+                                               log->warn("registering again failed: {}; retrying", describe(err));
+                                             return !err;
+                                           });
   // The actor is done, so its counters are stable to read here.
   metrics->emit("server_exit", {{"stage", int64_t{cfg.server.stage}},
                                 {"server", server_id},
@@ -372,25 +377,12 @@ int run_trainer(const app_config& cfg) {
   auto t = sys.spawn(trainer, tcfg, text, balancers, metrics);
   // Train until done; after a coordinator restart the load balancers subscribe
   // to the new one (they keep routing to the servers they know meanwhile).
-  caf::error reason;
-  for (;;) {
-    auto waited = wait_for(sys, t, *coord);
-    if (!waited.watched_down) {
-      reason = waited.reason;
-      break;
-    }
-    get_logger("trainer")->warn("lost the coordinator; subscribing again");
-    const auto lost = coord->address();
-    do
-      coord = connect_coordinator(sys, cfg.trainer.coordinator, "trainer", lost);
-    while (!coord && !stop_requested);
-    if (stop_requested) {
-      reason = wait_for(sys, t);
-      break;
-    }
-    for (auto& lb : balancers)
-      caf::anon_send(lb, subscribe_atom::value, *coord);
-  }
+  const auto reason = run_with_coordinator(sys, t, *coord, cfg.trainer.coordinator, "trainer",
+                                           [&](const coordinator_actor& fresh) {
+                                             for (auto& lb : balancers)
+                                               caf::anon_send(lb, subscribe_atom::value, fresh);
+                                             return true;
+                                           });
   for (auto& lb : balancers)
     caf::anon_send_exit(lb, caf::exit_reason::user_shutdown);
   if (exit_code_of(reason) != 0)
