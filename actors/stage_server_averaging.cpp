@@ -234,7 +234,7 @@ void on_piece(server_ptr self, const std::string& bytes) {
     feed(self, from, bytes);
   } else if (!st.round || head.round() > st.round->id) {
     // Bounded: a round that never begins here must not grow this forever.
-    if (st.early_pieces.size() < 4)
+    if (st.early_pieces.size() < 4 || st.early_pieces.count(head.round()) > 0)
       st.early_pieces[head.round()].emplace_back(from, bytes);
   }
 }
