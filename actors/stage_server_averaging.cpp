@@ -1,5 +1,6 @@
 #include "actors/stage_server_averaging.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -176,7 +177,8 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
   auto log = get_logger("stage_server");
   auto begin = decode<proto::round_begin>(bytes, "round_begin");
   if (!begin || begin->stage() != static_cast<uint32_t>(stage_of(self)) ||
-      begin->members_size() != static_cast<int>(members.size())) {
+      begin->members_size() != static_cast<int>(members.size()) || !std::isfinite(begin->timeout_s()) ||
+      begin->timeout_s() <= 0) {
     log->warn("stage {}: ignored a malformed round_begin", stage_of(self));
     return;
   }
