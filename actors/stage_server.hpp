@@ -46,7 +46,6 @@ namespace swarm {
 /// What a stage server needs to know; built from app_config by the server role.
 struct stage_server_config {
   std::string server_id;          ///< unique name in logs and metrics, e.g. "s1-4711"
-  int64_t batch_size = 64;        ///< samples accumulated before each optimizer step
   int64_t chunk_bytes = 16 << 20; ///< largest reply payload per message, bytes
   double slowdown = 1.0;          ///< emulate a device this many times slower (sleep (F-1) x compute)
   /// Test hook: the fault_after-th request of this kind hangs forever, holding it,

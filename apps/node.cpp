@@ -286,7 +286,7 @@ int run_server(const app_config& cfg) {
     return 1;
   // Before serving anything: start where the stage is, not from scratch.
   download_state(sys, *coord, cfg, server_id, *worker, *metrics);
-  stage_server_config scfg{server_id, cfg.server.batch_size, cfg.net.chunk_bytes, cfg.server.slowdown};
+  stage_server_config scfg{server_id, cfg.net.chunk_bytes, cfg.server.slowdown};
   if (cfg.server.fault == "hang-forward")
     scfg.fault = stage_server_config::fault_kind::hang_forward;
   else if (cfg.server.fault == "hang-backward")

@@ -87,7 +87,7 @@ proto::register_server registration(const std::string& id, uint32_t stage, uint1
 TEST_CASE_METHOD(system_fixture, "stage server answers bad requests with errors and keeps serving", "[actors]") {
   auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu");
   // 1 KiB chunks so the 2x8x16 float reply (1 KiB + header) must travel in pieces.
-  auto server = sys->spawn(stage_server, stage_server_config{"s0", 64, 1024}, worker, std::make_shared<metrics_sink>(),
+  auto server = sys->spawn(stage_server, stage_server_config{"s0", 1024}, worker, std::make_shared<metrics_sink>(),
                            std::make_shared<stage_server_counters>());
   caf::scoped_actor self{*sys};
   auto ask = [&](uint64_t transfer, std::string payload) {
@@ -182,7 +182,7 @@ TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a d
   auto hung_port = sys->middleman().publish(hung, 0, "127.0.0.1");
   REQUIRE(hung_port);
   auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu");
-  auto good = sys->spawn(stage_server, stage_server_config{"good", 64, 4 << 20}, worker,
+  auto good = sys->spawn(stage_server, stage_server_config{"good", 4 << 20}, worker,
                          std::make_shared<metrics_sink>(), std::make_shared<stage_server_counters>());
   auto good_port = sys->middleman().publish(good, 0, "127.0.0.1");
   REQUIRE(good_port);
