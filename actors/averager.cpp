@@ -155,21 +155,27 @@ void maybe_start(self_ptr self, uint32_t stage) {
   sg.running = std::move(r);
 }
 
-averager_state::server* sender(self_ptr self, uint32_t stage) {
+/// A server's message and its sender; nullopt when malformed, from a server
+/// that never joined, or about a stage not the sender's (so always a valid one).
+template <class Msg>
+std::optional<std::pair<Msg, averager_state::server*>> from_server(self_ptr self, const std::string& bytes,
+                                                                   const char* what) {
+  auto msg = decode<Msg>(bytes, what);
+  if (!msg)
+    return std::nullopt;
   auto it = self->state.servers.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
-  if (it == self->state.servers.end() || it->second.stage != stage)
-    return nullptr;
-  return &it->second;
+  if (it == self->state.servers.end() || it->second.stage != msg->stage())
+    return std::nullopt;
+  return std::make_pair(std::move(*msg), &it->second);
 }
 
 void on_progress(self_ptr self, const std::string& bytes) {
   auto& st = self->state;
-  auto rep = decode<proto::progress_report>(bytes, "progress_report");
-  if (!rep || rep->stage() >= st.stages.size())
+  auto got = from_server<proto::progress_report>(self, bytes, "progress_report");
+  if (!got)
     return;
-  auto* s = sender(self, rep->stage());
-  if (s == nullptr)
-    return;
+  const auto* rep = &got->first;
+  auto* s = got->second;
   auto& sg = st.stages[rep->stage()];
   // A member's reports during its round may predate the gradient it handed in;
   // its round_done carries what came after.
@@ -186,12 +192,11 @@ void on_progress(self_ptr self, const std::string& bytes) {
 
 void on_done(self_ptr self, const std::string& bytes) {
   auto& st = self->state;
-  auto done = decode<proto::round_done>(bytes, "round_done");
-  if (!done || done->stage() >= st.stages.size())
+  auto got = from_server<proto::round_done>(self, bytes, "round_done");
+  if (!got)
     return;
-  auto* s = sender(self, done->stage());
-  if (s == nullptr)
-    return;
+  const auto* done = &got->first;
+  auto* s = got->second;
   s->view = {s->view.id, true, done->step(), done->samples(), done->parameter_hash()};
   auto& sg = st.stages[done->stage()];
   if (!sg.running || sg.running->id != done->round())
@@ -208,14 +213,12 @@ void on_done(self_ptr self, const std::string& bytes) {
 }
 
 void on_waiting(self_ptr self, const std::string& bytes) {
-  auto& st = self->state;
-  auto w = decode<proto::round_waiting>(bytes, "round_waiting");
-  if (!w || w->stage() >= st.stages.size() || sender(self, w->stage()) == nullptr)
+  auto got = from_server<proto::round_waiting>(self, bytes, "round_waiting");
+  if (!got)
     return;
-  auto& sg = st.stages[w->stage()];
-  if (!sg.running || sg.running->id != w->round())
-    return;
-  sg.running->answered.insert(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+  auto& sg = self->state.stages[got->first.stage()];
+  if (sg.running && sg.running->id == got->first.round())
+    sg.running->answered.insert(got->second->handle.address());
 }
 
 void on_down(self_ptr self, const caf::down_msg& msg) {

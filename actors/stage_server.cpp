@@ -18,6 +18,32 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& reply, const std::string& server_id,
+                       const std::string& from, std::chrono::steady_clock::time_point started,
+                       metrics_sink& metrics) {
+  if (!reply)
+    return reply.error();
+  auto rep = decode<proto::state_reply>(*reply, "state_reply");
+  if (!rep)
+    return rep.error();
+  if (auto err = worker.import_state(rep->state()))
+    return err;
+  if (worker.parameter_hash() != rep->parameter_hash())
+    return make_error(errc::INTERNAL, "imported parameters hash differently from the peer's");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const int64_t stage = worker.span().stage;
+  get_logger("stage_server")->info("stage {}: copied the state at step {} from {} ({} bytes, {:.2f} s)", stage,
+                                   rep->step(), from, rep->state().size(), secs);
+  metrics.emit("state_download", {{"stage", stage},
+                                  {"server", server_id},
+                                  {"from", from},
+                                  {"step", static_cast<int64_t>(rep->step())},
+                                  {"bytes", static_cast<int64_t>(rep->state().size())},
+                                  {"seconds", secs},
+                                  {"hash", std::to_string(rep->parameter_hash())}});
+  return caf::none;
+}
+
 namespace {
 
 using self_ptr = stage_actor::stateful_pointer<stage_server_state>;
@@ -168,7 +194,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         proto::state_reply rep;
         rep.set_stage(req->stage());
         rep.set_step(static_cast<uint64_t>(st.worker->steps()));
-        rep.set_parameter_hash(st.worker->parameter_hash());
+        rep.set_parameter_hash(st.hash);
         rep.set_state(st.worker->export_state());
         get_logger("stage_server")->info("stage {}: sent state at step {} ({} bytes) to {}", req->stage(), rep.step(),
                                          rep.state().size(), req->server_id());

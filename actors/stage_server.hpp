@@ -111,6 +111,14 @@ struct stage_server_state {
                                                       std::shared_ptr<metrics_sink> metrics,
                                                       std::shared_ptr<stage_server_counters> counters);
 
+/// Imports a peer's state (`reply`: a reassembled state_reply) into `worker`
+/// and checks that the parameters then hash as the peer said; on success logs
+/// and writes `state_download` (from `from`, timed since `started`). Used by a
+/// joining server and by a reload.
+[[nodiscard]] caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& reply,
+                                     const std::string& server_id, const std::string& from,
+                                     std::chrono::steady_clock::time_point started, metrics_sink& metrics);
+
 /// Wall-clock now in unix seconds: the clock commit deadlines are written in.
 [[nodiscard]] double unix_now();
 

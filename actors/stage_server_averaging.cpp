@@ -312,32 +312,17 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
             auto& st = self->state;
             st.reloading = false;
             ++st.reloads;
-            auto whole = st.chunks.finish(handle.address(), transfer_id, std::move(tail));
-            auto rep = whole ? decode<proto::state_reply>(*whole, "state_reply")
-                             : caf::expected<proto::state_reply>{whole.error()};
             const int64_t dropped = st.worker->accumulated_samples();
-            caf::error err = rep ? st.worker->import_state(rep->state()) : rep.error();
-            if (!err && st.worker->parameter_hash() != rep->parameter_hash())
-              err = make_error(errc::INTERNAL, "reloaded parameters hash differently from the peer's");
+            auto err = adopt_state(*st.worker, st.chunks.finish(handle.address(), transfer_id, std::move(tail)),
+                                   st.cfg.server_id, from, started, *st.metrics);
             st.hash = st.worker->parameter_hash();
             if (err) {
               get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
                                                describe(err));
-              report_progress(self, true);
-              return;
+            } else {
+              st.counters->dropped_samples += dropped;
+              emit_params(self);
             }
-            st.counters->dropped_samples += dropped;
-            const double secs = std::chrono::duration<double>(clock_type::now() - started).count();
-            get_logger("stage_server")->info("stage {}: reloaded step {} from {} in {:.2f} s", stage_of(self),
-                                             rep->step(), from, secs);
-            st.metrics->emit("state_download", {{"stage", stage_of(self)},
-                                                {"server", st.cfg.server_id},
-                                                {"from", from},
-                                                {"step", static_cast<int64_t>(rep->step())},
-                                                {"bytes", static_cast<int64_t>(rep->state().size())},
-                                                {"seconds", secs},
-                                                {"hash", std::to_string(rep->parameter_hash())}});
-            emit_params(self);
             report_progress(self, true);
           },
           [self, from](caf::error& err) {

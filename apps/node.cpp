@@ -183,26 +183,7 @@ caf::error download_from(caf::actor_system& sys, const proto::membership_update&
             whole = chunks.finish(handle->address(), transfer_id, std::move(tail));
           },
           [&](caf::error& err) { whole = std::move(err); });
-  if (!whole)
-    return whole.error();
-  auto rep = decode<proto::state_reply>(*whole, "state_reply");
-  if (!rep)
-    return rep.error();
-  if (auto err = worker.import_state(rep->state()))
-    return err;
-  if (worker.parameter_hash() != rep->parameter_hash())
-    return make_error(errc::INTERNAL, "imported parameters hash differently from the peer's");
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  get_logger("stage_server")->info("downloaded stage {} state at step {} from {} ({} bytes, {:.2f} s)",
-                                   cfg.server.stage, rep->step(), peer.server_id(), rep->state().size(), secs);
-  metrics.emit("state_download", {{"stage", int64_t{cfg.server.stage}},
-                                  {"server", server_id},
-                                  {"from", peer.server_id()},
-                                  {"step", static_cast<int64_t>(rep->step())},
-                                  {"bytes", static_cast<int64_t>(rep->state().size())},
-                                  {"seconds", secs},
-                                  {"hash", std::to_string(rep->parameter_hash())}});
-  return caf::none;
+  return adopt_state(worker, whole, server_id, peer.server_id(), started, metrics);
 }
 
 /// A joining (new or restarted) server copies parameters and optimizer state
