@@ -1,5 +1,7 @@
 #include "actors/averager.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 
 #include "actors/log.hpp"
@@ -76,11 +78,12 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
     if (!force && r.finished.count(m) == 0 && r.excluded.count(m) == 0)
       return;
   std::vector<policy::stage_position> results;
-  int64_t applied = 0;
+  int64_t applied = 0, taken = 0;
   for (const auto& m : r.members)  // rank order, for the tie-break
     if (auto it = r.results.find(m); it != r.results.end() && r.finished[m]) {
       results.push_back(it->second);
       ++applied;
+      taken += r.taken[m];
     }
   const auto agreed = policy::majority(results);
   const int64_t agreeing = std::count_if(results.begin(), results.end(), [&](const policy::stage_position& p) {
@@ -99,6 +102,8 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
                                  {"seconds", secs}});
   if (applied > 0 && agreed.step >= sg.position.step)
     sg.position = agreed;
+  if (applied > 0)  // at most a batch is carried: a swarm slower than its rounds cannot pay back more
+    sg.owed = std::clamp<int64_t>(sg.owed + taken - st.cfg.target_batch_size, 0, st.cfg.target_batch_size);
   sg.running.reset();
   for (auto& [addr, s] : st.servers)
     if (s.stage == stage && s.view.reported && (s.view.step != sg.position.step || s.view.hash != sg.position.hash))
@@ -123,7 +128,8 @@ void maybe_start(self_ptr self, uint32_t stage) {
       of_stage.push_back(&s);
       views.push_back(s.view);
     }
-  const auto plan = policy::plan_round(views, sg.position, st.cfg.target_batch_size);
+  const auto plan =
+      policy::plan_round(views, sg.position, std::max<int64_t>(1, st.cfg.target_batch_size - sg.owed));
   for (size_t i : plan.stale)
     order_reload(self, *of_stage[i], of_stage[i]->view.step < sg.position.step ? "behind" : "parameters differ");
   if (!plan.start)
@@ -177,6 +183,7 @@ void on_progress(self_ptr self, const std::string& bytes) {
   const auto* rep = &got->first;
   auto* s = got->second;
   auto& sg = st.stages[rep->stage()];
+  self->send(st.rebalancing, progress_atom::value, bytes);
   // A member's reports during its round may predate the gradient it handed in;
   // its round_done carries what came after.
   if (sg.running && rank_of(*sg.running, s->handle.address()) && sg.running->finished.count(s->handle.address()) == 0)
@@ -207,6 +214,7 @@ void on_done(self_ptr self, const std::string& bytes) {
     return;
   r.finished[s->handle.address()] = done->applied();
   r.results[s->handle.address()] = {done->step(), done->parameter_hash()};
+  r.taken[s->handle.address()] = static_cast<int64_t>(std::min<uint64_t>(done->taken(), uint64_t{1} << 40));
   if (!done->applied())
     exclude(self, done->stage(), r, *rank, "gave up");
   maybe_finish(self, done->stage(), false);
@@ -221,18 +229,32 @@ void on_waiting(self_ptr self, const std::string& bytes) {
     sg.running->answered.insert(got->second->handle.address());
 }
 
-void on_down(self_ptr self, const caf::down_msg& msg) {
+/// A server died (`why` "down") or left its stage ("left"): out of its stage and its round.
+void forget(self_ptr self, const caf::actor_addr& who, const char* why) {
   auto& st = self->state;
-  auto it = st.servers.find(msg.source);
+  auto it = st.servers.find(who);
   if (it == st.servers.end())
     return;
   const auto stage = it->second.stage;
   st.servers.erase(it);
   auto& sg = st.stages[stage];
   if (sg.running)
-    if (auto rank = rank_of(*sg.running, msg.source); rank && sg.running->finished.count(msg.source) == 0)
-      exclude(self, stage, *sg.running, *rank, "down");
+    if (auto rank = rank_of(*sg.running, who); rank && sg.running->finished.count(who) == 0)
+      exclude(self, stage, *sg.running, *rank, why);
   maybe_finish(self, stage, false);
+  const bool served = std::any_of(st.servers.begin(), st.servers.end(),
+                                  [stage](const auto& s) { return s.second.stage == stage; });
+  if (served || (sg.position.step == 0 && sg.position.hash == 0))
+    return;
+  // Nobody holds the stage's parameters and optimizer state any more.
+  get_logger("averager")->error("stage {}: its last server is gone ({}): its state at optimizer step {} is lost; the "
+                                "next server of the stage starts from initial parameters",
+                                stage, why, sg.position.step);
+  st.metrics->emit("stage_lost", {{"stage", int64_t{stage}},
+                                  {"step", static_cast<int64_t>(sg.position.step)},
+                                  {"hash", std::to_string(sg.position.hash)}});
+  sg.position = {};
+  sg.owed = 0;
 }
 
 void on_deadline(self_ptr self, uint32_t stage, uint64_t round, int32_t phase) {
@@ -265,16 +287,18 @@ void on_deadline(self_ptr self, uint32_t stage, uint64_t round, int32_t phase) {
 
 } // namespace
 
-averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std::shared_ptr<metrics_sink> metrics) {
+averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std::shared_ptr<metrics_sink> metrics,
+                                       rebalancer_actor rebalancing) {
   auto& st = self->state;
   st.cfg = cfg;
   st.metrics = std::move(metrics);
+  st.rebalancing = std::move(rebalancing);
   st.stages.resize(static_cast<size_t>(cfg.num_stages));
   st.started = averager_state::clock::now();
   // Round ids only need to differ from the previous averager's, whose rounds
   // may still be finishing among the servers: start from the clock.
   st.next_round = static_cast<uint64_t>(unix_now() * 1000.0) << 8;
-  self->set_down_handler([self](caf::down_msg& msg) { on_down(self, msg); });
+  self->set_down_handler([self](caf::down_msg& msg) { forget(self, msg.source, "down"); });
   return {
       [self](progress_atom, const std::string& bytes) { on_progress(self, bytes); },
       [self](done_atom, const std::string& bytes) { on_done(self, bytes); },
@@ -291,6 +315,7 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
         s.view.id = reg->server_id();
         s.joined = averager_state::clock::now();
       },
+      [self](leave_atom, const caf::actor& server) { forget(self, server.address(), "left"); },
       [self](deadline_atom, uint32_t stage, uint64_t round, int32_t phase) { on_deadline(self, stage, round, phase); },
   };
 }

@@ -21,6 +21,16 @@
 // of an up-to-date server (`reload` event); one order at a time per server,
 // repeated when the server reports it dealt with the last (or after timeout_s).
 //
+// Batch size: a round takes what its members hold when it reaches them, which
+// overshoots the target by what arrived meanwhile. The overshoot is handed to
+// the next step: the next round starts that much earlier (owed, below), so steps
+// average target_batch_size samples, as in local training.
+//
+// Leaving: a server that moves to another stage (actors/rebalancer.hpp) is
+// forgotten like a dead one. A stage whose last server dies or leaves has no
+// state left anywhere: its position is dropped (`stage_lost`, with the step
+// that was lost), and the next server to report sets it afresh.
+//
 // Restart: it keeps nothing on disk. Servers register again with a new
 // coordinator and report their step and hash, from which stage positions are
 // rebuilt (the highest step wins; no round starts until every server that
@@ -77,6 +87,7 @@ struct averager_state {
     std::vector<std::string> ids;                 ///< rank order
     std::map<caf::actor_addr, bool> finished;     ///< member -> applied
     std::map<caf::actor_addr, policy::stage_position> results;
+    std::map<caf::actor_addr, int64_t> taken;     ///< samples of the gradient each member handed in
     std::set<caf::actor_addr> excluded;
     std::set<caf::actor_addr> answered;           ///< sent round_waiting: alive, just waiting
     clock::time_point started;
@@ -84,10 +95,12 @@ struct averager_state {
   struct stage {
     policy::stage_position position;
     std::optional<round> running;
+    int64_t owed = 0;  ///< samples earlier rounds took beyond the target; the next round starts this much earlier
   };
 
   averager_settings cfg;
   std::shared_ptr<metrics_sink> metrics;
+  rebalancer_actor rebalancing;  ///< gets every progress report accepted here (its load figures)
   std::map<caf::actor_addr, server> servers;
   std::vector<stage> stages;
   uint64_t next_round = 0;
@@ -95,6 +108,7 @@ struct averager_state {
 };
 
 [[nodiscard]] averager_actor::behavior_type averager(averager_actor::stateful_pointer<averager_state> self,
-                                                     averager_settings cfg, std::shared_ptr<metrics_sink> metrics);
+                                                     averager_settings cfg, std::shared_ptr<metrics_sink> metrics,
+                                                     rebalancer_actor rebalancing);
 
 } // namespace swarm

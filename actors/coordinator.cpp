@@ -34,6 +34,7 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
   self->monitor(server);
   self->state.servers[server.address()] = *reg;
   self->send(self->state.averaging, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
+  self->send(self->state.rebalancing, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
   log->info("stage {}: server {} joined at {}:{}", reg->stage(), reg->server_id(), reg->host(), reg->port());
   self->state.metrics->emit("server_join", {{"stage", int64_t{reg->stage()}},
                                             {"server", reg->server_id()},
@@ -79,6 +80,34 @@ void on_down(self_ptr self, const caf::down_msg& msg) {
   notify(self, reg, proto::membership_update::DOWN);
 }
 
+/// A server leaves its stage for another: no new work for it there.
+void on_leave(self_ptr self, const std::string& bytes) {
+  auto& st = self->state;
+  auto note = decode<proto::leave_notice>(bytes, "leave_notice");
+  auto it = st.servers.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+  if (!note || it == st.servers.end() || it->second.stage() != note->stage())
+    return;
+  const auto reg = it->second;
+  st.servers.erase(it);
+  get_logger("coordinator")->info("stage {}: server {} leaves for stage {}", reg.stage(), reg.server_id(),
+                                  note->to_stage());
+  notify(self, reg, proto::membership_update::LEAVE);
+  self->send(st.averaging, leave_atom::value, caf::actor_cast<caf::actor>(self->current_sender()));
+}
+
+caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
+  auto req = decode<proto::placement_request>(bytes, "placement_request");
+  if (!req)
+    return req.error();
+  if (req->config_hash() != self->state.cfg.config_hash)
+    return make_error(errc::BAD_CONFIG, "server's model hash differs from the swarm's: start it with the same config");
+  auto promise = self->make_response_promise<std::string>();
+  self->request(self->state.rebalancing, std::chrono::seconds(10), place_atom::value, bytes)
+      .then([promise](std::string& answer) mutable { promise.deliver(std::move(answer)); },
+            [promise](caf::error& err) mutable { promise.deliver(std::move(err)); });
+  return promise;
+}
+
 } // namespace
 
 proto::membership_update membership_of(const proto::register_server& reg, proto::membership_update::change kind) {
@@ -96,7 +125,10 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
   self->state.cfg = cfg;
   self->state.metrics = std::move(metrics);
   cfg.averaging.num_stages = cfg.num_stages;
-  self->state.averaging = self->spawn<caf::linked>(averager, cfg.averaging, self->state.metrics);
+  cfg.rebalancing.num_stages = cfg.num_stages;
+  self->state.rebalancing = self->spawn<caf::linked>(rebalancer, cfg.rebalancing, self->state.metrics);
+  self->state.averaging = self->spawn<caf::linked>(averager, cfg.averaging, self->state.metrics,
+                                                   self->state.rebalancing);
   self->set_down_handler([self](caf::down_msg& msg) { on_down(self, msg); });
   return {
       [self](register_atom, const std::string& bytes, const stage_actor& server) {
@@ -114,6 +146,8 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
             *list.add_servers() = membership_of(reg, proto::membership_update::JOIN);
         return encode(list);
       },
+      [self](leave_atom, const std::string& bytes) { on_leave(self, bytes); },
+      [self](place_atom, const std::string& bytes) { return on_place(self, bytes); },
   };
 }
 

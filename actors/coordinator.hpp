@@ -8,7 +8,11 @@
 // server of it, present and future, and a DOWN when the coordinator sees one go.
 // Load balancers monitor their servers themselves too, so a DOWN from here is
 // a second opinion, not the only signal. Every registration is passed on to the
-// averaging coordinator (actors/averager.hpp), whose handle servers ask for.
+// averaging coordinator (actors/averager.hpp), whose handle servers ask for, and
+// to the rebalancer (actors/rebalancer.hpp), which answers placement questions.
+// A server that moves to another stage says it leaves its old one: subscribers
+// of that stage get a LEAVE (requests it already holds still complete), and it
+// registers again for the new stage when it is ready.
 
 #include <cstdint>
 #include <map>
@@ -21,6 +25,7 @@
 
 #include "actors/averager.hpp"
 #include "actors/metrics.hpp"
+#include "actors/rebalancer.hpp"
 #include "messages/protocol.hpp"
 #include "swarm.pb.h"
 
@@ -30,6 +35,7 @@ struct coordinator_settings {
   int num_stages = 2;        ///< stages of the swarm's model
   uint64_t config_hash = 0;  ///< model_config::hash() every peer must match
   averager_settings averaging;  ///< the averaging coordinator it spawns (num_stages is copied in)
+  rebalancer_settings rebalancing;  ///< the rebalancer it spawns (num_stages is copied in)
 };
 
 struct coordinator_state {
@@ -39,6 +45,7 @@ struct coordinator_state {
   std::map<caf::actor_addr, proto::register_server> servers;       ///< live servers by actor
   std::map<caf::actor_addr, std::pair<caf::actor, uint32_t>> subscribers;  ///< load balancer -> stage
   averager_actor averaging;  ///< spawned and linked: it lives and dies with this actor
+  rebalancer_actor rebalancing;  ///< spawned and linked, like the averager
 };
 
 [[nodiscard]] coordinator_actor::behavior_type coordinator(coordinator_actor::stateful_pointer<coordinator_state> self,

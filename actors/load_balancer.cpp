@@ -43,7 +43,7 @@ std::optional<std::string> choose_static(self_ptr self) {
     return st.servers.count(st.pinned) > 0 ? std::optional{st.pinned} : std::nullopt;
   std::vector<std::string> candidates;
   for (const auto& [id, handle] : st.servers)
-    if (st.retired.count(id) == 0)
+    if (st.retired.count(id) == 0 && st.leaving.count(id) == 0)
       candidates.push_back(id);
   if (candidates.empty())
     return std::nullopt;
@@ -62,7 +62,7 @@ std::optional<std::string> choose(self_ptr self, const request& req) {
   // averaging keeps replicas identical, only that replica's function matches the
   // gradient the later stages computed.
   const bool keep_preferred = !req.preferred.empty() && st.servers.count(req.preferred) > 0 &&
-                              !st.router.banned(req.preferred, now) &&
+                              st.leaving.count(req.preferred) == 0 && !st.router.banned(req.preferred, now) &&
                               std::find(req.tried.begin(), req.tried.end(), req.preferred) == req.tried.end();
   for (const auto& [id, handle] : st.servers)
     if ((keep_preferred && id != req.preferred) ||
@@ -75,6 +75,7 @@ std::optional<std::string> choose(self_ptr self, const request& req) {
 }
 
 void dispatch(self_ptr self, request req);
+void leave_server(self_ptr self, const std::string& server_id);
 
 void deliver_error(request& req, caf::error err) {
   req.promise.deliver(std::move(err));
@@ -100,6 +101,8 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
                                  {"server", server},
                                  {"op", std::string{op_name(req)}},
                                  {"seconds", waited}});
+  } else if (code == errc::LEAVING) {
+    leave_server(self, server);  // it told us before the coordinator did
   } else if (code != errc::PEER_GONE && st.servers.count(server) > 0) {
     const double ban_s = st.router.ban(server, now_s());
     log->warn("stage {}: server {} banned for {:.1f} s: {}", st.cfg.stage, server, ban_s, describe(err));
@@ -173,7 +176,9 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
       return;
     auto req = std::move(it->second);
     self->state.in_flight.erase(it);
-    on_attempt_failed(self, std::move(req), err, code_of(err) == errc::TIMEOUT ? "timeout" : "error");
+    const auto code = code_of(err);
+    on_attempt_failed(self, std::move(req), err,
+                      code == errc::TIMEOUT ? "timeout" : code == errc::LEAVING ? "leaving" : "error");
   };
   if (forward)
     self->request(target, seconds(timeout), forward_atom::value, piece.transfer_id, std::move(piece.tail)).then(ok, fail);
@@ -209,6 +214,30 @@ void flush_waiting(self_ptr self) {
     dispatch(self, std::move(req));
 }
 
+/// Static routing lost its pin: GPipe-style, no rerouting to the servers
+/// already there; wait for a replacement that joins after the failure.
+void unpin(self_ptr self, const std::string& server_id) {
+  auto& st = self->state;
+  if (st.pinned != server_id)
+    return;
+  st.retired.insert(server_id);
+  for (const auto& [id, handle] : st.servers)
+    st.retired.insert(id);
+  st.pinned.clear();
+}
+
+/// The server moves to another stage: not chosen again here unless it comes
+/// back (a JOIN); its connection stays for the replies it still owes.
+void leave_server(self_ptr self, const std::string& server_id) {
+  auto& st = self->state;
+  if (st.servers.count(server_id) == 0 || !st.leaving.insert(server_id).second)
+    return;
+  st.router.remove(server_id);
+  unpin(self, server_id);
+  get_logger("load_balancer")->info("stage {}: server {} left for another stage ({} left here)", st.cfg.stage,
+                                    server_id, st.servers.size() - st.leaving.size());
+}
+
 /// The server is gone: re-send everything pending there at once.
 void remove_server(self_ptr self, std::string server_id, const std::string& why) {
   auto& st = self->state;
@@ -217,15 +246,9 @@ void remove_server(self_ptr self, std::string server_id, const std::string& why)
     return;
   st.chunks.forget(it->second.address());
   st.servers.erase(it);
+  st.leaving.erase(server_id);
   st.router.remove(server_id);
-  if (st.pinned == server_id) {
-    // GPipe-style: no rerouting to the servers already there; wait for a
-    // replacement that joins after the failure.
-    st.retired.insert(server_id);
-    for (const auto& [id, handle] : st.servers)
-      st.retired.insert(id);
-    st.pinned.clear();
-  }
+  unpin(self, server_id);
   std::vector<request> lost;
   for (auto at = st.in_flight.begin(); at != st.in_flight.end();)
     if (at->second.server_id == server_id) {
@@ -244,6 +267,12 @@ void remove_server(self_ptr self, std::string server_id, const std::string& why)
 void connect(self_ptr self, const proto::membership_update& up) {
   auto& st = self->state;
   const auto id = up.server_id();
+  if (st.leaving.erase(id) > 0) {  // it came back to this stage, still connected
+    st.router.add(id, now_s());
+    get_logger("load_balancer")->info("stage {}: server {} is back", st.cfg.stage, id);
+    flush_waiting(self);
+    return;
+  }
   if (st.connecting.count(id) > 0 || st.servers.count(id) > 0)
     return;
   st.connecting.insert(id);
@@ -280,6 +309,8 @@ void on_membership(self_ptr self, const std::string& bytes) {
   }
   if (up->kind() == proto::membership_update::JOIN)
     connect(self, *up);
+  else if (up->kind() == proto::membership_update::LEAVE)
+    leave_server(self, up->server_id());
   else
     remove_server(self, up->server_id(), "coordinator reported it down");
 }

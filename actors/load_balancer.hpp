@@ -17,6 +17,9 @@
 // Failures of one attempt:
 //   server down (monitor) -> every request pending there is re-sent at once
 //                            (CAF 0.17 would only fail them at their deadline);
+//   server leaving (LEAVE from the coordinator, or a LEAVING reply: it moves to
+//                   another stage) -> no new requests for it; what it already
+//                   holds completes or comes back LEAVING and is re-sent, no ban;
 //   deadline passed       -> re-sent to another server, no ban (`timeout` event);
 //   retryable error       -> server banned with backoff (`ban`), re-sent;
 //   fatal error (bad request) -> returned to the trainer, which drops the microbatch.
@@ -87,6 +90,7 @@ struct load_balancer_state {
   load_balancer_config cfg;
   std::shared_ptr<metrics_sink> metrics;
   std::map<std::string, stage_actor> servers;  ///< connected, live, by server id
+  std::set<std::string> leaving;               ///< in `servers`, left for another stage: never chosen
   std::set<std::string> connecting;            ///< JOINed, connection pending
   std::map<uint64_t, request> in_flight;       ///< dispatched, by attempt id
   std::deque<request> waiting;                 ///< no eligible server yet

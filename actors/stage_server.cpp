@@ -10,6 +10,7 @@
 
 #include "actors/log.hpp"
 #include "actors/stage_server_averaging.hpp"
+#include "actors/stage_server_move.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm {
@@ -59,8 +60,10 @@ reply_t send_reply(self_ptr self, std::string payload) {
 
 reply_t reject(self_ptr self, const char* op, caf::error err) {
   ++self->state.counters->rejected;
-  get_logger("stage_server")->warn("stage {}: rejected {} from {}: {}", self->state.worker->span().stage, op,
-                                   caf::to_string(self->current_sender()), describe(err));
+  // Refusals while moving are expected (load balancers re-send them): not worth a warning each.
+  get_logger("stage_server")
+      ->log(code_of(err) == errc::LEAVING ? spdlog::level::debug : spdlog::level::warn, "stage {}: rejected {} from {}: {}",
+            self->state.worker->span().stage, op, caf::to_string(self->current_sender()), describe(err));
   return err;
 }
 
@@ -126,6 +129,9 @@ reply_t handle(self_ptr self, const char* op, uint64_t transfer_id, std::string 
   auto req = decode<Req>(*payload, op);
   if (!req)
     return reject(self, op, req.error());
+  const auto stage = static_cast<uint32_t>(st.worker->span().stage);
+  if (st.move || (req->stage() != stage && st.left_stages.count(req->stage()) > 0))
+    return reject(self, op, make_error(errc::LEAVING, "this server left stage " + std::to_string(req->stage())));
   if (past_deadline(*req)) {
     // It waited in the mailbox past its deadline: the caller has moved on.
     ++st.counters->late;
@@ -141,6 +147,7 @@ reply_t handle(self_ptr self, const char* op, uint64_t transfer_id, std::string 
   };
   auto rep = run(*req, gate);
   slow_down(self, started, slept);
+  st.busy_s += std::chrono::duration<double>(clock_type::now() - started).count();
   if (!rep)
     return reject(self, op, rep.error());
   ++st.counters->served;
@@ -165,6 +172,11 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
     self->state.chunk_senders.erase(msg.source);
     self->state.round_peers.erase(msg.source);
     averaging::on_member_down(self, msg.source);
+  });
+  // Its node stops it with an exit message: report the stage it served last.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    moving::report_exit(self, -1);
+    self->quit(msg.reason);
   });
   return {
       [self](forward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
@@ -213,6 +225,10 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         averaging::on_reload(self, bytes, peer);
       },
       [self](deadline_atom, uint64_t round, int32_t phase) { averaging::on_deadline(self, round, phase); },
+      [self](register_atom, const std::string& bytes, const caf::actor& coordinator) {
+        return moving::on_register(self, bytes, coordinator);
+      },
+      [self](move_atom, const std::string& bytes) { moving::on_move(self, bytes); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (self->state.chunk_senders.insert(from).second)

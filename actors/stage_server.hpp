@@ -23,6 +23,13 @@
 // The load balancer sets the commit deadline a grace period before its own
 // request deadline, so a server that commits in time has that grace for its
 // reply to arrive before anyone retries.
+//
+// Moving (actors/stage_server_move.hpp): told by the rebalancer, the server
+// stops taking requests (LEAVING: retried elsewhere, nothing computed), finishes
+// a round or reload it is in, leaves its stage and serves another:
+//   serving --(move order)--> draining --(no round or reload left)--> moving --(registered)--> serving
+// A server reports `server_exit` for every stage it stops serving: on exit, and
+// on leaving a stage for another (then with `moved_to`).
 
 #include <chrono>
 #include <cstdint>
@@ -53,6 +60,10 @@ struct stage_server_config {
   /// hang_round: hang in the fault_after-th averaging round, after sending its parts.
   enum class fault_kind { none, hang_forward, hang_backward, hang_round } fault = fault_kind::none;
   int64_t fault_after = 1;
+  // What it needs to build another stage when it moves:
+  model_config model;
+  int num_stages = 2;
+  std::string device = "cpu";
 };
 
 /// Totals a server reports when it exits (metrics event server_exit).
@@ -104,6 +115,14 @@ struct stage_server_state {
   int64_t rounds_seen = 0;                 ///< for the fault hook
   bool reloading = false;
   uint64_t reloads = 0;                    ///< reload orders finished or turned down (see progress_report)
+  double busy_s = 0;                       ///< seconds spent handling requests on this stage (the rebalancer's rate)
+  // Membership and moving:
+  coordinator_actor coordinator;           ///< set by the node's register message; again after a coordinator restart
+  proto::register_server registration;     ///< as last sent; its stage is the one served now
+  bool registered = false;                 ///< registered at least once (server_exit is owed)
+  std::optional<proto::move_order> move;   ///< ordered, not done: requests are refused meanwhile
+  std::chrono::steady_clock::time_point move_ordered;
+  std::set<uint32_t> left_stages;          ///< stages it served before: their late requests get LEAVING, not an error
 };
 
 [[nodiscard]] stage_actor::behavior_type stage_server(stage_actor::stateful_pointer<stage_server_state> self,

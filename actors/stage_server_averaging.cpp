@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 
 #include "actors/log.hpp"
+#include "actors/stage_server_move.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm::averaging {
@@ -31,6 +32,7 @@ void send_done(server_ptr self, const server_round& r, bool applied) {
   done.set_step(static_cast<uint64_t>(st.worker->steps()));
   done.set_parameter_hash(st.hash);
   done.set_samples(static_cast<uint64_t>(st.worker->accumulated_samples()));
+  done.set_taken(static_cast<uint64_t>(r.samples));
   self->send(st.averaging, done_atom::value, encode(done));
   st.reported_samples = st.worker->accumulated_samples();
 }
@@ -87,6 +89,7 @@ void finish(server_ptr self, const char* why) {
                                         4.0 * static_cast<double>(st.worker->parameter_count()), n))},
                     {"seconds", secs}});
   send_done(self, r, applied);
+  moving::resume(self);
 }
 
 void send_pieces(server_ptr self, std::vector<policy::piece> out) {
@@ -169,6 +172,8 @@ void report_progress(server_ptr self, bool force) {
   rep.set_samples(static_cast<uint64_t>(samples));
   rep.set_parameter_hash(st.hash);
   rep.set_reloads(st.reloads);
+  rep.set_busy_seconds(st.busy_s);
+  rep.set_committed_samples(static_cast<uint64_t>(st.counters->committed_samples));
   self->send(st.averaging, progress_atom::value, encode(rep));
 }
 
@@ -176,10 +181,13 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
   auto& st = self->state;
   auto log = get_logger("stage_server");
   auto begin = decode<proto::round_begin>(bytes, "round_begin");
-  if (!begin || begin->stage() != static_cast<uint32_t>(stage_of(self)) ||
-      begin->members_size() != static_cast<int>(members.size()) || !std::isfinite(begin->timeout_s()) ||
+  if (!begin || begin->members_size() != static_cast<int>(members.size()) || !std::isfinite(begin->timeout_s()) ||
       begin->timeout_s() <= 0) {
     log->warn("stage {}: ignored a malformed round_begin", stage_of(self));
+    return;
+  }
+  if (begin->stage() != static_cast<uint32_t>(stage_of(self))) {
+    log->info("stage {}: ignored a round of stage {} (this server left it)", stage_of(self), begin->stage());
     return;
   }
   int rank = -1;
@@ -200,7 +208,7 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
     if (i != rank && st.round_peers.insert(members[static_cast<size_t>(i)].address()).second)
       self->monitor(members[static_cast<size_t>(i)]);
   }
-  const bool in_step = static_cast<uint64_t>(st.worker->steps()) == r.step && !st.reloading;
+  const bool in_step = static_cast<uint64_t>(st.worker->steps()) == r.step && !st.reloading && !st.move;
   auto grad = in_step ? st.worker->take_gradient() : local_gradient{};
   r.samples = grad.samples;
   r.exchange = std::make_unique<policy::butterfly_round>(rank, static_cast<int>(members.size()), std::move(grad.values),
@@ -208,7 +216,7 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
                                                          static_cast<int64_t>(std::max<uint64_t>(1, begin->piece_elements())));
   st.round = std::move(r);
   if (!in_step) {
-    finish(self, "this server is not at the round's step");
+    finish(self, st.move ? "this server is leaving the stage" : "this server is not at the round's step");
     return;
   }
   self->delayed_send(self, seconds(begin->timeout_s()), deadline_atom::value, st.round->id, int32_t{1});
@@ -294,8 +302,8 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
   auto order = decode<proto::reload_order>(bytes, "reload_order");
   if (!order || !peer || st.reloading)
     return;
-  if (st.round && !st.round->finished) {
-    ++st.reloads;  // turned down: the averager may ask again after the round
+  if ((st.round && !st.round->finished) || st.move) {
+    ++st.reloads;  // turned down: the averager may ask again after the round (a leaving server needs none)
     report_progress(self, true);
     return;
   }
@@ -324,6 +332,7 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
               emit_params(self);
             }
             report_progress(self, true);
+            moving::resume(self);
           },
           [self, from](caf::error& err) {
             self->state.reloading = false;
@@ -331,6 +340,7 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
             report_progress(self, true);
             get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
                                              describe(err));
+            moving::resume(self);
           });
 }
 

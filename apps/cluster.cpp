@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -35,7 +36,7 @@ namespace {
 struct child {
   std::string name;  ///< "coordinator", "server 1.0", "trainer 0"
   role which;
-  int stage = -1;    ///< servers: the stage, so a restart serves the same one
+  int stage = -1;    ///< servers: the stage it was started on (it may have moved since)
 };
 
 /// --chaos: one random server hit every chaos_every_s, back after chaos_down_s.
@@ -140,11 +141,18 @@ std::optional<std::pair<pid_t, child>> pick_victim(const std::map<pid_t, child>&
   return servers[std::uniform_int_distribution<size_t>(0, servers.size() - 1)(rng)];
 }
 
-int threads_per_server(const app_config& cfg) {
+int threads_per_server(const app_config& cfg, int servers) {
   if (cfg.threads > 0)
     return cfg.threads;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / (cfg.stages * cfg.cluster.servers_per_stage));
+  return std::max(1, cores / std::max(1, servers));
+}
+
+std::string join_list(const std::vector<int>& xs) {
+  std::string out;
+  for (int x : xs)
+    out += (out.empty() ? "" : ",") + std::to_string(x);
+  return out;
 }
 
 } // namespace
@@ -177,10 +185,16 @@ int run_cluster(const app_config& cfg) {
     return 1;
   }
   const std::string address = "127.0.0.1:" + std::to_string(port);
-  const auto threads = std::to_string(threads_per_server(cfg));
+  const auto per_stage = cfg.cluster.servers_of_stages(cfg.stages);
+  const int total_servers = std::accumulate(per_stage.begin(), per_stage.end(), 0);
+  const auto threads = std::to_string(threads_per_server(cfg, total_servers));
   const auto slowdowns = split_list(cfg.cluster.server_slowdowns);
-  auto start_server = [&](const child& c, size_t launch_index) {
-    std::vector<std::string> extra{"--coordinator", address, "--stage", std::to_string(c.stage), "--threads", threads};
+  // A restarted server goes where the swarm needs it, unless rebalancing is off:
+  // then servers stay where they started, restarts included.
+  const bool restart_auto = cfg.coordinator.rebalance == "on";
+  auto start_server = [&](const child& c, size_t launch_index, bool restart) {
+    const auto stage = restart && restart_auto ? std::string{"auto"} : std::to_string(c.stage);
+    std::vector<std::string> extra{"--coordinator", address, "--stage", stage, "--threads", threads};
     if (launch_index < slowdowns.size())
       extra.insert(extra.end(), {"--slowdown", slowdowns[launch_index]});
     const pid_t pid = spawn_child(args_for(role::server, extra));
@@ -189,19 +203,19 @@ int run_cluster(const app_config& cfg) {
   };
   std::map<std::string, size_t> launch_index;  ///< server name -> position in --server-slowdowns
   for (int s = 0; s < cfg.stages; ++s)
-    for (int i = 0; i < cfg.cluster.servers_per_stage; ++i) {
+    for (int i = 0; i < per_stage[static_cast<size_t>(s)]; ++i) {
       child c{"server " + std::to_string(s) + "." + std::to_string(i), role::server, s};
       launch_index[c.name] = launch_index.size();
-      start_server(c, launch_index[c.name]);
+      start_server(c, launch_index[c.name], false);
     }
   int trainers_left = cfg.cluster.trainers;
   for (int i = 0; i < cfg.cluster.trainers; ++i)
     children[spawn_child(args_for(role::trainer, {"--coordinator", address, "--threads", "1"}))] = {
         "trainer " + std::to_string(i), role::trainer, -1};
-  log->info("coordinator on {}, {} stages x {} servers ({} torch threads each), {} trainer(s); Ctrl-C stops all",
-            address, cfg.stages, cfg.cluster.servers_per_stage, threads, cfg.cluster.trainers);
+  log->info("coordinator on {}, {} stages with {} servers ({} torch threads each), {} trainer(s); Ctrl-C stops all",
+            address, cfg.stages, join_list(per_stage), threads, cfg.cluster.trainers);
   metrics->emit("cluster_start", {{"stages", int64_t{cfg.stages}},
-                                  {"servers_per_stage", int64_t{cfg.cluster.servers_per_stage}},
+                                  {"stage_servers", join_list(per_stage)},
                                   {"trainers", int64_t{cfg.cluster.trainers}},
                                   {"coordinator_port", int64_t{port}}});
 
@@ -237,7 +251,7 @@ int run_cluster(const app_config& cfg) {
         continue;
       }
       if (cfg.cluster.chaos == "kill") {
-        const pid_t pid = start_server(it->victim, launch_index[it->victim.name]);
+        const pid_t pid = start_server(it->victim, launch_index[it->victim.name], true);
         log->info("chaos: restarted {} as pid {}", it->victim.name, pid);
         metrics->emit("chaos", {{"action", std::string{"restart"}},
                                 {"process", it->victim.name},

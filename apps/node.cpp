@@ -15,9 +15,11 @@
 #include "actors/load_balancer.hpp"
 #include "actors/log.hpp"
 #include "actors/stage_server.hpp"
+#include "actors/stage_server_move.hpp"
 #include "actors/trainer.hpp"
 #include "apps/roles.hpp"
 #include "messages/chunks.hpp"
+#include "models/partition.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm {
@@ -81,19 +83,13 @@ caf::error wait_for(caf::actor_system& sys, const Handle& whom) {
   return wait_for(sys, whom, caf::actor{}).reason;
 }
 
-/// Registers `server` with the coordinator and hands it the averaging
-/// coordinator's handle; the refusal, if any.
+/// Has `server` (re)register with the coordinator, as the stage it serves now; the refusal, if any.
 caf::error register_with(caf::actor_system& sys, const coordinator_actor& coord, const proto::register_server& reg,
                          const stage_actor& server) {
   caf::error refused;
   caf::scoped_actor self{sys};
-  self->request(coord, std::chrono::seconds(10), register_atom::value, encode(reg), server)
+  self->request(server, std::chrono::seconds(30), register_atom::value, encode(reg), caf::actor_cast<caf::actor>(coord))
       .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
-  if (refused)
-    return refused;
-  self->request(coord, std::chrono::seconds(10), averager_atom::value)
-      .receive([&](averager_actor& averaging) { self->send(server, averager_atom::value, std::move(averaging)); },
-               [&](caf::error& err) { refused = std::move(err); });
   return refused;
 }
 
@@ -161,57 +157,18 @@ caf::error run_with_coordinator(caf::actor_system& sys, const Handle& whom, coor
   }
 }
 
-/// Asks `peer` for its state and imports it; the error when that fails.
-caf::error download_from(caf::actor_system& sys, const proto::membership_update& peer, const app_config& cfg,
-                         const std::string& server_id, stage_worker& worker, metrics_sink& metrics) {
-  auto handle = sys.middleman().remote_actor<stage_actor>(peer.host(), static_cast<uint16_t>(peer.port()));
-  if (!handle)
-    return handle.error();
-  const auto started = std::chrono::steady_clock::now();
-  proto::state_request req;
-  req.set_stage(static_cast<uint32_t>(cfg.server.stage));
+/// Asks the coordinator where a server started with --stage auto should go.
+caf::expected<proto::placement> ask_placement(caf::actor_system& sys, const coordinator_actor& coord,
+                                              const std::string& server_id, uint64_t config_hash) {
+  proto::placement_request req;
   req.set_server_id(server_id);
+  req.set_config_hash(config_hash);
+  caf::expected<proto::placement> answer{caf::error{}};
   caf::scoped_actor self{sys};
-  caf::expected<std::string> whole{caf::error{}};
-  self->request(*handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
-      .receive(
-          [&](uint64_t transfer_id, std::string& tail) {
-            // A chunked reply's leading pieces came first and wait in the mailbox.
-            chunk_assembler chunks;
-            self->receive_while([&] { return self->mailbox().size() > 0; })(
-                [&](chunk_atom, uint64_t id, const std::string& piece) { chunks.add(handle->address(), id, piece); });
-            whole = chunks.finish(handle->address(), transfer_id, std::move(tail));
-          },
-          [&](caf::error& err) { whole = std::move(err); });
-  return adopt_state(worker, whole, server_id, peer.server_id(), started, metrics);
-}
-
-/// A joining (new or restarted) server copies parameters and optimizer state
-/// from the first live peer of its stage that delivers them; with no peer it
-/// keeps its initial parameters (it is the stage's first server).
-void download_state(caf::actor_system& sys, const coordinator_actor& coord, const app_config& cfg,
-                    const std::string& server_id, stage_worker& worker, metrics_sink& metrics) {
-  auto log = get_logger("stage_server");
-  proto::subscribe query;
-  query.set_stage(static_cast<uint32_t>(cfg.server.stage));
-  query.set_config_hash(cfg.model.hash());
-  caf::expected<proto::server_list> peers{caf::error{}};
-  caf::scoped_actor self{sys};
-  self->request(coord, std::chrono::seconds(10), peers_atom::value, encode(query))
-      .receive([&](const std::string& bytes) { peers = decode<proto::server_list>(bytes, "server_list"); },
-               [&](caf::error& err) { peers = std::move(err); });
-  if (!peers) {
-    log->warn("cannot list the peers of stage {} ({}); starting from initial parameters", cfg.server.stage,
-              describe(peers.error()));
-    return;
-  }
-  for (const auto& peer : peers->servers()) {
-    auto err = download_from(sys, peer, cfg, server_id, worker, metrics);
-    if (!err)
-      return;
-    log->warn("state download from {} failed: {}; trying the next peer", peer.server_id(), describe(err));
-  }
-  log->info("no live peer of stage {} delivered state; starting from initial parameters", cfg.server.stage);
+  self->request(coord, std::chrono::seconds(10), place_atom::value, encode(req))
+      .receive([&](const std::string& bytes) { answer = decode<proto::placement>(bytes, "placement"); },
+               [&](caf::error& err) { answer = std::move(err); });
+  return answer;
 }
 
 } // namespace
@@ -227,6 +184,14 @@ int run_coordinator(const app_config& cfg) {
   settings.averaging.target_batch_size = cfg.server.batch_size;
   settings.averaging.timeout_s = cfg.coordinator.averaging_timeout_s;
   settings.averaging.piece_elements = std::max<int64_t>(1, cfg.net.chunk_bytes / 4);
+  auto& rb = settings.rebalancing;
+  rb.stage_cost = stage_costs(cfg.model.d_model, cfg.model.seq_len, cfg.model.vocab, static_cast<int>(cfg.model.n_layers),
+                              cfg.stages);
+  rb.enabled = cfg.coordinator.rebalance == "on";
+  rb.period_s = cfg.coordinator.rebalance_period_s;
+  rb.settle_s = std::min(10.0, rb.period_s);
+  rb.policy.min_gain = cfg.coordinator.rebalance_min_gain;
+  rb.policy.min_replicas = cfg.coordinator.min_replicas;
   auto coord = sys.spawn(coordinator, settings, metrics);
   // reuse: a coordinator restarted on its old port must not wait out TIME_WAIT.
   auto port = sys.middleman().publish(coord, static_cast<uint16_t>(cfg.coordinator.port), nullptr, true);
@@ -247,26 +212,50 @@ int run_coordinator(const app_config& cfg) {
 }
 
 int run_server(const app_config& cfg) {
-  const std::string server_id = "s" + std::to_string(cfg.server.stage) + "-" + std::to_string(::getpid());
+  // Names no stage: a server may serve several in its life (--stage auto, moves).
+  const std::string server_id = "s-" + std::to_string(::getpid()) +
+                                (cfg.server.host == "127.0.0.1" ? std::string{} : "@" + cfg.server.host);
   setup_logging("server " + server_id, cfg.log_level);
   auto log = get_logger("stage_server");
   auto metrics = open_metrics(cfg.metrics, "server");
   set_torch_threads(cfg.threads);
   std::shared_ptr<stage_worker> worker;
-  try {
-    worker = std::make_shared<stage_worker>(cfg.model, cfg.server.stage, cfg.stages, cfg.device);
-  } catch (const std::exception& e) {
-    std::cerr << "swarm: server: " << e.what() << "\n";
+  auto build = [&](int stage) {
+    try {
+      worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.stages, cfg.device);
+      return true;
+    } catch (const std::exception& e) {
+      std::cerr << "swarm: server: " << e.what() << "\n";
+      return false;
+    }
+  };
+  // A bad config should fail before anything connects: build an explicit stage first.
+  if (cfg.server.stage >= 0 && !build(cfg.server.stage))
     return 2;
-  }
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
   auto coord = connect_coordinator(sys, cfg.server.coordinator, "server");
   if (!coord)
     return 1;
+  const auto asked_at = std::chrono::steady_clock::now();
+  proto::placement placed;
+  if (cfg.server.stage < 0) {
+    auto answer = ask_placement(sys, *coord, server_id, cfg.model.hash());
+    if (!answer || static_cast<int>(answer->stage()) >= cfg.stages) {
+      std::cerr << "swarm: server " << server_id << " got no stage from the coordinator: "
+                << (answer ? "stage " + std::to_string(answer->stage()) + " out of range" : describe(answer.error()))
+                << "\n";
+      return answer || code_of(answer.error()) == errc::BAD_CONFIG ? 2 : 1;
+    }
+    placed = *answer;
+    log->info("the coordinator placed this server on stage {}", placed.stage());
+    if (!build(static_cast<int>(placed.stage())))
+      return 2;
+  }
+  const int stage = worker->span().stage;
   // Before serving anything: start where the stage is, not from scratch.
-  download_state(sys, *coord, cfg, server_id, *worker, *metrics);
+  (void)moving::download_state(sys, *coord, stage, cfg.model.hash(), server_id, *worker, *metrics);
   stage_server_config scfg{server_id, cfg.net.chunk_bytes, cfg.server.slowdown};
   if (cfg.server.fault == "hang-forward")
     scfg.fault = stage_server_config::fault_kind::hang_forward;
@@ -275,8 +264,10 @@ int run_server(const app_config& cfg) {
   else if (cfg.server.fault == "hang-round")
     scfg.fault = stage_server_config::fault_kind::hang_round;
   scfg.fault_after = cfg.server.fault_after;
-  auto counters = std::make_shared<stage_server_counters>();
-  auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics, counters);
+  scfg.model = cfg.model;
+  scfg.num_stages = cfg.stages;
+  scfg.device = cfg.device;
+  auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics, std::make_shared<stage_server_counters>());
   auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
   auto port = sys.middleman().publish(server, static_cast<uint16_t>(cfg.server.port));
   if (!port) {
@@ -285,7 +276,7 @@ int run_server(const app_config& cfg) {
     return 1;
   }
   proto::register_server reg;
-  reg.set_stage(static_cast<uint32_t>(cfg.server.stage));
+  reg.set_stage(static_cast<uint32_t>(stage));
   reg.set_server_id(server_id);
   reg.set_host(cfg.server.host);
   reg.set_port(*port);
@@ -297,11 +288,20 @@ int run_server(const app_config& cfg) {
     stop_server();
     return code_of(refused) == errc::BAD_CONFIG || code_of(refused) == errc::UNKNOWN_STAGE ? 2 : 1;
   }
-  log->info("serving stage {} (blocks {}..{}, {} parameters) on port {}", cfg.server.stage,
-            worker->span().first_block, worker->span().end_block, worker->parameter_count(), *port);
+  log->info("serving stage {} (blocks {}..{}, {} parameters) on port {}", stage, worker->span().first_block,
+            worker->span().end_block, worker->parameter_count(), *port);
+  if (cfg.server.stage < 0)
+    metrics->emit("rebalance", {{"server", server_id},
+                                {"from", int64_t{-1}},
+                                {"to", int64_t{stage}},
+                                {"reason", std::string{"join"}},
+                                {"predicted_gain", placed.predicted_gain()},
+                                {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - asked_at).count()}});
+  worker.reset();  // the actor owns it now, and replaces it when it moves
   // Serve until done; whenever the coordinator connection drops (a coordinator
   // restart, or this process was stopped long enough for peers to give up on
-  // it), register again so trainers find this server anew.
+  // it), register again so trainers find this server anew. The server writes
+  // its own server_exit when it stops.
   const auto reason = run_with_coordinator(sys, server, *coord, cfg.server.coordinator, "server",
                                            [&](const coordinator_actor& fresh) {
                                              auto err = register_with(sys, fresh, reg, server);
@@ -309,19 +309,6 @@ int run_server(const app_config& cfg) {
                                                log->warn("registering again failed: {}; retrying", describe(err));
                                              return !err;
                                            });
-  // The actor is done, so its counters are stable to read here.
-  metrics->emit("server_exit", {{"stage", int64_t{cfg.server.stage}},
-                                {"server", server_id},
-                                {"served", counters->served},
-                                {"rejected", counters->rejected},
-                                {"committed_samples", counters->committed_samples},
-                                {"duplicates", counters->duplicates},
-                                {"late", counters->late},
-                                {"rounds", counters->rounds},
-                                {"rounds_failed", counters->rounds_failed},
-                                {"dropped_samples", counters->dropped_samples},
-                                {"steps", worker->steps()},
-                                {"hash", std::to_string(worker->parameter_hash())}});
   return exit_code_of(reason);
 }
 

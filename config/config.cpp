@@ -47,7 +47,8 @@ std::optional<std::pair<std::string, uint16_t>> split_host_port(const std::strin
 namespace {
 
 /// Declares every option; the same table serves flags, config files and --help.
-void add_options(CLI::App& app, app_config& c, std::string& role_name) {
+/// `stage`: the text of --stage ("auto" or an index), converted after parsing.
+void add_options(CLI::App& app, app_config& c, std::string& role_name, std::string& stage) {
   // The last occurrence wins, so a launcher can append overrides to a full flag list.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
   app.add_option("--role", role_name, "what this process is: coordinator | server | trainer | local | cluster")
@@ -82,9 +83,18 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name) {
   app.add_option("--port-file", c.coordinator.port_file, "coordinator: write the bound port to this file");
   app.add_option("--averaging-timeout", c.coordinator.averaging_timeout_s,
                  "coordinator: averaging rounds find late servers after this and exclude them at 1.5x, seconds");
+  app.add_option("--rebalance", c.coordinator.rebalance,
+                 "coordinator: on | off (servers stay on their stage; cluster restarts go back to theirs)")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--rebalance-period", c.coordinator.rebalance_period_s,
+                 "coordinator: seconds between load moves (one server each); empty or thin stages are served at once");
+  app.add_option("--rebalance-min-gain", c.coordinator.rebalance_min_gain,
+                 "coordinator: move only when the slowest stage's predicted capacity rises by more than this fraction");
+  app.add_option("--min-replicas", c.coordinator.min_replicas,
+                 "coordinator: servers per stage kept before optimising throughput, where other stages can spare them");
 
   app.add_option("--coordinator", c.server.coordinator, "server, trainer: HOST:PORT of the coordinator");
-  app.add_option("--stage", c.server.stage, "server: pipeline stage to serve, 0-based");
+  app.add_option("--stage", stage, "server: pipeline stage to serve, 0-based, or auto: where the coordinator needs it");
   app.add_option("--host", c.server.host, "server: address trainers use to reach it");
   app.add_option("--server-port", c.server.port, "server: TCP port to listen on; 0 = any free port");
   app.add_option("--batch-size", c.server.batch_size,
@@ -124,6 +134,20 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name) {
   app.add_option("--chaos-seed", x.chaos_seed, "cluster: seed of the victim choice");
   app.add_option("--server-slowdowns", x.server_slowdowns,
                  "cluster: per-server --slowdown, comma-separated, stage-major launch order (e.g. 1,3,1,1)");
+  app.add_option("--stage-servers", x.stage_servers,
+                 "cluster: servers per stage in stage order (e.g. 3,1); overrides servers-per-stage");
+}
+
+/// "3,1" as numbers; nullopt when an item is not a whole number.
+std::optional<std::vector<int>> int_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty() || item.size() > 6 || item.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    out.push_back(std::stoi(item));
+  }
+  return out;
 }
 
 template <class T>
@@ -159,6 +183,10 @@ std::string validate(const app_config& c) {
   require(e, c.net.chunk_bytes >= 1024, "chunk-bytes", c.net.chunk_bytes, "must be >= 1024");
   require(e, c.coordinator.port >= 0 && c.coordinator.port <= 65535, "port", c.coordinator.port, "must be in [0, 65535]");
   require(e, c.coordinator.averaging_timeout_s > 0, "averaging-timeout", c.coordinator.averaging_timeout_s, "must be > 0");
+  require(e, c.coordinator.rebalance_period_s > 0, "rebalance-period", c.coordinator.rebalance_period_s, "must be > 0");
+  require(e, c.coordinator.rebalance_min_gain >= 0, "rebalance-min-gain", c.coordinator.rebalance_min_gain,
+          "must be >= 0");
+  require(e, c.coordinator.min_replicas >= 1, "min-replicas", c.coordinator.min_replicas, "must be >= 1");
   require(e, c.server.port >= 0 && c.server.port <= 65535, "server-port", c.server.port, "must be in [0, 65535]");
   require(e, c.server.batch_size >= m.microbatch, "batch-size", c.server.batch_size, "must be >= microbatch");
   const auto& t = c.trainer;
@@ -180,27 +208,46 @@ std::string validate(const app_config& c) {
   require(e, c.cluster.chaos_down_s >= 0, "chaos-down", c.cluster.chaos_down_s, "must be >= 0");
   require(e, c.cluster.chaos_stage >= -1 && c.cluster.chaos_stage < c.stages, "chaos-stage", c.cluster.chaos_stage,
           "must be -1 or a stage index");
+  if (!c.cluster.stage_servers.empty()) {
+    const auto counts = int_list(c.cluster.stage_servers);
+    int total = 0, empty = 0;
+    for (int n : counts.value_or(std::vector<int>{})) {
+      total += n;
+      empty += n == 0;
+    }
+    require(e, counts && static_cast<int>(counts->size()) == c.stages && total >= 1, "stage-servers",
+            c.cluster.stage_servers, "must list one whole number per stage (--stages), at least one server in all");
+    require(e, empty == 0 || c.coordinator.rebalance == "on", "stage-servers", c.cluster.stage_servers,
+            "leaves a stage without servers, which only --rebalance on can fill");
+  }
   if (!e.empty())
     return e;
   // Role-specific required values.
   const bool needs_coordinator = c.which == role::server || c.which == role::trainer;
   if (needs_coordinator && !split_host_port(c.server.coordinator))
     return "--coordinator '" + c.server.coordinator + "': " + to_string(c.which) + " needs HOST:PORT of the coordinator";
-  if (c.which == role::server && (c.server.stage < 0 || c.server.stage >= c.stages))
-    return "--stage " + std::to_string(c.server.stage) + ": server needs a stage in [0, " + std::to_string(c.stages) +
-           ")";
+  if (c.which == role::server && c.server.stage >= c.stages)
+    return "--stage " + std::to_string(c.server.stage) + ": server needs auto or a stage in [0, " +
+           std::to_string(c.stages) + ")";
   return {};
+}
+
+std::vector<int> cluster_config::servers_of_stages(int stages) const {
+  if (auto counts = int_list(stage_servers); counts && !stage_servers.empty())
+    return *counts;
+  return std::vector<int>(static_cast<size_t>(std::max(stages, 0)), servers_per_stage);
 }
 
 parse_result parse_config(int argc, const char* const* argv) {
   parse_result result;
   app_config c;
   std::string role_name;
+  std::string stage = "auto";
   CLI::App app{"swarm: SWARM-parallel training of a byte-level GPT on CAF actors.\n"
                "One binary; --role picks what this process is. Every option is also a key of the\n"
                "--config file (`key = value`, the flag's name without dashes in front)."};
   app.set_config("--config", "", "read options from this file (see config/); flags override it");
-  add_options(app, c, role_name);
+  add_options(app, c, role_name, stage);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -222,6 +269,15 @@ parse_result parse_config(int argc, const char* const* argv) {
       c.which = r;
   if (auto opt = app.get_option("--config"); opt->count() > 0)
     c.config_file = opt->as<std::string>();
+  if (stage != "auto") {
+    const auto index = int_list(stage);
+    if (!index || index->size() != 1) {
+      result.message = "swarm: bad config: --stage " + stage + ": must be auto or a stage index (0-based)";
+      result.exit_code = 2;
+      return result;
+    }
+    c.server.stage = index->front();
+  }
   c.trainer.batch_size = c.server.batch_size;  // one --batch-size for both roles
   c.trainer.coordinator = c.server.coordinator;
   if (auto err = validate(c); !err.empty()) {
@@ -265,6 +321,10 @@ std::vector<std::string> to_flags(const app_config& c) {
   add("chunk-bytes", c.net.chunk_bytes);
   add("batch-size", c.server.batch_size);
   add("averaging-timeout", c.coordinator.averaging_timeout_s);
+  add("rebalance", c.coordinator.rebalance);
+  add("rebalance-period", c.coordinator.rebalance_period_s);
+  add("rebalance-min-gain", c.coordinator.rebalance_min_gain);
+  add("min-replicas", c.coordinator.min_replicas);
   const auto& t = c.trainer;
   add("corpus", t.corpus);
   add("in-flight", t.in_flight);

@@ -48,11 +48,22 @@ struct coordinator_config {
   int port = 0;           ///< TCP port to publish on; 0 = any free port
   std::string port_file;  ///< write the bound port here once listening (for scripts)
   double averaging_timeout_s = 30.0;  ///< late members of a round are found after this, excluded at 1.5x; rounds end by 3x
+  std::string rebalance = "on";       ///< on: move servers between stages; off: servers stay where they started
+  /// Seconds between load moves (one server at most each). The paper's 300 s suits
+  /// stages of ~1B parameters whose download takes minutes at 200 Mb/s; ours
+  /// download in under a second and runs last minutes, so 30 s lets the swarm
+  /// adapt within a run while a period still holds thousands of samples to measure
+  /// rates on. Empty and under-replicated stages are served at once, not per period.
+  double rebalance_period_s = 30.0;
+  /// A load move must raise the slowest stage's predicted capacity by more than
+  /// this fraction: rates measured on shared cores are noisy by ~5%.
+  double rebalance_min_gain = 0.1;
+  int min_replicas = 2;               ///< servers per stage kept before optimising throughput, where others can spare them
 };
 
 struct server_config {
   std::string coordinator;       ///< HOST:PORT of the coordinator
-  int stage = -1;                ///< pipeline stage served, 0-based
+  int stage = -1;                ///< pipeline stage served, 0-based; -1: auto (the coordinator places it)
   std::string host = "127.0.0.1";///< address trainers use to reach this server
   int port = 0;                  ///< TCP port to publish on; 0 = any free port
   int64_t batch_size = 64;       ///< samples per stage-wide optimizer step (the coordinator's target batch size)
@@ -88,6 +99,10 @@ struct cluster_config {
   int chaos_stage = -1;       ///< only servers of this stage; -1 = any stage
   uint64_t chaos_seed = 1;    ///< seed of the victim choice
   std::string server_slowdowns;  ///< per-server --slowdown, comma-separated in launch order (stage-major)
+  std::string stage_servers;     ///< servers per stage in stage order, e.g. "3,1"; empty: servers_per_stage each
+
+  /// Servers to start on each of `stages` stages.
+  [[nodiscard]] std::vector<int> servers_of_stages(int stages) const;
 };
 
 /// Everything one process needs; each role reads its own part.

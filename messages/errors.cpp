@@ -41,6 +41,7 @@ bool is_retryable(const caf::error& err) {
     case errc::TIMEOUT:
     case errc::PEER_GONE:
     case errc::NO_SERVER:
+    case errc::LEAVING:
     case errc::INTERNAL:  // a failure inside one peer says nothing about the others
       return true;
     default:

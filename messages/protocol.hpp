@@ -47,16 +47,30 @@ using join_atom = caf::atom_constant<caf::atom("join")>;
 using averager_atom = caf::atom_constant<caf::atom("averager")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using waiting_atom = caf::atom_constant<caf::atom("waiting")>;
+using move_atom = caf::atom_constant<caf::atom("move")>;
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using place_atom = caf::atom_constant<caf::atom("place")>;
+
+/// The rebalancer (actors/rebalancer.hpp), in the coordinator process. join:
+/// register_server plus the server's handle (from the coordinator); progress:
+/// a progress_report the averager accepted (its load figures); place:
+/// placement_request -> placement (a new server asks where to go, through the
+/// coordinator); tick: its own timer.
+using rebalancer_actor = caf::typed_actor<caf::reacts_to<join_atom, std::string, caf::actor>,
+                                          caf::reacts_to<progress_atom, std::string>,
+                                          caf::replies_to<place_atom, std::string>::with<std::string>,
+                                          caf::reacts_to<tick_atom>>;
 
 /// The averaging coordinator (actors/averager.hpp). progress: progress_report;
 /// done: round_done; waiting: round_waiting (all three from servers); join: register_server plus the server's
-/// handle (from the coordinator, which spawned it); deadline: its own timer
+/// handle; leave: the server left its stage (both from the coordinator, which spawned it); deadline: its own timer
 /// (stage, round, phase). Server handles travel as plain caf::actor because
 /// stage_actor (below) refers to this type.
 using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::string>,
                                         caf::reacts_to<done_atom, std::string>,
                                         caf::reacts_to<waiting_atom, std::string>,
                                         caf::reacts_to<join_atom, std::string, caf::actor>,
+                                        caf::reacts_to<leave_atom, caf::actor>,
                                         caf::reacts_to<deadline_atom, uint32_t, uint64_t, int32_t>>;
 
 /// A stage server. Requests carry (transfer_id, last bytes of a proto payload):
@@ -66,6 +80,9 @@ using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::strin
 /// round: round_begin + members' handles in rank order; piece: allreduce_piece
 /// from a member; exclude: round_exclude; reload: reload_order + the peer's handle;
 /// deadline: its own timers for a round (round id, 1: say what it waits for, 2: give up).
+/// register: (register_server, coordinator) -> empty string: (re)register with
+/// that coordinator, as the stage it serves now (from its node). move:
+/// move_order (from the rebalancer, or from itself when a deferred move may go on).
 using stage_actor = caf::typed_actor<
     caf::replies_to<forward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
@@ -76,17 +93,23 @@ using stage_actor = caf::typed_actor<
     caf::reacts_to<piece_atom, std::string>,
     caf::reacts_to<exclude_atom, std::string>,
     caf::reacts_to<reload_atom, std::string, caf::actor>,
-    caf::reacts_to<deadline_atom, uint64_t, int32_t>>;
+    caf::reacts_to<deadline_atom, uint64_t, int32_t>,
+    caf::replies_to<register_atom, std::string, caf::actor>::with<std::string>,
+    caf::reacts_to<move_atom, std::string>>;
 
 /// The membership registry. register: (register_server, the server's handle)
 /// -> register_reply, and the server is monitored from then on; peers:
 /// subscribe (only the stage is read) -> server_list of that stage now; subscribe: subscribe -> empty string, then
 /// (membership_atom, membership_update) messages to the sender for every server
-/// of that stage, present and future; averager -> the averaging coordinator.
+/// of that stage, present and future; averager -> the averaging coordinator;
+/// leave: leave_notice from a server moving to another stage; place:
+/// placement_request -> placement (answered by the rebalancer).
 using coordinator_actor = caf::typed_actor<
     caf::replies_to<register_atom, std::string, stage_actor>::with<std::string>,
     caf::replies_to<averager_atom>::with<averager_actor>,
     caf::replies_to<subscribe_atom, std::string>::with<std::string>,
-    caf::replies_to<peers_atom, std::string>::with<std::string>>;
+    caf::replies_to<peers_atom, std::string>::with<std::string>,
+    caf::reacts_to<leave_atom, std::string>,
+    caf::replies_to<place_atom, std::string>::with<std::string>>;
 
 } // namespace swarm

@@ -33,4 +33,17 @@ std::vector<stage_span> partition_blocks(int n_blocks, int num_stages) {
   return spans;
 }
 
+std::vector<double> stage_costs(int64_t d_model, int64_t seq_len, int64_t vocab, int n_blocks, int num_stages) {
+  const auto d = static_cast<double>(d_model);
+  const auto t = static_cast<double>(seq_len);
+  const double block = 12 * d * d + 2 * t * d;  // per token
+  const double head = d * static_cast<double>(vocab);
+  std::vector<double> cost;
+  for (const auto& span : partition_blocks(n_blocks, num_stages)) {
+    const double forward = t * (span.blocks() * block + (span.has_head() ? head : 0));
+    cost.push_back(forward * (span.has_head() ? 1 + 2 : 2 + 2));  // forward(s) + backward (2x forward)
+  }
+  return cost;
+}
+
 } // namespace swarm

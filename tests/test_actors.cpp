@@ -68,6 +68,8 @@ stage_actor::behavior_type silent_server(stage_actor::pointer self) {
       [](exclude_atom, std::string&) {},
       [](reload_atom, std::string&, caf::actor&) {},
       [](deadline_atom, uint64_t, int32_t) {},
+      [](register_atom, std::string&, caf::actor&) { return std::string{}; },
+      [](move_atom, std::string&) {},
   };
 }
 

@@ -1,0 +1,208 @@
+#include "actors/rebalancer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <caf/all.hpp>
+
+#include "actors/log.hpp"
+#include "messages/wire.hpp"
+
+namespace swarm {
+
+namespace {
+
+using self_ptr = rebalancer_actor::stateful_pointer<rebalancer_state>;
+
+double now_s(self_ptr self) {
+  return std::chrono::duration<double>(rebalancer_state::clock::now() - self->state.started).count();
+}
+
+/// The policy's view: a mover already on the stage it goes to, a placed server on its stage.
+std::vector<policy::server_load> view(self_ptr self) {
+  const auto& st = self->state;
+  std::vector<policy::server_load> out;
+  for (const auto& [id, s] : st.servers) {
+    if (!s.moving_to) {
+      out.push_back({id, s.stage, s.rate, s.settled_at});
+      continue;
+    }
+    const auto to = static_cast<size_t>(*s.moving_to);
+    out.push_back({id, *s.moving_to, s.rate * st.cfg.stage_cost[static_cast<size_t>(s.stage)] / st.cfg.stage_cost[to],
+                   s.move_sent});
+  }
+  for (const auto& [id, p] : st.placed)
+    out.push_back({id, p.first, std::nan(""), p.second});
+  return out;
+}
+
+void order_move(self_ptr self, const policy::move_plan& m) {
+  auto& s = self->state.servers.at(m.server);
+  s.moving_to = m.to;
+  s.move_sent = now_s(self);
+  get_logger("rebalancer")->info("stage {} -> {}: moving {} ({}): slowest stage {:.1f} -> {:.1f} samples/s predicted",
+                                 m.from, m.to, m.server, policy::to_string(m.reason), m.bottleneck_before,
+                                 m.bottleneck_after);
+  proto::move_order order;
+  order.set_stage(static_cast<uint32_t>(m.from));
+  order.set_to_stage(static_cast<uint32_t>(m.to));
+  order.set_reason(policy::to_string(m.reason));
+  order.set_predicted_gain(m.gain);
+  self->send(caf::actor_cast<stage_actor>(s.handle), move_atom::value, encode(order));
+}
+
+/// Orders what the policy says now. `tick`: load moves are allowed if a period passed.
+void evaluate(self_ptr self, bool tick) {
+  auto& st = self->state;
+  const double now = now_s(self);
+  if (!st.cfg.enabled || now < st.cfg.settle_s)
+    return;
+  // Each order changes the view; stop when the policy is content (bounded: each server moves once at most here).
+  for (size_t i = 0; i <= st.servers.size(); ++i) {
+    const bool busy = std::any_of(st.servers.begin(), st.servers.end(), [](const auto& s) {
+      return s.second.moving_to.has_value();
+    });
+    const bool periodic = tick && !busy && now - st.last_load_check >= st.cfg.period_s;
+    if (periodic)
+      st.last_load_check = now;
+    const auto m = policy::plan_move(st.cfg.stage_cost, view(self), now, periodic, st.cfg.policy);
+    // One move at a time, but an empty stage does not wait; a placed server that
+    // has not registered yet cannot be told anything.
+    if (!m || (busy && m->reason != policy::move_reason::empty) || st.servers.count(m->server) == 0)
+      return;
+    order_move(self, *m);
+  }
+}
+
+/// Rates over the busy time since the last measurement, once it is long enough.
+void measure(self_ptr self) {
+  for (auto& [id, s] : self->state.servers) {
+    const double busy = s.busy_s - s.window_busy_s;
+    if (busy < self->state.cfg.min_busy_s)
+      continue;
+    s.rate = static_cast<double>(s.committed - s.window_committed) / busy;
+    s.window_busy_s = s.busy_s;
+    s.window_committed = s.committed;
+  }
+}
+
+void forget_stale(self_ptr self) {
+  auto& st = self->state;
+  const double now = now_s(self);
+  for (auto it = st.placed.begin(); it != st.placed.end();)
+    it = now - it->second.second > st.cfg.move_timeout_s ? st.placed.erase(it) : std::next(it);
+  for (auto& [id, s] : st.servers)
+    if (s.moving_to && now - s.move_sent > st.cfg.move_timeout_s) {
+      get_logger("rebalancer")->warn("{} did not arrive on stage {} within {:.0f} s; counting it on stage {} again", id,
+                                     *s.moving_to, st.cfg.move_timeout_s, s.stage);
+      s.moving_to.reset();
+    }
+}
+
+void on_tick(self_ptr self) {
+  auto& st = self->state;
+  measure(self);
+  forget_stale(self);
+  const auto servers = view(self);
+  const auto caps = policy::capacities(st.cfg.stage_cost, servers);
+  for (size_t stage = 0; stage < caps.size(); ++stage) {
+    const auto n = std::count_if(servers.begin(), servers.end(),
+                                 [&](const policy::server_load& s) { return s.stage == static_cast<int>(stage); });
+    st.metrics->emit("stage_load", {{"stage", static_cast<int64_t>(stage)},
+                                    {"servers", static_cast<int64_t>(n)},
+                                    {"capacity", caps[stage]}});
+  }
+  evaluate(self, true);
+}
+
+void on_join(self_ptr self, const std::string& bytes, const caf::actor& handle) {
+  auto& st = self->state;
+  auto reg = decode<proto::register_server>(bytes, "register_server");
+  if (!reg || !handle || static_cast<int>(reg->stage()) >= st.cfg.num_stages)
+    return;
+  const int stage = static_cast<int>(reg->stage());
+  const double now = now_s(self);
+  st.placed.erase(reg->server_id());
+  auto [it, fresh] = st.servers.try_emplace(reg->server_id());
+  auto& s = it->second;
+  if (fresh || s.handle != handle) {
+    self->monitor(handle);
+    s = {};
+    s.handle = handle;
+  } else if (s.stage == stage && !s.moving_to) {
+    return;  // registered again (its coordinator connection had dropped), same stage
+  } else {
+    // It arrived on another stage: what it did on the old one predicts its rate here.
+    s.rate = s.rate * st.cfg.stage_cost[static_cast<size_t>(s.stage)] / st.cfg.stage_cost[static_cast<size_t>(stage)];
+    s.moving_to.reset();
+    s.busy_s = s.window_busy_s = 0;
+    s.committed = s.window_committed = 0;
+  }
+  s.stage = stage;
+  s.settled_at = now;
+  evaluate(self, false);
+}
+
+void on_progress(self_ptr self, const std::string& bytes) {
+  auto rep = decode<proto::progress_report>(bytes, "progress_report");
+  if (!rep)
+    return;
+  auto it = self->state.servers.find(rep->server_id());
+  if (it == self->state.servers.end() || it->second.stage != static_cast<int>(rep->stage()) ||
+      !std::isfinite(rep->busy_seconds()) || rep->busy_seconds() < 0)
+    return;
+  auto& s = it->second;
+  if (rep->busy_seconds() < s.window_busy_s || rep->committed_samples() < s.window_committed)
+    s.window_busy_s = 0, s.window_committed = 0;  // it began its stage anew
+  s.busy_s = rep->busy_seconds();
+  s.committed = rep->committed_samples();
+}
+
+caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
+  auto& st = self->state;
+  auto req = decode<proto::placement_request>(bytes, "placement_request");
+  if (!req)
+    return req.error();
+  if (req->server_id().empty())
+    return make_error(errc::BAD_REQUEST, "placement_request without a server id");
+  const auto p = policy::place_joiner(st.cfg.stage_cost, view(self), st.cfg.policy);
+  st.placed[req->server_id()] = {p.to, now_s(self)};
+  get_logger("rebalancer")->info("placing new server {} on stage {}: slowest stage {:.1f} -> {:.1f} samples/s predicted",
+                                 req->server_id(), p.to, p.bottleneck_before, p.bottleneck_after);
+  proto::placement out;
+  out.set_stage(static_cast<uint32_t>(p.to));
+  out.set_predicted_gain(p.gain);
+  return encode(out);
+}
+
+} // namespace
+
+rebalancer_actor::behavior_type rebalancer(self_ptr self, rebalancer_settings cfg,
+                                           std::shared_ptr<metrics_sink> metrics) {
+  auto& st = self->state;
+  cfg.policy.cooldown_s = 2 * cfg.period_s;  // a mover's rate on its new stage is measured before it is judged again
+  st.cfg = std::move(cfg);
+  st.metrics = std::move(metrics);
+  st.started = rebalancer_state::clock::now();
+  self->set_down_handler([self](caf::down_msg& msg) {
+    auto& servers = self->state.servers;
+    for (auto it = servers.begin(); it != servers.end(); ++it)
+      if (it->second.handle.address() == msg.source) {
+        servers.erase(it);
+        evaluate(self, false);
+        return;
+      }
+  });
+  self->send(self, tick_atom::value);
+  return {
+      [self](join_atom, const std::string& bytes, const caf::actor& handle) { on_join(self, bytes, handle); },
+      [self](progress_atom, const std::string& bytes) { on_progress(self, bytes); },
+      [self](place_atom, const std::string& bytes) { return on_place(self, bytes); },
+      [self](tick_atom) {
+        on_tick(self);
+        self->delayed_send(self, seconds(std::min(self->state.cfg.period_s, 5.0)), tick_atom::value);
+      },
+  };
+}
+
+} // namespace swarm

@@ -1,0 +1,210 @@
+#include "actors/stage_server_move.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/log.hpp"
+#include "actors/stage_server_averaging.hpp"
+#include "messages/wire.hpp"
+
+namespace swarm::moving {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+int stage_of(server_ptr self) { return self->state.worker->span().stage; }
+
+/// Registers as the stage served now and fetches the averager; the refusal, if any.
+caf::error register_now(server_ptr self) {
+  auto& st = self->state;
+  st.registration.set_stage(static_cast<uint32_t>(stage_of(self)));
+  caf::error refused;
+  caf::scoped_actor blocking{self->system()};
+  blocking
+      ->request(st.coordinator, std::chrono::seconds(10), register_atom::value, encode(st.registration),
+                caf::actor_cast<stage_actor>(self))
+      .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
+  if (refused)
+    return refused;
+  blocking->request(st.coordinator, std::chrono::seconds(10), averager_atom::value)
+      .receive([&](averager_actor& handle) { st.averaging = std::move(handle); },
+               [&](caf::error& err) { refused = std::move(err); });
+  if (refused)
+    return refused;
+  st.registered = true;
+  averaging::report_progress(self, true);
+  return caf::none;
+}
+
+/// Asks `peer` for its state of `stage` and imports it; the error when that fails.
+caf::error download_from(caf::actor_system& sys, const proto::membership_update& peer, int stage,
+                         const std::string& server_id, stage_worker& worker, metrics_sink& metrics) {
+  auto handle = sys.middleman().remote_actor<stage_actor>(peer.host(), static_cast<uint16_t>(peer.port()));
+  if (!handle)
+    return handle.error();
+  const auto started = clock_type::now();
+  proto::state_request req;
+  req.set_stage(static_cast<uint32_t>(stage));
+  req.set_server_id(server_id);
+  caf::scoped_actor self{sys};
+  caf::expected<std::string> whole{caf::error{}};
+  self->request(*handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
+      .receive(
+          [&](uint64_t transfer_id, std::string& tail) {
+            // A chunked reply's leading pieces came first and wait in the mailbox.
+            chunk_assembler chunks;
+            self->receive_while([&] { return self->mailbox().size() > 0; })(
+                [&](chunk_atom, uint64_t id, const std::string& piece) { chunks.add(handle->address(), id, piece); });
+            whole = chunks.finish(handle->address(), transfer_id, std::move(tail));
+          },
+          [&](caf::error& err) { whole = std::move(err); });
+  return adopt_state(worker, whole, server_id, peer.server_id(), started, metrics);
+}
+
+/// Leaves the stage served now for the ordered one (see the header); blocks until it serves it.
+void move_now(server_ptr self) {
+  auto& st = self->state;
+  auto log = get_logger("stage_server");
+  const auto order = *st.move;
+  const int from = stage_of(self);
+  const int to = static_cast<int>(order.to_stage());
+  // The old stage: its gradient not averaged yet goes with it.
+  const int64_t dropped = st.worker->accumulated_samples();
+  st.counters->dropped_samples += dropped;
+  report_exit(self, to);
+  log->info("stage {}: leaving for stage {} ({}); {} samples of gradient not averaged yet dropped", from, to,
+            order.reason(), dropped);
+  proto::leave_notice note;
+  note.set_stage(static_cast<uint32_t>(from));
+  note.set_server_id(st.cfg.server_id);
+  note.set_to_stage(static_cast<uint32_t>(to));
+  if (st.coordinator)
+    self->send(st.coordinator, leave_atom::value, encode(note));
+  st.left_stages.insert(static_cast<uint32_t>(from));
+  st.left_stages.erase(static_cast<uint32_t>(to));
+  // The new stage: its layers, then its state from a peer.
+  std::shared_ptr<stage_worker> fresh;
+  try {
+    fresh = std::make_shared<stage_worker>(st.cfg.model, to, st.cfg.num_stages, st.cfg.device);
+  } catch (const std::exception& e) {
+    log->error("cannot build stage {}: {}", to, e.what());
+    self->quit(make_error(errc::INTERNAL, std::string{"cannot build stage "} + std::to_string(to) + ": " + e.what()));
+    return;
+  }
+  const bool copied = st.coordinator && download_state(self->system(), st.coordinator, to, st.cfg.model.hash(),
+                                                       st.cfg.server_id, *fresh, *st.metrics);
+  st.worker = std::move(fresh);
+  st.hash = st.worker->parameter_hash();
+  *st.counters = {};
+  st.busy_s = 0;
+  st.committed.clear();  // keys name no stage: the new stage's would collide with the old one's
+  st.committed_order.clear();
+  st.round.reset();
+  st.early_pieces.clear();
+  st.reported_samples = -1;
+  st.move.reset();
+  if (st.coordinator)
+    if (auto err = register_now(self))
+      log->warn("stage {}: registering failed: {}; its node registers it when the coordinator is back", to,
+                describe(err));
+  const double secs = std::chrono::duration<double>(clock_type::now() - st.move_ordered).count();
+  log->info("stage {}: serving it now, moved from stage {} in {:.2f} s ({})", to, from, secs,
+            copied ? "state copied from a peer" : "initial parameters: no live peer held the stage's state");
+  st.metrics->emit("rebalance", {{"server", st.cfg.server_id},
+                                 {"from", int64_t{from}},
+                                 {"to", int64_t{to}},
+                                 {"reason", order.reason()},
+                                 {"predicted_gain", order.predicted_gain()},
+                                 {"seconds", secs},
+                                 {"state_copied", copied}});
+}
+
+} // namespace
+
+caf::result<std::string> on_register(server_ptr self, const std::string& bytes, const caf::actor& coordinator) {
+  auto reg = decode<proto::register_server>(bytes, "register_server");
+  if (!reg)
+    return reg.error();
+  if (!coordinator)
+    return make_error(errc::BAD_REQUEST, "register without a coordinator handle");
+  self->state.registration = std::move(*reg);
+  self->state.coordinator = caf::actor_cast<coordinator_actor>(coordinator);
+  if (auto err = register_now(self))
+    return err;
+  return std::string{};
+}
+
+void on_move(server_ptr self, const std::string& bytes) {
+  auto& st = self->state;
+  auto log = get_logger("stage_server");
+  auto order = decode<proto::move_order>(bytes, "move_order");
+  const auto here = static_cast<uint32_t>(stage_of(self));
+  if (!order || order->stage() != here || order->to_stage() == here ||
+      order->to_stage() >= static_cast<uint32_t>(st.cfg.num_stages) || (st.move && st.move->to_stage() != order->to_stage())) {
+    log->warn("stage {}: ignored a move order{}", here, order ? " that does not fit (stage, target or a move under way)" : "");
+    return;
+  }
+  if (!st.move) {
+    st.move = *order;
+    st.move_ordered = clock_type::now();
+    log->info("stage {}: told to move to stage {} ({}); taking no more requests", here, order->to_stage(),
+              order->reason());
+  }
+  if ((st.round && !st.round->finished) || st.reloading)
+    return;  // resume() brings the order back when that ends
+  move_now(self);
+}
+
+void resume(server_ptr self) {
+  if (self->state.move)
+    self->send(self, move_atom::value, encode(*self->state.move));
+}
+
+void report_exit(server_ptr self, int moved_to) {
+  auto& st = self->state;
+  if (!st.registered)
+    return;
+  const auto& c = *st.counters;
+  st.metrics->emit("server_exit", {{"stage", int64_t{stage_of(self)}},
+                                   {"server", st.cfg.server_id},
+                                   {"served", c.served},
+                                   {"rejected", c.rejected},
+                                   {"committed_samples", c.committed_samples},
+                                   {"duplicates", c.duplicates},
+                                   {"late", c.late},
+                                   {"rounds", c.rounds},
+                                   {"rounds_failed", c.rounds_failed},
+                                   {"dropped_samples", c.dropped_samples},
+                                   {"steps", st.worker->steps()},
+                                   {"hash", std::to_string(st.hash)},
+                                   {"moved_to", int64_t{moved_to}}});
+}
+
+bool download_state(caf::actor_system& sys, const coordinator_actor& coord, int stage, uint64_t config_hash,
+                    const std::string& server_id, stage_worker& worker, metrics_sink& metrics) {
+  auto log = get_logger("stage_server");
+  proto::subscribe query;
+  query.set_stage(static_cast<uint32_t>(stage));
+  query.set_config_hash(config_hash);
+  caf::expected<proto::server_list> peers{caf::error{}};
+  caf::scoped_actor self{sys};
+  self->request(coord, std::chrono::seconds(10), peers_atom::value, encode(query))
+      .receive([&](const std::string& bytes) { peers = decode<proto::server_list>(bytes, "server_list"); },
+               [&](caf::error& err) { peers = std::move(err); });
+  if (!peers) {
+    log->warn("cannot list the peers of stage {} ({}); starting from initial parameters", stage,
+              describe(peers.error()));
+    return false;
+  }
+  for (const auto& peer : peers->servers()) {
+    auto err = download_from(sys, peer, stage, server_id, worker, metrics);
+    if (!err)
+      return true;
+    log->warn("state download from {} failed: {}; trying the next peer", peer.server_id(), describe(err));
+  }
+  log->info("no live peer of stage {} delivered state; starting from initial parameters", stage);
+  return false;
+}
+
+} // namespace swarm::moving

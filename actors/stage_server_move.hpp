@@ -1,0 +1,48 @@
+#pragma once
+// The stage server's membership: registering with the coordinator, copying a
+// stage's state from a live peer (on joining and on moving), and moving to
+// another stage when the rebalancer says so (actors/rebalancer.hpp).
+//
+//   serving --(move_order)--> draining: requests refused with LEAVING (load
+//     balancers re-send them elsewhere; nothing was computed), reload orders
+//     turned down; a round or reload it is in ends first and then re-sends it
+//     the order
+//   draining --> moving: server_exit for the old stage (with its gradient not
+//     averaged yet counted in dropped_samples), leave_notice to the coordinator,
+//     the new stage's layers built, its state copied from a live peer (initial
+//     parameters when none holds it), registered for the new stage
+//   moving --> serving: `rebalance` written (seconds from the order)
+// The actor blocks while moving (it is detached, and has left its old stage).
+
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "actors/stage_server.hpp"
+
+namespace swarm::moving {
+
+using server_ptr = stage_actor::stateful_pointer<stage_server_state>;
+
+/// (Re)registers with `coordinator` (the node's message: at start and after a
+/// coordinator restart) as a server of the stage it serves now, whatever stage
+/// the node's registration names; "" or the coordinator's refusal.
+[[nodiscard]] caf::result<std::string> on_register(server_ptr self, const std::string& bytes,
+                                                   const caf::actor& coordinator);
+void on_move(server_ptr self, const std::string& bytes);
+/// A round or a reload ended: a move that waited for it goes on.
+void resume(server_ptr self);
+/// Writes server_exit with the totals of the stage served now; moved_to: the
+/// stage it leaves for, or -1 when the server exits. Nothing before it registered.
+void report_exit(server_ptr self, int moved_to);
+
+/// Copies parameters, optimizer state and step of `stage` from the first live
+/// peer of it (the coordinator lists them) that delivers them; false when none
+/// did, and the worker keeps its initial parameters. Blocks. Used by a joining
+/// server's node and by a moving server.
+[[nodiscard]] bool download_state(caf::actor_system& sys, const coordinator_actor& coord, int stage,
+                                  uint64_t config_hash, const std::string& server_id, stage_worker& worker,
+                                  metrics_sink& metrics);
+
+} // namespace swarm::moving
