@@ -229,8 +229,9 @@ void on_waiting(self_ptr self, const std::string& bytes) {
     sg.running->answered.insert(got->second->handle.address());
 }
 
-/// A server died (`why` "down") or left its stage ("left"): out of its stage and its round.
-void forget(self_ptr self, const caf::actor_addr& who, const char* why) {
+/// A server died or stopped (`why` "down", with `reason`) or left its stage
+/// ("left"): out of its stage and its round.
+void forget(self_ptr self, const caf::actor_addr& who, const char* why, const caf::error& reason = {}) {
   auto& st = self->state;
   auto it = st.servers.find(who);
   if (it == st.servers.end())
@@ -242,17 +243,25 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why) {
     if (auto rank = rank_of(*sg.running, who); rank && sg.running->finished.count(who) == 0)
       exclude(self, stage, *sg.running, *rank, why);
   maybe_finish(self, stage, false);
-  const bool served = std::any_of(st.servers.begin(), st.servers.end(),
-                                  [stage](const auto& s) { return s.second.stage == stage; });
-  if (served || (sg.position.step == 0 && sg.position.hash == 0))
+  // Someone may still hold the stage's state: a server at its position, or one
+  // not heard from yet. (A server that came without a peer to copy from, e.g.
+  // moved into a stage as its last holder died, is at step 0 and does not count.)
+  const bool held = std::any_of(st.servers.begin(), st.servers.end(), [&](const auto& s) {
+    const auto& v = s.second.view;
+    return s.second.stage == stage && (!v.reported || (v.step == sg.position.step && v.hash == sg.position.hash));
+  });
+  if (held || (sg.position.step == 0 && sg.position.hash == 0))
     return;
-  // Nobody holds the stage's parameters and optimizer state any more.
-  get_logger("averager")->error("stage {}: its last server is gone ({}): its state at optimizer step {} is lost; the "
-                                "next server of the stage starts from initial parameters",
-                                stage, why, sg.position.step);
+  // Worth an error when a server died, not when the last one was stopped on purpose.
+  const bool stopped = reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal;
+  get_logger("averager")->log(stopped ? spdlog::level::info : spdlog::level::err,
+                              "stage {}: its last server is gone ({}): its state at optimizer step {} is lost; the "
+                              "next server of the stage starts from initial parameters",
+                              stage, reason ? caf::to_string(reason) : std::string{why}, sg.position.step);
   st.metrics->emit("stage_lost", {{"stage", int64_t{stage}},
                                   {"step", static_cast<int64_t>(sg.position.step)},
-                                  {"hash", std::to_string(sg.position.hash)}});
+                                  {"hash", std::to_string(sg.position.hash)},
+                                  {"reason", reason ? caf::to_string(reason) : std::string{why}}});
   sg.position = {};
   sg.owed = 0;
 }
@@ -298,7 +307,7 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
   // Round ids only need to differ from the previous averager's, whose rounds
   // may still be finishing among the servers: start from the clock.
   st.next_round = static_cast<uint64_t>(unix_now() * 1000.0) << 8;
-  self->set_down_handler([self](caf::down_msg& msg) { forget(self, msg.source, "down"); });
+  self->set_down_handler([self](caf::down_msg& msg) { forget(self, msg.source, "down", msg.reason); });
   return {
       [self](progress_atom, const std::string& bytes) { on_progress(self, bytes); },
       [self](done_atom, const std::string& bytes) { on_done(self, bytes); },

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <caf/all.hpp>
 
@@ -129,6 +130,7 @@ void on_join(self_ptr self, const std::string& bytes, const caf::actor& handle) 
     self->monitor(handle);
     s = {};
     s.handle = handle;
+    s.settled_at = -std::numeric_limits<double>::infinity();  // a newcomer may move at once: only movers cool down
   } else if (s.stage == stage && !s.moving_to) {
     return;  // registered again (its coordinator connection had dropped), same stage
   } else {
@@ -137,9 +139,9 @@ void on_join(self_ptr self, const std::string& bytes, const caf::actor& handle) 
     s.moving_to.reset();
     s.busy_s = s.window_busy_s = 0;
     s.committed = s.window_committed = 0;
+    s.settled_at = now;
   }
   s.stage = stage;
-  s.settled_at = now;
   evaluate(self, false);
 }
 

@@ -61,7 +61,7 @@ struct rebalancer_state {
   struct server {
     caf::actor handle;
     int stage = 0;
-    double settled_at = 0;         ///< joined or arrived on its stage (rebalancer seconds)
+    double settled_at = 0;         ///< arrived on its stage by a move (rebalancer seconds); -inf for a newcomer
     double rate = std::nan("");    ///< samples/s per busy second on its stage; NaN: not measured yet
     // Cumulative figures of its current stage (progress_report), and where the measuring window began.
     double busy_s = 0;

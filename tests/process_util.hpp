@@ -35,6 +35,11 @@ inline pid_t spawn_swarm(std::vector<std::string> args) {
   return pid;
 }
 
+/// Now in unix seconds, the clock of the metrics' "t".
+inline double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 /// Exit code of `pid` once it ends, or nullopt (process left running) after `timeout_s`.
 inline std::optional<int> wait_exit(pid_t pid, double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);

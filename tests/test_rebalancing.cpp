@@ -1,0 +1,222 @@
+// Tier (c): stage reassignment of the real binary as real processes. The
+// rebalancer moves servers between stages (actors/rebalancer.hpp): a stage
+// served by one server gets a second from a stage with spare ones, a stage that
+// loses every server gets one at once, and a moved server holds its new stage's
+// state (equal parameter hashes with its peers).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "process_util.hpp"
+
+using namespace swarm::test;
+
+namespace {
+
+/// The first event of `name` by `server` about `stage`; empty when none.
+std::string first_of(const std::string& metrics, const std::string& name, const std::string& server, int stage) {
+  for (const auto& l : events(metrics, name))
+    if (text(l, "server") == server && number(l, "stage") == stage)
+      return l;
+  return {};
+}
+
+/// stage_lost events written before unix time `before` (a stop at the end loses state too).
+size_t lost_before(const std::string& metrics, double before) {
+  const auto lost = events(metrics, "stage_lost");
+  return static_cast<size_t>(
+      std::count_if(lost.begin(), lost.end(), [&](const auto& l) { return number(l, "t") < before; }));
+}
+
+/// Steps of `stage` after `from_step` at which `server` and at least one other reported equal parameters.
+size_t shared_steps(const std::string& metrics, int stage, const std::string& server, int64_t from_step) {
+  size_t n = 0;
+  for (const auto& [key, hashes] : params_by_step(metrics))
+    n += key.first == stage && key.second > from_step && hashes.count(server) > 0 && hashes.size() >= 2;
+  return n;
+}
+
+/// Largest pause between consecutive trainer steps after unix time `after`, seconds.
+double longest_stall(const std::string& metrics, double after) {
+  double last = after, worst = 0;
+  for (const auto& l : events(metrics, "step")) {
+    const double t = number(l, "t");
+    if (t < after)
+      continue;
+    worst = std::max(worst, t - last);
+    last = t;
+  }
+  return worst;
+}
+
+/// Each stage's servers added exactly what the trainer saw acknowledged (no server died there).
+void check_exact(const std::string& metrics, int stage) {
+  const auto committed = committed_per_stage(metrics);
+  const auto acked = acked_per_stage(metrics);
+  REQUIRE(acked.size() > static_cast<size_t>(stage));
+  INFO("stage " << stage);
+  CHECK(committed.at(stage) == acked[static_cast<size_t>(stage)]);
+}
+
+} // namespace
+
+TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no microbatch dropped",
+          "[rebalancing]") {
+  const std::string metrics = "/tmp/swarm-test-rebalance-" + std::to_string(getpid()) + ".jsonl";
+  std::remove(metrics.c_str());
+  const double period = 4;
+  const int steps = 400;
+  REQUIRE(run_swarm({"--role", "cluster", "--config", tiny, "--stage-servers", "3,1", "--rebalance-period",
+                     std::to_string(period), "--max-steps", std::to_string(steps), "--metrics", metrics,
+                     "--log-level", "warn"},
+                    240) == 0);
+
+  const auto moves = events(metrics, "rebalance");
+  REQUIRE(!moves.empty());
+  const auto& move = moves.front();
+  const std::string mover = text(move, "server");
+  CHECK(number(move, "from") == 0);
+  CHECK(number(move, "to") == 1);
+  // Redundancy (stage 1 had one server) comes before throughput; either is right here.
+  CHECK((text(move, "reason") == "redundancy" || text(move, "reason") == "load"));
+  CHECK(move.find("\"state_copied\": true") != std::string::npos);
+  // Ordered within two periods of the rebalancer's start (its first stage_load).
+  const double ordered = number(move, "t") - number(move, "seconds");
+  const double started = number(events(metrics, "stage_load").front(), "t");
+  std::printf("move of %s: ordered %.2f s after the rebalancer started (period %.0f s), took %.3f s\n",
+              mover.c_str(), ordered - started, period, number(move, "seconds"));
+  CHECK(ordered - started <= 2 * period + 0.5);
+  // It copied stage 1's state from its peer, then stepped with it with equal parameters.
+  const auto download = first_of(metrics, "state_download", mover, 1);
+  REQUIRE(!download.empty());
+  const auto copied_step = static_cast<int64_t>(number(download, "step"));
+  const size_t together = shared_steps(metrics, 1, mover, copied_step);
+  std::printf("it copied stage 1 at step %lld and shared %zu later steps with its peer\n",
+              static_cast<long long>(copied_step), together);
+  CHECK(together >= 10);
+  CHECK(params_disagreements(metrics).empty());
+  // The stage it left went on without it; it wrote server_exit for stage 0 when it left.
+  const auto left = first_of(metrics, "server_exit", mover, 0);
+  REQUIRE(!left.empty());
+  CHECK(number(left, "moved_to") == 1);
+  // Training went on: every step, nothing dropped, every acked sample added exactly once per stage.
+  const auto exit = events(metrics, "trainer_exit");
+  REQUIRE(exit.size() == 1);
+  CHECK(number(exit[0], "steps") == steps);
+  CHECK(number(exit[0], "dropped") == 0);
+  check_exact(metrics, 0);
+  check_exact(metrics, 1);
+  std::remove(metrics.c_str());
+}
+
+TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fills in before the second kill",
+          "[rebalancing]") {
+  // No load moves (min gain 100x): only thin and empty stages are served, at once,
+  // once the rebalancer settled (min(period, 10 s) after its start).
+  manual_swarm swarm({"--rebalance-period", "3", "--rebalance-min-gain", "100", "--threads", "1"}, "rebalance");
+  REQUIRE_FALSE(swarm.address.empty());
+  for (int i = 0; i < 3; ++i)
+    swarm.server(0);
+  const pid_t first = swarm.server(1);
+  const pid_t second = swarm.server(1);
+  const int steps = 800;
+  const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  kill(first, SIGKILL);
+  const auto first_kill_at = std::chrono::steady_clock::now();
+  const double first_kill = unix_seconds();
+  // A stage-0 server comes over and copies the survivor's state.
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [](const auto& lines) { return std::any_of(lines.begin(), lines.end(), [](const auto& l) {
+                                               return is_event(l, "rebalance") && number(l, "to") == 1;
+                                             }); },
+      10));
+  std::this_thread::sleep_until(first_kill_at + std::chrono::seconds(10));
+  REQUIRE(wait_exit(trainer, 0.01) == std::nullopt);  // still training: the second kill must land mid-run
+  kill(second, SIGKILL);
+  const double second_kill = unix_seconds();
+  REQUIRE(wait_exit(trainer, 240) == 0);
+  const double trained = unix_seconds();
+  swarm.shutdown();
+
+  const auto move = events(swarm.metrics, "rebalance").at(0);
+  const std::string mover = text(move, "server");
+  const double ordered = number(move, "t") - number(move, "seconds");
+  std::printf("redundancy move of %s ordered %.2f s after the first kill, done %.2f s after it; second kill at +%.1f s\n",
+              mover.c_str(), ordered - first_kill, number(move, "t") - first_kill, second_kill - first_kill);
+  CHECK(text(move, "reason") == "redundancy");
+  CHECK(number(move, "from") == 0);
+  CHECK(number(move, "t") < second_kill);
+  // It copied the survivor's state (not initial parameters).
+  const auto download = first_of(swarm.metrics, "state_download", mover, 1);
+  REQUIRE(!download.empty());
+  CHECK(number(download, "step") > 0);
+  CHECK(number(download, "t") < second_kill);
+  // The stage never emptied, so nothing was lost and nobody else moved.
+  CHECK(lost_before(swarm.metrics, trained) == 0);
+  const auto moves = events(swarm.metrics, "rebalance");
+  CHECK(std::count_if(moves.begin(), moves.end(), [&](const auto& l) { return number(l, "t") < trained; }) == 1);
+  const double stall = longest_stall(swarm.metrics, first_kill);
+  std::printf("longest pause between steps after the first kill: %.2f s; training ended %.1f s after it\n", stall,
+              trained - first_kill);
+  CHECK(stall < 5);
+  check_trainer_accounting(swarm.metrics, steps);
+  // Stage 0 lost no server (one left it cleanly): exact. Stage 1's dead took theirs with them.
+  check_exact(swarm.metrics, 0);
+  CHECK(committed_per_stage(swarm.metrics).at(1) <= acked_per_stage(swarm.metrics).at(1));
+  CHECK(params_disagreements(swarm.metrics).empty());
+}
+
+TEST_CASE("a stage wiped out at once: a server is reassigned at once and starts from initial parameters, "
+          "and the loss of state is reported",
+          "[rebalancing]") {
+  manual_swarm swarm({"--rebalance-period", "3", "--rebalance-min-gain", "100", "--threads", "1"}, "rebalance");
+  REQUIRE_FALSE(swarm.address.empty());
+  for (int i = 0; i < 3; ++i)
+    swarm.server(0);
+  const pid_t a = swarm.server(1);
+  const pid_t b = swarm.server(1);
+  const int steps = 500;
+  const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  kill(a, SIGKILL);
+  kill(b, SIGKILL);
+  const double killed = unix_seconds();
+  REQUIRE(wait_exit(trainer, 240) == 0);
+  const double trained = unix_seconds();
+  swarm.shutdown();
+
+  REQUIRE(lost_before(swarm.metrics, trained) == 1);
+  const auto lost = events(swarm.metrics, "stage_lost");
+  CHECK(number(lost[0], "stage") == 1);
+  CHECK(number(lost[0], "step") > 0);
+  const auto move = events(swarm.metrics, "rebalance").at(0);
+  const double ordered = number(move, "t") - number(move, "seconds");
+  std::printf("stage 1 lost its state at step %.0f; %s ordered over %.2f s after the kill, serving %.2f s after it\n",
+              number(lost[0], "step"), text(move, "server").c_str(), ordered - killed, number(move, "t") - killed);
+  // The two down events arrive apart: after the first the stage is short of
+  // replicas (redundancy), after the second empty; either way at once, with
+  // nobody left to copy from.
+  CHECK((text(move, "reason") == "empty" || text(move, "reason") == "redundancy"));
+  CHECK(number(move, "from") == 0);
+  CHECK(number(move, "to") == 1);
+  CHECK(move.find("\"state_copied\": false") != std::string::npos);
+  CHECK(ordered - killed < 3);
+  // Training went on after the stage came back.
+  const double stall = longest_stall(swarm.metrics, killed);
+  std::printf("longest pause between steps after the kill: %.2f s\n", stall);
+  CHECK(stall < 10);
+  const auto exits = events(swarm.metrics, "trainer_exit");
+  REQUIRE(exits.size() == 1);
+  CHECK(number(exits[0], "steps") == steps);
+  CHECK(number(exits[0], "issued") == number(exits[0], "completed") + number(exits[0], "dropped"));
+  check_exact(swarm.metrics, 0);
+  // Stage 1 started over, so its steps up to the lost one were reported twice with
+  // other parameters; nothing else may differ.
+  for (const auto& [stage, step] : params_disagreements(swarm.metrics)) {
+    INFO("stage " << stage << " step " << step);
+    CHECK((stage == 1 && step <= number(lost[0], "step")));
+  }
+}
