@@ -250,8 +250,12 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
     const auto& v = s.second.view;
     return s.second.stage == stage && (!v.reported || (v.step == sg.position.step && v.hash == sg.position.hash));
   });
-  if (held || (sg.position.step == 0 && sg.position.hash == 0))
+  if (held)
     return;
+  if (sg.position.step == 0) {  // untrained: the seed rebuilds the same parameters
+    sg.position = {};
+    return;
+  }
   // Worth an error when a server died, not when the last one was stopped on purpose.
   const bool stopped = reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal;
   get_logger("averager")->log(stopped ? spdlog::level::info : spdlog::level::err,

@@ -183,6 +183,9 @@ rebalancer_actor::behavior_type rebalancer(self_ptr self, rebalancer_settings cf
                                            std::shared_ptr<metrics_sink> metrics) {
   auto& st = self->state;
   cfg.policy.cooldown_s = 2 * cfg.period_s;  // a mover's rate on its new stage is measured before it is judged again
+  if (cfg.stage_cost.size() != static_cast<size_t>(cfg.num_stages) ||
+      std::any_of(cfg.stage_cost.begin(), cfg.stage_cost.end(), [](double c) { return !(c > 0); }))
+    cfg.stage_cost.assign(static_cast<size_t>(std::max(cfg.num_stages, 0)), 1.0);  // no model given: equal stages
   st.cfg = std::move(cfg);
   st.metrics = std::move(metrics);
   st.started = rebalancer_state::clock::now();

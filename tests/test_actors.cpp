@@ -1,6 +1,7 @@
 // Tier (b): actor protocols inside one process, over a real middleman on loopback.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <thread>
 
@@ -253,4 +254,84 @@ TEST_CASE_METHOD(system_fixture, "a stage without servers fails requests with NO
   CHECK(waited < 5.0);  // the wait is counted from the first time it queued, not from the last retry
   self->send_exit(lb, caf::exit_reason::user_shutdown);
   self->send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(system_fixture, "a server told to move leaves its stage, joins the other, refuses the old one's work",
+                 "[actors]") {
+  const std::string path = "/tmp/swarm-test-move-metrics.jsonl";
+  std::remove(path.c_str());
+  const auto hash = tiny_model().hash();
+  coordinator_settings cs{2, hash};
+  cs.rebalancing.enabled = false;  // the test gives the order itself
+  auto coord = sys->spawn(coordinator, cs, std::make_shared<metrics_sink>());
+  stage_server_config scfg{"mover", 4 << 20};
+  scfg.model = tiny_model();
+  scfg.num_stages = 2;
+  auto server = sys->spawn<caf::detached>(stage_server, scfg, std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu"),
+                                          std::make_shared<metrics_sink>(path, "server"),
+                                          std::make_shared<stage_server_counters>());
+  auto port = sys->middleman().publish(server, 0, "127.0.0.1");
+  REQUIRE(port);
+  caf::scoped_actor self{*sys};
+  // One watcher per stage: the coordinator keeps one subscription per subscriber.
+  caf::scoped_actor watch0{*sys}, watch1{*sys};
+  for (auto [watcher, stage] : {std::pair{&watch0, 0u}, std::pair{&watch1, 1u}}) {
+    proto::subscribe sub;
+    sub.set_stage(stage);
+    sub.set_config_hash(hash);
+    (*watcher)->request(coord, 5s, subscribe_atom::value, encode(sub))
+        .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
+  }
+  auto next_update = [](caf::scoped_actor& watcher) {
+    proto::membership_update up;
+    watcher->receive([&](membership_atom, const std::string& bytes) { up.ParseFromString(bytes); },
+                     caf::after(10s) >> [] { FAIL("no membership update"); });
+    return up;
+  };
+  // Registered by its node, as in the server role.
+  self->request(server, 10s, register_atom::value, encode(registration("mover", 0, *port, hash)),
+                caf::actor_cast<caf::actor>(coord))
+      .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
+  CHECK(next_update(watch0).kind() == proto::membership_update::JOIN);
+
+  proto::move_order order;
+  order.set_stage(1);  // not the stage it serves: ignored
+  order.set_to_stage(0);
+  self->send(server, move_atom::value, encode(order));
+  order.set_stage(0);
+  order.set_to_stage(1);
+  order.set_reason("load");
+  order.set_predicted_gain(0.5);
+  self->send(server, move_atom::value, encode(order));
+  const auto left = next_update(watch0);
+  CHECK(left.kind() == proto::membership_update::LEAVE);
+  CHECK(left.server_id() == "mover");
+  const auto joined = next_update(watch1);
+  CHECK(joined.kind() == proto::membership_update::JOIN);
+  CHECK(joined.server_id() == "mover");
+  // Work for the stage it left is refused as LEAVING (retried elsewhere), not as a bad request.
+  caf::error refused;
+  self->request(server, 10s, forward_atom::value, uint64_t{0}, forward_payload(0, 2, 8))
+      .receive([](uint64_t, const std::string&) { FAIL("served a stage it left"); },
+               [&](caf::error& err) { refused = err; });
+  CHECK(code_of(refused) == errc::LEAVING);
+  CHECK(is_retryable(refused));
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  self->send_exit(coord, caf::exit_reason::user_shutdown);
+  self->wait_for(server);
+
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);)
+    lines.push_back(l);
+  auto has = [&](const std::string& a, const std::string& b) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find(a) != std::string::npos && l.find(b) != std::string::npos;
+    });
+  };
+  // One server_exit per stage served: stage 0 when it left (moved_to 1), stage 1 when it stopped.
+  CHECK(has("\"event\": \"server_exit\", \"stage\": 0", "\"moved_to\": 1"));
+  CHECK(has("\"event\": \"server_exit\", \"stage\": 1", "\"moved_to\": -1"));
+  CHECK(has("\"event\": \"rebalance\"", "\"from\": 0, \"to\": 1, \"reason\": \"load\""));
+  CHECK(has("\"event\": \"rebalance\"", "\"state_copied\": false"));  // stage 1 had nobody to copy from
 }
