@@ -111,7 +111,8 @@ void on_tick(self_ptr self) {
                                  [&](const policy::server_load& s) { return s.stage == static_cast<int>(stage); });
     st.metrics->emit("stage_load", {{"stage", static_cast<int64_t>(stage)},
                                     {"servers", static_cast<int64_t>(n)},
-                                    {"capacity", caps[stage]}});
+                                    {"capacity", caps[stage]},
+                                    {"cost", st.cfg.stage_cost[stage]}});
   }
   evaluate(self, true);
 }

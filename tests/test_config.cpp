@@ -84,6 +84,16 @@ TEST_CASE("bad values get a message naming the flag and the fix", "[config]") {
       {{"--role", "local", "--batch-size", "4"}, "--batch-size 4"},
       {{"--role", "local", "--no-such-flag", "1"}, "no-such-flag"},
       {{"--role", "local", "--config", "/nonexistent/file"}, "/nonexistent/file"},
+      {{"--role", "server", "--coordinator", "localhost:7000", "--stage", "one"}, "--stage one: must be auto"},
+      {{"--role", "server", "--coordinator", "localhost:7000", "--stage", "-1"}, "--stage -1"},
+      {{"--role", "cluster", "--stage-servers", "3"}, "--stage-servers 3"},
+      {{"--role", "cluster", "--stage-servers", "3,x"}, "--stage-servers 3,x"},
+      {{"--role", "cluster", "--stage-servers", "0,0"}, "at least one server"},
+      {{"--role", "cluster", "--stage-servers", "2,0", "--rebalance", "off"}, "only --rebalance on"},
+      {{"--role", "cluster", "--rebalance", "maybe"}, "--rebalance"},
+      {{"--role", "coordinator", "--rebalance-period", "0"}, "--rebalance-period 0"},
+      {{"--role", "coordinator", "--rebalance-min-gain", "-0.1"}, "--rebalance-min-gain"},
+      {{"--role", "coordinator", "--min-replicas", "0"}, "--min-replicas 0"},
   };
   for (const auto& c : cases) {
     auto r = parse(c.args);
@@ -92,6 +102,23 @@ TEST_CASE("bad values get a message naming the flag and the fix", "[config]") {
     CHECK(r.exit_code == 2);
     CHECK(r.message.find(c.expect) != std::string::npos);
   }
+}
+
+TEST_CASE("servers go to an explicit stage or auto; clusters start even or as listed", "[config]") {
+  auto automatic = parse({"--role", "server", "--coordinator", "localhost:7000"});
+  REQUIRE(automatic.config);
+  CHECK(automatic.config->server.stage == -1);  // auto is the default
+  CHECK(parse({"--role", "server", "--coordinator", "localhost:7000", "--stage", "auto"}).config->server.stage == -1);
+  CHECK(parse({"--role", "server", "--coordinator", "localhost:7000", "--stage", "1"}).config->server.stage == 1);
+  auto even = parse({"--role", "cluster", "--servers-per-stage", "3"});
+  REQUIRE(even.config);
+  CHECK(even.config->cluster.servers_of_stages(2) == std::vector<int>{3, 3});
+  auto listed = parse({"--role", "cluster", "--stage-servers", "3,1", "--servers-per-stage", "5"});
+  REQUIRE(listed.config);
+  CHECK(listed.config->cluster.servers_of_stages(2) == std::vector<int>{3, 1});
+  auto empty_stage = parse({"--role", "cluster", "--stage-servers", "2,0"});  // rebalancing fills it
+  REQUIRE(empty_stage.config);
+  CHECK(empty_stage.config->cluster.servers_of_stages(2) == std::vector<int>{2, 0});
 }
 
 TEST_CASE("help exits 0 and explains units", "[config]") {
@@ -113,6 +140,18 @@ TEST_CASE("to_flags round-trips every value a child needs", "[config]") {
   CHECK(back.config->trainer.batch_size == r.config->trainer.batch_size);
   CHECK(back.config->trainer.forward_timeout_s == r.config->trainer.forward_timeout_s);
   CHECK(back.config->model.lr == 0.00123);
+  // The coordinator a cluster starts gets its rebalancing settings.
+  auto tuned = parse({"--role", "cluster", "--rebalance", "off", "--rebalance-period", "7", "--rebalance-min-gain",
+                      "0.25", "--min-replicas", "3"});
+  REQUIRE(tuned.config);
+  auto tuned_flags = to_flags(*tuned.config);
+  tuned_flags.insert(tuned_flags.begin(), {"--role", "coordinator"});
+  auto child = parse(tuned_flags);
+  REQUIRE(child.config);
+  CHECK(child.config->coordinator.rebalance == "off");
+  CHECK(child.config->coordinator.rebalance_period_s == 7);
+  CHECK(child.config->coordinator.rebalance_min_gain == 0.25);
+  CHECK(child.config->coordinator.min_replicas == 3);
 }
 
 TEST_CASE("split_host_port", "[config]") {

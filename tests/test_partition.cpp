@@ -4,6 +4,7 @@
 #include "models/partition.hpp"
 
 using swarm::partition_blocks;
+using swarm::stage_costs;
 
 namespace {
 
@@ -51,4 +52,16 @@ TEST_CASE("partition refuses impossible cuts", "[partition]") {
   CHECK(partition_blocks(4, 5).empty());
   CHECK(partition_blocks(0, 1).empty());
   CHECK(partition_blocks(4, -1).empty());
+}
+
+TEST_CASE("stage costs: multiply-adds per sample, forward twice before the last stage", "[partition]") {
+  // d 64, T 64, vocab 256, 2 blocks on 2 stages (config/tiny). Per token a block is
+  // 12 x 64^2 + 2 x 64 x 64 = 57344, the head 64 x 256 = 16384.
+  const auto cost = stage_costs(64, 64, 256, 2, 2);
+  REQUIRE(cost.size() == 2);
+  CHECK(cost[0] == Approx(64 * 57344.0 * 4));            // forward, forward again, backward (2x)
+  CHECK(cost[1] == Approx(64 * (57344.0 + 16384) * 3));  // forward with the loss, backward
+  // One stage: the last, so one forward. Invalid cuts: nothing.
+  CHECK(stage_costs(64, 64, 256, 2, 1).at(0) == Approx(64 * (2 * 57344.0 + 16384) * 3));
+  CHECK(stage_costs(64, 64, 256, 2, 3).empty());
 }
