@@ -212,10 +212,6 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
                                          rep.state().size(), req->server_id());
         return send_reply(self, encode(rep));
       },
-      [self](averager_atom, averager_actor& handle) {
-        self->state.averaging = std::move(handle);
-        averaging::report_progress(self, true);
-      },
       [self](round_atom, const std::string& bytes, const std::vector<caf::actor>& members) {
         averaging::on_round_begin(self, bytes, members);
       },

@@ -107,7 +107,7 @@ struct stage_server_state {
   std::unordered_set<std::string> committed;
   std::deque<std::string> committed_order;
   // Averaging:
-  averager_actor averaging;                ///< set by the node after registering; again after a coordinator restart
+  averager_actor averaging;                ///< fetched on registering; again after a coordinator restart
   uint64_t hash = 0;                       ///< parameter hash, cached: it changes only with a step or a reload
   int64_t reported_samples = -1;           ///< accumulated samples in the last progress report
   std::optional<server_round> round;

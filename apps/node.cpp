@@ -19,8 +19,8 @@
 #include "actors/trainer.hpp"
 #include "apps/roles.hpp"
 #include "messages/chunks.hpp"
-#include "models/partition.hpp"
 #include "messages/wire.hpp"
+#include "models/partition.hpp"
 
 namespace swarm {
 

@@ -76,7 +76,7 @@ using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::strin
 /// A stage server. Requests carry (transfer_id, last bytes of a proto payload):
 /// forward: forward_request -> forward_reply; backward: backward_request -> backward_reply;
 /// state: state_request -> state_reply (a joining peer downloads the stage's state).
-/// Averaging: averager (its handle, from the local node after registering);
+/// Averaging (the averager's handle comes with registering):
 /// round: round_begin + members' handles in rank order; piece: allreduce_piece
 /// from a member; exclude: round_exclude; reload: reload_order + the peer's handle;
 /// deadline: its own timers for a round (round id, 1: say what it waits for, 2: give up).
@@ -88,7 +88,6 @@ using stage_actor = caf::typed_actor<
     caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<state_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::reacts_to<chunk_atom, uint64_t, std::string>,
-    caf::reacts_to<averager_atom, averager_actor>,
     caf::reacts_to<round_atom, std::string, std::vector<caf::actor>>,
     caf::reacts_to<piece_atom, std::string>,
     caf::reacts_to<exclude_atom, std::string>,

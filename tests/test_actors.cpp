@@ -63,7 +63,6 @@ stage_actor::behavior_type silent_server(stage_actor::pointer self) {
         return self->make_response_promise<uint64_t, std::string>();
       },
       [](chunk_atom, uint64_t, std::string&) {},
-      [](averager_atom, averager_actor&) {},
       [](round_atom, std::string&, std::vector<caf::actor>&) {},
       [](piece_atom, std::string&) {},
       [](exclude_atom, std::string&) {},

@@ -2,6 +2,8 @@
 // server writes a `params` event (stage, step, hash of its parameters) after
 // each step; servers of a stage must agree at every step, through a kill -9 in
 // the middle of a round, a server joining mid-training and a coordinator restart.
+// Rebalancing is off: these uneven stages (3+1, 2+1) would otherwise send a
+// server to the thin stage (tests/test_rebalancing.cpp covers that).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -34,7 +36,7 @@ int64_t last_step(const std::string& metrics, int stage) {
 
 TEST_CASE("a server killed with kill -9 mid-round: survivors finish it identical, training goes on",
           "[averaging]") {
-  manual_swarm swarm({}, "averaging");
+  manual_swarm swarm({"--rebalance", "off"}, "averaging");
   REQUIRE_FALSE(swarm.address.empty());
   // Rank order is id order ("s0-<pid>"): whichever rank the victim gets, its shard is reassigned.
   swarm.server(0);
@@ -87,7 +89,7 @@ TEST_CASE("a server killed with kill -9 mid-round: survivors finish it identical
 }
 
 TEST_CASE("a server joining mid-training downloads the stage's state and averages with its peers", "[averaging]") {
-  manual_swarm swarm({}, "averaging");
+  manual_swarm swarm({"--rebalance", "off"}, "averaging");
   REQUIRE_FALSE(swarm.address.empty());
   swarm.server(0);
   swarm.server(0);
@@ -119,7 +121,7 @@ TEST_CASE("a server joining mid-training downloads the stage's state and average
 }
 
 TEST_CASE("a coordinator restart mid-training: rounds resume, parameters stay identical", "[averaging]") {
-  manual_swarm swarm({"--heartbeat", "0.5", "--connection-timeout", "3"}, "averaging");
+  manual_swarm swarm({"--rebalance", "off", "--heartbeat", "0.5", "--connection-timeout", "3"}, "averaging");
   REQUIRE_FALSE(swarm.address.empty());
   swarm.server(0);
   swarm.server(0);
@@ -155,7 +157,7 @@ TEST_CASE("a member that hangs without dying is excluded at the deadline; the ro
           "[averaging]") {
   // Long connection timeout: the hung server's node still answers heartbeats, so
   // only the averager's deadline can take it out of the round: at 1.5 x 2 s.
-  manual_swarm swarm({"--averaging-timeout", "2", "--connection-timeout", "60"}, "averaging");
+  manual_swarm swarm({"--rebalance", "off", "--averaging-timeout", "2", "--connection-timeout", "60"}, "averaging");
   REQUIRE_FALSE(swarm.address.empty());
   swarm.server(0);
   swarm.server(0, {"--fault", "hang-round", "--fault-after", "5"});
