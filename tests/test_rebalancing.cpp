@@ -60,6 +60,24 @@ void check_exact(const std::string& metrics, int stage) {
   CHECK(committed.at(stage) == acked[static_cast<size_t>(stage)]);
 }
 
+/// 3 servers on stage 0, 2 on stage 1, and a trainer of `steps` steps, 5 s
+/// into training. No load moves (min gain 100x): only thin and empty stages are
+/// served, at once, once the rebalancer settled (min(period, 10 s) after its start).
+struct three_two {
+  manual_swarm swarm{{"--rebalance-period", "3", "--rebalance-min-gain", "100", "--threads", "1"}, "rebalance"};
+  std::vector<pid_t> stage1;
+  pid_t trainer = 0;
+
+  explicit three_two(int steps) {
+    REQUIRE_FALSE(swarm.address.empty());
+    for (int i = 0; i < 3; ++i)
+      swarm.server(0);
+    stage1 = {swarm.server(1), swarm.server(1)};
+    trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+  }
+};
+
 } // namespace
 
 TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no microbatch dropped",
@@ -113,18 +131,11 @@ TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no
 
 TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fills in before the second kill",
           "[rebalancing]") {
-  // No load moves (min gain 100x): only thin and empty stages are served, at once,
-  // once the rebalancer settled (min(period, 10 s) after its start).
-  manual_swarm swarm({"--rebalance-period", "3", "--rebalance-min-gain", "100", "--threads", "1"}, "rebalance");
-  REQUIRE_FALSE(swarm.address.empty());
-  for (int i = 0; i < 3; ++i)
-    swarm.server(0);
-  const pid_t first = swarm.server(1);
-  const pid_t second = swarm.server(1);
   const int steps = 800;
-  const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
-  std::this_thread::sleep_for(std::chrono::seconds(5));
-  kill(first, SIGKILL);
+  three_two run(steps);
+  auto& swarm = run.swarm;
+  const pid_t trainer = run.trainer;
+  kill(run.stage1[0], SIGKILL);
   const auto first_kill_at = std::chrono::steady_clock::now();
   const double first_kill = unix_seconds();
   // A stage-0 server comes over and copies the survivor's state.
@@ -135,7 +146,7 @@ TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fill
       10));
   std::this_thread::sleep_until(first_kill_at + std::chrono::seconds(10));
   REQUIRE(wait_exit(trainer, 0.01) == std::nullopt);  // still training: the second kill must land mid-run
-  kill(second, SIGKILL);
+  kill(run.stage1[1], SIGKILL);
   const double second_kill = unix_seconds();
   REQUIRE(wait_exit(trainer, 240) == 0);
   const double trained = unix_seconds();
@@ -172,17 +183,12 @@ TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fill
 TEST_CASE("a stage wiped out at once: a server is reassigned at once and starts from initial parameters, "
           "and the loss of state is reported",
           "[rebalancing]") {
-  manual_swarm swarm({"--rebalance-period", "3", "--rebalance-min-gain", "100", "--threads", "1"}, "rebalance");
-  REQUIRE_FALSE(swarm.address.empty());
-  for (int i = 0; i < 3; ++i)
-    swarm.server(0);
-  const pid_t a = swarm.server(1);
-  const pid_t b = swarm.server(1);
   const int steps = 500;
-  const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
-  std::this_thread::sleep_for(std::chrono::seconds(5));
-  kill(a, SIGKILL);
-  kill(b, SIGKILL);
+  three_two run(steps);
+  auto& swarm = run.swarm;
+  const pid_t trainer = run.trainer;
+  for (pid_t pid : run.stage1)
+    kill(pid, SIGKILL);
   const double killed = unix_seconds();
   REQUIRE(wait_exit(trainer, 240) == 0);
   const double trained = unix_seconds();
