@@ -195,7 +195,10 @@ rebalancer_actor::behavior_type rebalancer(self_ptr self, rebalancer_settings cf
     for (auto it = servers.begin(); it != servers.end(); ++it)
       if (it->second.handle.address() == msg.source) {
         servers.erase(it);
-        evaluate(self, false);
+        // A crash is answered at once; a server stopped on purpose at the next
+        // tick, so a whole swarm shutting down does not shuffle its last servers.
+        if (msg.reason != caf::exit_reason::user_shutdown && msg.reason != caf::exit_reason::normal)
+          evaluate(self, false);
         return;
       }
   });

@@ -9,8 +9,9 @@
 //   settling --(settle_s after start)--> watching
 //   watching: every tick (min(period, 5 s)) measures each server's rate and writes
 //             `stage_load`; every period it may order one load move; on a
-//             server's join or death, and every tick, it orders at once a move
-//             to a stage that is empty or short of min_replicas.
+//             server's join or crash, and every tick, it orders at once a move
+//             to a stage that is empty or short of min_replicas (a server
+//             stopped on purpose is answered at the next tick).
 //   A move is in flight from the order until the server registers on its new
 //   stage, dies, or move_timeout_s passes. While one is, only empty stages get
 //   another; a mover counts on its new stage already.
