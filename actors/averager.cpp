@@ -258,14 +258,15 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
   }
   // Worth an error when a server died, not when the last one was stopped on purpose.
   const bool stopped = reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal;
+  const auto cause = reason ? caf::to_string(reason) : std::string{why};
   get_logger("averager")->log(stopped ? spdlog::level::info : spdlog::level::err,
                               "stage {}: its last server is gone ({}): its state at optimizer step {} is lost; the "
                               "next server of the stage starts from initial parameters",
-                              stage, reason ? caf::to_string(reason) : std::string{why}, sg.position.step);
+                              stage, cause, sg.position.step);
   st.metrics->emit("stage_lost", {{"stage", int64_t{stage}},
                                   {"step", static_cast<int64_t>(sg.position.step)},
                                   {"hash", std::to_string(sg.position.hash)},
-                                  {"reason", reason ? caf::to_string(reason) : std::string{why}}});
+                                  {"reason", cause}});
   sg.position = {};
   sg.owed = 0;
 }

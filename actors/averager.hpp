@@ -27,9 +27,10 @@
 // average target_batch_size samples, as in local training.
 //
 // Leaving: a server that moves to another stage (actors/rebalancer.hpp) is
-// forgotten like a dead one. A stage whose last server dies or leaves has no
-// state left anywhere: its position is dropped (`stage_lost`, with the step
-// that was lost), and the next server to report sets it afresh.
+// forgotten like a dead one. When no live server holds a trained stage's state
+// any more (its last holder died or left), the position is dropped
+// (`stage_lost`, with the step that was lost) and the next server to report
+// sets it afresh.
 //
 // Restart: it keeps nothing on disk. Servers register again with a new
 // coordinator and report their step and hash, from which stage positions are

@@ -19,6 +19,11 @@ double now_s(self_ptr self) {
   return std::chrono::duration<double>(rebalancer_state::clock::now() - self->state.started).count();
 }
 
+/// A rate measured on stage `from`, as predicted on stage `to` (NaN stays NaN).
+double rate_on(const rebalancer_settings& cfg, double rate, int from, int to) {
+  return rate * cfg.stage_cost[static_cast<size_t>(from)] / cfg.stage_cost[static_cast<size_t>(to)];
+}
+
 /// The policy's view: a mover already on the stage it goes to, a placed server on its stage.
 std::vector<policy::server_load> view(self_ptr self) {
   const auto& st = self->state;
@@ -28,9 +33,7 @@ std::vector<policy::server_load> view(self_ptr self) {
       out.push_back({id, s.stage, s.rate, s.settled_at});
       continue;
     }
-    const auto to = static_cast<size_t>(*s.moving_to);
-    out.push_back({id, *s.moving_to, s.rate * st.cfg.stage_cost[static_cast<size_t>(s.stage)] / st.cfg.stage_cost[to],
-                   s.move_sent});
+    out.push_back({id, *s.moving_to, rate_on(st.cfg, s.rate, s.stage, *s.moving_to), s.move_sent});
   }
   for (const auto& [id, p] : st.placed)
     out.push_back({id, p.first, std::nan(""), p.second});
@@ -136,7 +139,7 @@ void on_join(self_ptr self, const std::string& bytes, const caf::actor& handle) 
     return;  // registered again (its coordinator connection had dropped), same stage
   } else {
     // It arrived on another stage: what it did on the old one predicts its rate here.
-    s.rate = s.rate * st.cfg.stage_cost[static_cast<size_t>(s.stage)] / st.cfg.stage_cost[static_cast<size_t>(stage)];
+    s.rate = rate_on(st.cfg, s.rate, s.stage, stage);
     s.moving_to.reset();
     s.busy_s = s.window_busy_s = 0;
     s.committed = s.window_committed = 0;

@@ -66,7 +66,7 @@ struct stage_server_config {
   std::string device = "cpu";
 };
 
-/// Totals a server reports when it exits (metrics event server_exit).
+/// Totals of one stage served, reported when the server leaves it or exits (metrics event server_exit).
 struct stage_server_counters {
   int64_t served = 0;             ///< requests answered successfully
   int64_t rejected = 0;           ///< requests answered with an error
