@@ -334,3 +334,45 @@ TEST_CASE_METHOD(system_fixture, "a server told to move leaves its stage, joins 
   CHECK(has("\"event\": \"rebalance\"", "\"from\": 0, \"to\": 1, \"reason\": \"load\""));
   CHECK(has("\"event\": \"rebalance\"", "\"state_copied\": false"));  // stage 1 had nobody to copy from
 }
+
+TEST_CASE_METHOD(system_fixture, "placement: a new server gets the emptiest stage; bad questions get errors",
+                 "[actors]") {
+  auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
+  caf::scoped_actor self{*sys};
+  auto ask = [&](const std::string& bytes) {
+    caf::expected<proto::placement> out{caf::error{}};
+    self->request(coord, 5s, place_atom::value, bytes)
+        .receive([&](const std::string& reply) { out = decode<proto::placement>(reply, "placement"); },
+                 [&](caf::error& err) { out = err; });
+    return out;
+  };
+  CHECK(code_of(ask(std::string("\xff\xff\xff", 3)).error()) == errc::BAD_REQUEST);
+  proto::placement_request req;
+  req.set_config_hash(42);
+  CHECK(code_of(ask(encode(req)).error()) == errc::BAD_REQUEST);  // no server id
+  req.set_server_id("a");
+  req.set_config_hash(41);
+  CHECK(code_of(ask(encode(req)).error()) == errc::BAD_CONFIG);
+  // Two servers asking in turn spread over the empty stages: the first answer counts as placed.
+  req.set_config_hash(42);
+  auto first = ask(encode(req));
+  req.set_server_id("b");
+  auto second = ask(encode(req));
+  REQUIRE(first);
+  REQUIRE(second);
+  CHECK(first->stage() == 0);
+  CHECK(second->stage() == 1);
+  // A leave_notice from an actor that never registered changes nothing.
+  proto::leave_notice note;
+  note.set_stage(0);
+  note.set_to_stage(1);
+  self->send(coord, leave_atom::value, encode(note));
+  self->send(coord, leave_atom::value, std::string("garbage"));
+  proto::subscribe sub;
+  sub.set_stage(0);
+  proto::server_list list;
+  self->request(coord, 5s, peers_atom::value, encode(sub))
+      .receive([&](const std::string& bytes) { list.ParseFromString(bytes); }, [](caf::error& err) { FAIL(describe(err)); });
+  CHECK(list.servers_size() == 0);
+  self->send_exit(coord, caf::exit_reason::user_shutdown);
+}
