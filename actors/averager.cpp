@@ -243,14 +243,15 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
     if (auto rank = rank_of(*sg.running, who); rank && sg.running->finished.count(who) == 0)
       exclude(self, stage, *sg.running, *rank, why);
   maybe_finish(self, stage, false);
-  // Someone may still hold the stage's state: a server at its position, or one
-  // not heard from yet. (A server that came without a peer to copy from, e.g.
-  // moved into a stage as its last holder died, is at step 0 and does not count.)
-  const bool held = std::any_of(st.servers.begin(), st.servers.end(), [&](const auto& s) {
-    const auto& v = s.second.view;
-    return s.second.stage == stage && (!v.reported || (v.step == sg.position.step && v.hash == sg.position.hash));
-  });
-  if (held)
+  std::vector<policy::member_view> live;
+  std::vector<bool> awaited;
+  for (const auto& [addr, s] : st.servers)
+    if (s.stage == stage) {
+      live.push_back(s.view);
+      awaited.push_back(sg.running && rank_of(*sg.running, addr) && sg.running->finished.count(addr) == 0 &&
+                        sg.running->excluded.count(addr) == 0);
+    }
+  if (policy::state_held(live, awaited, sg.position))
     return;
   if (sg.position.step == 0) {  // untrained: the seed rebuilds the same parameters
     sg.position = {};

@@ -38,3 +38,20 @@ TEST_CASE("the stage moves to the most common result at the highest step", "[ave
   CHECK(majority({{3, 5}, {3, 5}, {4, 6}}).step == 4);  // a step ahead beats a crowd behind
   CHECK(majority({}).step == 0);
 }
+
+TEST_CASE("a stage's state survives while a live server is at its position or still owes a round result",
+          "[averaging]") {
+  const stage_position at{32, 7};
+  const member_view current{"a", true, 32, 0, 7}, behind{"b", true, 31, 0, 5}, fresh{"c", true, 0, 0, 9},
+      silent{"d", false, 0, 0, 0};
+  CHECK(state_held({current}, {false}, at));
+  CHECK(state_held({silent}, {false}, at));  // may be a holder not heard from yet
+  CHECK_FALSE(state_held({}, {}, at));
+  CHECK_FALSE(state_held({fresh}, {false}, at));  // came with nobody to copy from
+  // A round member that has not answered yet holds the step before plus its
+  // share: its result is still to come (its peer's report moved the position
+  // ahead of it). Once excluded or finished it is no longer awaited.
+  CHECK(state_held({behind}, {true}, at));
+  CHECK_FALSE(state_held({behind, fresh}, {false, false}, at));
+  CHECK(state_held({fresh, behind}, {false, true}, at));
+}

@@ -40,4 +40,14 @@ stage_position majority(const std::vector<stage_position>& results) {
   return best;
 }
 
+bool state_held(const std::vector<member_view>& live, const std::vector<bool>& awaited,
+                const stage_position& position) {
+  for (size_t i = 0; i < live.size(); ++i) {
+    const auto& v = live[i];
+    if (!v.reported || awaited.at(i) || (v.step == position.step && v.hash == position.hash))
+      return true;
+  }
+  return false;
+}
+
 } // namespace swarm::policy

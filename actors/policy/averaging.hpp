@@ -42,4 +42,12 @@ struct round_plan {
 /// (rank order). {0, 0} for an empty list.
 [[nodiscard]] stage_position majority(const std::vector<stage_position>& results);
 
+/// Whether the stage's state at `position` survives among its live servers:
+/// one is at the position, has not reported yet, or is `awaited` (a member of
+/// the running round that has not answered: its result is still to come). A
+/// server of the stage at another step (one that came with nobody to copy from)
+/// does not count. `awaited` is parallel to `live`.
+[[nodiscard]] bool state_held(const std::vector<member_view>& live, const std::vector<bool>& awaited,
+                              const stage_position& position);
+
 } // namespace swarm::policy
