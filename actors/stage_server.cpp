@@ -11,6 +11,7 @@
 #include "actors/log.hpp"
 #include "actors/stage_server_averaging.hpp"
 #include "actors/stage_server_move.hpp"
+#include "actors/stage_calls.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm {
@@ -182,12 +183,12 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
       [self](forward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
         return handle<proto::forward_request>(
             self, "forward_request", transfer_id, std::move(tail),
-            [self](const proto::forward_request& r, const commit_gate& g) { return self->state.worker->forward(r, g); });
+            [self](const proto::forward_request& r, const commit_gate& g) { return serve_forward(*self->state.worker, r, g); });
       },
       [self](backward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
         return handle<proto::backward_request>(self, "backward_request", transfer_id, std::move(tail),
                                                [self](const proto::backward_request& r, const commit_gate& g) {
-                                                 return self->state.worker->backward(r, g);
+                                                 return serve_backward(*self->state.worker, r, g);
                                                });
       },
       [self](state_atom, uint64_t transfer_id, std::string tail) -> reply_t {

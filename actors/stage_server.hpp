@@ -47,6 +47,7 @@
 #include "messages/chunks.hpp"
 #include "messages/protocol.hpp"
 #include "models/stage_worker.hpp"
+#include "swarm.pb.h"
 
 namespace swarm {
 
@@ -64,6 +65,7 @@ struct stage_server_config {
   model_config model;
   int num_stages = 2;
   std::string device = "cpu";
+  std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: how its all-reduce pieces travel
 };
 
 /// Totals of one stage served, reported when the server leaves it or exits (metrics event server_exit).
@@ -87,6 +89,7 @@ struct server_round {
   std::unique_ptr<policy::butterfly_round> exchange;
   std::chrono::steady_clock::time_point started;
   int64_t samples = 0;                    ///< samples of the gradient handed in
+  int64_t bytes_sent = 0, bytes_received = 0;  ///< encoded piece values, as they crossed the wire
   bool finished = false;                  ///< applied or given up; kept to help others repair
 };
 

@@ -10,6 +10,7 @@
 
 #include "actors/log.hpp"
 #include "actors/stage_server_move.hpp"
+#include "messages/float_codec.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm::averaging {
@@ -83,8 +84,10 @@ void finish(server_ptr self, const char* why) {
                     {"excluded", int64_t{r.exchange->gone_count()}},
                     {"reassigned", int64_t{r.exchange->reassigned()}},
                     {"samples", r.samples},
-                    {"bytes", r.exchange->bytes_sent()},
-                    {"bytes_received", r.exchange->bytes_received()},
+                    {"compression", st.cfg.averaging_compression},
+                    {"bytes", r.bytes_sent},
+                    {"bytes_received", r.bytes_received},
+                    {"raw_bytes", r.exchange->bytes_sent()},
                     {"ideal_bytes", static_cast<int64_t>(policy::ideal_allreduce_bytes(
                                         4.0 * static_cast<double>(st.worker->parameter_count()), n))},
                     {"seconds", secs}});
@@ -105,7 +108,11 @@ void send_pieces(server_ptr self, std::vector<policy::piece> out) {
     msg.set_offset(static_cast<uint64_t>(p.offset));
     msg.set_shard_size(static_cast<uint64_t>(p.shard_size));
     msg.set_samples(static_cast<uint64_t>(p.samples));
-    msg.set_values(reinterpret_cast<const char*>(p.values.data()), p.values.size() * sizeof(float));
+    const auto codec = codec_of(st.cfg.averaging_compression);
+    msg.set_codec(codec);
+    msg.set_count(p.values.size());
+    msg.set_values(encode_floats(p.values.data(), static_cast<int64_t>(p.values.size()), codec));
+    r.bytes_sent += static_cast<int64_t>(msg.values().size());
     self->send(r.members[static_cast<size_t>(p.to)], piece_atom::value, encode(msg));
   }
   if (!r.finished && r.exchange->complete())
@@ -119,8 +126,13 @@ void feed(server_ptr self, const caf::actor_addr& from, const std::string& bytes
   std::string why;
   if (msg && (msg->from_rank() >= r.members.size() || r.members[msg->from_rank()].address() != from))
     why = "sender is not the member of that rank";
-  if (msg && msg->values().size() % sizeof(float) != 0)
-    why = "values are not whole floats";
+  caf::expected<std::vector<float>> values{std::vector<float>{}};
+  if (msg && why.empty()) {
+    values = decode_floats(msg->values(), msg->codec(), static_cast<int64_t>(std::min<uint64_t>(msg->count(), 1ULL << 40)),
+                           "values");
+    if (!values)
+      why = describe(values.error());
+  }
   if (!msg || !why.empty()) {
     get_logger("stage_server")->warn("stage {}: round {}: ignored a piece: {}", stage_of(self), r.id,
                                      msg ? why : describe(msg.error()));
@@ -134,8 +146,8 @@ void feed(server_ptr self, const caf::actor_addr& from, const std::string& bytes
   p.offset = static_cast<int64_t>(std::min<uint64_t>(msg->offset(), uint64_t{1} << 62));
   p.shard_size = static_cast<int64_t>(std::min<uint64_t>(msg->shard_size(), uint64_t{1} << 62));
   p.samples = static_cast<int64_t>(std::min<uint64_t>(msg->samples(), uint64_t{1} << 62));
-  p.values.resize(msg->values().size() / sizeof(float));
-  std::memcpy(p.values.data(), msg->values().data(), msg->values().size());
+  p.values = std::move(*values);
+  r.bytes_received += static_cast<int64_t>(msg->values().size());
   auto out = r.exchange->receive(p, &why);
   if (!why.empty())
     get_logger("stage_server")->warn("stage {}: round {}: refused a piece from {}: {}", stage_of(self), r.id,
@@ -213,7 +225,10 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
   r.samples = grad.samples;
   r.exchange = std::make_unique<policy::butterfly_round>(rank, static_cast<int>(members.size()), std::move(grad.values),
                                                          grad.samples,
-                                                         static_cast<int64_t>(std::max<uint64_t>(1, begin->piece_elements())));
+                                                         static_cast<int64_t>(std::max<uint64_t>(1, begin->piece_elements())),
+                                                         [codec = codec_of(st.cfg.averaging_compression)](float* v, int64_t n) {
+                                                           round_trip_floats(v, n, codec);
+                                                         });
   st.round = std::move(r);
   if (!in_step) {
     finish(self, st.move ? "this server is leaving the stage" : "this server is not at the round's step");

@@ -44,6 +44,8 @@ void maybe_finish(self_ptr self) {
                                       {"dropped", st.dropped},
                                       {"retries", st.retries},
                                       {"samples", st.samples},
+                                      {"wire_bytes", st.wire_bytes},
+                                      {"compression", st.cfg.train.compression},
                                       {"acked", acked}});
     for (auto& lb : st.balancers)
       self->send_exit(lb, caf::exit_reason::user_shutdown);
@@ -71,7 +73,10 @@ void emit_step(self_ptr self) {
                             {"completed", st.completed},
                             {"dropped", st.dropped},
                             {"retries", st.retries},
-                            {"step_retries", st.retries - st.step_retries_base}});
+                            {"step_retries", st.retries - st.step_retries_base},
+                            {"wire_bytes", st.wire_bytes},
+                            {"wire_bytes_per_sample",
+                             static_cast<double>(st.wire_bytes) / static_cast<double>(std::max<int64_t>(st.samples, 1))}});
   st.step_retries_base = st.retries;
   st.step_samples = 0;
   st.step_loss_sum = 0;
@@ -132,10 +137,14 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
   *req.mutable_inputs() = mb.inputs[stage];
   if (stage == last_stage(self))
     *req.mutable_targets() = mb.targets;
+  req.set_reply_codec(codec_of(st.cfg.train.compression));
+  auto bytes = encode(req);
+  st.wire_bytes += static_cast<int64_t>(bytes.size());
   self->request(st.balancers[stage], request_deadline(self, st.cfg.train.forward_timeout_s), forward_atom::value,
-                encode(req), mb.samples)
+                std::move(bytes), mb.samples)
       .then(
           [self, id, stage](const std::string& bytes, const std::string& server, int32_t attempts) {
+            self->state.wire_bytes += static_cast<int64_t>(bytes.size());
             auto rep = decode<proto::forward_reply>(bytes, "forward_reply");
             caf::error err = rep ? caf::error{} : rep.error();
             if (!err && stage == last_stage(self) && stage > 0)
@@ -172,10 +181,14 @@ void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_g
   req.set_trainer_id(st.cfg.trainer_id);
   *req.mutable_inputs() = mb.inputs[stage];
   *req.mutable_output_grad() = std::move(output_grad);
+  req.set_reply_codec(codec_of(st.cfg.train.compression));
+  auto bytes = encode(req);
+  st.wire_bytes += static_cast<int64_t>(bytes.size());
   self->request(st.balancers[stage], request_deadline(self, st.cfg.train.backward_timeout_s), backward_atom::value,
-                encode(req), mb.samples, mb.servers[stage])
+                std::move(bytes), mb.samples, mb.servers[stage])
       .then(
           [self, id, stage](const std::string& bytes, const std::string&, int32_t attempts) {
+            self->state.wire_bytes += static_cast<int64_t>(bytes.size());
             auto rep = decode<proto::backward_reply>(bytes, "backward_reply");
             caf::error err = rep ? caf::error{} : rep.error();
             if (!err && stage > 0)

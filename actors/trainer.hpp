@@ -68,6 +68,7 @@ struct trainer_state {
   int64_t step_retries_base = 0;  ///< retries at the last step event
   std::vector<int64_t> acked;     ///< per stage: samples whose gradients the stage confirmed
   int64_t samples = 0;            ///< samples completed in total
+  int64_t wire_bytes = 0;         ///< request and reply payload bytes, all stages (load-balancer retries not counted again)
   int64_t step = 0;
   int64_t step_samples = 0;       ///< samples completed since the last step event
   double step_loss_sum = 0;       ///< sum over microbatches of their mean loss, this step

@@ -13,7 +13,7 @@
 #include "actors/log.hpp"
 #include "actors/metrics.hpp"
 #include "apps/roles.hpp"
-#include "models/local_train.hpp"
+#include "apps/local_train.hpp"
 
 int main(int argc, char** argv) {
   auto parsed = swarm::parse_config(argc, argv);

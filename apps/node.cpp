@@ -267,6 +267,7 @@ int run_server(const app_config& cfg) {
   scfg.model = cfg.model;
   scfg.num_stages = cfg.stages;
   scfg.device = cfg.device;
+  scfg.averaging_compression = cfg.server.averaging_compression;
   auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics, std::make_shared<stage_server_counters>());
   auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
   auto port = sys.middleman().publish(server, static_cast<uint16_t>(cfg.server.port));

@@ -56,7 +56,7 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name, std::stri
       ->check(CLI::IsMember({"coordinator", "server", "trainer", "local", "cluster"}));
   app.add_option("--stages", c.stages, "pipeline stages the model is cut into (1..n-layers)");
   app.add_option("--threads", c.threads, "torch intra-op threads per process; 0 = all cores (cluster: cores / servers)");
-  app.add_option("--device", c.device, "torch device; only 'cpu' in this build");
+  app.add_option("--device", c.device, "server, local: torch device: cpu | cuda | cuda:N (needs a CUDA build of libtorch)");
   app.add_option("--metrics", c.metrics, "append JSON-lines metrics to this file (see README)");
   app.add_option("--log-level", c.log_level, "trace | debug | info | warn | error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
@@ -101,6 +101,9 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name, std::stri
                  "samples per optimizer step: stage-wide target batch (coordinator), batch (local), reported step (trainer)");
 
   app.add_option("--slowdown", c.server.slowdown, "server: emulate a device this many times slower (>= 1)");
+  app.add_option("--averaging-compression", c.server.averaging_compression,
+                 "server: encoding of the all-reduce pieces it sends: none | fp16 | blockwise8")
+      ->check(CLI::IsMember({"none", "fp16", "blockwise8"}));
   app.add_option("--fault", c.server.fault, "server, test hook: none | hang-forward | hang-backward | hang-round")
       ->check(CLI::IsMember({"none", "hang-forward", "hang-backward", "hang-round"}));
   app.add_option("--fault-after", c.server.fault_after, "server, test hook: the Nth request (or round) of that kind hangs");
@@ -116,6 +119,10 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name, std::stri
                  "trainer: how long a request waits for a stage without servers, seconds");
   app.add_option("--routing", t.routing, "trainer: swarm (throughput-weighted, rerouting) | static (pinned)")
       ->check(CLI::IsMember({"swarm", "static"}));
+  app.add_option("--compression", t.compression,
+                 "trainer: encoding of activations and gradients between stages (all four directions): "
+                 "none | fp16 | blockwise8")
+      ->check(CLI::IsMember({"none", "fp16", "blockwise8"}));
   app.add_option("--ema-alpha", t.ema_alpha, "trainer: weight of the newest sample in the throughput average");
   app.add_option("--backward-cost", t.backward_cost, "trainer: a backward counts as this many forwards");
   app.add_option("--ban-base", t.ban_base_s, "trainer: first ban of a failing server, seconds (doubles per repeat)");
@@ -136,6 +143,15 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name, std::stri
                  "cluster: per-server --slowdown, comma-separated, stage-major launch order (e.g. 1,3,1,1)");
   app.add_option("--stage-servers", x.stage_servers,
                  "cluster: servers per stage in stage order (e.g. 3,1); overrides servers-per-stage");
+}
+
+/// cpu, cuda or cuda:N. Whether this build and machine have it is the stage
+/// worker's question, asked when a process starts.
+bool valid_device(const std::string& d) {
+  if (d == "cpu" || d == "cuda")
+    return true;
+  const std::string index = d.rfind("cuda:", 0) == 0 ? d.substr(5) : "";
+  return !index.empty() && index.size() <= 3 && index.find_first_not_of("0123456789") == std::string::npos;
 }
 
 /// "3,1" as numbers; nullopt when an item is not a whole number.
@@ -176,7 +192,7 @@ std::string validate(const app_config& c) {
   require(e, m.grad_clip >= 0, "grad-clip", m.grad_clip, "must be >= 0");
   require(e, c.stages >= 1 && c.stages <= m.n_layers, "stages", c.stages, "must be in [1, n-layers]");
   require(e, c.threads >= 0, "threads", c.threads, "must be >= 0");
-  require(e, c.device == "cpu", "device", c.device, "only 'cpu' is available in this build (Debian's libtorch has no CUDA)");
+  require(e, valid_device(c.device), "device", c.device, "must be cpu, cuda or cuda:N");
   require(e, c.net.heartbeat_s > 0, "heartbeat", c.net.heartbeat_s, "must be > 0");
   require(e, c.net.connection_timeout_s > c.net.heartbeat_s, "connection-timeout", c.net.connection_timeout_s,
           "must exceed --heartbeat");
@@ -320,6 +336,7 @@ std::vector<std::string> to_flags(const app_config& c) {
   add("connection-timeout", c.net.connection_timeout_s);
   add("chunk-bytes", c.net.chunk_bytes);
   add("batch-size", c.server.batch_size);
+  add("averaging-compression", c.server.averaging_compression);
   add("averaging-timeout", c.coordinator.averaging_timeout_s);
   add("rebalance", c.coordinator.rebalance);
   add("rebalance-period", c.coordinator.rebalance_period_s);
@@ -334,6 +351,7 @@ std::vector<std::string> to_flags(const app_config& c) {
   add("max-retries", t.max_retries);
   add("no-server-wait", t.no_server_wait_s);
   add("routing", t.routing);
+  add("compression", t.compression);
   add("ema-alpha", t.ema_alpha);
   add("backward-cost", t.backward_cost);
   add("ban-base", t.ban_base_s);

@@ -68,6 +68,7 @@ struct server_config {
   int port = 0;                  ///< TCP port to publish on; 0 = any free port
   int64_t batch_size = 64;       ///< samples per stage-wide optimizer step (the coordinator's target batch size)
   double slowdown = 1.0;         ///< emulate a device this many times slower (>= 1)
+  std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: the all-reduce pieces it sends
   std::string fault = "none";    ///< test hook: none | hang-forward | hang-backward | hang-round
   int64_t fault_after = 1;       ///< the fault hits the Nth request of its kind
 };
@@ -82,6 +83,7 @@ struct trainer_config {
   double backward_timeout_s = 75.0; ///< deadline of one backward request, seconds
   int max_retries = 5;              ///< attempts per stage request before the microbatch is dropped
   std::string routing = "swarm";    ///< swarm: throughput-weighted, rerouting; static: one pinned server per stage
+  std::string compression = "blockwise8";  ///< none | fp16 | blockwise8: activations and gradients between stages
   double ema_alpha = 0.1;           ///< weight of the newest sample in the throughput average
   double backward_cost = 2.5;       ///< a backward counts as this many forwards when routing
   double ban_base_s = 1.0;          ///< first ban of a failing server, seconds (doubles per repeat)
@@ -111,7 +113,7 @@ struct app_config {
   std::string config_file;   ///< the file the values came from, if any
   int stages = 2;            ///< pipeline stages the model is cut into
   int threads = 0;           ///< torch intra-op threads; 0 = all cores (cluster: cores / servers)
-  std::string device = "cpu";///< torch device; only "cpu" in this build
+  std::string device = "cpu";///< torch device of the stage: cpu, cuda, cuda:N (CUDA needs a CUDA build of libtorch)
   std::string metrics;       ///< JSON-lines metrics file to append to; empty = none
   std::string log_level = "info";  ///< trace, debug, info, warn, error
   model_config model;

@@ -1,5 +1,7 @@
 #include "messages/wire.hpp"
 
+#include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace swarm {
@@ -44,20 +46,74 @@ std::string shape_string(const proto::tensor& t) {
   return s + "]";
 }
 
+proto::codec codec_of(const std::string& name) {
+  if (name == "fp16")
+    return proto::FP16;
+  if (name == "blockwise8")
+    return proto::BLOCKWISE8;
+  return proto::RAW;
+}
+
+uint64_t encoded_bytes(proto::codec c, int64_t n, size_t element_size) {
+  const auto count = static_cast<uint64_t>(n);
+  switch (c) {
+    case proto::RAW: return count * element_size;
+    case proto::FP16: return count * 2;
+    case proto::BLOCKWISE8: {
+      const auto blocks = (count + blockwise8_block - 1) / blockwise8_block;
+      return 16 + 4 * blocks + 4 * 256 + count;
+    }
+    default: return 0;
+  }
+}
+
+caf::error check_encoded(const std::string& data, proto::codec c, int64_t n, size_t element_size, bool floating,
+                         const std::string& name) {
+  if (!proto::codec_IsValid(c))
+    return make_error(errc::BAD_REQUEST, name + ": unknown codec " + std::to_string(c));
+  if (c != proto::RAW && !floating)
+    return make_error(errc::BAD_REQUEST, name + ": codec " + proto::codec_Name(c) + " applies to floating-point data only");
+  if (n < 0 || static_cast<uint64_t>(n) > std::numeric_limits<uint64_t>::max() / 8)
+    return make_error(errc::BAD_REQUEST, name + ": invalid element count " + std::to_string(n));
+  const uint64_t want = encoded_bytes(c, n, element_size);
+  if (data.size() != want)
+    return make_error(errc::BAD_REQUEST, name + ": " + std::to_string(data.size()) + " data bytes for " +
+                                             std::to_string(n) + " elements in " + proto::codec_Name(c) + " needs " +
+                                             std::to_string(want));
+  if (c != proto::BLOCKWISE8)
+    return caf::none;
+  int64_t header[2];
+  std::memcpy(header, data.data(), sizeof header);
+  const int64_t blocks = (n + blockwise8_block - 1) / blockwise8_block;
+  if (header[0] != blocks || header[1] != 256)
+    return make_error(errc::BAD_REQUEST, name + ": BLOCKWISE8 header says " + std::to_string(header[0]) +
+                                             " blocks and " + std::to_string(header[1]) + " codes, expected " +
+                                             std::to_string(blocks) + " and 256");
+  std::vector<float> floats(static_cast<size_t>(blocks) + 256);
+  std::memcpy(floats.data(), data.data() + sizeof header, floats.size() * sizeof(float));
+  for (size_t i = 0; i < floats.size(); ++i) {
+    const bool absmax = i < static_cast<size_t>(blocks);
+    const float v = floats[i];
+    if (!std::isfinite(v) || (absmax ? v < 0 : std::fabs(v) > 1))
+      return make_error(errc::BAD_REQUEST, name + ": BLOCKWISE8 " +
+                                               (absmax ? "block maximum " + std::to_string(i)
+                                                       : "code " + std::to_string(i - static_cast<size_t>(blocks))) +
+                                               " is " + std::to_string(v) +
+                                               (absmax ? " (needs finite, >= 0)" : " (needs [-1, 1])"));
+  }
+  return caf::none;
+}
+
 caf::error check_tensor(const proto::tensor& t, const char* name) {
   const size_t esize = element_size(t.dtype());
   if (esize == 0)
     return make_error(errc::BAD_REQUEST, std::string{name} + ": unknown dtype " + std::to_string(t.dtype()));
-  if (t.codec() != proto::RAW)
-    return make_error(errc::BAD_REQUEST, std::string{name} + ": unknown codec " + std::to_string(t.codec()));
   const int64_t n = numel(t);
   if (n < 0 || static_cast<uint64_t>(n) > std::numeric_limits<uint64_t>::max() / esize)
     return make_error(errc::BAD_REQUEST, std::string{name} + ": invalid shape " + shape_string(t));
-  if (t.data().size() != static_cast<uint64_t>(n) * esize)
-    return make_error(errc::BAD_REQUEST, std::string{name} + ": " + std::to_string(t.data().size()) +
-                                             " data bytes for shape " + shape_string(t) + " needs " +
-                                             std::to_string(static_cast<uint64_t>(n) * esize));
-  return caf::none;
+  const bool floating = t.dtype() == proto::FLOAT32 || t.dtype() == proto::FLOAT16 || t.dtype() == proto::BFLOAT16 ||
+                        t.dtype() == proto::FLOAT64;
+  return check_encoded(t.data(), t.codec(), n, esize, floating, std::string{name} + " " + shape_string(t));
 }
 
 proto::tensor make_int64_tensor(const std::vector<int64_t>& values, std::vector<int64_t> shape) {

@@ -38,7 +38,24 @@ template <class Proto>
 /// "[8, 64, 128]".
 [[nodiscard]] std::string shape_string(const proto::tensor& t);
 
-/// Checks dtype, codec, dimensions and that the data length matches the shape.
+/// The codec of a --compression / --averaging-compression value (none, fp16,
+/// blockwise8); RAW for anything else (config validation refuses it first).
+[[nodiscard]] proto::codec codec_of(const std::string& name);
+
+/// Values per block of the BLOCKWISE8 codec (one float32 absmax each).
+constexpr int64_t blockwise8_block = 4096;
+
+/// Bytes of `n` elements of `element_size` bytes encoded with `c`; 0 for an unknown codec.
+[[nodiscard]] uint64_t encoded_bytes(proto::codec c, int64_t n, size_t element_size);
+
+/// Checks `n` elements of a floating-point type (or any type with RAW) encoded
+/// with `c` in `data` before anyone trusts it: the length, and for BLOCKWISE8
+/// the header, finite non-negative block maxima and a codebook within [-1, 1]
+/// (so decoding can neither overflow nor produce NaN). BAD_REQUEST naming `name`.
+[[nodiscard]] caf::error check_encoded(const std::string& data, proto::codec c, int64_t n, size_t element_size,
+                                       bool floating, const std::string& name);
+
+/// Checks dtype, codec, dimensions and that the data fits the shape (check_encoded).
 [[nodiscard]] caf::error check_tensor(const proto::tensor& t, const char* name);
 
 /// An int64 tensor of `shape` holding `values` (row-major).

@@ -1,5 +1,8 @@
 #include "models/gpt.hpp"
 
+#include <optional>
+#include <stdexcept>
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
@@ -179,6 +182,28 @@ loss_and_grad last_stage_forward_backward(stage_module& stage, const torch::Tens
   auto loss = lm_loss(stage->forward(leaf), targets);
   loss.backward();
   return {loss.item<float>(), grad_of(leaf)};
+}
+
+torch::Device usable_device(const std::string& name) {
+  std::optional<torch::Device> d;
+  try {
+    d.emplace(name);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("device '" + name + "' is not a torch device: use cpu, cuda or cuda:N");
+  }
+  if (d->is_cpu())
+    return *d;
+  if (!d->is_cuda())
+    throw std::invalid_argument("device '" + name + "' is not supported: use cpu, cuda or cuda:N");
+  if (!torch::cuda::is_available())
+    throw std::invalid_argument("device '" + name +
+                                "' is not available: this libtorch has no CUDA or no GPU is visible (Debian's "
+                                "libtorch is CPU-only; see the README, \"Running on a GPU\"); use --device cpu");
+  const auto count = static_cast<int64_t>(torch::cuda::device_count());
+  if (d->has_index() && d->index() >= count)
+    throw std::invalid_argument("device '" + name + "' is not available: " + std::to_string(count) +
+                                " CUDA device(s) visible");
+  return *d;
 }
 
 } // namespace swarm

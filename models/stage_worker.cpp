@@ -6,64 +6,40 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <optional>
+
 #include "messages/errors.hpp"
-#include "messages/wire.hpp"
 #include "models/gpt.hpp"
-#include "models/tensor_codec.hpp"
 
 namespace swarm {
 
 namespace {
 
-// --- validation against the model: the wire layer only knows tensors are well-formed
+// --- validation against the model
 
-std::string dtype_name(proto::dtype t) {
-  std::string s = proto::dtype_Name(t);
-  for (auto& c : s)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s.empty() ? "dtype " + std::to_string(t) : s;
+std::string shape_of(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d)
+    s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "] " + std::string{c10::toString(t.scalar_type())};
 }
 
-caf::error wrong_shape(const proto::tensor& t, const char* name, const std::string& expected) {
-  return make_error(errc::WRONG_SHAPE,
-                    std::string{name} + " " + shape_string(t) + " " + dtype_name(t.dtype()) + " expected " + expected);
+caf::error wrong_shape(const torch::Tensor& t, const char* name, const std::string& expected) {
+  return make_error(errc::WRONG_SHAPE, std::string{name} + " " + shape_of(t) + " expected " + expected);
 }
 
-/// Token ids: int64 [B, T], 1 <= B, 1 <= T <= seq_len.
-caf::error check_tokens_shape(const proto::tensor& t, const char* name, const model_config& cfg) {
-  const bool ok = t.dtype() == proto::INT64 && t.shape_size() == 2 && t.shape(0) >= 1 && t.shape(1) >= 1 &&
-                  t.shape(1) <= cfg.seq_len;
-  return ok ? caf::none : wrong_shape(t, name, "[B, T<=" + std::to_string(cfg.seq_len) + "] int64");
-}
-
-/// Hidden states: float32 [B, T, d_model], 1 <= B, 1 <= T <= seq_len.
-caf::error check_hidden_shape(const proto::tensor& t, const char* name, const model_config& cfg) {
-  const bool ok = t.dtype() == proto::FLOAT32 && t.shape_size() == 3 && t.shape(0) >= 1 && t.shape(1) >= 1 &&
-                  t.shape(1) <= cfg.seq_len && t.shape(2) == cfg.d_model;
-  return ok ? caf::none
-            : wrong_shape(t, name,
-                          "[B, T<=" + std::to_string(cfg.seq_len) + ", " + std::to_string(cfg.d_model) + "] float32");
-}
-
-caf::error check_stage_inputs_shape(const proto::tensor& t, const stage_span& span, const model_config& cfg) {
-  return span.has_embedding() ? check_tokens_shape(t, "inputs", cfg) : check_hidden_shape(t, "inputs", cfg);
-}
-
-/// `t` must be [B, T(, d_model)] of the batch and length of `inputs`.
-caf::error check_same_batch(const proto::tensor& t, const char* name, const proto::tensor& inputs,
-                            const std::string& expected) {
-  if (t.shape(0) != inputs.shape(0) || t.shape(1) != inputs.shape(1))
-    return wrong_shape(t, name, expected + " (the inputs are " + shape_string(inputs) + ")");
-  return caf::none;
-}
-
-// --- checks on decoded values
-
-caf::error check_token_range(const torch::Tensor& t, const char* name, int64_t vocab) {
-  if (t.numel() > 0 && (t.min().item<int64_t>() < 0 || t.max().item<int64_t>() >= vocab))
-    return make_error(errc::BAD_REQUEST, std::string{name} + " hold token ids outside [0, " + std::to_string(vocab) +
-                                             "): min " + std::to_string(t.min().item<int64_t>()) + ", max " +
-                                             std::to_string(t.max().item<int64_t>()));
+/// Token ids: int64 [B, T], 1 <= B, 1 <= T <= seq_len, ids in [0, vocab).
+caf::error check_tokens(const torch::Tensor& t, const char* name, const model_config& cfg) {
+  const bool ok = t.defined() && t.scalar_type() == torch::kLong && t.dim() == 2 && t.size(0) >= 1 &&
+                  t.size(1) >= 1 && t.size(1) <= cfg.seq_len;
+  if (!ok)
+    return t.defined() ? wrong_shape(t, name, "[B, T<=" + std::to_string(cfg.seq_len) + "] Long")
+                       : make_error(errc::BAD_REQUEST, std::string{name} + " missing");
+  const auto lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
+  if (lo < 0 || hi >= cfg.vocab)
+    return make_error(errc::BAD_REQUEST, std::string{name} + " hold token ids outside [0, " +
+                                             std::to_string(cfg.vocab) + "): min " + std::to_string(lo) + ", max " +
+                                             std::to_string(hi));
   return caf::none;
 }
 
@@ -75,20 +51,31 @@ caf::error check_finite(const torch::Tensor& t, const char* name) {
   return all_finite(t) ? caf::none : make_error(errc::NON_FINITE, std::string{name} + " hold NaN or Inf");
 }
 
-/// Decodes a tensor whose shape and dtype were checked, then checks its values.
-caf::expected<torch::Tensor> decode_checked(const proto::tensor& t, const char* name, const model_config& cfg) {
-  auto x = decode_tensor(t, name);
-  if (!x)
-    return x;
-  auto err = x->is_floating_point() ? check_finite(*x, name) : check_token_range(*x, name, cfg.vocab);
-  if (err)
-    return err;
-  return x;
+/// Hidden states: float32 [B, T, d_model], 1 <= B, 1 <= T <= seq_len, finite.
+caf::error check_hidden(const torch::Tensor& t, const char* name, const model_config& cfg) {
+  const bool ok = t.defined() && t.scalar_type() == torch::kFloat32 && t.dim() == 3 && t.size(0) >= 1 &&
+                  t.size(1) >= 1 && t.size(1) <= cfg.seq_len && t.size(2) == cfg.d_model;
+  if (!ok)
+    return t.defined() ? wrong_shape(t, name,
+                                     "[B, T<=" + std::to_string(cfg.seq_len) + ", " + std::to_string(cfg.d_model) +
+                                         "] Float")
+                       : make_error(errc::BAD_REQUEST, std::string{name} + " missing");
+  return check_finite(t, name);
 }
 
-stage_span checked_span(const model_config& cfg, int stage, int num_stages, const std::string& device) {
-  if (device != "cpu")
-    throw std::invalid_argument("device '" + device + "' is not available: this build runs on the CPU only; use --device cpu");
+caf::error check_inputs(const torch::Tensor& t, const stage_span& span, const model_config& cfg) {
+  return span.has_embedding() ? check_tokens(t, "inputs", cfg) : check_hidden(t, "inputs", cfg);
+}
+
+/// `t` must be [B, T(, d_model)] of the batch and length of `inputs`.
+caf::error check_same_batch(const torch::Tensor& t, const char* name, const torch::Tensor& inputs,
+                            const std::string& expected) {
+  if (t.size(0) != inputs.size(0) || t.size(1) != inputs.size(1))
+    return wrong_shape(t, name, expected + " (the inputs are " + shape_of(inputs) + ")");
+  return caf::none;
+}
+
+stage_span checked_span(const model_config& cfg, int stage, int num_stages) {
   if (cfg.n_heads < 1 || cfg.d_model % cfg.n_heads != 0)
     throw std::invalid_argument("d_model " + std::to_string(cfg.d_model) + " is not divisible by n_heads " +
                                 std::to_string(cfg.n_heads) + ": pick n_heads that divides d_model");
@@ -117,7 +104,10 @@ struct stage_worker::impl {
   int64_t microbatches = 0;
   int64_t steps = 0;
 
-  impl(const model_config& c, const stage_span& span) : cfg(c), module(c, span) {
+  torch::Device device;
+
+  impl(const model_config& c, const stage_span& span, const torch::Device& d) : cfg(c), module(c, span), device(d) {
+    module->to(device);  // before the optimizer: it keys its state by the parameters it is given
     optimizer = make_optimizer(*module, cfg);
     for (const auto& item : module->named_parameters()) {
       names.push_back(item.key());
@@ -175,113 +165,74 @@ struct stage_worker::impl {
 };
 
 stage_worker::stage_worker(const model_config& cfg, int stage, int num_stages, const std::string& device)
-    : impl_(std::make_unique<impl>(cfg, checked_span(cfg, stage, num_stages, device))) {}
+    : impl_(std::make_unique<impl>(cfg, checked_span(cfg, stage, num_stages), usable_device(device))) {}
 
 stage_worker::~stage_worker() = default;
 stage_worker::stage_worker(stage_worker&&) noexcept = default;
 stage_worker& stage_worker::operator=(stage_worker&&) noexcept = default;
 
-namespace {
-
-caf::error check_served_stage(uint32_t stage, const stage_span& span) {
-  if (static_cast<int64_t>(stage) != span.stage)
-    return make_error(errc::UNKNOWN_STAGE, "request for stage " + std::to_string(stage) + " reached the server of stage " +
-                                               std::to_string(span.stage));
-  return caf::none;
-}
-
-caf::error check_forward(const proto::forward_request& req, const stage_span& span, const model_config& cfg) {
-  if (auto err = check_served_stage(req.stage(), span))
-    return err;
-  if (auto err = check_request(req, span.num_stages))
-    return err;
-  if (auto err = check_stage_inputs_shape(req.inputs(), span, cfg))
-    return err;
-  if (!span.has_head())
-    return caf::none;
-  const std::string expected = "[B, T] int64 of the inputs";
-  if (auto err = check_tokens_shape(req.targets(), "targets", cfg))
-    return err;
-  return check_same_batch(req.targets(), "targets", req.inputs(), expected);
-}
-
-caf::error check_backward(const proto::backward_request& req, const stage_span& span, const model_config& cfg) {
-  if (auto err = check_served_stage(req.stage(), span))
-    return err;
-  if (auto err = check_request(req, span.num_stages))
-    return err;
-  if (auto err = check_stage_inputs_shape(req.inputs(), span, cfg))
-    return err;
-  // Outputs of a non-last stage are always [B, T, d_model] for inputs [B, T(, d)].
-  const std::string expected = "[B, T, " + std::to_string(cfg.d_model) + "] float32 of the inputs";
-  if (auto err = check_hidden_shape(req.output_grad(), "output_grad", cfg))
-    return err;
-  return check_same_batch(req.output_grad(), "output_grad", req.inputs(), expected);
-}
-
-} // namespace
-
-caf::expected<proto::forward_reply> stage_worker::forward(const proto::forward_request& req, const commit_gate& gate) {
+caf::expected<forward_result> stage_worker::forward(const torch::Tensor& inputs_in, const torch::Tensor* targets_in,
+                                                   const commit_gate& gate) {
   auto& m = *impl_;
-  if (auto err = check_forward(req, m.span(), m.cfg))
-    return err;
   try {
-    auto inputs = decode_checked(req.inputs(), "inputs", m.cfg);
-    if (!inputs)
-      return inputs.error();
-    proto::forward_reply reply;
+    const auto inputs = inputs_in.defined() ? inputs_in.to(m.device) : inputs_in;
+    if (auto err = check_inputs(inputs, m.span(), m.cfg))
+      return err;
+    forward_result result;
     if (!m.span().has_head()) {
+      if (targets_in)
+        return make_error(errc::BAD_REQUEST, "targets given to stage " + std::to_string(m.span().stage) +
+                                                 ", which is not the last");
       torch::NoGradGuard no_grad;
-      auto out = m.module->forward(*inputs);
-      if (auto err = check_finite(out, "outputs"))
+      result.outputs = m.module->forward(inputs);
+      if (auto err = check_finite(result.outputs, "outputs"))
         return err;
-      *reply.mutable_outputs() = encode_tensor(out);
-    } else {
-      auto targets = decode_checked(req.targets(), "targets", m.cfg);
-      if (!targets)
-        return targets.error();
-      bool duplicate = false;
-      auto r = m.accumulate(inputs->size(0), gate, duplicate,
-                            [&] { return last_stage_forward_backward(m.module, *inputs, *targets); });
-      if (!r)
-        return r.error();
-      reply.set_duplicate(duplicate);
-      reply.set_loss(r->loss);
-      if (r->input_grad.defined())
-        *reply.mutable_input_grad() = encode_tensor(r->input_grad);
+      return result;
     }
-    reply.set_server_step(static_cast<uint64_t>(m.steps));
-    return reply;
+    if (!targets_in)
+      return make_error(errc::BAD_REQUEST, "the last stage needs targets");
+    const auto targets = targets_in->defined() ? targets_in->to(m.device) : *targets_in;
+    if (auto err = check_tokens(targets, "targets", m.cfg))
+      return err;
+    if (auto err = check_same_batch(targets, "targets", inputs, "[B, T] Long of the inputs"))
+      return err;
+    auto r = m.accumulate(inputs.size(0), gate, result.duplicate,
+                          [&] { return last_stage_forward_backward(m.module, inputs, targets); });
+    if (!r)
+      return r.error();
+    result.loss = r->loss;
+    result.input_grad = r->input_grad;
+    return result;
   } catch (const std::exception& e) {
     m.clear_param_grads();
     return make_error(errc::INTERNAL, std::string{"forward of stage "} + std::to_string(m.span().stage) + ": " + e.what());
   }
 }
 
-caf::expected<proto::backward_reply> stage_worker::backward(const proto::backward_request& req,
-                                                          const commit_gate& gate) {
+caf::expected<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, const torch::Tensor& grad_in,
+                                                     const commit_gate& gate) {
   auto& m = *impl_;
-  if (auto err = check_backward(req, m.span(), m.cfg))
-    return err;
+  if (m.span().has_head())
+    return make_error(errc::BAD_REQUEST, "backward on the last stage (its forward already ran backward)");
   try {
-    auto inputs = decode_checked(req.inputs(), "inputs", m.cfg);
-    if (!inputs)
-      return inputs.error();
-    auto output_grad = decode_checked(req.output_grad(), "output_grad", m.cfg);
-    if (!output_grad)
-      return output_grad.error();
-    bool duplicate = false;
-    auto r = m.accumulate(inputs->size(0), gate, duplicate, [&] {
-      return loss_and_grad{0.0f, stage_backward(m.module, *inputs, *output_grad)};
+    const auto inputs = inputs_in.defined() ? inputs_in.to(m.device) : inputs_in;
+    const auto output_grad = grad_in.defined() ? grad_in.to(m.device) : grad_in;
+    if (auto err = check_inputs(inputs, m.span(), m.cfg))
+      return err;
+    // Outputs of a non-last stage are always [B, T, d_model] for inputs [B, T(, d)].
+    if (auto err = check_hidden(output_grad, "output_grad", m.cfg))
+      return err;
+    const std::string expected = "[B, T, " + std::to_string(m.cfg.d_model) + "] Float of the inputs";
+    if (auto err = check_same_batch(output_grad, "output_grad", inputs, expected))
+      return err;
+    backward_result result;
+    auto r = m.accumulate(inputs.size(0), gate, result.duplicate, [&] {
+      return loss_and_grad{0.0f, stage_backward(m.module, inputs, output_grad)};
     });
     if (!r)
       return r.error();
-    proto::backward_reply reply;
-    reply.set_duplicate(duplicate);
-    if (r->input_grad.defined())
-      *reply.mutable_input_grad() = encode_tensor(r->input_grad);
-    reply.set_server_step(static_cast<uint64_t>(m.steps));
-    return reply;
+    result.input_grad = r->input_grad;
+    return result;
   } catch (const std::exception& e) {
     m.clear_param_grads();
     return make_error(errc::INTERNAL, std::string{"backward of stage "} + std::to_string(m.span().stage) + ": " + e.what());
@@ -312,7 +263,7 @@ local_gradient stage_worker::take_gradient() {
     for (const auto& a : m.accum) {
       // Each microbatch contributed the gradient of its own mean loss; their mean is
       // the gradient of the batch's mean loss (equal microbatch sizes).
-      const auto mean = (a / static_cast<double>(m.microbatches)).contiguous();
+      const auto mean = (a / static_cast<double>(m.microbatches)).to(torch::kCPU).contiguous();
       std::memcpy(g.values.data() + offset, mean.data_ptr<float>(), static_cast<size_t>(mean.numel()) * sizeof(float));
       offset += static_cast<size_t>(mean.numel());
     }
@@ -335,7 +286,7 @@ caf::error stage_worker::apply_gradient(const std::vector<float>& mean_grad) {
     size_t offset = 0;
     for (auto& p : m.params) {
       auto* data = const_cast<float*>(mean_grad.data() + offset);  // from_blob only reads: cloned at once
-      p.mutable_grad() = torch::from_blob(data, p.sizes(), torch::kFloat32).clone();
+      p.mutable_grad() = torch::from_blob(data, p.sizes(), torch::kFloat32).clone().to(m.device);
       offset += static_cast<size_t>(p.numel());
     }
     if (m.cfg.grad_clip > 0)
@@ -375,6 +326,7 @@ uint64_t stage_worker::parameter_hash() const {
 //   exp_avg_<i>, exp_avg_sq_<i>, step_<i> (int64 []), max_exp_avg_sq_<i> (amsgrad only)
 //                     AdamW state of parameter i; zeros and step 0 where it has none yet
 // Keys are indices, not names, because archive keys are attribute names.
+// Tensors are saved from host memory, so peers on other devices can load them.
 
 namespace {
 
@@ -400,13 +352,6 @@ std::string join(const std::vector<std::string>& v) {
 std::string first_line(const char* what) {
   std::string s{what};
   return s.substr(0, s.find('\n'));
-}
-
-std::string shape_of(const torch::Tensor& t) {
-  std::string s = "[";
-  for (int64_t d = 0; d < t.dim(); ++d)
-    s += (d ? ", " : "") + std::to_string(t.size(d));
-  return s + "] " + std::string{c10::toString(t.scalar_type())};
 }
 
 /// A state read from an archive and checked, not yet installed.
@@ -439,20 +384,20 @@ std::string stage_worker::export_state() const {
   for (size_t i = 0; i < m.params.size(); ++i) {
     const auto& p = m.params[i];
     const auto idx = std::to_string(i);
-    out.write("param_" + idx, p.detach());
+    out.write("param_" + idx, p.detach().to(torch::kCPU));
     auto it = state.find(optimizer_key(p));
     if (it == state.end()) {
-      out.write("exp_avg_" + idx, torch::zeros_like(p));
-      out.write("exp_avg_sq_" + idx, torch::zeros_like(p));
+      out.write("exp_avg_" + idx, torch::zeros(p.sizes()));
+      out.write("exp_avg_sq_" + idx, torch::zeros(p.sizes()));
       out.write("step_" + idx, torch::tensor(int64_t{0}));
       continue;
     }
     const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    out.write("exp_avg_" + idx, st.exp_avg());
-    out.write("exp_avg_sq_" + idx, st.exp_avg_sq());
+    out.write("exp_avg_" + idx, st.exp_avg().to(torch::kCPU));
+    out.write("exp_avg_sq_" + idx, st.exp_avg_sq().to(torch::kCPU));
     out.write("step_" + idx, torch::tensor(st.step()));
     if (st.max_exp_avg_sq().defined())
-      out.write("max_exp_avg_sq_" + idx, st.max_exp_avg_sq());
+      out.write("max_exp_avg_sq_" + idx, st.max_exp_avg_sq().to(torch::kCPU));
   }
   std::ostringstream os;
   out.save_to(os);
@@ -516,10 +461,10 @@ caf::error stage_worker::import_state(const std::string& bytes) {
     m.params[i].copy_(st.params[i]);
     auto s = std::make_unique<torch::optim::AdamWParamState>();
     s->step(st.param_steps[i]);
-    s->exp_avg(st.exp_avg[i]);
-    s->exp_avg_sq(st.exp_avg_sq[i]);
+    s->exp_avg(st.exp_avg[i].to(m.device));
+    s->exp_avg_sq(st.exp_avg_sq[i].to(m.device));
     if (st.max_exp_avg_sq[i].defined())
-      s->max_exp_avg_sq(st.max_exp_avg_sq[i]);
+      s->max_exp_avg_sq(st.max_exp_avg_sq[i].to(m.device));
     state[optimizer_key(m.params[i])] = std::move(s);
   }
   m.steps = st.steps;
@@ -529,6 +474,8 @@ caf::error stage_worker::import_state(const std::string& bytes) {
 }
 
 const stage_span& stage_worker::span() const { return impl_->span(); }
+
+torch::Device stage_worker::device() const { return impl_->device; }
 
 int64_t stage_worker::parameter_count() const {
   int64_t n = 0;

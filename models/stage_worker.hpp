@@ -1,7 +1,9 @@
 #pragma once
 // The compute of one stage server: parameters, optimizer, forward, stateless
-// backward, gradient accumulation, optimizer step. Torch stays behind this
-// header (pimpl) so the actors that use it compile without torch.
+// backward, gradient accumulation, optimizer step, on one torch device. It
+// takes and returns plain tensors and knows nothing of the wire (the actor
+// boundary, actors/stage_calls.hpp, decodes and encodes). Only the tensor type
+// shows here; the rest of torch stays behind the pimpl.
 //
 // Gradient accounting: each forward on the last stage and each backward adds the
 // microbatch's parameter gradients of its mean loss and counts its samples;
@@ -25,11 +27,11 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <caf/expected.hpp>
 
 #include "config/config.hpp"
 #include "models/partition.hpp"
-#include "swarm.pb.h"
 
 namespace swarm {
 
@@ -48,24 +50,42 @@ struct local_gradient {
   int64_t microbatches = 0;   ///< microbatches behind it
 };
 
+/// What one forward pass gives: the stage's outputs, or on the last stage the
+/// loss and the gradient of the inputs (the backward ran too).
+struct forward_result {
+  at::Tensor outputs;      ///< non-last stage: [B, T, d_model] float32 on the worker's device
+  float loss = 0;          ///< last stage: mean cross-entropy in nats per byte
+  at::Tensor input_grad;   ///< last stage: d loss / d inputs; undefined on a one-stage model
+  bool duplicate = false;  ///< the gate said the microbatch was already added: not added again
+};
+
+/// What one stateless backward gives.
+struct backward_result {
+  at::Tensor input_grad;   ///< d loss / d inputs; undefined on stage 0 (token ids have none)
+  bool duplicate = false;  ///< as in forward_result
+};
+
 class stage_worker {
 public:
-  /// Builds stage `stage` of `num_stages`; throws std::invalid_argument with a
-  /// fix-it message when the config cannot be cut that way or `device` is not available.
+  /// Builds stage `stage` of `num_stages` on torch device `device` ("cpu",
+  /// "cuda", "cuda:N"); throws std::invalid_argument with a fix-it message when
+  /// the config cannot be cut that way or the device is not available.
   stage_worker(const model_config& cfg, int stage, int num_stages, const std::string& device);
   ~stage_worker();
   stage_worker(stage_worker&&) noexcept;
   stage_worker& operator=(stage_worker&&) noexcept;
 
   /// Validates shapes, dtypes, token range and finiteness against the model
-  /// (WRONG_SHAPE, NON_FINITE, UNKNOWN_STAGE, BAD_REQUEST); never throws. Runs the
-  /// stage; on the last stage also the loss and backward (reply has loss, input_grad).
-  [[nodiscard]] caf::expected<proto::forward_reply> forward(const proto::forward_request& req,
-                                                           const commit_gate& gate = {});
+  /// (WRONG_SHAPE, NON_FINITE, BAD_REQUEST); never throws. Inputs may live on
+  /// any device. Runs the stage; on the last stage (`targets` given, int64
+  /// [B, T]) also the loss and backward, adding the gradients when `gate` agrees.
+  [[nodiscard]] caf::expected<forward_result> forward(const at::Tensor& inputs, const at::Tensor* targets = nullptr,
+                                                      const commit_gate& gate = {});
 
-  /// Stateless backward (not for the last stage); same validation as forward.
-  [[nodiscard]] caf::expected<proto::backward_reply> backward(const proto::backward_request& req,
-                                                             const commit_gate& gate = {});
+  /// Stateless backward (not for the last stage): recomputes the forward from
+  /// `inputs`, backpropagates `output_grad`; same validation as forward.
+  [[nodiscard]] caf::expected<backward_result> backward(const at::Tensor& inputs, const at::Tensor& output_grad,
+                                                        const commit_gate& gate = {});
 
   /// Samples whose gradients are accumulated since the last step.
   [[nodiscard]] int64_t accumulated_samples() const;
@@ -93,6 +113,8 @@ public:
   [[nodiscard]] caf::error import_state(const std::string& bytes);
 
   [[nodiscard]] const stage_span& span() const;
+  /// The device parameters, optimizer state and results live on.
+  [[nodiscard]] at::Device device() const;
   /// Number of parameters (elements) of this stage.
   [[nodiscard]] int64_t parameter_count() const;
 

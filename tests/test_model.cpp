@@ -4,7 +4,7 @@
 
 #include "actors/metrics.hpp"
 #include "models/gpt.hpp"
-#include "models/local_train.hpp"
+#include "apps/local_train.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -213,7 +213,7 @@ TEST_CASE("training on a repeated string drives the loss down", "[model]") {
   REQUIRE(last < 0.5);
 }
 
-TEST_CASE("run_local trains a few steps and reports a missing corpus", "[model]") {
+TEST_CASE("run_local trains a few steps and reports a missing corpus or device", "[model]") {
   app_config cfg;
   cfg.model = small_config();
   cfg.threads = 2;
@@ -228,6 +228,11 @@ TEST_CASE("run_local trains a few steps and reports a missing corpus", "[model]"
   metrics_sink none;
   std::atomic<bool> stop{false};
   REQUIRE(run_local(cfg, none, stop) == 0);
+  if (!torch::cuda::is_available()) {  // this machine: the CPU-only Debian libtorch
+    cfg.device = "cuda";
+    REQUIRE(run_local(cfg, none, stop) == 2);
+    cfg.device = "cpu";
+  }
   cfg.trainer.corpus = "/nonexistent/corpus";
   REQUIRE(run_local(cfg, none, stop) == 2);
   std::remove("/tmp/swarm_test_model_corpus.txt");

@@ -1,4 +1,5 @@
-// Tier (a/b): the stage worker's boundary: every bad request gets its error code
+// Tier (a/b): the stage worker behind the server's wire boundary
+// (actors/stage_calls.hpp): every bad request gets its error code
 // and leaves the worker usable with its parameters untouched; accumulation and
 // steps match a reference computed with the whole model.
 // torch before catch.hpp: glog's CHECK would otherwise replace Catch2's.
@@ -8,7 +9,8 @@
 #include "messages/wire.hpp"
 #include "models/gpt.hpp"
 #include "models/stage_worker.hpp"
-#include "models/tensor_codec.hpp"
+#include "messages/tensor_codec.hpp"
+#include "actors/stage_calls.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -86,7 +88,7 @@ std::string message(const caf::expected<T>& r) {
 
 /// Stage 0's outputs for a fixed input: equal before and after iff the parameters are.
 torch::Tensor probe(stage_worker& w) {
-  auto r = w.forward(fwd(0, tokens(batch, len, 42)));
+  auto r = serve_forward(w, fwd(0, tokens(batch, len, 42)));
   REQUIRE(r);
   return *decode_tensor(r->outputs(), "outputs");
 }
@@ -98,7 +100,7 @@ proto::tensor with_value(torch::Tensor t, int64_t index, double value) {
 
 /// One stage-0 microbatch of `b` samples through the stateless backward; `seed` picks the data.
 void feed(stage_worker& w, uint64_t seed, int64_t b = batch) {
-  REQUIRE(w.backward(bwd(0, tokens(b, len, seed), hidden(b, len, small_config().d_model, seed + 1000))));
+  REQUIRE(serve_backward(w, bwd(0, tokens(b, len, seed), hidden(b, len, small_config().d_model, seed + 1000))));
 }
 
 errc code(const caf::error& err) { return err ? code_of(err) : errc::OK; }
@@ -166,43 +168,43 @@ TEST_CASE("a non-last stage rejects bad requests and stays usable", "[worker]") 
   const auto good_grad = hidden(batch, len, cfg.d_model, 2);
 
   SECTION("forward") {
-    REQUIRE_CODE(w.forward(fwd(1, good)), errc::UNKNOWN_STAGE);
-    REQUIRE_CODE(w.forward(fwd(7, good)), errc::UNKNOWN_STAGE);
-    REQUIRE_CODE(w.forward(proto::forward_request{}), errc::BAD_REQUEST);  // no inputs
-    REQUIRE_CODE(w.forward(fwd(0, good, good)), errc::BAD_REQUEST);         // targets on a non-last stage
-    REQUIRE_CODE(w.forward(fwd(0, hidden(batch, len, cfg.d_model, 3))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(w.forward(fwd(0, encode_tensor(torch::zeros({batch, len}, torch::kInt32)))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(w.forward(fwd(0, encode_tensor(torch::zeros({batch, len}, torch::kFloat32)))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(w.forward(fwd(0, encode_tensor(torch::zeros({batch, len, 1}, torch::kLong)))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(w.forward(fwd(0, encode_tensor(torch::zeros({len}, torch::kLong)))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(w.forward(fwd(0, encode_tensor(torch::zeros({0, len}, torch::kLong)))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(w.forward(fwd(0, encode_tensor(torch::zeros({batch, 0}, torch::kLong)))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(w.forward(fwd(0, tokens(batch, len + 1, 3))), errc::WRONG_SHAPE);  // T > seq_len
-    REQUIRE_CODE(w.forward(fwd(0, with_value(torch::zeros({batch, len}, torch::kLong), 5, 300))), errc::BAD_REQUEST);
-    REQUIRE_CODE(w.forward(fwd(0, with_value(torch::zeros({batch, len}, torch::kLong), 5, -1))), errc::BAD_REQUEST);
+    REQUIRE_CODE(serve_forward(w, fwd(1, good)), errc::UNKNOWN_STAGE);
+    REQUIRE_CODE(serve_forward(w, fwd(7, good)), errc::UNKNOWN_STAGE);
+    REQUIRE_CODE(serve_forward(w, proto::forward_request{}), errc::BAD_REQUEST);  // no inputs
+    REQUIRE_CODE(serve_forward(w, fwd(0, good, good)), errc::BAD_REQUEST);         // targets on a non-last stage
+    REQUIRE_CODE(serve_forward(w, fwd(0, hidden(batch, len, cfg.d_model, 3))), errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({batch, len}, torch::kInt32)))), errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({batch, len}, torch::kFloat32)))), errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({batch, len, 1}, torch::kLong)))), errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({len}, torch::kLong)))), errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({0, len}, torch::kLong)))), errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({batch, 0}, torch::kLong)))), errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_forward(w, fwd(0, tokens(batch, len + 1, 3))), errc::WRONG_SHAPE);  // T > seq_len
+    REQUIRE_CODE(serve_forward(w, fwd(0, with_value(torch::zeros({batch, len}, torch::kLong), 5, 300))), errc::BAD_REQUEST);
+    REQUIRE_CODE(serve_forward(w, fwd(0, with_value(torch::zeros({batch, len}, torch::kLong), 5, -1))), errc::BAD_REQUEST);
     auto garbage = good;
     garbage.set_codec(static_cast<proto::codec>(5));
-    REQUIRE_CODE(w.forward(fwd(0, garbage)), errc::BAD_REQUEST);
+    REQUIRE_CODE(serve_forward(w, fwd(0, garbage)), errc::BAD_REQUEST);
     garbage = good;
     garbage.mutable_data()->pop_back();
-    REQUIRE_CODE(w.forward(fwd(0, garbage)), errc::BAD_REQUEST);
+    REQUIRE_CODE(serve_forward(w, fwd(0, garbage)), errc::BAD_REQUEST);
     garbage = good;
     garbage.set_dtype(static_cast<proto::dtype>(77));
-    REQUIRE_CODE(w.forward(fwd(0, garbage)), errc::BAD_REQUEST);
+    REQUIRE_CODE(serve_forward(w, fwd(0, garbage)), errc::BAD_REQUEST);
   }
   SECTION("backward") {
-    REQUIRE_CODE(w.backward(bwd(1, good, good_grad)), errc::UNKNOWN_STAGE);
-    REQUIRE_CODE(w.backward(bwd(0, good, hidden(batch, len, cfg.d_model + 1, 3))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(w.backward(bwd(0, good, hidden(batch, len - 1, cfg.d_model, 3))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(w.backward(bwd(0, good, hidden(batch + 1, len, cfg.d_model, 3))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(w.backward(bwd(0, good, encode_tensor(torch::zeros({batch, len, cfg.d_model}, torch::kFloat64)))),
+    REQUIRE_CODE(serve_backward(w, bwd(1, good, good_grad)), errc::UNKNOWN_STAGE);
+    REQUIRE_CODE(serve_backward(w, bwd(0, good, hidden(batch, len, cfg.d_model + 1, 3))), errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_backward(w, bwd(0, good, hidden(batch, len - 1, cfg.d_model, 3))), errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_backward(w, bwd(0, good, hidden(batch + 1, len, cfg.d_model, 3))), errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_backward(w, bwd(0, good, encode_tensor(torch::zeros({batch, len, cfg.d_model}, torch::kFloat64)))),
                  errc::WRONG_SHAPE);
     auto nan_grad = torch::randn({batch, len, cfg.d_model});
-    REQUIRE_CODE(w.backward(bwd(0, good, with_value(nan_grad, 17, std::nan("")))), errc::NON_FINITE);
-    REQUIRE_CODE(w.backward(bwd(0, good, with_value(nan_grad, 17, INFINITY))), errc::NON_FINITE);
-    REQUIRE_CODE(w.backward(bwd(0, with_value(torch::zeros({batch, len}, torch::kLong), 0, 256), good_grad)),
+    REQUIRE_CODE(serve_backward(w, bwd(0, good, with_value(nan_grad, 17, std::nan("")))), errc::NON_FINITE);
+    REQUIRE_CODE(serve_backward(w, bwd(0, good, with_value(nan_grad, 17, INFINITY))), errc::NON_FINITE);
+    REQUIRE_CODE(serve_backward(w, bwd(0, with_value(torch::zeros({batch, len}, torch::kLong), 0, 256), good_grad)),
                  errc::BAD_REQUEST);
-    REQUIRE_CODE(w.backward(proto::backward_request{}), errc::BAD_REQUEST);
+    REQUIRE_CODE(serve_backward(w, proto::backward_request{}), errc::BAD_REQUEST);
   }
 
   // Nothing above may have touched the parameters or the accounting.
@@ -212,11 +214,11 @@ TEST_CASE("a non-last stage rejects bad requests and stays usable", "[worker]") 
   REQUIRE(drift == 0.0);
 
   // And the worker still serves valid requests.
-  auto out = w.forward(fwd(0, good));
+  auto out = serve_forward(w, fwd(0, good));
   REQUIRE(out);
   REQUIRE(out->outputs().shape_size() == 3);
   REQUIRE(out->outputs().shape(2) == cfg.d_model);
-  auto back = w.backward(bwd(0, good, good_grad));
+  auto back = serve_backward(w, bwd(0, good, good_grad));
   REQUIRE(back);
   REQUIRE(!back->has_input_grad());  // token ids have no gradient
   REQUIRE(w.accumulated_samples() == batch);
@@ -224,10 +226,10 @@ TEST_CASE("a non-last stage rejects bad requests and stays usable", "[worker]") 
 
 TEST_CASE("wrong shapes are reported with what was expected", "[worker]") {
   stage_worker w(small_config(), 1, 2, "cpu");
-  auto r = w.forward(fwd(1, tokens(8, 64, 1), tokens(8, 64, 2)));
+  auto r = serve_forward(w, fwd(1, tokens(8, 64, 1), tokens(8, 64, 2)));
   REQUIRE(code(r) == errc::WRONG_SHAPE);
   std::cout << "example: " << message(r) << "\n";
-  REQUIRE(message(r).find("inputs [8, 64] int64 expected [B, T<=16, 32] float32") != std::string::npos);
+  REQUIRE(message(r).find("inputs [8, 64] Long expected [B, T<=16, 32] Float") != std::string::npos);
 }
 
 TEST_CASE("the last stage rejects bad requests and non-finite losses", "[worker]") {
@@ -237,23 +239,23 @@ TEST_CASE("the last stage rejects bad requests and non-finite losses", "[worker]
   const auto y = tokens(batch, len, 2);
   auto h = *decode_tensor(x, "x");
 
-  REQUIRE_CODE(w.forward(fwd(0, x, y)), errc::UNKNOWN_STAGE);
-  REQUIRE_CODE(w.forward(fwd(1, x)), errc::BAD_REQUEST);  // no targets
-  REQUIRE_CODE(w.forward(fwd(1, x, tokens(batch, len - 1, 2))), errc::WRONG_SHAPE);
-  REQUIRE_CODE(w.forward(fwd(1, x, encode_tensor(torch::zeros({batch, len}, torch::kInt32)))), errc::WRONG_SHAPE);
-  REQUIRE_CODE(w.forward(fwd(1, x, with_value(torch::zeros({batch, len}, torch::kLong), 3, 256))), errc::BAD_REQUEST);
-  REQUIRE_CODE(w.forward(fwd(1, with_value(h.clone(), 9, std::nan("")), y)), errc::NON_FINITE);
-  REQUIRE_CODE(w.forward(fwd(1, with_value(h.clone(), 9, -INFINITY), y)), errc::NON_FINITE);
-  REQUIRE_CODE(w.backward(bwd(1, x, x)), errc::BAD_REQUEST);  // its forward already ran backward
+  REQUIRE_CODE(serve_forward(w, fwd(0, x, y)), errc::UNKNOWN_STAGE);
+  REQUIRE_CODE(serve_forward(w, fwd(1, x)), errc::BAD_REQUEST);  // no targets
+  REQUIRE_CODE(serve_forward(w, fwd(1, x, tokens(batch, len - 1, 2))), errc::WRONG_SHAPE);
+  REQUIRE_CODE(serve_forward(w, fwd(1, x, encode_tensor(torch::zeros({batch, len}, torch::kInt32)))), errc::WRONG_SHAPE);
+  REQUIRE_CODE(serve_forward(w, fwd(1, x, with_value(torch::zeros({batch, len}, torch::kLong), 3, 256))), errc::BAD_REQUEST);
+  REQUIRE_CODE(serve_forward(w, fwd(1, with_value(h.clone(), 9, std::nan("")), y)), errc::NON_FINITE);
+  REQUIRE_CODE(serve_forward(w, fwd(1, with_value(h.clone(), 9, -INFINITY), y)), errc::NON_FINITE);
+  REQUIRE_CODE(serve_backward(w, bwd(1, x, x)), errc::BAD_REQUEST);  // its forward already ran backward
   // Finite inputs whose squares overflow float32: LayerNorm turns them into NaN.
   auto huge = torch::full({batch, len, cfg.d_model}, 3e38f);
   huge.index_put_({torch::indexing::Slice(), torch::indexing::Slice(), torch::indexing::Slice(0, 16)}, -3e38f);
-  auto overflow = w.forward(fwd(1, encode_tensor(huge), y));
+  auto overflow = serve_forward(w, fwd(1, encode_tensor(huge), y));
   std::cout << "overflowing inputs: " << message(overflow) << "\n";
   REQUIRE(code(overflow) == errc::NON_FINITE);
   REQUIRE(w.accumulated_samples() == 0);
 
-  auto r = w.forward(fwd(1, x, y));
+  auto r = serve_forward(w, fwd(1, x, y));
   REQUIRE(r);
   std::cout << "last stage loss " << r->loss() << "\n";
   REQUIRE(std::abs(r->loss() - std::log(256.0)) < 0.3);
@@ -261,7 +263,7 @@ TEST_CASE("the last stage rejects bad requests and non-finite losses", "[worker]
   REQUIRE(!r->has_outputs());
   REQUIRE(w.accumulated_samples() == batch);
   // Parameters change only on apply_step: the same request gives the same loss.
-  auto again = w.forward(fwd(1, x, y));
+  auto again = serve_forward(w, fwd(1, x, y));
   REQUIRE(again);
   REQUIRE(again->loss() == r->loss());
 }
@@ -275,13 +277,13 @@ TEST_CASE("apply_step steps only when gradients were accumulated", "[worker]") {
   REQUIRE(torch::equal(probe(w), before));
 
   for (uint64_t i = 0; i < 2; ++i)
-    REQUIRE(w.backward(bwd(0, tokens(batch, len, 10 + i), hidden(batch, len, cfg.d_model, 20 + i))));
+    REQUIRE(serve_backward(w, bwd(0, tokens(batch, len, 10 + i), hidden(batch, len, cfg.d_model, 20 + i))));
   REQUIRE(w.accumulated_samples() == 2 * batch);
   w.apply_step();
   REQUIRE(w.steps() == 1);
   REQUIRE(w.accumulated_samples() == 0);
   REQUIRE(!torch::equal(probe(w), before));
-  REQUIRE(w.forward(fwd(0, tokens(batch, len, 1)))->server_step() == 1);
+  REQUIRE(serve_forward(w, fwd(0, tokens(batch, len, 1)))->server_step() == 1);
   REQUIRE(w.parameter_count() > 0);
 }
 
@@ -295,11 +297,11 @@ TEST_CASE("two workers and two microbatches step like the whole model", "[worker
   auto opt = make_optimizer(*full, cfg);
 
   auto loss_of_chain = [&](const proto::tensor& x, const proto::tensor& y) {
-    auto h = s0.forward(fwd(0, x));
+    auto h = serve_forward(s0, fwd(0, x));
     REQUIRE(h);
-    auto r = s1.forward(fwd(1, h->outputs(), y));
+    auto r = serve_forward(s1, fwd(1, h->outputs(), y));
     REQUIRE(r);
-    REQUIRE(s0.backward(bwd(0, x, r->input_grad())));
+    REQUIRE(serve_backward(s0, bwd(0, x, r->input_grad())));
     return r->loss();
   };
   torch::Tensor full_loss = torch::zeros({});
@@ -319,8 +321,8 @@ TEST_CASE("two workers and two microbatches step like the whole model", "[worker
   const auto x = tokens(batch, len, 50), y = tokens(batch, len, 51);
   torch::NoGradGuard no_grad;
   const double reference = lm_loss(full->forward(*decode_tensor(x, "x")), *decode_tensor(y, "y")).item<double>();
-  auto h = s0.forward(fwd(0, x));
-  auto r = s1.forward(fwd(1, h->outputs(), y));
+  auto h = serve_forward(s0, fwd(0, x));
+  auto r = serve_forward(s1, fwd(1, h->outputs(), y));
   REQUIRE(r);
   const double diff = std::abs(r->loss() - reference);
   std::cout << "after one step: swarm loss " << r->loss() << " reference " << reference << " |diff| " << diff << "\n";
@@ -342,11 +344,44 @@ TEST_CASE("impossible configurations are refused with a fix", "[worker]") {
   REQUIRE(refuses(cfg, 0, 0, "cpu"));
   REQUIRE(refuses(cfg, 2, 2, "cpu"));   // stage outside
   REQUIRE(refuses(cfg, -1, 2, "cpu"));
-  REQUIRE(refuses(cfg, 0, 2, "cuda"));
+  if (!torch::cuda::is_available()) {  // the CPU-only Debian libtorch: a clear refusal, not a crash
+    REQUIRE(refuses(cfg, 0, 2, "cuda"));
+    REQUIRE(refuses(cfg, 0, 2, "cuda:1"));
+  }
+  REQUIRE(refuses(cfg, 0, 2, "tpu"));
   auto odd = cfg;
   odd.n_heads = 3;
   REQUIRE(refuses(odd, 0, 2, "cpu"));
   REQUIRE(!refuses(cfg, 3, 4, "cpu"));
+}
+
+TEST_CASE("tensors go to the worker's device and come back from it encoded", "[worker]") {
+  // Only the CPU here; on a CUDA build the same path runs with "cuda" (see README, Running on a GPU).
+  const auto cfg = small_config();
+  stage_worker w(cfg, 0, 2, "cpu");
+  REQUIRE(w.device() == torch::Device("cpu"));
+  const auto x = *decode_tensor(tokens(batch, len, 1), "x", w.device());
+  auto r = w.forward(x);
+  REQUIRE(r);
+  REQUIRE(r->outputs.device() == w.device());
+  REQUIRE(r->outputs.sizes() == torch::IntArrayRef{batch, len, cfg.d_model});
+  // The worker's own validation, without the wire: plain tensors in.
+  REQUIRE(code(w.forward(torch::zeros({batch, len}, torch::kInt32))) == errc::WRONG_SHAPE);
+  REQUIRE(code(w.forward(x, &x)) == errc::BAD_REQUEST);  // targets on a non-last stage
+  REQUIRE(code(w.backward(x, torch::Tensor{})) == errc::BAD_REQUEST);
+  // The reply's codec is the request's: blockwise8 outputs decode within its error bound.
+  auto req = fwd(0, tokens(batch, len, 1));
+  req.set_reply_codec(proto::BLOCKWISE8);
+  auto compressed = serve_forward(w, req);
+  REQUIRE(compressed);
+  REQUIRE(compressed->outputs().codec() == proto::BLOCKWISE8);
+  const auto back = *decode_tensor(compressed->outputs(), "outputs");
+  const double err = ((back - r->outputs).norm() / r->outputs.norm()).item<double>();
+  std::cout << "blockwise8 outputs of stage 0: relative L2 error " << err << "\n";
+  REQUIRE(err > 0);
+  REQUIRE(err < 0.02);
+  req.set_reply_codec(static_cast<proto::codec>(9));
+  REQUIRE(code(serve_forward(w, req)) == errc::BAD_REQUEST);
 }
 
 TEST_CASE("take_gradient hands out the mean over microbatches and empties the accumulator", "[worker]") {
@@ -429,7 +464,7 @@ TEST_CASE("apply_gradient rejects a wrong length or non-finite values untouched"
   const auto n = static_cast<size_t>(w.parameter_count());
   const auto before = w.parameter_hash();
   // A microbatch in the accumulator: rejected (and accepted) gradients leave it alone.
-  REQUIRE(w.forward(fwd(1, hidden(batch, len, cfg.d_model, 1), tokens(batch, len, 2))));
+  REQUIRE(serve_forward(w, fwd(1, hidden(batch, len, cfg.d_model, 1), tokens(batch, len, 2))));
 
   for (size_t size : {size_t{0}, n - 1, n + 1}) {
     const auto err = w.apply_gradient(std::vector<float>(size, 0.01f));

@@ -1,7 +1,11 @@
 // Boundary validation of the wire schema and chunked payloads, with malformed input.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstring>
+
 #include "messages/chunks.hpp"
+#include "messages/codebook.hpp"
 #include "messages/wire.hpp"
 
 using namespace swarm;
@@ -164,4 +168,45 @@ TEST_CASE("a transfer finished without its chunks is an error", "[chunks]") {
   CHECK(a.pending() == 1);
   a.forget(caf::actor_addr{});
   CHECK(a.pending() == 0);
+}
+
+TEST_CASE("the 8-bit codebook is bitsandbytes' to the bit", "[wire]") {
+  const auto& built = dynamic_codebook();
+  const auto& wire = wire_codebook();
+  // Check values from the notes (torch 1.13.1 AVX2 create_dynamic_map, and with code[0] = -1).
+  CHECK(fnv1a64(built.data(), 1024) == 0x52084853a0e35a1cULL);
+  CHECK(fnv1a64(wire.data(), 1024) == 0xf02be9abae46842cULL);
+  CHECK(built[127] == 0.0f);
+  CHECK(built[255] == 1.0f);
+  CHECK(built[0] == -0.99296874f);
+  CHECK(wire[0] == -1.0f);
+  CHECK(built[128] == Approx(5.5e-7).epsilon(1e-6));  // the smallest positive code
+  for (size_t k = 1; k < 127; ++k)
+    CHECK(built[k] == -built[254 - k]);
+  CHECK(std::is_sorted(built.begin(), built.end()));
+}
+
+TEST_CASE("compressed sizes are checked before anything is decoded", "[wire]") {
+  CHECK(encoded_bytes(proto::BLOCKWISE8, 2048 * 4096, 4) == 8397840);  // the notes' 2048 x 4096 activation
+  CHECK(encoded_bytes(proto::BLOCKWISE8, 0, 4) == 1040);
+  CHECK(encoded_bytes(proto::FP16, 10, 4) == 20);
+  CHECK(codec_of("blockwise8") == proto::BLOCKWISE8);
+  CHECK(codec_of("fp16") == proto::FP16);
+  CHECK(codec_of("none") == proto::RAW);
+  // An int tensor may not claim a lossy codec; a float one must match its size.
+  auto ints = make_int64_tensor({1, 2}, {2});
+  ints.set_codec(proto::FP16);
+  ints.set_data(std::string(4, '\0'));
+  CHECK(code(check_tensor(ints, "x")) == errc::BAD_REQUEST);
+  proto::tensor f;
+  f.add_shape(5000);
+  f.set_dtype(proto::FLOAT32);
+  f.set_codec(proto::BLOCKWISE8);
+  f.set_data(std::string(encoded_bytes(proto::BLOCKWISE8, 5000, 4), '\0'));
+  CHECK(code(check_tensor(f, "x")) == errc::BAD_REQUEST);  // header says 0 blocks, 0 codes
+  int64_t header[2] = {2, 256};
+  std::memcpy(f.mutable_data()->data(), header, sizeof header);
+  CHECK(!check_tensor(f, "x"));  // zero maxima and a zero codebook are well-formed (all zeros)
+  f.mutable_data()->push_back('\0');
+  CHECK(code(check_tensor(f, "x")) == errc::BAD_REQUEST);
 }

@@ -6,9 +6,9 @@
 namespace swarm::policy {
 
 butterfly_round::butterfly_round(int rank, int members, std::vector<float> grad, int64_t samples,
-                                 int64_t piece_elements)
+                                 int64_t piece_elements, round_trip_fn round_trip)
     : me_(rank), n_(members), grad_(std::move(grad)), samples_(samples),
-      piece_elements_(std::max<int64_t>(1, piece_elements)),
+      piece_elements_(std::max<int64_t>(1, piece_elements)), round_trip_(std::move(round_trip)),
       shards_(partition_shards(static_cast<int64_t>(grad_.size()), members)),
       state_(static_cast<size_t>(members)), gone_(static_cast<size_t>(members), false) {
   for (int k = 0; k < n_; ++k) {
@@ -170,6 +170,9 @@ void butterfly_round::try_reduce(int k, std::vector<piece>& out) {
     s.reduced.assign(static_cast<size_t>(sh.size()), 0.0f);
     if (!weighted_mean(parts, sh.size(), s.reduced.data()))
       std::fill(s.reduced.begin(), s.reduced.end(), 0.0f);  // nobody had samples
+    if (round_trip_)  // piece by piece, as send_shard cuts it
+      for (int64_t off = 0; off < sh.size(); off += piece_elements_)
+        round_trip_(s.reduced.data() + off, std::min(piece_elements_, sh.size() - off));
     s.done = true;
   }
   if (s.broadcast)

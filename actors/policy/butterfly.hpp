@@ -21,6 +21,7 @@
 // The parts of a member that went gone halfway are dropped; finished ones count.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,11 +41,19 @@ struct piece {
   std::vector<float> values;
 };
 
+/// A lossy wire encoding as seen by its receivers: replaces `n` values in place
+/// by what decoding their encoding gives (messages/float_codec.hpp).
+using round_trip_fn = std::function<void(float* values, int64_t n)>;
+
 class butterfly_round {
 public:
   /// `grad`: this member's mean gradient over `samples` samples; pieces carry at
   /// most `piece_elements` values (every member of a round must use the same).
-  butterfly_round(int rank, int members, std::vector<float> grad, int64_t samples, int64_t piece_elements);
+  /// `round_trip`, when the REDUCED pieces travel compressed: an owner keeps
+  /// each piece of its reduced shard as its receivers will decode it, so every
+  /// member ends with the same vector.
+  butterfly_round(int rank, int members, std::vector<float> grad, int64_t samples, int64_t piece_elements,
+                  round_trip_fn round_trip = {});
 
   /// The PARTs to send first; may complete the round at once (one member).
   [[nodiscard]] std::vector<piece> start();
@@ -97,6 +106,7 @@ private:
   int me_, n_;
   std::vector<float> grad_;
   int64_t samples_, piece_elements_;
+  round_trip_fn round_trip_;
   std::vector<shard> shards_;
   std::vector<shard_state> state_;
   std::vector<bool> gone_;

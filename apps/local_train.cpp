@@ -1,4 +1,4 @@
-#include "models/local_train.hpp"
+#include "apps/local_train.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -22,18 +22,18 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-torch::Tensor to_tensor(std::vector<int64_t>& values, int64_t batch, int64_t seq_len) {
-  return torch::from_blob(values.data(), {batch, seq_len}, torch::kLong).clone();
+torch::Tensor to_tensor(std::vector<int64_t>& values, int64_t batch, int64_t seq_len, const torch::Device& device) {
+  return torch::from_blob(values.data(), {batch, seq_len}, torch::kLong).to(device, /*non_blocking=*/false, /*copy=*/true);
 }
 
 /// One optimizer step over `microbatches` microbatches; returns their mean loss.
 double train_step(stage_module& model, torch::optim::Optimizer& opt, const corpus& text, const model_config& m,
-                  int64_t microbatches, std::mt19937_64& rng) {
+                  int64_t microbatches, std::mt19937_64& rng, const torch::Device& device) {
   double loss_sum = 0;
   for (int64_t i = 0; i < microbatches; ++i) {
     auto mb = sample_microbatch(text, m.microbatch, m.seq_len, rng);
-    auto loss = lm_loss(model->forward(to_tensor(mb.inputs, mb.batch, mb.seq_len)),
-                        to_tensor(mb.targets, mb.batch, mb.seq_len));
+    auto loss = lm_loss(model->forward(to_tensor(mb.inputs, mb.batch, mb.seq_len, device)),
+                        to_tensor(mb.targets, mb.batch, mb.seq_len, device));
     loss.backward();
     loss_sum += loss.item<double>();
   }
@@ -61,20 +61,28 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
     std::cerr << "local: " << e.what() << "\n";
     return 2;
   }
+  std::optional<torch::Device> device;
+  try {
+    device.emplace(usable_device(cfg.device));
+  } catch (const std::exception& e) {
+    std::cerr << "local: " << e.what() << "\n";
+    return 2;
+  }
   auto model = make_full_model(m);
+  model->to(*device);  // before the optimizer, which holds the parameters it is given
   auto opt = make_optimizer(*model, m);
   std::mt19937_64 rng(m.seed);
   // Gradient accumulation: the batch is cut into microbatches exactly as the swarm does.
   const int64_t microbatches = std::max<int64_t>(1, cfg.trainer.batch_size / m.microbatch);
   const int64_t samples_per_step = microbatches * m.microbatch;
   std::cout << "local: " << text->size() << " corpus bytes, batch " << samples_per_step << " = " << microbatches
-            << " x " << m.microbatch << ", " << threads << " threads" << std::endl;
+            << " x " << m.microbatch << ", " << threads << " threads, device " << cfg.device << std::endl;
 
   const auto start = clock_type::now();
   int64_t samples = 0;
   for (int64_t step = 1; (cfg.trainer.max_steps == 0 || step <= cfg.trainer.max_steps) && !stop_requested; ++step) {
     const auto step_start = clock_type::now();
-    const double loss = train_step(model, *opt, *text, m, microbatches, rng);
+    const double loss = train_step(model, *opt, *text, m, microbatches, rng, *device);
     const double step_s = seconds_since(step_start);
     samples += samples_per_step;
     const double tokens_per_s = static_cast<double>(samples_per_step * m.seq_len) / std::max(step_s, 1e-9);

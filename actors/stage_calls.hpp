@@ -1,0 +1,24 @@
+#pragma once
+// The stage server's boundary between the wire and the model: checks a request
+// (served stage, well-formed tensors), decodes its tensors onto the worker's
+// device, runs the worker, and encodes the reply's float tensors with the codec
+// the request asks for (the trainer's --compression). Torch-free header.
+
+#include <caf/expected.hpp>
+
+#include "models/stage_worker.hpp"
+#include "swarm.pb.h"
+
+namespace swarm {
+
+/// UNKNOWN_STAGE when `req` is for another stage; BAD_REQUEST when malformed;
+/// then whatever stage_worker::forward says.
+[[nodiscard]] caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, const proto::forward_request& req,
+                                                                const commit_gate& gate = {});
+
+/// As serve_forward, for stage_worker::backward.
+[[nodiscard]] caf::expected<proto::backward_reply> serve_backward(stage_worker& worker,
+                                                                  const proto::backward_request& req,
+                                                                  const commit_gate& gate = {});
+
+} // namespace swarm
