@@ -123,16 +123,14 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
   dispatch(self, std::move(req));
 }
 
-void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string tail) {
+/// The whole reply of `attempt` (or why there is none).
+void on_reply_payload(self_ptr self, uint64_t attempt, caf::expected<std::string> whole) {
   auto& st = self->state;
   auto it = st.in_flight.find(attempt);
   if (it == st.in_flight.end())
     return;  // already re-sent after its server went down
   auto req = std::move(it->second);
   st.in_flight.erase(it);
-  auto handle = st.servers.find(req.server_id);
-  auto whole = st.chunks.finish(handle != st.servers.end() ? handle->second.address() : caf::actor_addr{},
-                                transfer_id, std::move(tail));
   if (!whole) {
     on_attempt_failed(self, std::move(req), whole.error(), "error");
     return;
@@ -140,6 +138,28 @@ void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string
   const double secs = std::chrono::duration<double>(clock_type::now() - req.sent_at).count();
   st.router.on_success(req.server_id, static_cast<double>(req.samples), secs);
   req.promise.deliver(std::move(*whole), req.server_id, int32_t{req.attempts});
+}
+
+void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string tail) {
+  auto& st = self->state;
+  auto it = st.in_flight.find(attempt);
+  if (it == st.in_flight.end())
+    return;  // already re-sent after its server went down
+  if (is_bulk(transfer_id)) {
+    // The attempt stays in flight until its bytes are here: a server that dies
+    // meanwhile gets it re-sent like any other pending request.
+    const bool here = st.inbox.claim(
+        transfer_id, [self, attempt](caf::expected<std::string> whole) { on_reply_payload(self, attempt, std::move(whole)); },
+        clock_type::now());
+    if (!here)
+      self->delayed_send(self, seconds(it->second.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s),
+                         bulk_atom::value, transfer_id);
+    return;
+  }
+  auto handle = st.servers.find(it->second.server_id);
+  on_reply_payload(self, attempt,
+                   st.chunks.finish(handle != st.servers.end() ? handle->second.address() : caf::actor_addr{},
+                                    transfer_id, std::move(tail)));
 }
 
 void send_attempt(self_ptr self, request req, const std::string& server_id) {
@@ -161,9 +181,14 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
   req.sent_at = clock_type::now();
   const double timeout = req.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s;
   const double deadline = unix_now() + timeout * (1.0 - st.cfg.commit_grace);
-  auto piece = cut(with_deadline(req.payload, req.forward, deadline), static_cast<size_t>(st.cfg.chunk_bytes),
-                   st.next_transfer);
-  send_lead(self, target, piece);
+  auto payload = with_deadline(req.payload, req.forward, deadline);
+  cut_payload piece;
+  if (st.cfg.bulk && st.cfg.bulk_min_bytes > 0 && static_cast<int64_t>(payload.size()) >= st.cfg.bulk_min_bytes) {
+    piece.transfer_id = st.cfg.bulk->push(caf::actor_cast<caf::actor>(target), std::move(payload));
+  } else {
+    piece = cut(std::move(payload), static_cast<size_t>(st.cfg.chunk_bytes), st.next_transfer);
+    send_lead(self, target, piece);
+  }
   const uint64_t attempt = ++st.next_attempt;
   const bool forward = req.forward;
   st.in_flight.emplace(attempt, std::move(req));
@@ -361,6 +386,8 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
         return;
       }
   });
+  if (self->state.cfg.bulk)
+    self->state.cfg.bulk->attach(caf::actor_cast<caf::actor>(self));
   subscribe(self, coordinator);
   self->send(self, tick_atom::value);
   auto enqueue = [self](bool forward, std::string& payload, int64_t samples, std::string preferred) {
@@ -386,6 +413,10 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id, piece);
       },
+      [self](bulk_atom, uint64_t key, std::string& bytes) {
+        self->state.inbox.arrived(key, std::move(bytes), clock_type::now());
+      },
+      [self](bulk_atom, uint64_t key) { self->state.inbox.expire(key); },
       [self](tick_atom) {
         on_tick(self);
         self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);

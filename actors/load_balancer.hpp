@@ -47,6 +47,7 @@
 
 #include "actors/metrics.hpp"
 #include "actors/policy/routing.hpp"
+#include "messages/bulk.hpp"
 #include "messages/chunks.hpp"
 #include "messages/protocol.hpp"
 
@@ -63,6 +64,10 @@ struct load_balancer_config {
   int max_attempts = 5;                ///< attempts per request before its error goes back
   bool static_routing = false;         ///< pin one server (GPipe-style) instead of SWARM routing
   int64_t chunk_bytes = 16 << 20;      ///< largest request payload per message, bytes
+  /// The bulk data plane (messages/bulk.hpp): requests of at least
+  /// bulk_min_bytes go over it, and replies may come over it; null = CAF only.
+  std::shared_ptr<bulk_endpoint> bulk;
+  int64_t bulk_min_bytes = 64 << 10;
   uint64_t seed = 1;                   ///< tie-breaks and static pinning
   policy::routing_config routing;
 };
@@ -99,6 +104,7 @@ struct load_balancer_state {
   std::string pinned;                          ///< static routing: the one server used
   std::set<std::string> retired;               ///< static routing: servers present when a pin died, never used
   chunk_assembler chunks;
+  bulk_inbox inbox;                            ///< replies from the bulk connection, paired with their messages
   uint64_t next_transfer = 0;
   uint64_t next_attempt = 0;
   bool stalled = false;                        ///< a stall was logged and has not ended

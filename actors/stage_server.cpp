@@ -52,19 +52,27 @@ using self_ptr = stage_actor::stateful_pointer<stage_server_state>;
 using reply_t = caf::result<uint64_t, std::string>;
 using clock_type = std::chrono::steady_clock;
 
-/// Sends the leading chunks of `payload` to the requester and returns the tail.
-reply_t send_reply(self_ptr self, std::string payload) {
-  auto p = cut(std::move(payload), static_cast<size_t>(self->state.cfg.chunk_bytes), self->state.next_transfer);
-  send_lead(self, caf::actor_cast<caf::actor>(self->current_sender()), p);
+/// Where a reply goes: the transfer id and the inline bytes to answer with. A
+/// forward or backward reply of at least bulk_min_bytes goes over the bulk
+/// connection (the requester, a load balancer, claims it); anything else in
+/// chunks, the last in the reply.
+std::pair<uint64_t, std::string> send_reply(self_ptr self, const caf::strong_actor_ptr& requester, std::string payload,
+                                            bool bulk_ok) {
+  auto& cfg = self->state.cfg;
+  const auto to = caf::actor_cast<caf::actor>(requester);
+  if (bulk_ok && cfg.bulk && cfg.bulk_min_bytes > 0 && static_cast<int64_t>(payload.size()) >= cfg.bulk_min_bytes)
+    return {cfg.bulk->push(to, std::move(payload)), std::string{}};
+  auto p = cut(std::move(payload), static_cast<size_t>(cfg.chunk_bytes), self->state.next_transfer);
+  send_lead(self, to, p);
   return {p.transfer_id, std::move(p.tail)};
 }
 
-reply_t reject(self_ptr self, const char* op, caf::error err) {
+caf::error reject(self_ptr self, const caf::strong_actor_ptr& requester, const char* op, caf::error err) {
   ++self->state.counters->rejected;
   // Refusals while moving are expected (load balancers re-send them): not worth a warning each.
   get_logger("stage_server")
       ->log(code_of(err) == errc::LEAVING ? spdlog::level::debug : spdlog::level::warn, "stage {}: rejected {} from {}: {}",
-            self->state.worker->span().stage, op, caf::to_string(self->current_sender()), describe(err));
+            self->state.worker->span().stage, op, caf::to_string(requester), describe(err));
   return err;
 }
 
@@ -120,23 +128,25 @@ commit_decision decide_commit(self_ptr self, const Req& req, const char* directi
   return {};
 }
 
-/// Reassembles, decodes, validates and runs one request of type Req on `run`.
+/// Decodes, validates and runs one request of type Req on `run`: the reply
+/// (transfer id, inline bytes) or the error to answer `requester` with.
 template <class Req, class Run>
-reply_t handle(self_ptr self, const char* op, uint64_t transfer_id, std::string tail, Run run) {
+caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf::strong_actor_ptr& requester,
+                                                       const char* op, caf::expected<std::string> payload, Run run) {
   auto& st = self->state;
-  auto payload = st.chunks.finish(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id, std::move(tail));
   if (!payload)
-    return reject(self, op, payload.error());
+    return reject(self, requester, op, payload.error());
   auto req = decode<Req>(*payload, op);
   if (!req)
-    return reject(self, op, req.error());
+    return reject(self, requester, op, req.error());
   const auto stage = static_cast<uint32_t>(st.worker->span().stage);
   if (st.move || (req->stage() != stage && st.left_stages.count(req->stage()) > 0))
-    return reject(self, op, make_error(errc::LEAVING, "this server left stage " + std::to_string(req->stage())));
+    return reject(self, requester, op,
+                  make_error(errc::LEAVING, "this server left stage " + std::to_string(req->stage())));
   if (past_deadline(*req)) {
     // It waited in the mailbox past its deadline: the caller has moved on.
     ++st.counters->late;
-    return reject(self, op, make_error(errc::TIMEOUT, "arrived after its commit deadline; not computed"));
+    return reject(self, requester, op, make_error(errc::TIMEOUT, "arrived after its commit deadline; not computed"));
   }
   maybe_hang(self, std::is_same_v<Req, proto::forward_request>);
   const auto started = clock_type::now();
@@ -150,10 +160,41 @@ reply_t handle(self_ptr self, const char* op, uint64_t transfer_id, std::string 
   slow_down(self, started, slept);
   st.busy_s += std::chrono::duration<double>(clock_type::now() - started).count();
   if (!rep)
-    return reject(self, op, rep.error());
+    return reject(self, requester, op, rep.error());
   ++st.counters->served;
   averaging::report_progress(self, false);
-  return send_reply(self, encode(*rep));
+  return send_reply(self, requester, encode(*rep), true);
+}
+
+/// A forward or backward request: its payload inline (reassembled from
+/// chunks) and answered now, or over the bulk connection and answered once
+/// its bytes are here.
+template <class Req, class Run>
+reply_t receive_request(self_ptr self, const char* op, uint64_t transfer_id, std::string tail, Run run) {
+  auto& st = self->state;
+  const auto requester = self->current_sender();
+  if (!is_bulk(transfer_id)) {
+    auto r = handle<Req>(self, requester, op,
+                         st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id, std::move(tail)),
+                         run);
+    if (!r)
+      return r.error();
+    return {r->first, std::move(r->second)};
+  }
+  auto rp = self->make_response_promise<uint64_t, std::string>();
+  const bool here = st.inbox.claim(
+      transfer_id,
+      [self, requester, op, run, rp](caf::expected<std::string> payload) mutable {
+        auto r = handle<Req>(self, requester, op, std::move(payload), run);
+        if (r)
+          rp.deliver(r->first, std::move(r->second));
+        else
+          rp.deliver(r.error());
+      },
+      bulk_inbox::clock::now());
+  if (!here)
+    self->delayed_send(self, seconds(st.cfg.bulk_wait_s), bulk_atom::value, transfer_id);
+  return rp;
 }
 
 } // namespace
@@ -166,6 +207,8 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   self->state.metrics = std::move(metrics);
   self->state.counters = std::move(counters);
   self->state.hash = self->state.worker->parameter_hash();
+  if (self->state.cfg.bulk)
+    self->state.cfg.bulk->attach(caf::actor_cast<caf::actor>(self));
   // A trainer that dies mid-transfer leaves partial payloads; drop them with it.
   // A peer that dies mid-round is out of the round.
   self->set_down_handler([self](caf::down_msg& msg) {
@@ -181,26 +224,26 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   });
   return {
       [self](forward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
-        return handle<proto::forward_request>(
+        return receive_request<proto::forward_request>(
             self, "forward_request", transfer_id, std::move(tail),
             [self](const proto::forward_request& r, const commit_gate& g) { return serve_forward(*self->state.worker, r, g); });
       },
       [self](backward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
-        return handle<proto::backward_request>(self, "backward_request", transfer_id, std::move(tail),
+        return receive_request<proto::backward_request>(self, "backward_request", transfer_id, std::move(tail),
                                                [self](const proto::backward_request& r, const commit_gate& g) {
                                                  return serve_backward(*self->state.worker, r, g);
                                                });
       },
       [self](state_atom, uint64_t transfer_id, std::string tail) -> reply_t {
         auto& st = self->state;
-        auto payload = st.chunks.finish(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id,
-                                        std::move(tail));
+        const auto requester = self->current_sender();
+        auto payload = st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id, std::move(tail));
         auto req = payload ? decode<proto::state_request>(*payload, "state_request")
                            : caf::expected<proto::state_request>{payload.error()};
         if (!req)
-          return reject(self, "state_request", req.error());
+          return reject(self, requester, "state_request", req.error());
         if (static_cast<int>(req->stage()) != st.worker->span().stage)
-          return reject(self, "state_request",
+          return reject(self, requester, "state_request",
                         make_error(errc::UNKNOWN_STAGE, "state of stage " + std::to_string(req->stage()) +
                                                             " asked of a server of stage " +
                                                             std::to_string(st.worker->span().stage)));
@@ -211,7 +254,9 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         rep.set_state(st.worker->export_state());
         get_logger("stage_server")->info("stage {}: sent state at step {} ({} bytes) to {}", req->stage(), rep.step(),
                                          rep.state().size(), req->server_id());
-        return send_reply(self, encode(rep));
+        // Never bulk: a joining server downloads with a scoped actor, which cannot claim.
+        auto [id, bytes] = send_reply(self, requester, encode(rep), false);
+        return {id, std::move(bytes)};
       },
       [self](round_atom, const std::string& bytes, const std::vector<caf::actor>& members) {
         averaging::on_round_begin(self, bytes, members);
@@ -226,6 +271,10 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         return moving::on_register(self, bytes, coordinator);
       },
       [self](move_atom, const std::string& bytes) { moving::on_move(self, bytes); },
+      [self](bulk_atom, uint64_t key, std::string& bytes) {
+        self->state.inbox.arrived(key, std::move(bytes), bulk_inbox::clock::now());
+      },
+      [self](bulk_atom, uint64_t key) { self->state.inbox.expire(key); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (self->state.chunk_senders.insert(from).second)

@@ -44,6 +44,7 @@
 #include "actors/metrics.hpp"
 #include "actors/policy/butterfly.hpp"
 #include "config/config.hpp"
+#include "messages/bulk.hpp"
 #include "messages/chunks.hpp"
 #include "messages/protocol.hpp"
 #include "models/stage_worker.hpp"
@@ -66,6 +67,11 @@ struct stage_server_config {
   int num_stages = 2;
   std::string device = "cpu";
   std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: how its all-reduce pieces travel
+  /// The bulk data plane (messages/bulk.hpp): replies and pieces of at least
+  /// bulk_min_bytes go over it; null = everything through CAF.
+  std::shared_ptr<bulk_endpoint> bulk;
+  int64_t bulk_min_bytes = 64 << 10;
+  double bulk_wait_s = 60;        ///< a claim on bytes that have not come fails after this (PEER_GONE)
 };
 
 /// Totals of one stage served, reported when the server leaves it or exits (metrics event server_exit).
@@ -103,6 +109,7 @@ struct stage_server_state {
   std::shared_ptr<metrics_sink> metrics;
   std::shared_ptr<stage_server_counters> counters;
   chunk_assembler chunks;
+  bulk_inbox inbox;                         ///< payloads from the bulk connection, paired with their messages
   std::set<caf::actor_addr> chunk_senders;  ///< monitored so their unfinished payloads can be dropped
   std::set<caf::actor_addr> round_peers;    ///< monitored so a round learns of their death (once each)
   uint64_t next_transfer = 0;

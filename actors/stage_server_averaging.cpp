@@ -111,9 +111,14 @@ void send_pieces(server_ptr self, std::vector<policy::piece> out) {
     const auto codec = codec_of(st.cfg.averaging_compression);
     msg.set_codec(codec);
     msg.set_count(p.values.size());
-    msg.set_values(encode_floats(p.values.data(), static_cast<int64_t>(p.values.size()), codec));
-    r.bytes_sent += static_cast<int64_t>(msg.values().size());
-    self->send(r.members[static_cast<size_t>(p.to)], piece_atom::value, encode(msg));
+    auto values = encode_floats(p.values.data(), static_cast<int64_t>(p.values.size()), codec);
+    r.bytes_sent += static_cast<int64_t>(values.size());
+    const auto& to = r.members[static_cast<size_t>(p.to)];
+    if (st.cfg.bulk && st.cfg.bulk_min_bytes > 0 && static_cast<int64_t>(values.size()) >= st.cfg.bulk_min_bytes)
+      msg.set_bulk_key(st.cfg.bulk->push(caf::actor_cast<caf::actor>(to), std::move(values)));
+    else
+      msg.set_values(std::move(values));
+    self->send(to, piece_atom::value, encode(msg));
   }
   if (!r.finished && r.exchange->complete())
     finish(self, nullptr);
@@ -249,12 +254,11 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
   st.early_pieces.erase(st.early_pieces.begin(), st.early_pieces.upper_bound(st.round->id));
 }
 
-void on_piece(server_ptr self, const std::string& bytes) {
+/// A piece whose values are here, from member `from`: fed to the round, kept
+/// for a round not begun yet, or dropped (an old round's).
+void route_piece(server_ptr self, const caf::actor_addr& from, const proto::allreduce_piece& head,
+                 const std::string& bytes) {
   auto& st = self->state;
-  proto::allreduce_piece head;  // only the round id is needed to route it
-  if (!head.ParseFromString(bytes))
-    return;
-  const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
   if (st.round && head.round() == st.round->id) {
     feed(self, from, bytes);
   } else if (!st.round || head.round() > st.round->id) {
@@ -262,6 +266,36 @@ void on_piece(server_ptr self, const std::string& bytes) {
     if (st.early_pieces.size() < 4 || st.early_pieces.count(head.round()) > 0)
       st.early_pieces[head.round()].emplace_back(from, bytes);
   }
+}
+
+void on_piece(server_ptr self, const std::string& bytes) {
+  auto& st = self->state;
+  proto::allreduce_piece head;
+  if (!head.ParseFromString(bytes))
+    return;
+  const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (head.bulk_key() == 0) {
+    route_piece(self, from, head, bytes);
+    return;
+  }
+  // Its values come over the bulk connection; a piece that never comes is a
+  // member that never sent it, which the round's deadlines already handle.
+  const uint64_t key = head.bulk_key() | bulk_flag;
+  const bool here = st.inbox.claim(
+      key,
+      [self, from, head](caf::expected<std::string> values) mutable {
+        if (!values) {
+          get_logger("stage_server")->warn("stage {}: round {}: a piece's values never came: {}", stage_of(self),
+                                           head.round(), describe(values.error()));
+          return;
+        }
+        head.set_values(std::move(*values));
+        head.set_bulk_key(0);
+        route_piece(self, from, head, encode(head));
+      },
+      bulk_inbox::clock::now());
+  if (!here)
+    self->delayed_send(self, seconds(st.cfg.bulk_wait_s), bulk_atom::value, key);
 }
 
 void on_exclude(server_ptr self, const std::string& bytes) {

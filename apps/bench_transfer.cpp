@@ -4,22 +4,34 @@
 //
 // For 1, 16 and 64 MiB float32 tensors it measures, in one run and on the same
 // machine, the throughput of:
-//   caf chunked: the swarm's path (proto encode, chunks of --chunk-bytes, CAF
-//                messages to a remote actor that reassembles, decodes and checks);
-//   caf single:  the same payload as one CAF message (to show why we chunk);
-//   raw tcp:     the bytes alone over a plain TCP socket, the ceiling.
-// Each transfer is acknowledged by the receiver before the next starts; each
-// figure is the best of 3 rounds of --reps transfers, the variants alternating.
+//   bulk request: the swarm's path for requests (messages/bulk.hpp): proto
+//                 encode, the bytes over the bulk connection, a CAF request
+//                 naming their key; the receiver pairs them, decodes and checks;
+//   bulk reply:   the same for replies: a small CAF request, the tensor back
+//                 over the bulk connection to the requester, which decodes it;
+//   bulk pieces:  all-reduce pieces: one-way messages whose bytes go bulk, the
+//                 last one acknowledged;
+//   caf chunked:  the CAF-only path (chunks of --chunk-bytes), used below the
+//                 bulk threshold and before the bulk plane existed;
+//   raw tcp:      the bytes alone over a plain TCP socket, the ceiling.
+// Each transfer is acknowledged before the next starts; each figure is the best
+// of 3 rounds of --reps transfers, the variants alternating. CPU seconds per GB
+// are the sender's and receiver's user + system time over the bulk request runs.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <malloc.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,39 +39,113 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "messages/bulk.hpp"
 #include "messages/chunks.hpp"
 #include "messages/wire.hpp"
 
 using namespace swarm;
 using transfer_atom = caf::atom_constant<caf::atom("transfer")>;
+using fetch_atom = caf::atom_constant<caf::atom("fetch")>;
+using cpu_atom = caf::atom_constant<caf::atom("cpu")>;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+proto::tensor make_tensor(size_t bytes);
+
+/// Decodes and checks a tensor payload: what a receiver in the swarm does.
+caf::expected<int64_t> check_payload(const std::string& whole) {
+  auto t = decode<proto::tensor>(whole, "tensor");
+  if (!t)
+    return t.error();
+  if (auto err = check_tensor(*t, "tensor"))
+    return err;
+  return numel(*t);
+}
+
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 struct receiver_state {
   chunk_assembler chunks;
+  bulk_inbox inbox;
+  std::shared_ptr<bulk_endpoint> bulk;
+  int64_t pieces = 0;
 };
 
-/// Reassembles, decodes and checks each tensor; replies with its element count.
-caf::behavior receiver(caf::stateful_actor<receiver_state>* self) {
+/// Reassembles (chunks or bulk), decodes and checks each tensor; replies with
+/// its element count. fetch: sends a tensor of that many bytes back, bulk.
+caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_ptr<bulk_endpoint> bulk) {
+  self->state.bulk = std::move(bulk);
+  self->state.bulk->attach(caf::actor_cast<caf::actor>(self));
   return {
       [self](chunk_atom, uint64_t id, const std::string& piece) {
         self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), id, piece);
       },
+      [self](bulk_atom, uint64_t key, std::string& bytes) {
+        self->state.inbox.arrived(key, std::move(bytes), bulk_inbox::clock::now());
+      },
       [self](transfer_atom, uint64_t id, std::string& tail) -> caf::result<int64_t> {
+        if (is_bulk(id)) {
+          auto rp = self->make_response_promise<int64_t>();
+          self->state.inbox.claim(
+              id,
+              [rp](caf::expected<std::string> whole) mutable {
+                if (!whole) {
+                  rp.deliver(whole.error());
+                  return;
+                }
+                auto n = check_payload(*whole);
+                if (n)
+                  rp.deliver(*n);
+                else
+                  rp.deliver(n.error());
+              },
+              bulk_inbox::clock::now());
+          return rp;
+        }
         auto whole = self->state.chunks.finish(caf::actor_cast<caf::actor_addr>(self->current_sender()), id,
                                                std::move(tail));
         if (!whole)
           return whole.error();
-        auto t = decode<proto::tensor>(*whole, "tensor");
-        if (!t)
-          return t.error();
-        if (auto err = check_tensor(*t, "tensor"))
-          return err;
-        return numel(*t);
+        auto n = check_payload(*whole);
+        if (!n)
+          return n.error();
+        return *n;
       },
+      // A piece: one-way; `last` asks for an acknowledgement of all so far.
+      [self](piece_atom, uint64_t key, bool last) -> caf::result<int64_t> {
+        auto rp = self->make_response_promise<int64_t>();
+        self->state.inbox.claim(
+            key,
+            [self, rp, last](caf::expected<std::string> whole) mutable {
+              if (whole && check_payload(*whole))
+                ++self->state.pieces;
+              if (last)
+                rp.deliver(self->state.pieces);
+            },
+            bulk_inbox::clock::now());
+        return rp;
+      },
+      [self](fetch_atom, uint64_t bytes) -> caf::result<uint64_t> {
+        auto payload = encode(make_tensor(bytes));
+        return self->state.bulk->push(caf::actor_cast<caf::actor>(self->current_sender()), std::move(payload));
+      },
+      [](cpu_atom) { return cpu_seconds(); },
   };
 }
+
+/// The requesting side of the bulk variants: receives bulk replies.
+struct requester_state {
+  bulk_inbox inbox;
+  caf::actor dest;
+  std::shared_ptr<bulk_endpoint> bulk;
+  std::function<void(bool)> done;
+};
 
 proto::tensor make_tensor(size_t bytes) {
   proto::tensor t;
@@ -78,6 +164,11 @@ void configure(caf::actor_system_config& cfg) {
   cfg.set("logger.console", caf::atom("none"));
 }
 
+double mb_per_s(size_t bytes, int reps, std::chrono::steady_clock::time_point start) {
+  const double secs = std::chrono::duration<double>(clock_type::now() - start).count();
+  return static_cast<double>(bytes) * reps / secs / 1e6;
+}
+
 double caf_throughput(caf::actor_system& sys, const caf::actor& dest, size_t bytes, size_t chunk, int reps) {
   caf::scoped_actor self{sys};
   const auto tensor = make_tensor(bytes);
@@ -93,8 +184,68 @@ double caf_throughput(caf::actor_system& sys, const caf::actor& dest, size_t byt
     if (!ok)
       return 0;
   }
-  const double secs = std::chrono::duration<double>(clock_type::now() - start).count();
-  return static_cast<double>(bytes) * reps / secs / 1e6;
+  return mb_per_s(bytes, reps, start);
+}
+
+enum class bulk_kind { request, reply, pieces };
+
+/// One bulk variant, run by an event-based actor (bulk replies arrive as
+/// messages to an attached actor, which a scoped actor is not).
+double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoint>& bulk, const caf::actor& dest,
+                       size_t bytes, int reps, bulk_kind kind) {
+  std::promise<bool> finished;
+  auto result = finished.get_future();
+  const auto tensor = make_tensor(bytes);
+  const auto start = clock_type::now();
+  auto actor = sys.spawn([&, bulk, dest, kind, reps, bytes](caf::stateful_actor<requester_state>* self) -> caf::behavior {
+    bulk->attach(caf::actor_cast<caf::actor>(self));
+    auto left = std::make_shared<int>(reps);
+    auto fail = [self, &finished](caf::error& err) {
+      std::fprintf(stderr, "transfer failed: %s\n", describe(err).c_str());
+      finished.set_value(false);
+      self->quit();
+    };
+    auto next = std::make_shared<std::function<void()>>();
+    *next = [self, &finished, &tensor, bulk, dest, kind, bytes, left, next, fail, reps] {
+      if ((*left)-- == 0) {
+        finished.set_value(true);
+        self->quit();
+        return;
+      }
+      if (kind == bulk_kind::request) {
+        const auto key = bulk->push(dest, encode(tensor));
+        self->request(dest, std::chrono::seconds(120), transfer_atom::value, key, std::string{})
+            .then([next](int64_t) { (*next)(); }, fail);
+      } else if (kind == bulk_kind::reply) {
+        self->request(dest, std::chrono::seconds(120), fetch_atom::value, uint64_t{bytes})
+            .then(
+                [self, next](uint64_t key) {
+                  self->state.inbox.claim(
+                      key, [next](caf::expected<std::string> whole) { if (whole && check_payload(*whole)) (*next)(); },
+                      bulk_inbox::clock::now());
+                },
+                fail);
+      } else {
+        // All pieces go out at once, as a member's parts do; the last is acknowledged.
+        for (int i = 0; i < reps; ++i) {
+          const auto key = bulk->push(dest, encode(tensor));
+          if (i + 1 < reps)
+            self->send(dest, piece_atom::value, key, false);
+          else
+            self->request(dest, std::chrono::seconds(120), piece_atom::value, key, true)
+                .then([self, &finished](int64_t) { finished.set_value(true); self->quit(); }, fail);
+        }
+        *left = -1;
+      }
+    };
+    (*next)();
+    return {[self](bulk_atom, uint64_t key, std::string& b) {
+      self->state.inbox.arrived(key, std::move(b), bulk_inbox::clock::now());
+    }};
+  });
+  const bool ok = result.get();
+  bulk->detach(actor.id());
+  return ok ? mb_per_s(bytes, reps, start) : 0;
 }
 
 void write_all(int fd, const char* p, size_t n) {
@@ -175,6 +326,8 @@ int connect_socket(uint16_t port) {
 } // namespace
 
 int main(int argc, char** argv) {
+  if (std::getenv("SWARM_MALLOPT"))
+    { mallopt(M_MMAP_MAX, 0); mallopt(M_TRIM_THRESHOLD, 1 << 30); }
   int reps = 5;
   size_t chunk = 16 << 20;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -194,7 +347,10 @@ int main(int argc, char** argv) {
     caf::actor_system_config cfg;
     configure(cfg);
     caf::actor_system sys{cfg};
-    auto recv = sys.spawn(receiver);
+    auto bulk = bulk_endpoint::start(sys);
+    if (!bulk)
+      std::_Exit(1);
+    auto recv = sys.spawn(receiver, *bulk);
     auto port = sys.middleman().publish(recv, 0, "127.0.0.1");
     const uint16_t p = port ? *port : 0;
     write_all(pipe_fds[1], reinterpret_cast<const char*>(&p), sizeof p);
@@ -212,25 +368,48 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot reach the receiver: %s\n", sys.render(dest.error()).c_str());
     return 1;
   }
+  auto bulk = bulk_endpoint::start(sys);
+  if (!bulk) {
+    std::fprintf(stderr, "no bulk endpoint: %s\n", describe(bulk.error()).c_str());
+    return 1;
+  }
   const int tcp_fd = connect_socket(tcp_port);
-  std::printf("tensor transfer between two processes on loopback, %d reps each, chunks of %zu bytes\n", reps, chunk);
-  std::printf("%8s %16s %16s %16s %14s\n", "MiB", "caf chunked MB/s", "caf single MB/s", "raw tcp MB/s",
-              "chunked/raw");
+  std::printf("tensor transfer between two processes on loopback, %d reps each, chunks of %zu bytes; MB/s, and the\n"
+              "ratio to raw TCP measured in the same run\n", reps, chunk);
+  std::printf("%5s %13s %13s %13s %13s %13s %7s %7s %7s %7s\n", "MiB", "bulk request", "bulk reply", "bulk pieces",
+              "caf chunked", "raw tcp", "req/raw", "rep/raw", "pcs/raw", "caf/raw");
+  auto remote_cpu = [&] {
+    caf::scoped_actor self{sys};
+    double secs = 0;
+    self->request(*dest, std::chrono::seconds(10), cpu_atom::value).receive([&](double s) { secs = s; }, [](caf::error&) {});
+    return secs;
+  };
+  double cpu_bytes = 0, cpu_secs = 0;
   for (size_t mib : {1, 16, 64}) {
     const size_t bytes = mib << 20;
-    // Warm-up (connection buffers, first-touch pages), then alternate the
-    // variants and keep each one's best round, so neither pays for going first.
-    caf_throughput(sys, *dest, bytes, bytes * 2, 2);
+    // Warm-up (connections, first-touch pages), then alternate the variants
+    // and keep each one's best round, so none pays for going first.
+    caf_throughput(sys, *dest, bytes, chunk, 2);
+    bulk_throughput(sys, *bulk, *dest, bytes, 2, bulk_kind::request);
+    bulk_throughput(sys, *bulk, *dest, bytes, 2, bulk_kind::reply);
     tcp_throughput(tcp_fd, bytes, 2);
-    double chunked = 0, single = 0, raw = 0;
+    double request = 0, reply = 0, pieces = 0, chunked = 0, raw = 0;
     for (int round = 0; round < 3; ++round) {
+      const double cpu0 = cpu_seconds() + remote_cpu();
+      request = std::max(request, bulk_throughput(sys, *bulk, *dest, bytes, reps, bulk_kind::request));
+      cpu_secs += cpu_seconds() + remote_cpu() - cpu0;
+      cpu_bytes += static_cast<double>(bytes) * reps;
+      reply = std::max(reply, bulk_throughput(sys, *bulk, *dest, bytes, reps, bulk_kind::reply));
+      pieces = std::max(pieces, bulk_throughput(sys, *bulk, *dest, bytes, reps, bulk_kind::pieces));
       chunked = std::max(chunked, caf_throughput(sys, *dest, bytes, chunk, reps));
-      single = std::max(single, caf_throughput(sys, *dest, bytes, bytes * 2, reps));
       raw = std::max(raw, tcp_throughput(tcp_fd, bytes, reps));
     }
-    std::printf("%8zu %16.1f %16.1f %16.1f %14.3f\n", mib, chunked, single, raw, chunked / raw);
+    std::printf("%5zu %13.1f %13.1f %13.1f %13.1f %13.1f %7.3f %7.3f %7.3f %7.3f\n", mib, request, reply, pieces,
+                chunked, raw, request / raw, reply / raw, pieces / raw, chunked / raw);
     std::fflush(stdout);
   }
+  std::printf("CPU time of both processes over the bulk request runs (encode, send, receive, decode, check): "
+              "%.2f s per GB\n", cpu_secs / (cpu_bytes / 1e9));
   ::close(tcp_fd);
   int status = 0;
   ::waitpid(child, &status, 0);

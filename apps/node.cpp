@@ -18,6 +18,7 @@
 #include "actors/stage_server_move.hpp"
 #include "actors/trainer.hpp"
 #include "apps/roles.hpp"
+#include "messages/bulk.hpp"
 #include "messages/chunks.hpp"
 #include "messages/wire.hpp"
 #include "models/partition.hpp"
@@ -95,6 +96,33 @@ caf::error register_with(caf::actor_system& sys, const coordinator_actor& coord,
 
 int exit_code_of(const caf::error& reason) {
   return !reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal ? 0 : 1;
+}
+
+/// The `bulk` metrics event: what this process moved over its bulk connections.
+void emit_bulk(metrics_sink& metrics, const std::string& who, const bulk_endpoint& bulk) {
+  const auto s = bulk.stats();
+  metrics.emit("bulk", {{"process", who},
+                        {"frames_sent", static_cast<int64_t>(s.frames_sent)},
+                        {"bytes_sent", static_cast<int64_t>(s.bytes_sent)},
+                        {"frames_received", static_cast<int64_t>(s.frames_received)},
+                        {"bytes_received", static_cast<int64_t>(s.bytes_received)},
+                        {"send_failures", static_cast<int64_t>(s.send_failures)},
+                        {"bad_frames", static_cast<int64_t>(s.bad_frames)},
+                        {"undeliverable", static_cast<int64_t>(s.undeliverable)}});
+}
+
+/// This process's end of the bulk data plane (messages/bulk.hpp), listening on
+/// --host; null, after saying why on stderr, when it cannot listen.
+std::shared_ptr<bulk_endpoint> start_bulk(caf::actor_system& sys, const app_config& cfg, const char* who) {
+  bulk_options opts;
+  opts.host = cfg.server.host;
+  auto bulk = bulk_endpoint::start(sys, opts);
+  if (!bulk) {
+    std::cerr << "swarm: " << who << ": " << describe(bulk.error()) << "\n";
+    return nullptr;
+  }
+  get_logger(who)->debug("bulk connections on {}:{}", opts.host, (*bulk)->port());
+  return *bulk;
 }
 
 /// Connects to the coordinator, retrying while it is still starting up; says
@@ -238,6 +266,9 @@ int run_server(const app_config& cfg) {
   auto coord = connect_coordinator(sys, cfg.server.coordinator, "server");
   if (!coord)
     return 1;
+  auto bulk = start_bulk(sys, cfg, "server");
+  if (!bulk)
+    return 1;
   const auto asked_at = std::chrono::steady_clock::now();
   proto::placement placed;
   if (cfg.server.stage < 0) {
@@ -268,6 +299,8 @@ int run_server(const app_config& cfg) {
   scfg.num_stages = cfg.stages;
   scfg.device = cfg.device;
   scfg.averaging_compression = cfg.server.averaging_compression;
+  scfg.bulk = bulk;
+  scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
   auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics, std::make_shared<stage_server_counters>());
   auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
   auto port = sys.middleman().publish(server, static_cast<uint16_t>(cfg.server.port));
@@ -315,6 +348,7 @@ int run_server(const app_config& cfg) {
   // in 4 of 8 clusters stopped here, each SIGKILLed by the launcher after 10 s;
   // 0 of 6 with this pause).
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  emit_bulk(*metrics, server_id, *bulk);
   return exit_code_of(reason);
 }
 
@@ -328,6 +362,9 @@ int run_trainer(const app_config& cfg) {
   caf::actor_system sys{sys_cfg};
   auto coord = connect_coordinator(sys, cfg.trainer.coordinator, "trainer");
   if (!coord)
+    return 1;
+  auto bulk = start_bulk(sys, cfg, "trainer");
+  if (!bulk)
     return 1;
   std::vector<caf::actor> balancers;
   for (int s = 0; s < cfg.stages; ++s) {
@@ -343,6 +380,8 @@ int run_trainer(const app_config& cfg) {
     lb.max_attempts = t.max_retries;
     lb.static_routing = t.routing == "static";
     lb.chunk_bytes = cfg.net.chunk_bytes;
+    lb.bulk = bulk;
+    lb.bulk_min_bytes = cfg.net.bulk_min_bytes;
     lb.seed = cfg.model.seed * 1000003 + static_cast<uint64_t>(::getpid()) * 31 + static_cast<uint64_t>(s);
     lb.routing = {t.ema_alpha, t.backward_cost, t.ban_base_s, t.ban_max_s};
     balancers.push_back(sys.spawn(load_balancer, lb, *coord, metrics));
@@ -359,6 +398,7 @@ int run_trainer(const app_config& cfg) {
                                            });
   for (auto& lb : balancers)
     caf::anon_send_exit(lb, caf::exit_reason::user_shutdown);
+  emit_bulk(*metrics, trainer_id, *bulk);
   if (exit_code_of(reason) != 0)
     std::cerr << "swarm: trainer stopped: " << describe(reason) << "\n";
   return exit_code_of(reason);

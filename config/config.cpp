@@ -78,6 +78,8 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name, std::stri
   app.add_option("--heartbeat", n.heartbeat_s, "CAF heartbeat interval, seconds");
   app.add_option("--connection-timeout", n.connection_timeout_s, "drop a connection silent this long, seconds");
   app.add_option("--chunk-bytes", n.chunk_bytes, "largest single message payload, bytes");
+  app.add_option("--bulk-min-bytes", n.bulk_min_bytes,
+                 "payloads of at least this many bytes go over a dedicated bulk connection; 0 = all through CAF");
 
   app.add_option("--port", c.coordinator.port, "coordinator: TCP port to listen on; 0 = any free port");
   app.add_option("--port-file", c.coordinator.port_file, "coordinator: write the bound port to this file");
@@ -95,7 +97,7 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name, std::stri
 
   app.add_option("--coordinator", c.server.coordinator, "server, trainer: HOST:PORT of the coordinator");
   app.add_option("--stage", stage, "server: pipeline stage to serve, 0-based, or auto: where the coordinator needs it");
-  app.add_option("--host", c.server.host, "server: address trainers use to reach it");
+  app.add_option("--host", c.server.host, "server, trainer: address peers use to reach this process (its actors and its bulk connection)");
   app.add_option("--server-port", c.server.port, "server: TCP port to listen on; 0 = any free port");
   app.add_option("--batch-size", c.server.batch_size,
                  "samples per optimizer step: stage-wide target batch (coordinator), batch (local), reported step (trainer)");
@@ -197,6 +199,7 @@ std::string validate(const app_config& c) {
   require(e, c.net.connection_timeout_s > c.net.heartbeat_s, "connection-timeout", c.net.connection_timeout_s,
           "must exceed --heartbeat");
   require(e, c.net.chunk_bytes >= 1024, "chunk-bytes", c.net.chunk_bytes, "must be >= 1024");
+  require(e, c.net.bulk_min_bytes >= 0, "bulk-min-bytes", c.net.bulk_min_bytes, "must be >= 0");
   require(e, c.coordinator.port >= 0 && c.coordinator.port <= 65535, "port", c.coordinator.port, "must be in [0, 65535]");
   require(e, c.coordinator.averaging_timeout_s > 0, "averaging-timeout", c.coordinator.averaging_timeout_s, "must be > 0");
   require(e, c.coordinator.rebalance_period_s > 0, "rebalance-period", c.coordinator.rebalance_period_s, "must be > 0");
@@ -335,6 +338,7 @@ std::vector<std::string> to_flags(const app_config& c) {
   add("heartbeat", c.net.heartbeat_s);
   add("connection-timeout", c.net.connection_timeout_s);
   add("chunk-bytes", c.net.chunk_bytes);
+  add("bulk-min-bytes", c.net.bulk_min_bytes);
   add("batch-size", c.server.batch_size);
   add("averaging-compression", c.server.averaging_compression);
   add("averaging-timeout", c.coordinator.averaging_timeout_s);

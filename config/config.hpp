@@ -42,6 +42,10 @@ struct net_config {
   /// 16 MiB message moves at ~500 MB/s, one 64 MiB message at ~270 MB/s, and every
   /// extra message costs ~35 ms, so payloads up to 16 MiB go whole.
   int64_t chunk_bytes = 16 << 20;
+  /// Payloads of at least this many bytes (requests, replies, all-reduce pieces)
+  /// go over the bulk connection, the CAF message naming them; 0 = never. Measured
+  /// (scripts/bench_transfer.sh): CAF alone moves 16-64 MiB at 0.1-0.3 of raw TCP.
+  int64_t bulk_min_bytes = 64 << 10;
 };
 
 struct coordinator_config {

@@ -8,6 +8,9 @@
 // (chunk, transfer_id, bytes) messages followed by the request (or reply) that
 // carries the same transfer_id and the last piece. transfer_id 0 = all inline.
 // CAF keeps messages between two actors in order, which the reassembly relies on.
+// Payloads of at least net_config::bulk_min_bytes skip CAF instead: their bytes
+// go over the bulk connection (messages/bulk.hpp) and the request, reply or
+// piece names their key (a transfer_id with bulk_flag set, or bulk_key).
 
 #include <chrono>
 #include <cstdint>
@@ -50,6 +53,9 @@ using waiting_atom = caf::atom_constant<caf::atom("waiting")>;
 using move_atom = caf::atom_constant<caf::atom("move")>;
 using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using place_atom = caf::atom_constant<caf::atom("place")>;
+/// (bulk, key, bytes): a payload's bytes from the bulk connection (messages/bulk.hpp);
+/// (bulk, key): the receiver's own timer, its claim on those bytes is late.
+using bulk_atom = caf::atom_constant<caf::atom("bulk")>;
 
 /// The rebalancer (actors/rebalancer.hpp), in the coordinator process. join:
 /// register_server plus the server's handle (from the coordinator); progress:
@@ -83,6 +89,7 @@ using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::strin
 /// register: (register_server, coordinator) -> empty string: (re)register with
 /// that coordinator, as the stage it serves now (from its node). move:
 /// move_order (from the rebalancer, or from itself when a deferred move may go on).
+/// bulk: a payload's bytes from the bulk connection, or its own timer on them.
 using stage_actor = caf::typed_actor<
     caf::replies_to<forward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
@@ -94,7 +101,9 @@ using stage_actor = caf::typed_actor<
     caf::reacts_to<reload_atom, std::string, caf::actor>,
     caf::reacts_to<deadline_atom, uint64_t, int32_t>,
     caf::replies_to<register_atom, std::string, caf::actor>::with<std::string>,
-    caf::reacts_to<move_atom, std::string>>;
+    caf::reacts_to<move_atom, std::string>,
+    caf::reacts_to<bulk_atom, uint64_t, std::string>,
+    caf::reacts_to<bulk_atom, uint64_t>>;
 
 /// The membership registry. register: (register_server, the server's handle)
 /// -> register_reply, and the server is monitored from then on; peers:

@@ -70,6 +70,8 @@ stage_actor::behavior_type silent_server(stage_actor::pointer self) {
       [](deadline_atom, uint64_t, int32_t) {},
       [](register_atom, std::string&, caf::actor&) { return std::string{}; },
       [](move_atom, std::string&) {},
+      [](bulk_atom, uint64_t, std::string&) {},
+      [](bulk_atom, uint64_t) {},
   };
 }
 

@@ -71,6 +71,23 @@ TEST_CASE("a multi-process swarm trains config/tiny below the unigram entropy", 
   CHECK(acked[0] == number(events(metrics, "trainer_exit").back(), "samples"));
   CHECK(committed.at(0) == acked[0]);
   CHECK(committed.at(1) == acked[1]);
+  // The wire: compressed by default, activations and pieces over the bulk
+  // connections (config/tiny's bulk-min-bytes is 4 KiB), nothing lost there.
+  CHECK(text(events(metrics, "trainer_exit").back(), "compression") == "blockwise8");
+  const auto bulk = events(metrics, "bulk");
+  REQUIRE(bulk.size() == 5);  // the trainer and 4 servers
+  double sent = 0, received = 0;
+  for (const auto& b : bulk) {
+    sent += number(b, "bytes_sent");
+    received += number(b, "bytes_received");
+    CHECK(number(b, "send_failures") == 0);
+    CHECK(number(b, "bad_frames") == 0);
+    CHECK(number(b, "frames_received") > 0);
+  }
+  std::printf("bulk: %.0f bytes sent, %.0f received over %zu processes\n", sent, received, bulk.size());
+  CHECK(received <= sent);  // a piece may still be on its way when the swarm stops
+  CHECK(received > 1e6);
+  CHECK(params_disagreements(metrics).empty());
   std::remove(metrics.c_str());
 }
 

@@ -1,0 +1,409 @@
+#include "messages/bulk.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <caf/io/middleman.hpp>
+
+#include "actors/log.hpp"
+#include "messages/errors.hpp"
+
+namespace swarm {
+
+namespace {
+
+constexpr uint32_t frame_magic = 0x31425753;  // "SWB1" little-endian
+const auto lookup_name = caf::atom("swarmbulk");
+
+struct frame_header {
+  uint32_t magic = frame_magic;
+  uint32_t reserved = 0;
+  uint64_t dest = 0;
+  uint64_t key = 0;
+  uint64_t size = 0;
+};
+static_assert(sizeof(frame_header) == 32);
+
+bool write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const auto w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w <= 0)
+      return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, char* p, size_t n) {
+  while (n > 0) {
+    const auto r = ::recv(fd, p, n, 0);
+    if (r <= 0)
+      return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+/// A connected TCP socket to host:port, or -1.
+int connect_to(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
+    return -1;
+  int fd = -1;
+  for (auto* a = found; a && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd >= 0) {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return fd;
+}
+
+struct job {
+  caf::actor_id dest = 0;
+  uint64_t key = 0;
+  std::string bytes;
+};
+
+} // namespace
+
+/// One peer process: its queue and the writer thread that owns its connection.
+struct peer_link {
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<job> queue;
+  bool stop = false;
+  std::thread writer;
+};
+
+struct bulk_endpoint::impl {
+  caf::actor_system& sys;
+  bulk_options opts;
+  int listen_fd = -1;
+  uint16_t port = 0;
+  caf::actor info;
+  std::thread acceptor;
+
+  mutable std::mutex m;  // everything below
+  bool stopping = false;
+  std::map<caf::actor_id, caf::actor_addr> receivers;
+  std::map<caf::node_id, std::unique_ptr<peer_link>> links;
+  std::set<int> reader_fds;
+  std::condition_variable readers_done;
+  std::mt19937_64 rng{std::random_device{}()};
+  bulk_stats stats;
+
+  impl(caf::actor_system& s, bulk_options o) : sys(s), opts(std::move(o)) {}
+
+  void deliver(caf::actor_id dest, uint64_t key, std::string bytes) {
+    caf::actor target;
+    {
+      std::lock_guard<std::mutex> lock(m);
+      if (auto it = receivers.find(dest); it != receivers.end())
+        target = caf::actor_cast<caf::actor>(it->second);
+      if (!target)
+        ++stats.undeliverable;
+    }
+    if (target)
+      caf::anon_send(target, bulk_atom::value, key, std::move(bytes));
+  }
+
+  /// Asks the peer node where its bulk endpoint listens (through CAF), then connects.
+  int connect_peer(const caf::node_id& node) {
+    auto entry = sys.middleman().remote_lookup(lookup_name, node);
+    if (!entry)
+      return -1;
+    std::string host;
+    uint16_t peer_port = 0;
+    caf::scoped_actor self{sys};
+    self->request(caf::actor_cast<caf::actor>(entry), std::chrono::seconds(10), caf::get_atom::value)
+        .receive([&](const std::string& h, uint16_t p) { host = h, peer_port = p; }, [](caf::error&) {});
+    return peer_port == 0 ? -1 : connect_to(host, peer_port);
+  }
+
+  void write_loop(const caf::node_id node, peer_link* link) {
+    int fd = -1;
+    for (;;) {
+      job j;
+      {
+        std::unique_lock<std::mutex> lock(link->m);
+        link->cv.wait(lock, [&] { return link->stop || !link->queue.empty(); });
+        if (link->stop)
+          break;
+        j = std::move(link->queue.front());
+        link->queue.pop_front();
+      }
+      if (fd < 0)
+        fd = connect_peer(node);
+      frame_header h;
+      h.dest = j.dest;
+      h.key = j.key;
+      h.size = j.bytes.size();
+      const bool ok = fd >= 0 && write_all(fd, reinterpret_cast<const char*>(&h), sizeof h) &&
+                      write_all(fd, j.bytes.data(), j.bytes.size());
+      std::lock_guard<std::mutex> lock(m);
+      if (ok) {
+        ++stats.frames_sent;
+        stats.bytes_sent += h.size;
+        continue;
+      }
+      ++stats.send_failures;
+      get_logger("bulk")->warn("cannot send {} bytes to {}: {}", h.size, caf::to_string(node),
+                               fd < 0 ? "its bulk endpoint cannot be reached" : "the connection broke");
+      if (fd >= 0)
+        ::close(fd);
+      fd = -1;  // the next frame reconnects
+    }
+    if (fd >= 0)
+      ::close(fd);
+  }
+
+  void read_loop(int fd) {
+    for (;;) {
+      frame_header h;
+      if (!read_all(fd, reinterpret_cast<char*>(&h), sizeof h))
+        break;
+      if (h.magic != frame_magic || h.reserved != 0 || h.size > opts.max_frame) {
+        std::lock_guard<std::mutex> lock(m);
+        ++stats.bad_frames;
+        get_logger("bulk")->warn("closed a bulk connection: {}", h.magic != frame_magic || h.reserved != 0
+                                                                     ? "not a swarm bulk frame"
+                                                                     : "frame of " + std::to_string(h.size) +
+                                                                           " bytes, more than allowed");
+        break;
+      }
+      std::string bytes;
+      try {
+        bytes.resize(h.size);
+      } catch (const std::bad_alloc&) {
+        break;
+      }
+      if (!read_all(fd, bytes.data(), bytes.size()))
+        break;  // half a frame: dropped, never delivered
+      {
+        std::lock_guard<std::mutex> lock(m);
+        ++stats.frames_received;
+        stats.bytes_received += h.size;
+      }
+      deliver(h.dest, h.key, std::move(bytes));
+    }
+    ::close(fd);
+    std::lock_guard<std::mutex> lock(m);
+    reader_fds.erase(fd);
+    readers_done.notify_all();
+  }
+
+  void accept_loop() {
+    for (;;) {
+      const int fd = ::accept(listen_fd, nullptr, nullptr);
+      if (fd < 0) {
+        std::lock_guard<std::mutex> lock(m);
+        if (stopping)
+          return;
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(m);
+      if (stopping || static_cast<int>(reader_fds.size()) >= opts.max_connections) {
+        ::close(fd);
+        continue;
+      }
+      reader_fds.insert(fd);
+      std::thread([this, fd] { read_loop(fd); }).detach();
+    }
+  }
+};
+
+caf::expected<std::shared_ptr<bulk_endpoint>> bulk_endpoint::start(caf::actor_system& sys, bulk_options opts) {
+  auto p = std::make_unique<impl>(sys, std::move(opts));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(p->opts.host.c_str(), "0", &hints, &found) != 0 || !found)
+    return make_error(errc::BAD_CONFIG, "bulk endpoint: cannot resolve host '" + p->opts.host + "'");
+  p->listen_fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+  int one = 1;
+  ::setsockopt(p->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const bool bound = p->listen_fd >= 0 && ::bind(p->listen_fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                     ::listen(p->listen_fd, 64) == 0;
+  ::freeaddrinfo(found);
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (!bound || ::getsockname(p->listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (p->listen_fd >= 0)
+      ::close(p->listen_fd);
+    return make_error(errc::BAD_CONFIG, "bulk endpoint: cannot listen on " + p->opts.host + ": " +
+                                            std::strerror(errno));
+  }
+  p->port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  const auto host = p->opts.host;
+  const auto port = p->port;
+  p->info = sys.spawn([host, port](caf::event_based_actor*) -> caf::behavior {
+    return {[host, port](caf::get_atom) { return caf::make_message(host, port); }};
+  });
+  sys.registry().put(lookup_name, caf::actor_cast<caf::strong_actor_ptr>(p->info));
+  auto* raw = p.get();
+  p->acceptor = std::thread([raw] { raw->accept_loop(); });
+  return std::shared_ptr<bulk_endpoint>(new bulk_endpoint(std::move(p)));
+}
+
+bulk_endpoint::bulk_endpoint(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+bulk_endpoint::~bulk_endpoint() {
+  auto& p = *impl_;
+  std::map<caf::node_id, std::unique_ptr<peer_link>> links;
+  {
+    std::lock_guard<std::mutex> lock(p.m);
+    p.stopping = true;
+    links.swap(p.links);
+    for (int fd : p.reader_fds)
+      ::shutdown(fd, SHUT_RDWR);  // unblocks their reads; they close and leave
+  }
+  ::shutdown(p.listen_fd, SHUT_RDWR);
+  p.acceptor.join();
+  ::close(p.listen_fd);
+  for (auto& [node, link] : links) {
+    {
+      std::lock_guard<std::mutex> lock(link->m);
+      link->stop = true;
+    }
+    link->cv.notify_all();
+    link->writer.join();
+  }
+  std::unique_lock<std::mutex> lock(p.m);
+  p.readers_done.wait(lock, [&] { return p.reader_fds.empty(); });
+  p.sys.registry().erase(lookup_name);
+  caf::anon_send_exit(p.info, caf::exit_reason::user_shutdown);
+}
+
+uint16_t bulk_endpoint::port() const { return impl_->port; }
+
+void bulk_endpoint::attach(const caf::actor& receiver) {
+  std::lock_guard<std::mutex> lock(impl_->m);
+  impl_->receivers[receiver.id()] = receiver.address();
+}
+
+void bulk_endpoint::detach(caf::actor_id id) {
+  std::lock_guard<std::mutex> lock(impl_->m);
+  impl_->receivers.erase(id);
+}
+
+uint64_t bulk_endpoint::push(const caf::actor& dest, std::string bytes) {
+  auto& p = *impl_;
+  uint64_t key = 0;
+  peer_link* link = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(p.m);
+    key = p.rng() | bulk_flag;
+    if (dest.node() != p.sys.node() && !p.stopping) {
+      auto& slot = p.links[dest.node()];
+      if (!slot) {
+        slot = std::make_unique<peer_link>();
+        auto* l = slot.get();
+        l->writer = std::thread([&p, node = dest.node(), l] { p.write_loop(node, l); });
+      }
+      link = slot.get();
+    }
+  }
+  if (!link) {  // in this process: hand it over
+    caf::anon_send(dest, bulk_atom::value, key, std::move(bytes));
+    return key;
+  }
+  {
+    std::lock_guard<std::mutex> lock(link->m);
+    link->queue.push_back({dest.id(), key, std::move(bytes)});
+  }
+  link->cv.notify_one();
+  return key;
+}
+
+bulk_stats bulk_endpoint::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->m);
+  return impl_->stats;
+}
+
+// --- bulk_inbox
+
+bulk_inbox::bulk_inbox(std::chrono::seconds ttl, uint64_t max_bytes) : ttl_(ttl), max_bytes_(max_bytes) {}
+
+void bulk_inbox::arrived(uint64_t key, std::string bytes, clock::time_point now) {
+  if (auto it = claims_.find(key); it != claims_.end()) {
+    auto k = std::move(it->second);
+    claims_.erase(it);
+    k(std::move(bytes));
+    return;
+  }
+  total_ += bytes.size();
+  auto& slot = bytes_[key];
+  total_ -= slot.bytes.size();  // a repeated key replaces (never happens between honest peers)
+  slot = {std::move(bytes), now};
+  evict(now);
+}
+
+bool bulk_inbox::claim(uint64_t key, continuation k, clock::time_point now) {
+  evict(now);
+  if (auto it = bytes_.find(key); it != bytes_.end()) {
+    auto bytes = std::move(it->second.bytes);
+    total_ -= bytes.size();
+    bytes_.erase(it);
+    k(std::move(bytes));
+    return true;
+  }
+  claims_[key] = std::move(k);
+  return false;
+}
+
+void bulk_inbox::expire(uint64_t key) {
+  auto it = claims_.find(key);
+  if (it == claims_.end())
+    return;
+  auto k = std::move(it->second);
+  claims_.erase(it);
+  k(make_error(errc::PEER_GONE, "the payload's bytes did not arrive over the bulk connection in time"));
+}
+
+void bulk_inbox::evict(clock::time_point now) {
+  for (auto it = bytes_.begin(); it != bytes_.end();) {
+    if (now - it->second.at > ttl_) {
+      total_ -= it->second.bytes.size();
+      it = bytes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  while (total_ > max_bytes_ && !bytes_.empty()) {
+    auto oldest = std::min_element(bytes_.begin(), bytes_.end(),
+                                   [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
+    total_ -= oldest->second.bytes.size();
+    bytes_.erase(oldest);
+  }
+}
+
+} // namespace swarm
