@@ -10,29 +10,25 @@ namespace swarm {
 
 namespace {
 
-caf::error check_served_stage(uint32_t stage, const stage_span& span) {
-  if (static_cast<int64_t>(stage) != span.stage)
-    return make_error(errc::UNKNOWN_STAGE, "request for stage " + std::to_string(stage) + " reached the server of stage " +
-                                               std::to_string(span.stage));
-  return caf::none;
-}
-
-/// The codec a reply's float tensors use; an unknown value is the sender's mistake.
-caf::expected<proto::codec> reply_codec(int value) {
-  if (!proto::codec_IsValid(value))
-    return make_error(errc::BAD_REQUEST, "unknown reply_codec " + std::to_string(value));
-  return static_cast<proto::codec>(value);
+/// The request is for this stage and well-formed: the codec its reply takes.
+template <class Req>
+caf::expected<proto::codec> check_call(const stage_worker& worker, const Req& req) {
+  const auto& span = worker.span();
+  if (static_cast<int64_t>(req.stage()) != span.stage)
+    return make_error(errc::UNKNOWN_STAGE, "request for stage " + std::to_string(req.stage()) +
+                                               " reached the server of stage " + std::to_string(span.stage));
+  if (auto err = check_request(req, span.num_stages))
+    return err;
+  if (!proto::codec_IsValid(req.reply_codec()))  // the sender's mistake
+    return make_error(errc::BAD_REQUEST, "unknown reply_codec " + std::to_string(req.reply_codec()));
+  return static_cast<proto::codec>(req.reply_codec());
 }
 
 } // namespace
 
 caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, const proto::forward_request& req,
                                                   const commit_gate& gate) {
-  if (auto err = check_served_stage(req.stage(), worker.span()))
-    return err;
-  if (auto err = check_request(req, worker.span().num_stages))
-    return err;
-  const auto codec = reply_codec(req.reply_codec());
+  const auto codec = check_call(worker, req);
   if (!codec)
     return codec.error();
   auto inputs = decode_tensor(req.inputs(), "inputs", worker.device());
@@ -61,11 +57,7 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, const pr
 
 caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, const proto::backward_request& req,
                                                     const commit_gate& gate) {
-  if (auto err = check_served_stage(req.stage(), worker.span()))
-    return err;
-  if (auto err = check_request(req, worker.span().num_stages))
-    return err;
-  const auto codec = reply_codec(req.reply_codec());
+  const auto codec = check_call(worker, req);
   if (!codec)
     return codec.error();
   auto inputs = decode_tensor(req.inputs(), "inputs", worker.device());

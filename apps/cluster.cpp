@@ -27,6 +27,7 @@
 
 #include "actors/log.hpp"
 #include "actors/metrics.hpp"
+#include "apps/huge_pages.hpp"
 #include "apps/roles.hpp"
 
 namespace swarm {
@@ -162,6 +163,7 @@ int run_cluster(const app_config& cfg) {
   auto log = get_logger("cluster");
   auto metrics = open_metrics(cfg.metrics, "cluster");
   const auto exe = self_exe();
+  want_huge_pages();  // for the children: large transfer buffers in huge pages
   char dir_template[] = "/tmp/swarm-cluster-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
   const std::string port_file = dir + "/coordinator.port";

@@ -12,8 +12,8 @@
 
 #include "actors/log.hpp"
 #include "actors/metrics.hpp"
-#include "apps/roles.hpp"
 #include "apps/local_train.hpp"
+#include "apps/roles.hpp"
 
 int main(int argc, char** argv) {
   auto parsed = swarm::parse_config(argc, argv);

@@ -76,6 +76,8 @@ public:
   /// Queues `bytes` for `dest` and returns the key (bulk_flag set) to name in
   /// the message that follows. Never blocks on the network.
   [[nodiscard]] uint64_t push(const caf::actor& dest, std::string bytes);
+  /// The same without a copy of a payload the caller keeps (e.g. for a retry).
+  [[nodiscard]] uint64_t push(const caf::actor& dest, std::shared_ptr<const std::string> bytes);
 
   [[nodiscard]] bulk_stats stats() const;
 

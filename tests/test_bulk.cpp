@@ -1,0 +1,167 @@
+// Tier (b): the bulk data plane's receiving side, in one process, fed over real
+// loopback sockets: whole frames reach the attached actor, half frames and
+// garbage never do, and the endpoint keeps serving. (The sending side, across
+// real processes, is exercised by test_cluster: every activation there goes bulk.)
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "messages/bulk.hpp"
+#include "messages/errors.hpp"
+
+using namespace swarm;
+using namespace std::chrono_literals;
+
+namespace {
+
+int connect_local(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+
+std::string frame(uint64_t dest, uint64_t key, const std::string& bytes, uint32_t magic = 0x31425753) {
+  std::string f(32, '\0');
+  const uint64_t size = bytes.size();
+  std::memcpy(&f[0], &magic, 4);
+  std::memcpy(&f[8], &dest, 8);
+  std::memcpy(&f[16], &key, 8);
+  std::memcpy(&f[24], &size, 8);
+  return f + bytes;
+}
+
+void send_all(int fd, const std::string& s) {
+  REQUIRE(::send(fd, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size()));
+}
+
+/// Waits until `cond` holds (stats are updated by the endpoint's threads).
+template <class Cond>
+bool eventually(Cond cond) {
+  for (int i = 0; i < 500 && !cond(); ++i)
+    std::this_thread::sleep_for(10ms);
+  return cond();
+}
+
+} // namespace
+
+TEST_CASE("bulk_inbox pairs bytes and claims in either order and fails late claims", "[bulk]") {
+  bulk_inbox inbox(std::chrono::seconds(10), 100);
+  const auto t0 = bulk_inbox::clock::now();
+  std::vector<std::string> got;
+  std::vector<errc> failed;
+  auto k = [&](caf::expected<std::string> b) {
+    if (b)
+      got.push_back(*b);
+    else
+      failed.push_back(code_of(b.error()));
+  };
+  // Bytes first, then the claim: runs at once.
+  inbox.arrived(1, "one", t0);
+  CHECK(inbox.claim(1, k, t0));
+  // Claim first, then the bytes.
+  CHECK_FALSE(inbox.claim(2, k, t0));
+  CHECK(inbox.waiting() == 1);
+  inbox.arrived(2, "two", t0);
+  CHECK(got == std::vector<std::string>{"one", "two"});
+  // A claim whose bytes never come fails, retryably, once; later bytes are just held.
+  CHECK_FALSE(inbox.claim(3, k, t0));
+  inbox.expire(3);
+  inbox.expire(3);
+  CHECK(failed == std::vector<errc>{errc::PEER_GONE});
+  CHECK(is_retryable(make_error(errc::PEER_GONE, "")));
+  // Unclaimed bytes go after the ttl, and beyond the byte budget oldest first.
+  inbox.arrived(4, std::string(60, 'a'), t0);
+  inbox.arrived(5, std::string(60, 'b'), t0 + 1s);  // 120 > 100 bytes: 4 goes
+  CHECK(inbox.held() == 1);
+  CHECK_FALSE(inbox.claim(4, k, t0 + 1s));
+  CHECK(inbox.claim(5, k, t0 + 2s));
+  inbox.arrived(6, "six", t0);
+  CHECK_FALSE(inbox.claim(6, k, t0 + 11s));  // older than the ttl: dropped
+  CHECK(got.size() == 3);
+}
+
+TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on garbage", "[bulk]") {
+  caf::actor_system_config cfg;
+  cfg.load<caf::io::middleman>();
+  cfg.set("logger.console", caf::atom("none"));
+  caf::actor_system sys{cfg};
+  auto started = bulk_endpoint::start(sys);
+  REQUIRE(started);
+  auto bulk = *started;
+  REQUIRE(bulk->port() != 0);
+
+  caf::scoped_actor self{sys};
+  bulk->attach(caf::actor_cast<caf::actor>(self));
+  const auto me = self->id();
+  auto next = [&](std::string& bytes) {
+    uint64_t key = 0;
+    bool ok = false;
+    self->receive([&](bulk_atom, uint64_t k, std::string& b) { key = k, bytes = std::move(b), ok = true; },
+                  caf::after(5s) >> [] {});
+    return ok ? key : 0;
+  };
+
+  // Two whole frames on one connection, in order.
+  const int fd = connect_local(bulk->port());
+  const std::string big(3 << 20, 'x');
+  send_all(fd, frame(me, 7 | bulk_flag, "hello") + frame(me, 8 | bulk_flag, big));
+  std::string bytes;
+  CHECK(next(bytes) == (7 | bulk_flag));
+  CHECK(bytes == "hello");
+  CHECK(next(bytes) == (8 | bulk_flag));
+  CHECK(bytes == big);
+
+  // Half a frame, then the connection drops: nothing is delivered.
+  const int half = connect_local(bulk->port());
+  send_all(half, frame(me, 9, std::string(1000, 'y')).substr(0, 500));
+  ::close(half);
+  // Garbage and an oversized frame close their connections.
+  const int junk = connect_local(bulk->port());
+  send_all(junk, "GET / HTTP/1.1\r\nHost: x\r\n\r\n.....");
+  const int huge = connect_local(bulk->port());
+  send_all(huge, frame(me, 10, "").substr(0, 24) + std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8));
+  CHECK(eventually([&] { return bulk->stats().bad_frames == 2; }));
+  char c;
+  CHECK(::recv(junk, &c, 1, 0) == 0);  // closed by the endpoint
+  CHECK(::recv(huge, &c, 1, 0) == 0);
+  ::close(junk);
+  ::close(huge);
+  // A frame for an actor not attached here is dropped and counted.
+  send_all(fd, frame(me + 12345, 11, "lost"));
+  CHECK(eventually([&] { return bulk->stats().undeliverable == 1; }));
+
+  // The endpoint still serves: the first connection and a new one.
+  send_all(fd, frame(me, 12, "still"));
+  CHECK(next(bytes) == 12);
+  CHECK(bytes == "still");
+  const int again = connect_local(bulk->port());
+  send_all(again, frame(me, 13, "again"));
+  CHECK(next(bytes) == 13);
+  const auto s = bulk->stats();
+  CHECK(s.frames_received == 5);  // hello, big, lost, still, again: never the half one
+  std::printf("bulk endpoint: %llu frames, %llu bytes received, %llu connections closed for garbage\n",
+              static_cast<unsigned long long>(s.frames_received), static_cast<unsigned long long>(s.bytes_received),
+              static_cast<unsigned long long>(s.bad_frames));
+  ::close(fd);
+  ::close(again);
+
+  // In this process a push is handed over directly.
+  const auto key = bulk->push(caf::actor_cast<caf::actor>(self), "local");
+  CHECK(is_bulk(key));
+  CHECK(next(bytes) == key);
+  CHECK(bytes == "local");
+}
