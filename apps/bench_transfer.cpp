@@ -161,6 +161,7 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
 struct requester_state {
   bulk_inbox inbox;
   std::shared_ptr<const std::string> payload;  ///< what the transport-only variants send
+  std::shared_ptr<std::function<void()>> next; ///< sends the next transfer
   caf::actor dest;
   std::shared_ptr<bulk_endpoint> bulk;
   std::function<void(bool)> done;
@@ -226,7 +227,9 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
       self->quit();
     };
     auto next = std::make_shared<std::function<void()>>();
-    *next = [self, &finished, &tensor, bulk, dest, kind, bytes, left, next, fail, reps] {
+    std::weak_ptr<std::function<void()>> weak = next;  // not `next`: a cycle would keep the endpoint alive
+    *next = [self, &finished, &tensor, bulk, dest, kind, bytes, left, weak, fail, reps] {
+      auto next = weak.lock();
       if ((*left)-- == 0) {
         finished.set_value(true);
         self->quit();
@@ -266,6 +269,7 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
         *left = -1;
       }
     };
+    self->state.next = next;  // alive as long as the actor
     (*next)();
     return {[self](bulk_atom, uint64_t key, std::string& b) {
       self->state.inbox.arrived(key, std::move(b), bulk_inbox::clock::now());

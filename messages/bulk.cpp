@@ -281,7 +281,8 @@ caf::expected<std::shared_ptr<bulk_endpoint>> bulk_endpoint::start(caf::actor_sy
                                              : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   const auto host = p->opts.host;
   const auto port = p->port;
-  p->info = sys.spawn([host, port](caf::event_based_actor*) -> caf::behavior {
+  // Hidden: a process must not wait for it when it shuts down.
+  p->info = sys.spawn<caf::hidden>([host, port](caf::event_based_actor*) -> caf::behavior {
     return {[host, port](caf::get_atom) { return caf::make_message(host, port); }};
   });
   sys.registry().put(lookup_name, caf::actor_cast<caf::strong_actor_ptr>(p->info));
