@@ -98,7 +98,7 @@ public:
 
   /// Unclaimed bytes are dropped after `ttl` (their message never came: its
   /// sender died in between) and beyond `max_bytes` held, oldest first.
-  explicit bulk_inbox(std::chrono::seconds ttl = std::chrono::seconds(120), uint64_t max_bytes = uint64_t{8} << 30);
+  explicit bulk_inbox(std::chrono::seconds ttl = std::chrono::seconds(120), uint64_t max_bytes = uint64_t{1} << 30);
 
   /// Bytes for `key` arrived: runs the claim waiting for them, else keeps them.
   void arrived(uint64_t key, std::string bytes, clock::time_point now);
