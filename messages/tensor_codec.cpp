@@ -115,6 +115,15 @@ torch::Tensor decode_blockwise8(const std::string& data, int64_t n, const torch:
   return values.view(-1).narrow(0, 0, n).contiguous();
 }
 
+/// `n` float32 values from `data`, which check_encoded() has accepted.
+torch::Tensor decode_checked(const std::string& data, proto::codec c, int64_t n, const torch::Device& device) {
+  switch (c) {
+    case proto::FP16: return from_bytes(data.data(), n, torch::kHalf, device).to(torch::kFloat32);
+    case proto::BLOCKWISE8: return decode_blockwise8(data, n, device);
+    default: return from_bytes(data.data(), n, torch::kFloat32, device);
+  }
+}
+
 } // namespace
 
 std::string encode_values(const torch::Tensor& x, proto::codec c) {
@@ -140,11 +149,7 @@ caf::expected<torch::Tensor> decode_values(const std::string& data, proto::codec
   if (auto err = check_encoded(data, c, n, 4, true, name))
     return err;
   try {
-    switch (c) {
-      case proto::FP16: return from_bytes(data.data(), n, torch::kHalf, device).to(torch::kFloat32);
-      case proto::BLOCKWISE8: return decode_blockwise8(data, n, device);
-      default: return from_bytes(data.data(), n, torch::kFloat32, device);
-    }
+    return decode_checked(data, c, n, device);
   } catch (const std::exception& e) {
     return make_error(errc::INTERNAL, name + ": cannot decode: " + e.what());
   }
@@ -181,10 +186,7 @@ caf::expected<torch::Tensor> decode_tensor(const proto::tensor& t, const char* n
     const int64_t n = numel(t);
     if (t.codec() == proto::RAW)  // a fresh tensor rather than from_blob: the result must outlive the message
       return from_bytes(t.data().data(), n, *dtype, device).view(shape);
-    auto values = decode_values(t.data(), t.codec(), n, device, name);
-    if (!values)
-      return values.error();
-    return values->to(*dtype).view(shape);
+    return decode_checked(t.data(), t.codec(), n, device).to(*dtype).view(shape);
   } catch (const std::exception& e) {
     return make_error(errc::INTERNAL, std::string{name} + ": cannot allocate: " + e.what());
   }
