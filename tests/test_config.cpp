@@ -81,6 +81,7 @@ TEST_CASE("bad values get a message naming the flag and the fix", "[config]") {
       {{"--role", "local", "--device", "cuda:x"}, "must be cpu, cuda or cuda:N"},
       {{"--role", "trainer", "--compression", "int4"}, "compression"},
       {{"--role", "server", "--averaging-compression", "zip"}, "averaging-compression"},
+      {{"--role", "trainer", "--bulk-min-bytes", "-1"}, "--bulk-min-bytes -1"},
       {{"--role", "server", "--stage", "0"}, "--coordinator"},
       {{"--role", "server", "--coordinator", "localhost:7000", "--stage", "2"}, "--stage 2"},
       {{"--role", "trainer", "--coordinator", "localhost:99999"}, "HOST:PORT"},
