@@ -148,10 +148,12 @@ void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string
   if (is_bulk(transfer_id)) {
     // The attempt stays in flight until its bytes are here: a server that dies
     // meanwhile gets it re-sent like any other pending request.
-    claim_bulk(
-        self, st.inbox, transfer_id,
-        [self, attempt](caf::expected<std::string> whole) { on_reply_payload(self, attempt, std::move(whole)); },
-        seconds(it->second.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s));
+    const bool here = st.inbox.claim(
+        transfer_id, [self, attempt](caf::expected<std::string> whole) { on_reply_payload(self, attempt, std::move(whole)); },
+        clock_type::now());
+    if (!here)
+      self->delayed_send(self, seconds(it->second.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s),
+                         bulk_atom::value, transfer_id);
     return;
   }
   auto handle = st.servers.find(it->second.server_id);
@@ -181,7 +183,7 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
   const double deadline = unix_now() + timeout * (1.0 - st.cfg.commit_grace);
   auto payload = with_deadline(req.payload, req.forward, deadline);
   cut_payload piece;
-  if (st.cfg.bulk && st.cfg.bulk->takes(payload.size())) {
+  if (st.cfg.bulk && st.cfg.bulk_min_bytes > 0 && static_cast<int64_t>(payload.size()) >= st.cfg.bulk_min_bytes) {
     piece.transfer_id = st.cfg.bulk->push(caf::actor_cast<caf::actor>(target), std::move(payload));
   } else {
     piece = cut(std::move(payload), static_cast<size_t>(st.cfg.chunk_bytes), st.next_transfer);

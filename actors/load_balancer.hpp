@@ -64,9 +64,10 @@ struct load_balancer_config {
   int max_attempts = 5;                ///< attempts per request before its error goes back
   bool static_routing = false;         ///< pin one server (GPipe-style) instead of SWARM routing
   int64_t chunk_bytes = 16 << 20;      ///< largest request payload per message, bytes
-  /// The bulk data plane (messages/bulk.hpp): requests it takes() go over it,
-  /// and replies may come over it; null = CAF only.
+  /// The bulk data plane (messages/bulk.hpp): requests of at least
+  /// bulk_min_bytes go over it, and replies may come over it; null = CAF only.
   std::shared_ptr<bulk_endpoint> bulk;
+  int64_t bulk_min_bytes = 64 << 10;
   uint64_t seed = 1;                   ///< tie-breaks and static pinning
   policy::routing_config routing;
 };

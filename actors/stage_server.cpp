@@ -53,14 +53,14 @@ using reply_t = caf::result<uint64_t, std::string>;
 using clock_type = std::chrono::steady_clock;
 
 /// Where a reply goes: the transfer id and the inline bytes to answer with. A
-/// forward or backward reply the bulk endpoint takes goes over the bulk
+/// forward or backward reply of at least bulk_min_bytes goes over the bulk
 /// connection (the requester, a load balancer, claims it); anything else in
 /// chunks, the last in the reply.
 std::pair<uint64_t, std::string> send_reply(self_ptr self, const caf::strong_actor_ptr& requester, std::string payload,
                                             bool bulk_ok) {
   auto& cfg = self->state.cfg;
   const auto to = caf::actor_cast<caf::actor>(requester);
-  if (bulk_ok && cfg.bulk && cfg.bulk->takes(payload.size()))
+  if (bulk_ok && cfg.bulk && cfg.bulk_min_bytes > 0 && static_cast<int64_t>(payload.size()) >= cfg.bulk_min_bytes)
     return {cfg.bulk->push(to, std::move(payload)), std::string{}};
   auto p = cut(std::move(payload), static_cast<size_t>(cfg.chunk_bytes), self->state.next_transfer);
   send_lead(self, to, p);
@@ -182,8 +182,8 @@ reply_t receive_request(self_ptr self, const char* op, uint64_t transfer_id, std
     return {r->first, std::move(r->second)};
   }
   auto rp = self->make_response_promise<uint64_t, std::string>();
-  claim_bulk(
-      self, st.inbox, transfer_id,
+  const bool here = st.inbox.claim(
+      transfer_id,
       [self, requester, op, run, rp](caf::expected<std::string> payload) mutable {
         auto r = handle<Req>(self, requester, op, std::move(payload), run);
         if (r)
@@ -191,7 +191,9 @@ reply_t receive_request(self_ptr self, const char* op, uint64_t transfer_id, std
         else
           rp.deliver(r.error());
       },
-      seconds(st.cfg.bulk_wait_s));
+      bulk_inbox::clock::now());
+  if (!here)
+    self->delayed_send(self, seconds(st.cfg.bulk_wait_s), bulk_atom::value, transfer_id);
   return rp;
 }
 

@@ -67,9 +67,10 @@ struct stage_server_config {
   int num_stages = 2;
   std::string device = "cpu";
   std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: how its all-reduce pieces travel
-  /// The bulk data plane (messages/bulk.hpp): replies and pieces it takes()
-  /// go over it; null = everything through CAF.
+  /// The bulk data plane (messages/bulk.hpp): replies and pieces of at least
+  /// bulk_min_bytes go over it; null = everything through CAF.
   std::shared_ptr<bulk_endpoint> bulk;
+  int64_t bulk_min_bytes = 64 << 10;
   double bulk_wait_s = 60;        ///< a claim on bytes that have not come fails after this (PEER_GONE)
 };
 
@@ -120,7 +121,7 @@ struct stage_server_state {
   uint64_t hash = 0;                       ///< parameter hash, cached: it changes only with a step or a reload
   int64_t reported_samples = -1;           ///< accumulated samples in the last progress report
   std::optional<server_round> round;
-  std::map<uint64_t, std::vector<std::pair<caf::actor_addr, proto::allreduce_piece>>> early_pieces;  ///< for rounds not begun here yet
+  std::map<uint64_t, std::vector<std::pair<caf::actor_addr, std::string>>> early_pieces;  ///< for rounds not begun here yet
   int64_t rounds_seen = 0;                 ///< for the fault hook
   bool reloading = false;
   uint64_t reloads = 0;                    ///< reload orders finished or turned down (see progress_report)

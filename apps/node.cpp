@@ -116,7 +116,6 @@ void emit_bulk(metrics_sink& metrics, const std::string& who, const bulk_endpoin
 std::shared_ptr<bulk_endpoint> start_bulk(caf::actor_system& sys, const app_config& cfg, const char* who) {
   bulk_options opts;
   opts.host = cfg.server.host;
-  opts.min_bytes = cfg.net.bulk_min_bytes;
   auto bulk = bulk_endpoint::start(sys, opts);
   if (!bulk) {
     std::cerr << "swarm: " << who << ": " << describe(bulk.error()) << "\n";
@@ -301,6 +300,7 @@ int run_server(const app_config& cfg) {
   scfg.device = cfg.device;
   scfg.averaging_compression = cfg.server.averaging_compression;
   scfg.bulk = bulk;
+  scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
   auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics, std::make_shared<stage_server_counters>());
   auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
   auto port = sys.middleman().publish(server, static_cast<uint16_t>(cfg.server.port));
@@ -381,6 +381,7 @@ int run_trainer(const app_config& cfg) {
     lb.static_routing = t.routing == "static";
     lb.chunk_bytes = cfg.net.chunk_bytes;
     lb.bulk = bulk;
+    lb.bulk_min_bytes = cfg.net.bulk_min_bytes;
     lb.seed = cfg.model.seed * 1000003 + static_cast<uint64_t>(::getpid()) * 31 + static_cast<uint64_t>(s);
     lb.routing = {t.ema_alpha, t.backward_cost, t.ban_base_s, t.ban_max_s};
     balancers.push_back(sys.spawn(load_balancer, lb, *coord, metrics));

@@ -322,10 +322,6 @@ bulk_endpoint::~bulk_endpoint() {
 
 uint16_t bulk_endpoint::port() const { return impl_->port; }
 
-bool bulk_endpoint::takes(size_t size) const {
-  return impl_->opts.min_bytes > 0 && size >= static_cast<uint64_t>(impl_->opts.min_bytes);
-}
-
 void bulk_endpoint::attach(const caf::actor& receiver) {
   std::lock_guard<std::mutex> lock(impl_->m);
   impl_->receivers[receiver.id()] = receiver.address();

@@ -45,7 +45,6 @@ constexpr uint64_t bulk_flag = uint64_t{1} << 63;
 
 struct bulk_options {
   std::string host = "127.0.0.1";  ///< address to listen on and to tell peers
-  int64_t min_bytes = 64 << 10;    ///< takes(): payloads at least this large go bulk; 0 = none (it still receives)
   uint64_t max_frame = uint64_t{4} << 30;  ///< larger frames close the connection
   int max_connections = 256;       ///< accepted connections at once; more are refused
 };
@@ -68,9 +67,6 @@ public:
   bulk_endpoint& operator=(const bulk_endpoint&) = delete;
 
   [[nodiscard]] uint16_t port() const;
-
-  /// Whether a payload of `size` bytes should go bulk (bulk_options::min_bytes).
-  [[nodiscard]] bool takes(size_t size) const;
 
   /// Frames for `receiver`'s id go to it (as bulk_atom, key, bytes) from now
   /// on. Held weakly: a receiver that died gets nothing. detach() stops it.
@@ -129,13 +125,5 @@ private:
   std::map<uint64_t, held_bytes> bytes_;
   std::map<uint64_t, continuation> claims_;
 };
-
-/// Claims `key` in `self`'s inbox; when its bytes are not here yet, `self`
-/// reminds itself with (bulk_atom, key) after `wait` and expires the claim then.
-template <class Self>
-void claim_bulk(Self* self, bulk_inbox& inbox, uint64_t key, bulk_inbox::continuation k, caf::timespan wait) {
-  if (!inbox.claim(key, std::move(k), bulk_inbox::clock::now()))
-    self->delayed_send(self, wait, bulk_atom::value, key);
-}
 
 } // namespace swarm

@@ -103,8 +103,6 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   REQUIRE(started);
   auto bulk = *started;
   REQUIRE(bulk->port() != 0);
-  CHECK(bulk->takes(64 << 10));  // bulk_options::min_bytes, 64 KiB by default
-  CHECK_FALSE(bulk->takes((64 << 10) - 1));
 
   caf::scoped_actor self{sys};
   bulk->attach(caf::actor_cast<caf::actor>(self));
@@ -136,17 +134,12 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   send_all(junk, "GET / HTTP/1.1\r\nHost: x\r\n\r\n.....");
   const int huge = connect_local(bulk->port());
   send_all(huge, frame(me, 10, "").substr(0, 24) + std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8));
-  // A well-sized frame with another magic: not ours, closed before its bytes are read.
-  const int alien = connect_local(bulk->port());
-  send_all(alien, frame(me, 14, "alien", 0xdeadbeef));
-  CHECK(eventually([&] { return bulk->stats().bad_frames == 3; }));
+  CHECK(eventually([&] { return bulk->stats().bad_frames == 2; }));
   char c;
   CHECK(::recv(junk, &c, 1, 0) == 0);  // closed by the endpoint
   CHECK(::recv(huge, &c, 1, 0) == 0);
-  CHECK(::recv(alien, &c, 1, 0) <= 0);  // closed (reset: its 5 bytes were never read)
   ::close(junk);
   ::close(huge);
-  ::close(alien);
   // A frame for an actor not attached here is dropped and counted.
   send_all(fd, frame(me + 12345, 11, "lost"));
   CHECK(eventually([&] { return bulk->stats().undeliverable == 1; }));
@@ -159,7 +152,7 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   send_all(again, frame(me, 13, "again"));
   CHECK(next(bytes) == 13);
   const auto s = bulk->stats();
-  CHECK(s.frames_received == 5);  // hello, big, lost, still, again: never the half one nor the alien
+  CHECK(s.frames_received == 5);  // hello, big, lost, still, again: never the half one
   std::printf("bulk endpoint: %llu frames, %llu bytes received, %llu connections closed for garbage\n",
               static_cast<unsigned long long>(s.frames_received), static_cast<unsigned long long>(s.bytes_received),
               static_cast<unsigned long long>(s.bad_frames));
