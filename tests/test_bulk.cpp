@@ -134,12 +134,17 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   send_all(junk, "GET / HTTP/1.1\r\nHost: x\r\n\r\n.....");
   const int huge = connect_local(bulk->port());
   send_all(huge, frame(me, 10, "").substr(0, 24) + std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8));
-  CHECK(eventually([&] { return bulk->stats().bad_frames == 2; }));
+  // A well-sized frame with another magic: not ours, closed before its bytes are read.
+  const int alien = connect_local(bulk->port());
+  send_all(alien, frame(me, 14, "alien", 0xdeadbeef));
+  CHECK(eventually([&] { return bulk->stats().bad_frames == 3; }));
   char c;
   CHECK(::recv(junk, &c, 1, 0) == 0);  // closed by the endpoint
   CHECK(::recv(huge, &c, 1, 0) == 0);
+  CHECK(::recv(alien, &c, 1, 0) <= 0);  // closed (reset: its 5 bytes were never read)
   ::close(junk);
   ::close(huge);
+  ::close(alien);
   // A frame for an actor not attached here is dropped and counted.
   send_all(fd, frame(me + 12345, 11, "lost"));
   CHECK(eventually([&] { return bulk->stats().undeliverable == 1; }));
