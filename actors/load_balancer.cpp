@@ -26,15 +26,31 @@ const char* op_name(const request& r) {
 
 /// Appends a commit deadline to a serialized request: protobuf merges
 /// concatenated messages field by field, so no parse and re-encode is needed.
-std::string with_deadline(const std::string& payload, bool forward, double deadline) {
+std::string with_deadline(const std::string& head, bool forward, double deadline) {
   if (forward) {
     proto::forward_request d;
     d.set_commit_deadline(deadline);
-    return payload + d.SerializeAsString();
+    return head + d.SerializeAsString();
   }
   proto::backward_request d;
   d.set_commit_deadline(deadline);
-  return payload + d.SerializeAsString();
+  return head + d.SerializeAsString();
+}
+
+/// The whole encoding of a request held as parts, for the CAF path: its
+/// tensors' bytes copied back into it (small requests, or no bulk plane).
+std::string whole_payload(std::string head, const bulk_parts& data, bool forward) {
+  if (data.empty())
+    return head;
+  bulk_parts parts{std::move(head)};
+  parts.insert(parts.end(), data.begin(), data.end());
+  // The trainer built the parts: they decode, or the server refuses what is left.
+  if (forward) {
+    auto req = decode_parts<proto::forward_request>(std::move(parts), "forward_request");
+    return req ? encode(*req) : std::string{};
+  }
+  auto req = decode_parts<proto::backward_request>(std::move(parts), "backward_request");
+  return req ? encode(*req) : std::string{};
 }
 
 std::optional<std::string> choose_static(self_ptr self) {
@@ -124,7 +140,7 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
 }
 
 /// The whole reply of `attempt` (or why there is none).
-void on_reply_payload(self_ptr self, uint64_t attempt, caf::expected<std::string> whole) {
+void on_reply_payload(self_ptr self, uint64_t attempt, caf::expected<bulk_parts> whole) {
   auto& st = self->state;
   auto it = st.in_flight.find(attempt);
   if (it == st.in_flight.end())
@@ -149,7 +165,7 @@ void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string
     // The attempt stays in flight until its bytes are here: a server that dies
     // meanwhile gets it re-sent like any other pending request.
     const bool here = st.inbox.claim(
-        transfer_id, [self, attempt](caf::expected<std::string> whole) { on_reply_payload(self, attempt, std::move(whole)); },
+        transfer_id, [self, attempt](caf::expected<bulk_parts> whole) { on_reply_payload(self, attempt, std::move(whole)); },
         clock_type::now());
     if (!here)
       self->delayed_send(self, seconds(it->second.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s),
@@ -158,8 +174,8 @@ void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string
   }
   auto handle = st.servers.find(it->second.server_id);
   on_reply_payload(self, attempt,
-                   st.chunks.finish(handle != st.servers.end() ? handle->second.address() : caf::actor_addr{},
-                                    transfer_id, std::move(tail)));
+                   one_part(st.chunks.finish(handle != st.servers.end() ? handle->second.address() : caf::actor_addr{},
+                                             transfer_id, std::move(tail))));
 }
 
 void send_attempt(self_ptr self, request req, const std::string& server_id) {
@@ -181,12 +197,13 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
   req.sent_at = clock_type::now();
   const double timeout = req.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s;
   const double deadline = unix_now() + timeout * (1.0 - st.cfg.commit_grace);
-  auto payload = with_deadline(req.payload, req.forward, deadline);
+  auto head = with_deadline(req.head, req.forward, deadline);
   cut_payload piece;
-  if (st.cfg.bulk && st.cfg.bulk_min_bytes > 0 && static_cast<int64_t>(payload.size()) >= st.cfg.bulk_min_bytes) {
-    piece.transfer_id = st.cfg.bulk->push(caf::actor_cast<caf::actor>(target), std::move(payload));
+  if (st.cfg.bulk && st.cfg.bulk_min_bytes > 0 && req.bytes >= st.cfg.bulk_min_bytes) {
+    piece.transfer_id = st.cfg.bulk->push(caf::actor_cast<caf::actor>(target), std::move(head), req.data);
   } else {
-    piece = cut(std::move(payload), static_cast<size_t>(st.cfg.chunk_bytes), st.next_transfer);
+    piece = cut(whole_payload(std::move(head), *req.data, req.forward), static_cast<size_t>(st.cfg.chunk_bytes),
+                st.next_transfer);
     send_lead(self, target, piece);
   }
   const uint64_t attempt = ++st.next_attempt;
@@ -390,11 +407,17 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
     self->state.cfg.bulk->attach(caf::actor_cast<caf::actor>(self));
   subscribe(self, coordinator);
   self->send(self, tick_atom::value);
-  auto enqueue = [self](bool forward, std::string& payload, int64_t samples, std::string preferred) {
+  auto enqueue = [self](bool forward, bulk_parts& payload, int64_t samples, std::string preferred) {
     auto promise = self->make_response_promise();
     request req;
     req.forward = forward;
-    req.payload = std::move(payload);
+    for (const auto& part : payload)
+      req.bytes += static_cast<int64_t>(part.size());
+    if (!payload.empty()) {
+      req.head = std::move(payload.front());
+      payload.erase(payload.begin());
+    }
+    req.data = std::make_shared<const bulk_parts>(std::move(payload));
     req.samples = samples;
     req.preferred = std::move(preferred);
     req.promise = promise;
@@ -402,8 +425,8 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
     return promise;
   };
   return {
-      [enqueue](forward_atom, std::string& payload, int64_t samples) { return enqueue(true, payload, samples, {}); },
-      [enqueue](backward_atom, std::string& payload, int64_t samples, std::string& preferred) {
+      [enqueue](forward_atom, bulk_parts& payload, int64_t samples) { return enqueue(true, payload, samples, {}); },
+      [enqueue](backward_atom, bulk_parts& payload, int64_t samples, std::string& preferred) {
         return enqueue(false, payload, samples, std::move(preferred));
       },
       [self](membership_atom, const std::string& bytes) { on_membership(self, bytes); },
@@ -413,7 +436,7 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id, piece);
       },
-      [self](bulk_atom, uint64_t key, std::string& bytes) {
+      [self](bulk_atom, uint64_t key, bulk_parts& bytes) {
         self->state.inbox.arrived(key, std::move(bytes), clock_type::now());
       },
       [self](bulk_atom, uint64_t key) { self->state.inbox.expire(key); },

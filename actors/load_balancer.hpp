@@ -25,9 +25,11 @@
 //   fatal error (bad request) -> returned to the trainer, which drops the microbatch.
 // After max_attempts attempts the last error goes back to the trainer.
 //
-// Protocol with the trainer (same process), replies (bytes, server id, attempts):
-//   (forward_atom, request bytes, samples)
-//   (backward_atom, request bytes, samples, preferred server id)
+// Protocol with the trainer (same process), replies (parts, server id, attempts);
+// requests and replies travel as parts (messages/wire.hpp: take_tensor_data), so
+// their tensors' bytes are never copied into or out of a serialized message:
+//   (forward_atom, request parts, samples)
+//   (backward_atom, request parts, samples, preferred server id)
 // From the trainer node after a coordinator restart: (subscribe_atom, new coordinator).
 
 #include <chrono>
@@ -78,7 +80,9 @@ struct load_balancer_state {
 
   struct request {
     bool forward = true;
-    std::string payload;
+    std::string head;                       ///< the encoded request, its tensors' bytes moved to `data`
+    std::shared_ptr<const bulk_parts> data; ///< kept for a retry, shared with frames in flight
+    int64_t bytes = 0;                      ///< head and data
     int64_t samples = 0;
     std::string preferred;         ///< server to use if eligible (backward: the forward's server)
     caf::response_promise promise;

@@ -54,15 +54,17 @@ using clock_type = std::chrono::steady_clock;
 
 /// Where a reply goes: the transfer id and the inline bytes to answer with. A
 /// forward or backward reply of at least bulk_min_bytes goes over the bulk
-/// connection (the requester, a load balancer, claims it); anything else in
-/// chunks, the last in the reply.
-std::pair<uint64_t, std::string> send_reply(self_ptr self, const caf::strong_actor_ptr& requester, std::string payload,
-                                            bool bulk_ok) {
+/// connection, its tensors' bytes beside it (the requester, a load balancer,
+/// claims it); anything else in chunks, the last in the reply.
+std::pair<uint64_t, std::string> send_reply(self_ptr self, const caf::strong_actor_ptr& requester,
+                                            google::protobuf::Message& reply, bool bulk_ok) {
   auto& cfg = self->state.cfg;
   const auto to = caf::actor_cast<caf::actor>(requester);
-  if (bulk_ok && cfg.bulk && cfg.bulk_min_bytes > 0 && static_cast<int64_t>(payload.size()) >= cfg.bulk_min_bytes)
-    return {cfg.bulk->push(to, std::move(payload)), std::string{}};
-  auto p = cut(std::move(payload), static_cast<size_t>(cfg.chunk_bytes), self->state.next_transfer);
+  if (bulk_ok && cfg.bulk && cfg.bulk_min_bytes > 0 && static_cast<int64_t>(reply.ByteSizeLong()) >= cfg.bulk_min_bytes) {
+    auto data = std::make_shared<const bulk_parts>(take_tensor_data(reply));
+    return {cfg.bulk->push(to, reply.SerializeAsString(), std::move(data)), std::string{}};
+  }
+  auto p = cut(reply.SerializeAsString(), static_cast<size_t>(cfg.chunk_bytes), self->state.next_transfer);
   send_lead(self, to, p);
   return {p.transfer_id, std::move(p.tail)};
 }
@@ -132,11 +134,11 @@ commit_decision decide_commit(self_ptr self, const Req& req, const char* directi
 /// (transfer id, inline bytes) or the error to answer `requester` with.
 template <class Req, class Run>
 caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf::strong_actor_ptr& requester,
-                                                       const char* op, caf::expected<std::string> payload, Run run) {
+                                                       const char* op, caf::expected<bulk_parts> payload, Run run) {
   auto& st = self->state;
   if (!payload)
     return reject(self, requester, op, payload.error());
-  auto req = decode<Req>(*payload, op);
+  auto req = decode_parts<Req>(std::move(*payload), op);
   if (!req)
     return reject(self, requester, op, req.error());
   const auto stage = static_cast<uint32_t>(st.worker->span().stage);
@@ -163,7 +165,7 @@ caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf:
     return reject(self, requester, op, rep.error());
   ++st.counters->served;
   averaging::report_progress(self, false);
-  return send_reply(self, requester, encode(*rep), true);
+  return send_reply(self, requester, *rep, true);
 }
 
 /// A forward or backward request: its payload inline (reassembled from
@@ -175,7 +177,8 @@ reply_t receive_request(self_ptr self, const char* op, uint64_t transfer_id, std
   const auto requester = self->current_sender();
   if (!is_bulk(transfer_id)) {
     auto r = handle<Req>(self, requester, op,
-                         st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id, std::move(tail)),
+                         one_part(st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id,
+                                                   std::move(tail))),
                          run);
     if (!r)
       return r.error();
@@ -184,7 +187,7 @@ reply_t receive_request(self_ptr self, const char* op, uint64_t transfer_id, std
   auto rp = self->make_response_promise<uint64_t, std::string>();
   const bool here = st.inbox.claim(
       transfer_id,
-      [self, requester, op, run, rp](caf::expected<std::string> payload) mutable {
+      [self, requester, op, run, rp](caf::expected<bulk_parts> payload) mutable {
         auto r = handle<Req>(self, requester, op, std::move(payload), run);
         if (r)
           rp.deliver(r->first, std::move(r->second));
@@ -255,7 +258,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         get_logger("stage_server")->info("stage {}: sent state at step {} ({} bytes) to {}", req->stage(), rep.step(),
                                          rep.state().size(), req->server_id());
         // Never bulk: a joining server downloads with a scoped actor, which cannot claim.
-        auto [id, bytes] = send_reply(self, requester, encode(rep), false);
+        auto [id, bytes] = send_reply(self, requester, rep, false);
         return {id, std::move(bytes)};
       },
       [self](round_atom, const std::string& bytes, const std::vector<caf::actor>& members) {
@@ -271,7 +274,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         return moving::on_register(self, bytes, coordinator);
       },
       [self](move_atom, const std::string& bytes) { moving::on_move(self, bytes); },
-      [self](bulk_atom, uint64_t key, std::string& bytes) {
+      [self](bulk_atom, uint64_t key, bulk_parts& bytes) {
         self->state.inbox.arrived(key, std::move(bytes), bulk_inbox::clock::now());
       },
       [self](bulk_atom, uint64_t key) { self->state.inbox.expire(key); },

@@ -138,14 +138,14 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
   if (stage == last_stage(self))
     *req.mutable_targets() = mb.targets;
   req.set_reply_codec(codec_of(st.cfg.train.compression));
-  auto bytes = encode(req);
-  st.wire_bytes += static_cast<int64_t>(bytes.size());
+  auto parts = encode_parts(req);
+  st.wire_bytes += parts_size(parts);
   self->request(st.balancers[stage], request_deadline(self, st.cfg.train.forward_timeout_s), forward_atom::value,
-                std::move(bytes), mb.samples)
+                std::move(parts), mb.samples)
       .then(
-          [self, id, stage](const std::string& bytes, const std::string& server, int32_t attempts) {
-            self->state.wire_bytes += static_cast<int64_t>(bytes.size());
-            auto rep = decode<proto::forward_reply>(bytes, "forward_reply");
+          [self, id, stage](std::vector<std::string>& parts, const std::string& server, int32_t attempts) {
+            self->state.wire_bytes += parts_size(parts);
+            auto rep = decode_parts<proto::forward_reply>(std::move(parts), "forward_reply");
             caf::error err = rep ? caf::error{} : rep.error();
             if (!err && stage == last_stage(self) && stage > 0)
               err = check_tensor(rep->input_grad(), "input_grad");
@@ -182,14 +182,14 @@ void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_g
   *req.mutable_inputs() = mb.inputs[stage];
   *req.mutable_output_grad() = std::move(output_grad);
   req.set_reply_codec(codec_of(st.cfg.train.compression));
-  auto bytes = encode(req);
-  st.wire_bytes += static_cast<int64_t>(bytes.size());
+  auto parts = encode_parts(req);
+  st.wire_bytes += parts_size(parts);
   self->request(st.balancers[stage], request_deadline(self, st.cfg.train.backward_timeout_s), backward_atom::value,
-                std::move(bytes), mb.samples, mb.servers[stage])
+                std::move(parts), mb.samples, mb.servers[stage])
       .then(
-          [self, id, stage](const std::string& bytes, const std::string&, int32_t attempts) {
-            self->state.wire_bytes += static_cast<int64_t>(bytes.size());
-            auto rep = decode<proto::backward_reply>(bytes, "backward_reply");
+          [self, id, stage](std::vector<std::string>& parts, const std::string&, int32_t attempts) {
+            self->state.wire_bytes += parts_size(parts);
+            auto rep = decode_parts<proto::backward_reply>(std::move(parts), "backward_reply");
             caf::error err = rep ? caf::error{} : rep.error();
             if (!err && stage > 0)
               err = check_tensor(rep->input_grad(), "input_grad");

@@ -4,9 +4,8 @@
 //
 // For 1, 16 and 64 MiB float32 tensors it measures, in one run and on the same
 // machine, the throughput of:
-//   bulk request: the swarm's path for requests (messages/bulk.hpp): proto
-//                 encode, the bytes over the bulk connection, a CAF request
-//                 naming their key; the receiver pairs them, decodes and checks;
+//   bulk request: the bytes over the bulk connection (messages/bulk.hpp), a
+//                 CAF request naming their key; the receiver pairs them;
 //   bulk reply:   the same for replies: a small CAF request, the tensor back
 //                 over the bulk connection to the requester, which decodes it;
 //   bulk pieces:  all-reduce pieces: one-way messages whose bytes go bulk, the
@@ -52,16 +51,16 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-proto::tensor make_tensor(size_t bytes);
+proto::forward_request make_request(size_t bytes);
 
-/// Decodes and checks a tensor payload: what a receiver in the swarm does.
-caf::expected<int64_t> check_payload(const std::string& whole) {
-  auto t = decode<proto::tensor>(whole, "tensor");
-  if (!t)
-    return t.error();
-  if (auto err = check_tensor(*t, "tensor"))
+/// Decodes and checks a request (whole or in parts): what a server does first.
+caf::expected<int64_t> check_payload(bulk_parts parts) {
+  auto req = decode_parts<proto::forward_request>(std::move(parts), "forward_request");
+  if (!req)
+    return req.error();
+  if (auto err = check_tensor(req->inputs(), "inputs"))
     return err;
-  return numel(*t);
+  return numel(req->inputs());
 }
 
 double cpu_seconds() {
@@ -75,7 +74,7 @@ struct receiver_state {
   chunk_assembler chunks;
   bulk_inbox inbox;
   std::shared_ptr<bulk_endpoint> bulk;
-  std::shared_ptr<const std::string> reply_payload;  ///< transport-only replies: sent again without copying
+  std::shared_ptr<const bulk_parts> reply_payload;  ///< transport-only replies: sent again without copying
   int64_t pieces = 0;
 };
 
@@ -88,7 +87,7 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
       [self](chunk_atom, uint64_t id, const std::string& piece) {
         self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), id, piece);
       },
-      [self](bulk_atom, uint64_t key, std::string& bytes) {
+      [self](bulk_atom, uint64_t key, bulk_parts& bytes) {
         self->state.inbox.arrived(key, std::move(bytes), bulk_inbox::clock::now());
       },
       [self](transfer_atom, uint64_t id, std::string& tail) -> caf::result<int64_t> {
@@ -96,12 +95,12 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
           auto rp = self->make_response_promise<int64_t>();
           self->state.inbox.claim(
               id,
-              [rp](caf::expected<std::string> whole) mutable {
+              [rp](caf::expected<bulk_parts> whole) mutable {
                 if (!whole) {
                   rp.deliver(whole.error());
                   return;
                 }
-                auto n = check_payload(*whole);
+                auto n = check_payload(std::move(*whole));
                 if (n)
                   rp.deliver(*n);
                 else
@@ -114,7 +113,7 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
                                                std::move(tail));
         if (!whole)
           return whole.error();
-        auto n = check_payload(*whole);
+        auto n = check_payload(bulk_parts{std::move(*whole)});
         if (!n)
           return n.error();
         return *n;
@@ -124,7 +123,7 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
         auto rp = self->make_response_promise<int64_t>();
         self->state.inbox.claim(
             key,
-            [self, rp, last](caf::expected<std::string> whole) mutable {
+            [self, rp, last](caf::expected<bulk_parts> whole) mutable {
               if (whole)
                 ++self->state.pieces;
               if (last)
@@ -139,9 +138,9 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
         auto rp = self->make_response_promise<uint64_t>();
         self->state.inbox.claim(
             key,
-            [rp, expected](caf::expected<std::string> whole) mutable {
-              if (whole && whole->size() == expected)
-                rp.deliver(uint64_t{whole->size()});
+            [rp, expected](caf::expected<bulk_parts> whole) mutable {
+              if (whole && whole->size() == 1 && whole->front().size() == expected)
+                rp.deliver(uint64_t{expected});
               else
                 rp.deliver(make_error(errc::BAD_REQUEST, "wrong size"));
             },
@@ -150,9 +149,9 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
       },
       [self](fetch_atom, uint64_t bytes, bool raw) -> caf::result<uint64_t> {
         auto& cached = self->state.reply_payload;
-        if (!cached || cached->size() != bytes)
-          cached = std::make_shared<const std::string>(bytes, 'r');
-        return self->state.bulk->push(caf::actor_cast<caf::actor>(self->current_sender()), cached);
+        if (!cached || cached->front().size() != bytes)
+          cached = std::make_shared<const bulk_parts>(bulk_parts{std::string(bytes, 'r')});
+        return self->state.bulk->push(caf::actor_cast<caf::actor>(self->current_sender()), std::string{}, cached);
       },
   };
 }
@@ -160,22 +159,24 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
 /// The requesting side of the bulk variants: receives bulk replies.
 struct requester_state {
   bulk_inbox inbox;
-  std::shared_ptr<const std::string> payload;  ///< what the transport-only variants send
+  std::shared_ptr<const bulk_parts> payload;  ///< what the transport-only variants send
   std::shared_ptr<std::function<void()>> next; ///< sends the next transfer
   caf::actor dest;
   std::shared_ptr<bulk_endpoint> bulk;
   std::function<void(bool)> done;
 };
 
-proto::tensor make_tensor(size_t bytes) {
-  proto::tensor t;
+/// A forward request whose inputs are a float32 tensor of `bytes` bytes.
+proto::forward_request make_request(size_t bytes) {
+  proto::forward_request req;
+  auto& t = *req.mutable_inputs();
   t.add_shape(static_cast<int64_t>(bytes / 4));
   t.set_dtype(proto::FLOAT32);
   std::string data(bytes, '\0');
   for (size_t i = 0; i < bytes; i += 4096)
     data[i] = static_cast<char>(i);
   t.set_data(std::move(data));
-  return t;
+  return req;
 }
 
 void configure(caf::actor_system_config& cfg) {
@@ -191,7 +192,7 @@ double mb_per_s(size_t bytes, int reps, std::chrono::steady_clock::time_point st
 
 double caf_throughput(caf::actor_system& sys, const caf::actor& dest, size_t bytes, size_t chunk, int reps) {
   caf::scoped_actor self{sys};
-  const auto tensor = make_tensor(bytes);
+  const auto tensor = make_request(bytes);
   uint64_t next = 0;
   const auto start = clock_type::now();
   for (int r = 0; r < reps; ++r) {
@@ -215,11 +216,11 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
                        size_t bytes, int reps, bulk_kind kind) {
   std::promise<bool> finished;
   auto result = finished.get_future();
-  const auto tensor = make_tensor(bytes);
+  const auto tensor = make_request(bytes);
   const auto start = clock_type::now();
   auto actor = sys.spawn([&, bulk, dest, kind, reps, bytes](caf::stateful_actor<requester_state>* self) -> caf::behavior {
     bulk->attach(caf::actor_cast<caf::actor>(self));
-    self->state.payload = std::make_shared<const std::string>(bytes, 'q');
+    self->state.payload = std::make_shared<const bulk_parts>(bulk_parts{std::string(bytes, 'q')});
     auto left = std::make_shared<int>(reps);
     auto fail = [self, &finished](caf::error& err) {
       std::fprintf(stderr, "transfer failed: %s\n", describe(err).c_str());
@@ -236,11 +237,17 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
         return;
       }
       if (kind == bulk_kind::encoded_request) {
-        const auto key = bulk->push(dest, encode(tensor));
+        // The tensor's bytes copied into a fresh request, as the trainer's
+        // encode_tensor writes them; then sent beside the encoded rest.
+        auto req = tensor;
+        auto parts = encode_parts(req);
+        auto head = std::move(parts.front());
+        parts.erase(parts.begin());
+        const auto key = bulk->push(dest, std::move(head), std::make_shared<const bulk_parts>(std::move(parts)));
         self->request(dest, std::chrono::seconds(120), transfer_atom::value, key, std::string{})
             .then([next](int64_t) { (*next)(); }, fail);
       } else if (kind == bulk_kind::request) {
-        const auto key = bulk->push(dest, self->state.payload);
+        const auto key = bulk->push(dest, std::string{}, self->state.payload);
         self->request(dest, std::chrono::seconds(120), bytes_atom::value, key, uint64_t{bytes})
             .then([next](uint64_t) { (*next)(); }, fail);
       } else if (kind == bulk_kind::reply) {
@@ -249,8 +256,8 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
                 [self, next, bytes](uint64_t key) {
                   self->state.inbox.claim(
                       key,
-                      [next, bytes](caf::expected<std::string> whole) {
-                        if (whole && whole->size() == bytes)
+                      [next, bytes](caf::expected<bulk_parts> whole) {
+                        if (whole && whole->size() == 2 && (*whole)[1].size() == bytes)
                           (*next)();
                       },
                       bulk_inbox::clock::now());
@@ -259,7 +266,7 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
       } else {
         // All pieces go out at once, as a member's parts do; the last is acknowledged.
         for (int i = 0; i < reps; ++i) {
-          const auto key = bulk->push(dest, self->state.payload);
+          const auto key = bulk->push(dest, std::string{}, self->state.payload);
           if (i + 1 < reps)
             self->send(dest, piece_atom::value, key, false);
           else
@@ -271,7 +278,7 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
     };
     self->state.next = next;  // alive as long as the actor
     (*next)();
-    return {[self](bulk_atom, uint64_t key, std::string& b) {
+    return {[self](bulk_atom, uint64_t key, bulk_parts& b) {
       self->state.inbox.arrived(key, std::move(b), bulk_inbox::clock::now());
     }};
   });
@@ -318,7 +325,7 @@ void tcp_receiver(int listen_fd) {
 }
 
 double tcp_throughput(int fd, size_t bytes, int reps) {
-  const std::string payload = make_tensor(bytes).data();
+  const std::string payload = make_request(bytes).inputs().data();
   char ack = 0;
   const auto start = clock_type::now();
   for (int r = 0; r < reps; ++r) {
@@ -407,8 +414,10 @@ int main(int argc, char** argv) {
   const int tcp_fd = connect_socket(tcp_port);
   std::printf("payloads between two processes on loopback, %d reps each, best of 3 rounds; MB/s, and ratios to raw\n"
               "TCP measured in the same run. Transport: the bytes reach the receiving actor (raw TCP: its reader).\n"
-              "End to end: a float32 tensor proto-encoded, sent, decoded and checked (bulk, and CAF alone in chunks\n"
-              "of %zu bytes).\n", reps, chunk);
+              "End to end: a forward request holding a float32 tensor, its bytes copied into the request (as the\n"
+              "trainer's encode_tensor writes them), sent, decoded and checked: bulk (the tensor's bytes beside the\n"
+              "encoded rest, as every request and reply travels), and CAF alone (serialized whole, chunks of %zu bytes).\n",
+              reps, chunk);
   std::printf("%5s | %9s %9s %9s %9s | %7s %7s %7s | %9s %9s %7s %7s\n", "MiB", "request", "reply", "pieces", "raw tcp",
               "req/raw", "rep/raw", "pcs/raw", "bulk e2e", "caf e2e", "b/raw", "c/raw");
   auto remote_cpu = [&] {

@@ -10,7 +10,9 @@
 #include <set>
 #include <thread>
 
+#include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/mman.h>
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include <caf/all.hpp>
+#include <caf/io/basp_broker.hpp>
 #include <caf/io/middleman.hpp>
 
 #include "actors/log.hpp"
@@ -27,21 +30,25 @@ namespace swarm {
 
 namespace {
 
-constexpr uint32_t frame_magic = 0x31425753;  // "SWB1" little-endian
+constexpr uint32_t frame_magic = 0x32425753;  // "SWB2" little-endian
 const auto lookup_name = caf::atom("swarmbulk");
 
 struct frame_header {
   uint32_t magic = frame_magic;
-  uint32_t reserved = 0;
+  uint32_t parts = 0;
   uint64_t dest = 0;
   uint64_t key = 0;
   uint64_t size = 0;
+  uint64_t part_size[max_bulk_parts] = {};  ///< only the first `parts` travel
 };
-static_assert(sizeof(frame_header) == 32);
+constexpr size_t fixed_header = 32;
 
-bool write_all(int fd, const char* p, size_t n) {
+/// The header's bytes on the wire: the fixed part and `parts` sizes.
+size_t header_bytes(const frame_header& h) { return fixed_header + h.parts * sizeof(uint64_t); }
+
+bool write_all(int fd, const char* p, size_t n, int flags = 0) {
   while (n > 0) {
-    const auto w = ::send(fd, p, n, MSG_NOSIGNAL);
+    const auto w = ::send(fd, p, n, MSG_NOSIGNAL | flags);
     if (w <= 0)
       return false;
     p += w;
@@ -61,8 +68,26 @@ bool read_all(int fd, char* p, size_t n) {
   return true;
 }
 
-/// A connected TCP socket to host:port, or -1.
-int connect_to(const std::string& host, uint16_t port) {
+/// Connects `fd` to `a` within `timeout`; false when refused, unreachable or late.
+bool connect_within(int fd, const addrinfo* a, std::chrono::milliseconds timeout) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+  if (!ok && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    ok = ::poll(&p, 1, static_cast<int>(timeout.count())) == 1 &&
+         ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+  }
+  ::fcntl(fd, F_SETFL, flags);
+  return ok;
+}
+
+/// A connected TCP socket to host:port, or -1; writes that move nothing for
+/// `write_timeout` fail (a peer that stopped reading must not hold a writer).
+int connect_to(const std::string& host, uint16_t port, std::chrono::seconds connect_timeout,
+               std::chrono::seconds write_timeout) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -72,7 +97,7 @@ int connect_to(const std::string& host, uint16_t port) {
   int fd = -1;
   for (auto* a = found; a && fd < 0; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+    if (fd >= 0 && !connect_within(fd, a, connect_timeout)) {
       ::close(fd);
       fd = -1;
     }
@@ -81,6 +106,8 @@ int connect_to(const std::string& host, uint16_t port) {
   if (fd >= 0) {
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    timeval tv{static_cast<time_t>(write_timeout.count()), 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   }
   return fd;
 }
@@ -101,7 +128,8 @@ void advise_huge_pages(void* p, size_t n) {
 struct job {
   caf::actor_id dest = 0;
   uint64_t key = 0;
-  std::shared_ptr<const std::string> bytes;
+  std::string head;
+  std::shared_ptr<const bulk_parts> data;
 };
 
 } // namespace
@@ -112,7 +140,14 @@ struct peer_link {
   std::condition_variable cv;
   std::deque<job> queue;
   bool stop = false;
+  bool done = false;  ///< the writer gave up on the peer and ended: join and replace
+  int fd = -1;        ///< the writer's connection, for shutdown to break
   std::thread writer;
+
+  bool stopped() {
+    std::lock_guard<std::mutex> lock(m);
+    return stop;
+  }
 };
 
 struct bulk_endpoint::impl {
@@ -134,7 +169,7 @@ struct bulk_endpoint::impl {
 
   impl(caf::actor_system& s, bulk_options o) : sys(s), opts(std::move(o)) {}
 
-  void deliver(caf::actor_id dest, uint64_t key, std::string bytes) {
+  void deliver(caf::actor_id dest, uint64_t key, bulk_parts parts) {
     caf::actor target;
     {
       std::lock_guard<std::mutex> lock(m);
@@ -144,22 +179,56 @@ struct bulk_endpoint::impl {
         ++stats.undeliverable;
     }
     if (target)
-      caf::anon_send(target, bulk_atom::value, key, std::move(bytes));
+      caf::anon_send(target, bulk_atom::value, key, std::move(parts));
+  }
+
+  /// The node's lookup entry, or null after opts.connect_timeout or once the
+  /// link is stopped. What middleman::remote_lookup does, but that one waits
+  /// 5 minutes for a node that died, holding the writer, every frame queued
+  /// behind it and the process's exit (which joins the writer).
+  caf::strong_actor_ptr lookup(const caf::node_id& node, peer_link& link) {
+    auto basp = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+    caf::strong_actor_ptr found;
+    caf::scoped_actor self{sys, true};
+    self->send(basp, caf::forward_atom::value, node, caf::atom("ConfigServ"),
+               caf::make_message(caf::get_atom::value, lookup_name));
+    const auto give_up = std::chrono::steady_clock::now() + opts.connect_timeout;
+    bool answered = false;
+    while (!answered && std::chrono::steady_clock::now() < give_up && !link.stopped()) {
+      self->receive([&](caf::strong_actor_ptr& entry) { found = std::move(entry), answered = true; },
+                    caf::after(std::chrono::milliseconds(100)) >> [] {});
+    }
+    return found;
   }
 
   /// Asks the peer node where its bulk endpoint listens (through CAF), then connects.
-  int connect_peer(const caf::node_id& node) {
-    auto entry = sys.middleman().remote_lookup(lookup_name, node);
+  int connect_peer(const caf::node_id& node, peer_link& link) {
+    auto entry = lookup(node, link);
     if (!entry)
       return -1;
     std::string host;
     uint16_t peer_port = 0;
     caf::scoped_actor self{sys};
-    self->request(caf::actor_cast<caf::actor>(entry), std::chrono::seconds(10), caf::get_atom::value)
+    self->request(caf::actor_cast<caf::actor>(entry), opts.connect_timeout, caf::get_atom::value)
         .receive([&](const std::string& h, uint16_t p) { host = h, peer_port = p; }, [](caf::error&) {});
-    return peer_port == 0 ? -1 : connect_to(host, peer_port);
+    return peer_port == 0 ? -1 : connect_to(host, peer_port, opts.connect_timeout, opts.write_timeout);
   }
 
+  static bool write_frame(int fd, const job& j, frame_header& h) {
+    if (!write_all(fd, reinterpret_cast<const char*>(&h), header_bytes(h), MSG_MORE) ||
+        !write_all(fd, j.head.data(), j.head.size(), j.data && !j.data->empty() ? MSG_MORE : 0))
+      return false;
+    if (j.data)
+      for (size_t i = 0; i < j.data->size(); ++i)
+        if (!write_all(fd, (*j.data)[i].data(), (*j.data)[i].size(), i + 1 < j.data->size() ? MSG_MORE : 0))
+          return false;
+    return true;
+  }
+
+  /// Sends the link's frames in order until stopped, or until the peer cannot
+  /// be reached or its connection breaks: then the frames queued for it are
+  /// dropped (their receivers' claims time out, like a dead peer's) and the
+  /// thread ends, so a dead peer holds neither a thread nor memory.
   void write_loop(const caf::node_id node, peer_link* link) {
     int fd = -1;
     for (;;) {
@@ -172,61 +241,90 @@ struct bulk_endpoint::impl {
         j = std::move(link->queue.front());
         link->queue.pop_front();
       }
-      if (fd < 0)
-        fd = connect_peer(node);
+      if (fd < 0) {
+        fd = connect_peer(node, *link);
+        std::lock_guard<std::mutex> lock(link->m);
+        link->fd = fd;
+      }
       frame_header h;
       h.dest = j.dest;
       h.key = j.key;
-      h.size = j.bytes->size();
-      const bool ok = fd >= 0 && write_all(fd, reinterpret_cast<const char*>(&h), sizeof h) &&
-                      write_all(fd, j.bytes->data(), j.bytes->size());
+      h.parts = static_cast<uint32_t>(1 + (j.data ? j.data->size() : 0));
+      h.part_size[0] = j.head.size();
+      for (size_t i = 1; i < h.parts; ++i)
+        h.part_size[i] = (*j.data)[i - 1].size();
+      for (size_t i = 0; i < h.parts; ++i)
+        h.size += h.part_size[i];
+      const bool ok = fd >= 0 && write_frame(fd, j, h);
+      size_t dropped = 0;
+      if (!ok) {
+        std::lock_guard<std::mutex> lock(link->m);
+        dropped = link->queue.size();
+        link->queue.clear();
+        link->done = true;
+      }
       std::lock_guard<std::mutex> lock(m);
       if (ok) {
         ++stats.frames_sent;
         stats.bytes_sent += h.size;
         continue;
       }
-      ++stats.send_failures;
-      get_logger("bulk")->warn("cannot send {} bytes to {}: {}", h.size, caf::to_string(node),
-                               fd < 0 ? "its bulk endpoint cannot be reached" : "the connection broke");
-      if (fd >= 0)
-        ::close(fd);
-      fd = -1;  // the next frame reconnects
+      stats.send_failures += 1 + dropped;
+      get_logger("bulk")->warn("cannot send {} bytes to {}: {}; {} more frames for it dropped", h.size,
+                               caf::to_string(node),
+                               fd < 0 ? "its bulk endpoint cannot be reached" : "the connection broke", dropped);
+      break;
     }
+    std::lock_guard<std::mutex> lock(link->m);
     if (fd >= 0)
       ::close(fd);
+    link->fd = -1;
   }
 
   void read_loop(int fd) {
     for (;;) {
       frame_header h;
-      if (!read_all(fd, reinterpret_cast<char*>(&h), sizeof h))
+      if (!read_all(fd, reinterpret_cast<char*>(&h), fixed_header))
         break;
-      if (h.magic != frame_magic || h.reserved != 0 || h.size > opts.max_frame) {
+      const bool framed = h.magic == frame_magic && h.parts >= 1 && h.parts <= max_bulk_parts;
+      uint64_t sum = 0;
+      if (framed && read_all(fd, reinterpret_cast<char*>(h.part_size), h.parts * sizeof(uint64_t)))
+        for (size_t i = 0; i < h.parts; ++i)
+          sum += std::min(h.part_size[i], opts.max_frame + 1);  // no wrap-around
+      else if (framed)
+        break;
+      const std::string why = !framed                 ? "not a swarm bulk frame"
+                              : h.size > opts.max_frame ? "frame of " + std::to_string(h.size) + " bytes, more than allowed"
+                              : sum != h.size           ? "its parts do not add up to its size"
+                                                        : "";
+      if (!why.empty()) {
         std::lock_guard<std::mutex> lock(m);
         ++stats.bad_frames;
-        get_logger("bulk")->warn("closed a bulk connection: {}", h.magic != frame_magic || h.reserved != 0
-                                                                     ? "not a swarm bulk frame"
-                                                                     : "frame of " + std::to_string(h.size) +
-                                                                           " bytes, more than allowed");
+        get_logger("bulk")->warn("closed a bulk connection: {}", why);
         break;
       }
-      std::string bytes;
-      try {
-        bytes.reserve(h.size);
-        advise_huge_pages(bytes.data(), h.size);
-        bytes.resize(h.size);
-      } catch (const std::bad_alloc&) {
-        break;
+      bulk_parts parts(h.parts);
+      bool whole = true;
+      for (size_t i = 0; i < h.parts && whole; ++i) {
+        auto& bytes = parts[i];
+        try {
+          bytes.reserve(h.part_size[i]);
+          advise_huge_pages(bytes.data(), h.part_size[i]);
+          bytes.resize(h.part_size[i]);
+        } catch (const std::bad_alloc&) {
+          whole = false;
+          break;
+        }
+        whole = read_all(fd, bytes.data(), bytes.size());
       }
-      if (!read_all(fd, bytes.data(), bytes.size()))
+      if (!whole)
         break;  // half a frame: dropped, never delivered
       {
         std::lock_guard<std::mutex> lock(m);
         ++stats.frames_received;
         stats.bytes_received += h.size;
       }
-      deliver(h.dest, h.key, std::move(bytes));
+      deliver(h.dest, h.key, std::move(parts));
     }
     ::close(fd);
     std::lock_guard<std::mutex> lock(m);
@@ -310,6 +408,8 @@ bulk_endpoint::~bulk_endpoint() {
     {
       std::lock_guard<std::mutex> lock(link->m);
       link->stop = true;
+      if (link->fd >= 0)
+        ::shutdown(link->fd, SHUT_RDWR);  // a write to a peer that stopped reading ends now
     }
     link->cv.notify_all();
     link->writer.join();
@@ -332,19 +432,23 @@ void bulk_endpoint::detach(caf::actor_id id) {
   impl_->receivers.erase(id);
 }
 
-uint64_t bulk_endpoint::push(const caf::actor& dest, std::string bytes) {
-  return push(dest, std::make_shared<const std::string>(std::move(bytes)));
-}
-
-uint64_t bulk_endpoint::push(const caf::actor& dest, std::shared_ptr<const std::string> bytes) {
+uint64_t bulk_endpoint::push(const caf::actor& dest, std::string head, std::shared_ptr<const bulk_parts> data) {
   auto& p = *impl_;
+  if (data && data->size() + 1 > max_bulk_parts)
+    throw std::invalid_argument("bulk_endpoint::push: more than " + std::to_string(max_bulk_parts) + " parts");
   uint64_t key = 0;
   peer_link* link = nullptr;
+  std::unique_ptr<peer_link> ended;
   {
     std::lock_guard<std::mutex> lock(p.m);
     key = p.rng() | bulk_flag;
     if (dest.node() != p.sys.node() && !p.stopping) {
       auto& slot = p.links[dest.node()];
+      if (slot) {
+        std::lock_guard<std::mutex> link_lock(slot->m);
+        if (slot->done)
+          ended = std::move(slot);  // its writer gave up on the peer; a fresh one tries again
+      }
       if (!slot) {
         slot = std::make_unique<peer_link>();
         auto* l = slot.get();
@@ -353,13 +457,18 @@ uint64_t bulk_endpoint::push(const caf::actor& dest, std::shared_ptr<const std::
       link = slot.get();
     }
   }
+  if (ended)
+    ended->writer.join();  // it has ended already
   if (!link) {  // in this process: hand it over
-    caf::anon_send(dest, bulk_atom::value, key, std::string{*bytes});
+    bulk_parts parts{std::move(head)};
+    if (data)
+      parts.insert(parts.end(), data->begin(), data->end());
+    caf::anon_send(dest, bulk_atom::value, key, std::move(parts));
     return key;
   }
   {
     std::lock_guard<std::mutex> lock(link->m);
-    link->queue.push_back({dest.id(), key, std::move(bytes)});
+    link->queue.push_back({dest.id(), key, std::move(head), std::move(data)});
   }
   link->cv.notify_one();
   return key;
@@ -374,17 +483,20 @@ bulk_stats bulk_endpoint::stats() const {
 
 bulk_inbox::bulk_inbox(std::chrono::seconds ttl, uint64_t max_bytes) : ttl_(ttl), max_bytes_(max_bytes) {}
 
-void bulk_inbox::arrived(uint64_t key, std::string bytes, clock::time_point now) {
+void bulk_inbox::arrived(uint64_t key, bulk_parts bytes, clock::time_point now) {
   if (auto it = claims_.find(key); it != claims_.end()) {
     auto k = std::move(it->second);
     claims_.erase(it);
     k(std::move(bytes));
     return;
   }
-  total_ += bytes.size();
+  uint64_t size = 0;
+  for (const auto& part : bytes)
+    size += part.size();
+  total_ += size;
   auto& slot = bytes_[key];
-  total_ -= slot.bytes.size();  // a repeated key replaces (never happens between honest peers)
-  slot = {std::move(bytes), now};
+  total_ -= slot.size;  // a repeated key replaces (never happens between honest peers)
+  slot = {std::move(bytes), size, now};
   evict(now);
 }
 
@@ -392,7 +504,7 @@ bool bulk_inbox::claim(uint64_t key, continuation k, clock::time_point now) {
   evict(now);
   if (auto it = bytes_.find(key); it != bytes_.end()) {
     auto bytes = std::move(it->second.bytes);
-    total_ -= bytes.size();
+    total_ -= it->second.size;
     bytes_.erase(it);
     k(std::move(bytes));
     return true;
@@ -413,7 +525,7 @@ void bulk_inbox::expire(uint64_t key) {
 void bulk_inbox::evict(clock::time_point now) {
   for (auto it = bytes_.begin(); it != bytes_.end();) {
     if (now - it->second.at > ttl_) {
-      total_ -= it->second.bytes.size();
+      total_ -= it->second.size;
       it = bytes_.erase(it);
     } else {
       ++it;
@@ -422,7 +534,7 @@ void bulk_inbox::evict(clock::time_point now) {
   while (total_ > max_bytes_ && !bytes_.empty()) {
     auto oldest = std::min_element(bytes_.begin(), bytes_.end(),
                                    [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
-    total_ -= oldest->second.bytes.size();
+    total_ -= oldest->second.size;
     bytes_.erase(oldest);
   }
 }

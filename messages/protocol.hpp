@@ -102,7 +102,7 @@ using stage_actor = caf::typed_actor<
     caf::reacts_to<deadline_atom, uint64_t, int32_t>,
     caf::replies_to<register_atom, std::string, caf::actor>::with<std::string>,
     caf::reacts_to<move_atom, std::string>,
-    caf::reacts_to<bulk_atom, uint64_t, std::string>,
+    caf::reacts_to<bulk_atom, uint64_t, std::vector<std::string>>,
     caf::reacts_to<bulk_atom, uint64_t>>;
 
 /// The membership registry. register: (register_server, the server's handle)

@@ -1,5 +1,6 @@
 #include "messages/wire.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -101,6 +102,63 @@ caf::error check_encoded(const std::string& data, proto::codec c, int64_t n, siz
                                                " is " + std::to_string(v) +
                                                (absmax ? " (needs finite, >= 0)" : " (needs [-1, 1])"));
   }
+  return caf::none;
+}
+
+namespace {
+
+/// The data fields of the tensors set in `msg`, in field order.
+std::vector<std::string*> tensor_data_fields(google::protobuf::Message& msg) {
+  std::vector<std::string*> out;
+  const auto* d = msg.GetDescriptor();
+  const auto* r = msg.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const auto* f = d->field(i);
+    if (f->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE && !f->is_repeated() &&
+        f->message_type() == proto::tensor::descriptor() && r->HasField(msg, f))
+      out.push_back(static_cast<proto::tensor*>(r->MutableMessage(&msg, f))->mutable_data());
+  }
+  return out;
+}
+
+} // namespace
+
+std::vector<std::string> take_tensor_data(google::protobuf::Message& msg) {
+  std::vector<std::string> out;
+  for (auto* data : tensor_data_fields(msg)) {
+    out.push_back(std::move(*data));
+    data->clear();
+  }
+  return out;
+}
+
+std::vector<std::string> encode_parts(google::protobuf::Message& msg) {
+  auto data = take_tensor_data(msg);
+  data.insert(data.begin(), msg.SerializeAsString());
+  return data;
+}
+
+int64_t parts_size(const std::vector<std::string>& parts) {
+  int64_t n = 0;
+  for (const auto& p : parts)
+    n += static_cast<int64_t>(p.size());
+  return n;
+}
+
+caf::error put_tensor_data(std::vector<std::string> parts, google::protobuf::Message& msg, const char* what) {
+  if (parts.empty() || !msg.ParseFromString(parts[0]))
+    return make_error(errc::BAD_REQUEST, std::string{"malformed "} + what + " (" +
+                                             std::to_string(parts.empty() ? 0 : parts[0].size()) + " bytes)");
+  if (parts.size() == 1)
+    return caf::none;
+  const auto fields = tensor_data_fields(msg);
+  const bool empty = std::all_of(fields.begin(), fields.end(), [](const std::string* d) { return d->empty(); });
+  if (fields.size() != parts.size() - 1 || !empty)
+    return make_error(errc::BAD_REQUEST, std::string{"malformed "} + what + ": " + std::to_string(parts.size() - 1) +
+                                             " tensor payloads for " + std::to_string(fields.size()) +
+                                             (empty ? " tensors" : " tensors that carry data already"));
+  for (size_t i = 0; i < fields.size(); ++i)
+    *fields[i] = std::move(parts[i + 1]);
   return caf::none;
 }
 

@@ -29,6 +29,33 @@ template <class Proto>
   return msg;
 }
 
+/// The data of every tensor set in `msg` (its tensor fields, in field order),
+/// moved out. On the bulk plane they travel beside the message's encoding, so
+/// a tensor's bytes are never copied into a serialized message nor parsed out
+/// of one (messages/bulk.hpp).
+[[nodiscard]] std::vector<std::string> take_tensor_data(google::protobuf::Message& msg);
+
+/// {msg encoded without its tensors' bytes, those bytes...}: what a bulk frame carries.
+[[nodiscard]] std::vector<std::string> encode_parts(google::protobuf::Message& msg);
+
+/// Bytes in all `parts`.
+[[nodiscard]] int64_t parts_size(const std::vector<std::string>& parts);
+
+/// Parses parts[0] into `msg` and moves parts[1..] back into its tensors, in
+/// take_tensor_data's order; a single part is a whole encoding. BAD_REQUEST
+/// naming `what` when malformed or when the parts do not match its tensors.
+[[nodiscard]] caf::error put_tensor_data(std::vector<std::string> parts, google::protobuf::Message& msg,
+                                         const char* what);
+
+/// put_tensor_data into a fresh Msg.
+template <class Proto>
+[[nodiscard]] caf::expected<Proto> decode_parts(std::vector<std::string> parts, const char* what) {
+  Proto msg;
+  if (auto err = put_tensor_data(std::move(parts), msg, what))
+    return err;
+  return msg;
+}
+
 /// Bytes per element of `t`; 0 for DTYPE_INVALID or an unknown value.
 [[nodiscard]] size_t element_size(proto::dtype t);
 

@@ -70,7 +70,7 @@ stage_actor::behavior_type silent_server(stage_actor::pointer self) {
       [](deadline_atom, uint64_t, int32_t) {},
       [](register_atom, std::string&, caf::actor&) { return std::string{}; },
       [](move_atom, std::string&) {},
-      [](bulk_atom, uint64_t, std::string&) {},
+      [](bulk_atom, uint64_t, std::vector<std::string>&) {},
       [](bulk_atom, uint64_t) {},
   };
 }
@@ -215,12 +215,12 @@ TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a d
     std::this_thread::sleep_for(300ms);
     caf::anon_send_exit(hung, caf::exit_reason::kill);
   });
-  self->request(lb, 30s, forward_atom::value, forward_payload(0, 2, 8), int64_t{2})
+  self->request(lb, 30s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8)}, int64_t{2})
       .receive(
-          [&](const std::string& bytes, const std::string& server, int32_t n) {
+          [&](bulk_parts& parts, const std::string& server, int32_t n) {
             served_by = server;
             attempts = n;
-            CHECK(decode<proto::forward_reply>(bytes, "forward_reply"));
+            CHECK(decode_parts<proto::forward_reply>(std::move(parts), "forward_reply"));
           },
           [&](caf::error& err) { FAIL(describe(err)); });
   chaos.join();
@@ -246,8 +246,8 @@ TEST_CASE_METHOD(system_fixture, "a stage without servers fails requests with NO
   caf::scoped_actor self{*sys};
   caf::error result;
   const auto start = std::chrono::steady_clock::now();
-  self->request(lb, 30s, forward_atom::value, forward_payload(0, 2, 8), int64_t{2})
-      .receive([](const std::string&, const std::string&, int32_t) { FAIL("served without servers"); },
+  self->request(lb, 30s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8)}, int64_t{2})
+      .receive([](const bulk_parts&, const std::string&, int32_t) { FAIL("served without servers"); },
                [&](caf::error& err) { result = err; });
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(code_of(result) == errc::NO_SERVER);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -34,14 +35,30 @@ int connect_local(uint16_t port) {
   return fd;
 }
 
-std::string frame(uint64_t dest, uint64_t key, const std::string& bytes, uint32_t magic = 0x31425753) {
+/// A frame of `parts` as messages/bulk.hpp lays it out; `size` overrides the total.
+std::string frame(uint64_t dest, uint64_t key, const bulk_parts& parts, uint32_t magic = 0x32425753,
+                  std::optional<uint64_t> size = std::nullopt) {
   std::string f(32, '\0');
-  const uint64_t size = bytes.size();
+  const auto n = static_cast<uint32_t>(parts.size());
+  uint64_t total = 0;
+  std::string sizes, bytes;
+  for (const auto& p : parts) {
+    const uint64_t len = p.size();
+    sizes.append(reinterpret_cast<const char*>(&len), 8);
+    bytes += p;
+    total += len;
+  }
+  total = size.value_or(total);
   std::memcpy(&f[0], &magic, 4);
+  std::memcpy(&f[4], &n, 4);
   std::memcpy(&f[8], &dest, 8);
   std::memcpy(&f[16], &key, 8);
-  std::memcpy(&f[24], &size, 8);
-  return f + bytes;
+  std::memcpy(&f[24], &total, 8);
+  return f + sizes + bytes;
+}
+
+std::string frame(uint64_t dest, uint64_t key, const std::string& bytes, uint32_t magic = 0x32425753) {
+  return frame(dest, key, bulk_parts{bytes}, magic);
 }
 
 void send_all(int fd, const std::string& s) {
@@ -63,19 +80,19 @@ TEST_CASE("bulk_inbox pairs bytes and claims in either order and fails late clai
   const auto t0 = bulk_inbox::clock::now();
   std::vector<std::string> got;
   std::vector<errc> failed;
-  auto k = [&](caf::expected<std::string> b) {
+  auto k = [&](caf::expected<bulk_parts> b) {
     if (b)
-      got.push_back(*b);
+      got.push_back(b->front());
     else
       failed.push_back(code_of(b.error()));
   };
   // Bytes first, then the claim: runs at once.
-  inbox.arrived(1, "one", t0);
+  inbox.arrived(1, {"one"}, t0);
   CHECK(inbox.claim(1, k, t0));
   // Claim first, then the bytes.
   CHECK_FALSE(inbox.claim(2, k, t0));
   CHECK(inbox.waiting() == 1);
-  inbox.arrived(2, "two", t0);
+  inbox.arrived(2, {"two"}, t0);
   CHECK(got == std::vector<std::string>{"one", "two"});
   // A claim whose bytes never come fails, retryably, once; later bytes are just held.
   CHECK_FALSE(inbox.claim(3, k, t0));
@@ -84,12 +101,12 @@ TEST_CASE("bulk_inbox pairs bytes and claims in either order and fails late clai
   CHECK(failed == std::vector<errc>{errc::PEER_GONE});
   CHECK(is_retryable(make_error(errc::PEER_GONE, "")));
   // Unclaimed bytes go after the ttl, and beyond the byte budget oldest first.
-  inbox.arrived(4, std::string(60, 'a'), t0);
-  inbox.arrived(5, std::string(60, 'b'), t0 + 1s);  // 120 > 100 bytes: 4 goes
+  inbox.arrived(4, {std::string(30, 'a'), std::string(30, 'a')}, t0);  // every part counts
+  inbox.arrived(5, {std::string(60, 'b')}, t0 + 1s);  // 120 > 100 bytes: 4 goes
   CHECK(inbox.held() == 1);
   CHECK_FALSE(inbox.claim(4, k, t0 + 1s));
   CHECK(inbox.claim(5, k, t0 + 2s));
-  inbox.arrived(6, "six", t0);
+  inbox.arrived(6, {"six"}, t0);
   CHECK_FALSE(inbox.claim(6, k, t0 + 11s));  // older than the ttl: dropped
   CHECK(got.size() == 3);
 }
@@ -107,11 +124,13 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   caf::scoped_actor self{sys};
   bulk->attach(caf::actor_cast<caf::actor>(self));
   const auto me = self->id();
+  bulk_parts parts;
   auto next = [&](std::string& bytes) {
     uint64_t key = 0;
     bool ok = false;
-    self->receive([&](bulk_atom, uint64_t k, std::string& b) { key = k, bytes = std::move(b), ok = true; },
+    self->receive([&](bulk_atom, uint64_t k, bulk_parts& b) { key = k, parts = std::move(b), ok = true; },
                   caf::after(5s) >> [] {});
+    bytes = parts.empty() ? std::string{} : parts.front();
     return ok ? key : 0;
   };
 
@@ -124,6 +143,10 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   CHECK(bytes == "hello");
   CHECK(next(bytes) == (8 | bulk_flag));
   CHECK(bytes == big);
+  // A frame of parts arrives as those parts, an empty one included.
+  send_all(fd, frame(me, 15, bulk_parts{"head", "", big}));
+  CHECK(next(bytes) == 15);
+  CHECK(parts == bulk_parts{"head", "", big});
 
   // Half a frame, then the connection drops: nothing is delivered.
   const int half = connect_local(bulk->port());
@@ -133,18 +156,29 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   const int junk = connect_local(bulk->port());
   send_all(junk, "GET / HTTP/1.1\r\nHost: x\r\n\r\n.....");
   const int huge = connect_local(bulk->port());
-  send_all(huge, frame(me, 10, "").substr(0, 24) + std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8));
+  const uint64_t too_big = uint64_t{1} << 62;
+  auto oversized = frame(me, 10, bulk_parts{""}, 0x32425753, too_big);
+  std::memcpy(&oversized[32], &too_big, 8);  // its one part as large
+  send_all(huge, oversized);
   // A well-sized frame with another magic: not ours, closed before its bytes are read.
   const int alien = connect_local(bulk->port());
   send_all(alien, frame(me, 14, "alien", 0xdeadbeef));
-  CHECK(eventually([&] { return bulk->stats().bad_frames == 3; }));
+  // Parts that do not add up to the frame's size; no parts; too many parts.
+  const int lying = connect_local(bulk->port());
+  send_all(lying, frame(me, 16, bulk_parts{"ab", "cd"}, 0x32425753, 3));
+  const int none = connect_local(bulk->port());
+  send_all(none, frame(me, 17, bulk_parts{}));
+  const int many = connect_local(bulk->port());
+  send_all(many, frame(me, 18, bulk_parts(max_bulk_parts + 1, "x")));
+  CHECK(eventually([&] { return bulk->stats().bad_frames == 6; }));
   char c;
   CHECK(::recv(junk, &c, 1, 0) == 0);  // closed by the endpoint
-  CHECK(::recv(huge, &c, 1, 0) == 0);
+  CHECK(::recv(huge, &c, 1, 0) <= 0);
   CHECK(::recv(alien, &c, 1, 0) <= 0);  // closed (reset: its 5 bytes were never read)
-  ::close(junk);
-  ::close(huge);
-  ::close(alien);
+  for (int closed : {lying, none, many})
+    CHECK(::recv(closed, &c, 1, 0) <= 0);
+  for (int closed : {junk, huge, alien, lying, none, many})
+    ::close(closed);
   // A frame for an actor not attached here is dropped and counted.
   send_all(fd, frame(me + 12345, 11, "lost"));
   CHECK(eventually([&] { return bulk->stats().undeliverable == 1; }));
@@ -157,16 +191,20 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   send_all(again, frame(me, 13, "again"));
   CHECK(next(bytes) == 13);
   const auto s = bulk->stats();
-  CHECK(s.frames_received == 5);  // hello, big, lost, still, again: never the half one
+  CHECK(s.frames_received == 6);  // hello, big, parts, lost, still, again: never the half one
   std::printf("bulk endpoint: %llu frames, %llu bytes received, %llu connections closed for garbage\n",
               static_cast<unsigned long long>(s.frames_received), static_cast<unsigned long long>(s.bytes_received),
               static_cast<unsigned long long>(s.bad_frames));
   ::close(fd);
   ::close(again);
 
-  // In this process a push is handed over directly.
-  const auto key = bulk->push(caf::actor_cast<caf::actor>(self), "local");
+  // In this process a push is handed over directly, its parts as they were.
+  const auto key = bulk->push(caf::actor_cast<caf::actor>(self), "local",
+                              std::make_shared<const bulk_parts>(bulk_parts{"data"}));
   CHECK(is_bulk(key));
   CHECK(next(bytes) == key);
-  CHECK(bytes == "local");
+  CHECK(parts == bulk_parts{"local", "data"});
+  CHECK_THROWS_AS(bulk->push(caf::actor_cast<caf::actor>(self), "x",
+                             std::make_shared<const bulk_parts>(max_bulk_parts, "y")),
+                  std::invalid_argument);
 }

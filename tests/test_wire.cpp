@@ -210,3 +210,51 @@ TEST_CASE("compressed sizes are checked before anything is decoded", "[wire]") {
   f.mutable_data()->push_back('\0');
   CHECK(code(check_tensor(f, "x")) == errc::BAD_REQUEST);
 }
+
+TEST_CASE("a message's tensor bytes travel beside it and come back whole", "[wire]") {
+  proto::backward_request req;
+  req.set_stage(1);
+  req.set_microbatch_id(7);
+  *req.mutable_inputs() = make_int64_tensor({1, 2, 3, 4}, {2, 2});
+  auto& grad = *req.mutable_output_grad();
+  grad.set_dtype(proto::FLOAT32);
+  grad.add_shape(3);
+  grad.set_data(std::string(12, '\x01'));
+  const auto whole = encode(req);
+
+  auto copy = req;
+  auto parts = encode_parts(copy);
+  REQUIRE(parts.size() == 3);  // head, inputs' bytes, output_grad's bytes (field order)
+  CHECK(parts[1] == req.inputs().data());
+  CHECK(parts[2] == req.output_grad().data());
+  CHECK(parts[0].size() < whole.size() - 40);  // the head carries no tensor bytes
+  CHECK(parts_size(parts) == static_cast<int64_t>(parts[0].size() + 32 + 12));
+  auto back = decode_parts<proto::backward_request>(parts, "backward_request");
+  REQUIRE(back);
+  CHECK(encode(*back) == whole);
+  // One part is a whole encoding (the CAF path).
+  auto inline_ = decode_parts<proto::backward_request>({whole}, "backward_request");
+  REQUIRE(inline_);
+  CHECK(encode(*inline_) == whole);
+  // An absent tensor takes no part: a forward request without targets has two.
+  proto::forward_request fwd;
+  *fwd.mutable_inputs() = req.inputs();
+  CHECK(encode_parts(fwd).size() == 2);
+  CHECK_FALSE(fwd.has_targets());
+
+  // Parts that do not match the tensors are refused, never half-used.
+  auto fewer = parts;
+  fewer.pop_back();
+  auto r = decode_parts<proto::backward_request>(fewer, "backward_request");
+  REQUIRE_FALSE(r);
+  CHECK(code_of(r.error()) == errc::BAD_REQUEST);
+  CHECK(describe(r.error()).find("1 tensor payloads for 2 tensors") != std::string::npos);  // names the counts
+  auto more = parts;
+  more.push_back("extra");
+  CHECK_FALSE(decode_parts<proto::backward_request>(more, "backward_request"));
+  auto doubled = parts;
+  doubled[0] = whole;  // tensors carry data already, and more comes beside them
+  CHECK_FALSE(decode_parts<proto::backward_request>(doubled, "backward_request"));
+  CHECK_FALSE(decode_parts<proto::backward_request>({"\xff\xff\xff"}, "backward_request"));
+  CHECK_FALSE(decode_parts<proto::backward_request>({}, "backward_request"));
+}

@@ -1,0 +1,73 @@
+// Tier (c): the bulk plane's sending side against a real peer process that
+// stops answering (SIGSTOP: its CAF connection stays open, nothing replies).
+// Frames for it are dropped within the connect timeout, and an endpoint with
+// a writer still waiting on it shuts down at once: a dead or frozen peer never
+// holds a process's exit (it once held a trainer's for the 5 minutes of CAF's
+// own remote_lookup).
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <fstream>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "messages/bulk.hpp"
+#include "process_util.hpp"
+
+using namespace swarm;
+using namespace swarm::test;
+using namespace std::chrono_literals;
+
+TEST_CASE("frames for a frozen peer are dropped in time, and it does not hold the sender's exit", "[faults][bulk]") {
+  const std::string port_file = "/tmp/swarm-test-bulk-peer-" + std::to_string(getpid()) + ".port";
+  std::remove(port_file.c_str());
+  const pid_t peer = spawn_swarm({"--role", "coordinator", "--config", tiny, "--port", "0", "--port-file", port_file,
+                                  "--log-level", "error"});
+  int port = 0;
+  for (int i = 0; i < 100 && port == 0; ++i) {
+    std::ifstream in(port_file);
+    in >> port;
+    std::this_thread::sleep_for(100ms);
+  }
+  std::remove(port_file.c_str());
+  REQUIRE(port != 0);
+
+  caf::actor_system_config cfg;
+  cfg.load<caf::io::middleman>();
+  cfg.set("logger.console", caf::atom("none"));
+  caf::actor_system sys{cfg};
+  auto handle = sys.middleman().remote_actor("127.0.0.1", static_cast<uint16_t>(port));
+  REQUIRE(handle);
+  REQUIRE(kill(peer, SIGSTOP) == 0);
+
+  bulk_options quick;
+  quick.connect_timeout = 1s;
+  auto bulk = bulk_endpoint::start(sys, quick);
+  REQUIRE(bulk);
+  (void)(*bulk)->push(*handle, "one");
+  (void)(*bulk)->push(*handle, "two");
+  bool failed = false;
+  for (int i = 0; i < 100 && !failed; ++i) {
+    std::this_thread::sleep_for(100ms);
+    failed = (*bulk)->stats().send_failures == 2;
+  }
+  CHECK(failed);  // both: the one that waited and the one queued behind it
+  CHECK((*bulk)->stats().frames_sent == 0);
+
+  bulk_options patient;
+  patient.connect_timeout = 120s;
+  auto waiting = bulk_endpoint::start(sys, patient);
+  REQUIRE(waiting);
+  (void)(*waiting)->push(*handle, "three");
+  std::this_thread::sleep_for(300ms);  // its writer is waiting for the lookup's answer
+  const auto before = std::chrono::steady_clock::now();
+  waiting->reset();
+  const double shutdown_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+  std::printf("bulk endpoint shut down in %.2f s with a writer waiting on a frozen peer\n", shutdown_s);
+  CHECK(shutdown_s < 10);  // not the lookup's 120 s
+
+  kill(peer, SIGKILL);
+  wait_exit(peer, 10);
+}
