@@ -244,7 +244,7 @@ struct manual_swarm {
   }
 };
 
-void check_trainer_accounting(const std::string& metrics, int steps) {
+inline void check_trainer_accounting(const std::string& metrics, int steps) {
   const auto exits = events(metrics, "trainer_exit");
   REQUIRE(exits.size() == 1);
   const auto& e = exits.front();
