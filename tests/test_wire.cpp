@@ -2,8 +2,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
+#include "messages/basp_guard.hpp"
 #include "messages/chunks.hpp"
 #include "messages/codebook.hpp"
 #include "messages/wire.hpp"
@@ -257,4 +259,39 @@ TEST_CASE("a message's tensor bytes travel beside it and come back whole", "[wir
   CHECK_FALSE(decode_parts<proto::backward_request>(doubled, "backward_request"));
   CHECK_FALSE(decode_parts<proto::backward_request>({"\xff\xff\xff"}, "backward_request"));
   CHECK_FALSE(decode_parts<proto::backward_request>({}, "backward_request"));
+}
+
+TEST_CASE("the CAF port's guard passes BASP frames and refuses what crashes or stalls CAF", "[wire][guard]") {
+  const basp_limits limits;
+  auto header = [](unsigned op, uint32_t size) {
+    std::array<unsigned char, basp_header_size> h{};
+    h[0] = static_cast<unsigned char>(op);
+    h[4] = static_cast<unsigned char>(size >> 24);
+    h[5] = static_cast<unsigned char>(size >> 16);
+    h[6] = static_cast<unsigned char>(size >> 8);
+    h[7] = static_cast<unsigned char>(size);
+    return h;
+  };
+  auto judge = [&](unsigned op, uint32_t size, bool first) { return judge_basp_header(header(op, size).data(), first, limits); };
+  CHECK(basp_payload_size(header(2, 0x01020304).data()) == 0x01020304u);
+  // First frame: a client handshake of sane size, nothing else.
+  CHECK(judge(1, 32, true).empty());
+  CHECK(judge(1, 0, true) == "a client handshake of 0 bytes");  // 01 + 31 zero bytes: SIGSEGV in CAF
+  CHECK_FALSE(judge(1, 1025, true).empty());
+  CHECK_FALSE(judge(0, 0, true).empty());  // a server handshake from a connecting peer: SIGSEGV in CAF
+  CHECK_FALSE(judge(2, 100, true).empty());
+  CHECK_FALSE(judge(0x47, 0x45542f20, true).empty());  // "GET /"
+  // Later frames: messages up to the limit, empty heartbeats.
+  for (unsigned op : {1u, 2u, 3u, 4u, 5u}) {
+    CHECK(judge(op, 100, false).empty());
+    CHECK(judge(op, static_cast<uint32_t>(limits.max_payload), false).empty());
+    CHECK_FALSE(judge(op, static_cast<uint32_t>(limits.max_payload) + 1, false).empty());  // CAF would zero-fill it
+    CHECK_FALSE(judge(op, 0, false).empty());
+  }
+  CHECK_FALSE(judge(2, 0xffffffffu, false).empty());
+  CHECK(judge(6, 0, false).empty());
+  CHECK_FALSE(judge(6, 8, false).empty());
+  CHECK_FALSE(judge(0, 100, false).empty());
+  for (unsigned op = 7; op < 256; ++op)
+    CHECK_FALSE(judge(op, 32, false).empty());
 }

@@ -1,0 +1,287 @@
+#include "messages/basp_guard.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "actors/log.hpp"
+#include "messages/errors.hpp"
+
+namespace swarm {
+
+namespace {
+
+enum basp_op : unsigned char { server_handshake = 0, client_handshake = 1, heartbeat = 6 };
+
+using clock_type = std::chrono::steady_clock;
+
+/// Reads exactly `n` bytes unless the peer closes, `deadline` passes, or
+/// nothing arrives for `idle`.
+bool read_exact(int fd, char* p, size_t n, clock_type::time_point deadline, std::chrono::milliseconds idle) {
+  while (n > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+    const auto wait = std::min(idle, left);
+    pollfd pfd{fd, POLLIN, 0};
+    if (wait.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(wait.count())) != 1)
+      return false;
+    const auto r = ::recv(fd, p, n, 0);
+    if (r <= 0)
+      return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const auto w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w <= 0)
+      return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+int connect_loopback(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+std::string peer_name(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  char host[NI_MAXHOST] = "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST);
+  return host;
+}
+
+/// One relayed connection; the last of its two threads closes both sockets.
+struct link {
+  int peer = -1, backend = -1;
+  ~link() {
+    ::close(peer);
+    if (backend >= 0)
+      ::close(backend);
+  }
+  void cut() {
+    ::shutdown(peer, SHUT_RDWR);
+    if (backend >= 0)
+      ::shutdown(backend, SHUT_RDWR);
+  }
+};
+
+} // namespace
+
+uint32_t basp_payload_size(const unsigned char* h) {
+  return (uint32_t{h[4]} << 24) | (uint32_t{h[5]} << 16) | (uint32_t{h[6]} << 8) | uint32_t{h[7]};
+}
+
+std::string judge_basp_header(const unsigned char* h, bool first, const basp_limits& limits) {
+  const unsigned op = h[0];
+  const uint32_t size = basp_payload_size(h);
+  if (first) {
+    if (op != client_handshake)
+      return "the first frame is not a client handshake (operation " + std::to_string(op) + ")";
+    if (size == 0 || size > limits.max_handshake)
+      return "a client handshake of " + std::to_string(size) + " bytes";
+    return {};
+  }
+  if (op == heartbeat)
+    return size == 0 ? std::string{} : "a heartbeat with a payload";
+  if (op == server_handshake || op > heartbeat)
+    return "operation " + std::to_string(op) + " from a connecting peer";
+  if (size == 0 || size > limits.max_payload)
+    return "a payload of " + std::to_string(size) + " bytes (operation " + std::to_string(op) + ")";
+  return {};
+}
+
+struct basp_guard::impl {
+  guard_options opts;
+  int listen_fd = -1;
+  uint16_t port = 0;
+  std::thread acceptor;
+
+  mutable std::mutex m;  // everything below
+  bool stopping = false;
+  std::set<std::shared_ptr<link>> links;
+  std::condition_variable threads_done;
+  int threads = 0;
+  std::set<std::string> warned;  ///< peers whose refusal was logged: once each
+  guard_stats stats;
+
+  explicit impl(guard_options o) : opts(std::move(o)) {}
+
+  void refuse(const std::string& peer, const std::string& why) {
+    std::lock_guard<std::mutex> lock(m);
+    ++stats.refused;
+    if (warned.size() < 1024 && warned.insert(peer).second)
+      get_logger("guard")->warn("closed a connection from {}: {} (further ones from it are not logged)", peer, why);
+  }
+
+  /// Peer to CAF: frame by frame, each header judged before anything passes.
+  void upstream(const std::shared_ptr<link>& l, const std::string& who) {
+    unsigned char h[basp_header_size];
+    std::vector<char> buf(64 << 10);
+    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(opts.idle_timeout);
+    auto deadline = clock_type::now() + opts.handshake_timeout;
+    for (bool first = true;; first = false) {
+      if (!first)
+        deadline = clock_type::time_point::max();
+      if (!read_exact(l->peer, reinterpret_cast<char*>(h), sizeof h, deadline, idle)) {
+        if (first)
+          refuse(who, "no complete handshake within " + std::to_string(opts.handshake_timeout.count()) + " s");
+        break;
+      }
+      if (auto why = judge_basp_header(h, first, opts.limits); !why.empty()) {
+        refuse(who, why);
+        break;
+      }
+      size_t left = basp_payload_size(h);
+      bool ok = write_all(l->backend, reinterpret_cast<const char*>(h), sizeof h);
+      while (ok && left > 0) {
+        const size_t n = std::min(left, buf.size());
+        ok = read_exact(l->peer, buf.data(), n, deadline, idle) && write_all(l->backend, buf.data(), n);
+        left -= n;
+      }
+      if (!ok)
+        break;
+      std::lock_guard<std::mutex> lock(m);
+      ++stats.frames_passed;
+    }
+    l->cut();
+  }
+
+  /// CAF to peer: as it comes.
+  static void downstream(const std::shared_ptr<link>& l) {
+    std::vector<char> buf(64 << 10);
+    for (;;) {
+      const auto r = ::recv(l->backend, buf.data(), buf.size(), 0);
+      if (r <= 0 || !write_all(l->peer, buf.data(), static_cast<size_t>(r)))
+        break;
+    }
+    l->cut();
+  }
+
+  void run(std::shared_ptr<link> l, bool up) {
+    if (up)
+      upstream(l, peer_name(l->peer));
+    else
+      downstream(l);
+    std::lock_guard<std::mutex> lock(m);
+    links.erase(l);  // the other thread's reference keeps it open until that one ends too
+    --threads;
+    threads_done.notify_all();
+  }
+
+  void accept_loop() {
+    for (;;) {
+      const int fd = ::accept(listen_fd, nullptr, nullptr);
+      if (fd < 0) {
+        std::lock_guard<std::mutex> lock(m);
+        if (stopping)
+          return;
+        continue;
+      }
+      auto l = std::make_shared<link>();
+      l->peer = fd;
+      std::lock_guard<std::mutex> lock(m);
+      if (stopping || static_cast<int>(links.size()) >= opts.max_connections) {
+        ++stats.refused;
+        continue;  // `l` closes it
+      }
+      l->backend = connect_loopback(opts.backend_port);
+      if (l->backend < 0) {
+        get_logger("guard")->warn("cannot reach the local CAF port {}: {}", opts.backend_port, std::strerror(errno));
+        continue;
+      }
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      ++stats.accepted;
+      links.insert(l);
+      threads += 2;
+      std::thread([this, l] { run(l, true); }).detach();
+      std::thread([this, l] { run(l, false); }).detach();
+    }
+  }
+};
+
+caf::expected<std::unique_ptr<basp_guard>> basp_guard::start(guard_options opts) {
+  auto p = std::make_unique<impl>(std::move(opts));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const auto service = std::to_string(p->opts.port);
+  if (::getaddrinfo(p->opts.host.c_str(), service.c_str(), &hints, &found) != 0 || !found)
+    return make_error(errc::BAD_CONFIG, "guard: cannot resolve host '" + p->opts.host + "'");
+  p->listen_fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+  int one = 1;
+  ::setsockopt(p->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const bool bound = p->listen_fd >= 0 && ::bind(p->listen_fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                     ::listen(p->listen_fd, 64) == 0;
+  ::freeaddrinfo(found);
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (!bound || ::getsockname(p->listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string why = std::strerror(errno);
+    if (p->listen_fd >= 0)
+      ::close(p->listen_fd);
+    return make_error(errc::BAD_CONFIG, "cannot listen on " + p->opts.host + ":" + service + ": " + why);
+  }
+  p->port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  auto* raw = p.get();
+  p->acceptor = std::thread([raw] { raw->accept_loop(); });
+  return std::unique_ptr<basp_guard>(new basp_guard(std::move(p)));
+}
+
+basp_guard::basp_guard(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+basp_guard::~basp_guard() {
+  auto& p = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(p.m);
+    p.stopping = true;
+    for (const auto& l : p.links)
+      l->cut();
+  }
+  ::shutdown(p.listen_fd, SHUT_RDWR);
+  p.acceptor.join();
+  ::close(p.listen_fd);
+  std::unique_lock<std::mutex> lock(p.m);
+  p.threads_done.wait(lock, [&] { return p.threads == 0; });
+}
+
+uint16_t basp_guard::port() const { return impl_->port; }
+
+guard_stats basp_guard::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->m);
+  return impl_->stats;
+}
+
+} // namespace swarm
