@@ -18,6 +18,7 @@
 #include "actors/stage_server_move.hpp"
 #include "actors/trainer.hpp"
 #include "apps/roles.hpp"
+#include "messages/basp_guard.hpp"
 #include "messages/bulk.hpp"
 #include "messages/chunks.hpp"
 #include "messages/wire.hpp"
@@ -113,6 +114,32 @@ void emit_bulk(metrics_sink& metrics, const std::string& who, const bulk_endpoin
 
 /// This process's end of the bulk data plane (messages/bulk.hpp), listening on
 /// --host; null, after saying why on stderr, when it cannot listen.
+/// Publishes `handle` on loopback only, behind a guard that listens on `port`
+/// (any interface) and passes peers' BASP frames one by one after checking
+/// them (messages/basp_guard.hpp): CAF 0.17.6 itself can be crashed or
+/// stalled by a single header. The guard is the public port; null when either
+/// cannot listen (said on stderr).
+template <class Handle>
+std::unique_ptr<basp_guard> publish_guarded(caf::actor_system& sys, const Handle& handle, int port, bool reuse,
+                                            const app_config& cfg, const char* who) {
+  auto local = sys.middleman().publish(handle, 0, "127.0.0.1", reuse);
+  if (!local) {
+    std::cerr << "swarm: " << who << " cannot listen on loopback: " << sys.render(local.error()) << "\n";
+    return nullptr;
+  }
+  guard_options opts;
+  opts.host.clear();
+  opts.port = static_cast<uint16_t>(port);
+  opts.backend_port = *local;
+  opts.limits.max_payload = static_cast<uint64_t>(cfg.net.chunk_bytes) + (uint64_t{1} << 20);
+  auto guard = basp_guard::start(opts);
+  if (!guard) {
+    std::cerr << "swarm: " << who << " cannot listen on port " << port << ": " << describe(guard.error()) << "\n";
+    return nullptr;
+  }
+  return std::move(*guard);
+}
+
 std::shared_ptr<bulk_endpoint> start_bulk(caf::actor_system& sys, const app_config& cfg, const char* who) {
   bulk_options opts;
   opts.host = cfg.server.host;
@@ -222,13 +249,12 @@ int run_coordinator(const app_config& cfg) {
   rb.policy.min_replicas = cfg.coordinator.min_replicas;
   auto coord = sys.spawn(coordinator, settings, metrics);
   // reuse: a coordinator restarted on its old port must not wait out TIME_WAIT.
-  auto port = sys.middleman().publish(coord, static_cast<uint16_t>(cfg.coordinator.port), nullptr, true);
-  if (!port) {
-    std::cerr << "swarm: coordinator cannot listen on port " << cfg.coordinator.port << ": " << sys.render(port.error())
-              << "\n";
+  auto guard = publish_guarded(sys, coord, cfg.coordinator.port, true, cfg, "coordinator");
+  if (!guard) {
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return 1;
   }
+  const auto port = std::optional<uint16_t>{guard->port()};
   if (!cfg.coordinator.port_file.empty()) {
     // Write then rename, so a reader never sees a half-written number.
     const auto tmp = cfg.coordinator.port_file + ".tmp";
@@ -303,12 +329,12 @@ int run_server(const app_config& cfg) {
   scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
   auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics, std::make_shared<stage_server_counters>());
   auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
-  auto port = sys.middleman().publish(server, static_cast<uint16_t>(cfg.server.port));
-  if (!port) {
-    std::cerr << "swarm: server cannot listen on port " << cfg.server.port << ": " << sys.render(port.error()) << "\n";
+  auto guard = publish_guarded(sys, server, cfg.server.port, false, cfg, "server");
+  if (!guard) {
     stop_server();
     return 1;
   }
+  const auto port = std::optional<uint16_t>{guard->port()};
   proto::register_server reg;
   reg.set_stage(static_cast<uint32_t>(stage));
   reg.set_server_id(server_id);

@@ -232,12 +232,13 @@ struct basp_guard::impl {
 caf::expected<std::unique_ptr<basp_guard>> basp_guard::start(guard_options opts) {
   auto p = std::make_unique<impl>(std::move(opts));
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
+  hints.ai_family = p->opts.host.empty() ? AF_INET : AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* found = nullptr;
   const auto service = std::to_string(p->opts.port);
-  if (::getaddrinfo(p->opts.host.c_str(), service.c_str(), &hints, &found) != 0 || !found)
+  const char* node = p->opts.host.empty() ? nullptr : p->opts.host.c_str();
+  if (::getaddrinfo(node, service.c_str(), &hints, &found) != 0 || !found)
     return make_error(errc::BAD_CONFIG, "guard: cannot resolve host '" + p->opts.host + "'");
   p->listen_fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
   int one = 1;

@@ -42,7 +42,7 @@ struct basp_limits {
 [[nodiscard]] uint32_t basp_payload_size(const unsigned char* header);
 
 struct guard_options {
-  std::string host = "127.0.0.1";  ///< public address to listen on
+  std::string host = "127.0.0.1";  ///< public address to listen on; empty = every IPv4 interface
   uint16_t port = 0;               ///< public port; 0 = any free one
   uint16_t backend_port = 0;       ///< CAF's port on 127.0.0.1
   basp_limits limits;

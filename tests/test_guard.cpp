@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <atomic>
 #include <csignal>
 #include <fstream>
 #include <random>
@@ -30,13 +31,17 @@ using namespace std::chrono_literals;
 
 namespace {
 
+/// A connection to `port` on loopback, or -1 (no Catch2 macros: probers run on threads).
 int dial(uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
   return fd;
 }
 
@@ -55,6 +60,8 @@ bool gets_closed(int fd) {
 /// Sends `bytes` on a fresh connection and waits until the guard closes it.
 bool closed_after(uint16_t port, const std::string& bytes) {
   const int fd = dial(port);
+  if (fd < 0)
+    return false;
   ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   return gets_closed(fd);
 }
@@ -145,6 +152,7 @@ TEST_CASE("garbage at the guard never reaches the coordinator behind it", "[faul
   CHECK(closed == probes);
   // A slow drip: a byte a second never completes a handshake in time.
   const int drip = dial(port);
+  REQUIRE(drip >= 0);
   for (int i = 0; i < 3; ++i) {
     ::send(drip, "\x01", 1, MSG_NOSIGNAL);
     std::this_thread::sleep_for(1s);
@@ -155,6 +163,7 @@ TEST_CASE("garbage at the guard never reaches the coordinator behind it", "[faul
   std::vector<int> crowd;
   for (int i = 0; i < 100; ++i)
     crowd.push_back(dial(port));
+  CHECK(std::count(crowd.begin(), crowd.end(), -1) == 0);  // refused ones are accepted, then closed
   std::this_thread::sleep_for(500ms);
   for (int fd : crowd)
     ::close(fd);
@@ -169,4 +178,106 @@ TEST_CASE("garbage at the guard never reaches the coordinator behind it", "[faul
   CHECK(wait_exit(coordinator, 0.1) == std::nullopt);
   CHECK(answers(linked));
   CHECK(answers(reach()));
+}
+
+namespace {
+
+/// Peak resident memory of `pid` in MiB (VmHWM), or -1.
+double peak_rss_mib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0)
+      return std::stod(line.substr(6)) / 1024.0;
+  return -1;
+}
+
+/// One malformed input of kind `i % 6` on a fresh connection to `port`.
+bool probe(uint16_t port, int i, std::mt19937& rng) {
+  std::string bytes;
+  switch (i % 6) {
+    case 0: bytes = basp_header(1, 0); break;                        // empty client handshake: SIGSEGV
+    case 1: bytes = basp_header(0, 0); break;                        // server handshake from a client: SIGSEGV
+    case 2: bytes = basp_header(0, 0xfffffff0u - rng() % 1024); break;  // a 4 GiB buffer
+    case 3: {  // a truncated handshake: the peer hangs up mid-header
+      const int fd = dial(port);
+      if (fd < 0)
+        return false;
+      const auto part = basp_header(1, 32).substr(0, 1 + rng() % 31);
+      const bool sent = ::send(fd, part.data(), part.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(part.size());
+      ::close(fd);
+      return sent;
+    }
+    case 4: bytes = basp_header(1, 32) + std::string(32, 'x') + basp_header(2, 0xffffff00u); break;
+    default:
+      bytes.resize(1 + rng() % 4096);
+      for (auto& c : bytes)
+        c = static_cast<char>(rng());
+  }
+  return closed_after(port, bytes);
+}
+
+} // namespace
+
+TEST_CASE("training goes on through 10,000 malformed inputs at the coordinator's and servers' ports",
+          "[faults][guard]") {
+  manual_swarm swarm({}, "guard");
+  REQUIRE_FALSE(swarm.address.empty());
+  const std::vector<pid_t> servers{swarm.server(0), swarm.server(1)};
+  const int steps = 400;
+  const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
+  std::vector<uint16_t> ports{static_cast<uint16_t>(swarm.port)};
+  REQUIRE(wait_for_metrics(
+      swarm.metrics,
+      [&](const std::vector<std::string>& lines) {
+        ports.resize(1);
+        for (const auto& l : lines)
+          if (is_event(l, "server_join"))
+            ports.push_back(static_cast<uint16_t>(number(l, "port")));
+        return ports.size() == 3;
+      },
+      60));
+
+  // One prober per port, each a kind of input after another, while the trainer
+  // runs and until 10,000 were sent in all.
+  std::atomic<int> sent{0}, closed{0}, during_training{0};
+  std::atomic<bool> training{true};
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<std::thread> probers;
+  for (size_t p = 0; p < ports.size(); ++p)
+    probers.emplace_back([&, p] {
+      std::mt19937 rng(static_cast<unsigned>(11 + p));
+      for (int i = 0; training || sent < 10000; ++i) {
+        closed += probe(ports[p], i, rng);
+        ++sent;
+        if (training)
+          ++during_training;
+      }
+    });
+  const bool trained = wait_exit(trainer, 300) == std::optional<int>{0};
+  training = false;
+  for (auto& t : probers)
+    t.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("%d malformed inputs in %.1f s (%d while the trainer ran), %d closed or cut off\n", sent.load(), secs,
+              during_training.load(), closed.load());
+  REQUIRE(trained);
+  CHECK(closed == sent);
+  CHECK(during_training >= 3000);
+  for (pid_t pid : servers)
+    CHECK(kill(pid, 0) == 0);
+  const double coordinator_mib = peak_rss_mib(swarm.coordinator);
+  double server_mib = 0;
+  for (pid_t pid : servers)
+    server_mib = std::max(server_mib, peak_rss_mib(pid));
+  std::printf("peak memory: coordinator %.0f MiB, servers %.0f MiB at most\n", coordinator_mib, server_mib);
+  CHECK(coordinator_mib < 1024);  // a header that got through would have made CAF fill up to 4 GiB
+  CHECK(server_mib < 1024);
+  swarm.shutdown();
+  check_trainer_accounting(swarm.metrics, steps);
+  const auto committed = committed_per_stage(swarm.metrics);
+  const auto acked = acked_per_stage(swarm.metrics);
+  REQUIRE(acked.size() == 2);
+  for (int s = 0; s < 2; ++s)
+    CHECK(committed.at(s) == acked[static_cast<size_t>(s)]);  // nothing lost, nothing twice
 }
