@@ -112,8 +112,6 @@ void emit_bulk(metrics_sink& metrics, const std::string& who, const bulk_endpoin
                         {"undeliverable", static_cast<int64_t>(s.undeliverable)}});
 }
 
-/// This process's end of the bulk data plane (messages/bulk.hpp), listening on
-/// --host; null, after saying why on stderr, when it cannot listen.
 /// Publishes `handle` on loopback only, behind a guard that listens on `port`
 /// (any interface) and passes peers' BASP frames one by one after checking
 /// them (messages/basp_guard.hpp): CAF 0.17.6 itself can be crashed or
@@ -140,6 +138,8 @@ std::unique_ptr<basp_guard> publish_guarded(caf::actor_system& sys, const Handle
   return std::move(*guard);
 }
 
+/// This process's end of the bulk data plane (messages/bulk.hpp), listening on
+/// --host; null, after saying why on stderr, when it cannot listen.
 std::shared_ptr<bulk_endpoint> start_bulk(caf::actor_system& sys, const app_config& cfg, const char* who) {
   bulk_options opts;
   opts.host = cfg.server.host;
@@ -254,14 +254,14 @@ int run_coordinator(const app_config& cfg) {
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return 1;
   }
-  const auto port = std::optional<uint16_t>{guard->port()};
+  const uint16_t port = guard->port();
   if (!cfg.coordinator.port_file.empty()) {
     // Write then rename, so a reader never sees a half-written number.
     const auto tmp = cfg.coordinator.port_file + ".tmp";
-    std::ofstream(tmp) << *port << "\n";
+    std::ofstream(tmp) << port << "\n";
     std::rename(tmp.c_str(), cfg.coordinator.port_file.c_str());
   }
-  log->info("listening on port {} for {} stages (model hash {})", *port, cfg.stages, cfg.model.hash());
+  log->info("listening on port {} for {} stages (model hash {})", port, cfg.stages, cfg.model.hash());
   return exit_code_of(wait_for(sys, coord));
 }
 
@@ -334,12 +334,12 @@ int run_server(const app_config& cfg) {
     stop_server();
     return 1;
   }
-  const auto port = std::optional<uint16_t>{guard->port()};
+  const uint16_t port = guard->port();
   proto::register_server reg;
   reg.set_stage(static_cast<uint32_t>(stage));
   reg.set_server_id(server_id);
   reg.set_host(cfg.server.host);
-  reg.set_port(*port);
+  reg.set_port(port);
   reg.set_num_stages(static_cast<uint32_t>(cfg.stages));
   reg.set_config_hash(cfg.model.hash());
   auto refused = register_with(sys, *coord, reg, server);
@@ -349,7 +349,7 @@ int run_server(const app_config& cfg) {
     return code_of(refused) == errc::BAD_CONFIG || code_of(refused) == errc::UNKNOWN_STAGE ? 2 : 1;
   }
   log->info("serving stage {} (blocks {}..{}, {} parameters) on port {}", stage, worker->span().first_block,
-            worker->span().end_block, worker->parameter_count(), *port);
+            worker->span().end_block, worker->parameter_count(), port);
   if (cfg.server.stage < 0)
     metrics->emit("rebalance", {{"server", server_id},
                                 {"from", int64_t{-1}},
