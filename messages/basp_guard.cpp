@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -17,6 +18,7 @@
 
 #include "actors/log.hpp"
 #include "messages/errors.hpp"
+#include "messages/tcp.hpp"
 
 namespace swarm {
 
@@ -40,17 +42,6 @@ bool read_exact(int fd, char* p, size_t n, clock_type::time_point deadline, std:
       return false;
     p += r;
     n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool write_all(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    const auto w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w <= 0)
-      return false;
-    p += w;
-    n -= static_cast<size_t>(w);
   }
   return true;
 }
@@ -231,31 +222,10 @@ struct basp_guard::impl {
 
 caf::expected<std::unique_ptr<basp_guard>> basp_guard::start(guard_options opts) {
   auto p = std::make_unique<impl>(std::move(opts));
-  addrinfo hints{};
-  hints.ai_family = p->opts.host.empty() ? AF_INET : AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const auto service = std::to_string(p->opts.port);
-  const char* node = p->opts.host.empty() ? nullptr : p->opts.host.c_str();
-  if (::getaddrinfo(node, service.c_str(), &hints, &found) != 0 || !found)
-    return make_error(errc::BAD_CONFIG, "guard: cannot resolve host '" + p->opts.host + "'");
-  p->listen_fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
-  int one = 1;
-  ::setsockopt(p->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  const bool bound = p->listen_fd >= 0 && ::bind(p->listen_fd, found->ai_addr, found->ai_addrlen) == 0 &&
-                     ::listen(p->listen_fd, 64) == 0;
-  ::freeaddrinfo(found);
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  if (!bound || ::getsockname(p->listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string why = std::strerror(errno);
-    if (p->listen_fd >= 0)
-      ::close(p->listen_fd);
-    return make_error(errc::BAD_CONFIG, "cannot listen on " + p->opts.host + ":" + service + ": " + why);
-  }
-  p->port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  auto listening = listen_tcp(p->opts.host, p->opts.port, "guard");
+  if (!listening)
+    return listening.error();
+  std::tie(p->listen_fd, p->port) = *listening;
   auto* raw = p.get();
   p->acceptor = std::thread([raw] { raw->accept_loop(); });
   return std::unique_ptr<basp_guard>(new basp_guard(std::move(p)));

@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -25,6 +26,7 @@
 
 #include "actors/log.hpp"
 #include "messages/errors.hpp"
+#include "messages/tcp.hpp"
 
 namespace swarm {
 
@@ -45,17 +47,6 @@ constexpr size_t fixed_header = 32;
 
 /// The header's bytes on the wire: the fixed part and `parts` sizes.
 size_t header_bytes(const frame_header& h) { return fixed_header + h.parts * sizeof(uint64_t); }
-
-bool write_all(int fd, const char* p, size_t n, int flags = 0) {
-  while (n > 0) {
-    const auto w = ::send(fd, p, n, MSG_NOSIGNAL | flags);
-    if (w <= 0)
-      return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
 
 bool read_all(int fd, char* p, size_t n) {
   while (n > 0) {
@@ -362,29 +353,10 @@ struct bulk_endpoint::impl {
 
 caf::expected<std::shared_ptr<bulk_endpoint>> bulk_endpoint::start(caf::actor_system& sys, bulk_options opts) {
   auto p = std::make_unique<impl>(sys, std::move(opts));
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(p->opts.host.c_str(), "0", &hints, &found) != 0 || !found)
-    return make_error(errc::BAD_CONFIG, "bulk endpoint: cannot resolve host '" + p->opts.host + "'");
-  p->listen_fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
-  int one = 1;
-  ::setsockopt(p->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  const bool bound = p->listen_fd >= 0 && ::bind(p->listen_fd, found->ai_addr, found->ai_addrlen) == 0 &&
-                     ::listen(p->listen_fd, 64) == 0;
-  ::freeaddrinfo(found);
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  if (!bound || ::getsockname(p->listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (p->listen_fd >= 0)
-      ::close(p->listen_fd);
-    return make_error(errc::BAD_CONFIG, "bulk endpoint: cannot listen on " + p->opts.host + ": " +
-                                            std::strerror(errno));
-  }
-  p->port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  auto listening = listen_tcp(p->opts.host, 0, "bulk endpoint");
+  if (!listening)
+    return listening.error();
+  std::tie(p->listen_fd, p->port) = *listening;
   const auto host = p->opts.host;
   const auto port = p->port;
   // Hidden: a process must not wait for it when it shuts down.

@@ -7,7 +7,6 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
-#include <fstream>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -22,25 +21,10 @@ using namespace swarm::test;
 using namespace std::chrono_literals;
 
 TEST_CASE("frames for a frozen peer are dropped in time, and it does not hold the sender's exit", "[faults][bulk]") {
-  const std::string port_file = "/tmp/swarm-test-bulk-peer-" + std::to_string(getpid()) + ".port";
-  std::remove(port_file.c_str());
-  const pid_t peer = spawn_swarm({"--role", "coordinator", "--config", tiny, "--port", "0", "--port-file", port_file,
-                                  "--log-level", "error"});
-  struct reaper {
-    pid_t pid;
-    ~reaper() {
-      kill(pid, SIGKILL);
-      wait_exit(pid, 10);
-    }
-  } reap{peer};
-  int port = 0;
-  for (int i = 0; i < 100 && port == 0; ++i) {
-    std::ifstream in(port_file);
-    in >> port;
-    std::this_thread::sleep_for(100ms);
-  }
-  std::remove(port_file.c_str());
-  REQUIRE(port != 0);
+  manual_swarm swarm({}, "bulk-peer");  // a coordinator: any real peer process would do
+  REQUIRE(swarm.port != 0);
+  const pid_t peer = swarm.coordinator;
+  const int port = swarm.port;
 
   caf::actor_system_config cfg;
   cfg.load<caf::io::middleman>();

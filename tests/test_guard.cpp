@@ -79,25 +79,10 @@ std::string basp_header(unsigned op, uint32_t size) {
 } // namespace
 
 TEST_CASE("garbage at the guard never reaches the coordinator behind it", "[faults][guard]") {
-  const std::string port_file = "/tmp/swarm-test-guard-" + std::to_string(getpid()) + ".port";
-  std::remove(port_file.c_str());
-  const pid_t coordinator = spawn_swarm({"--role", "coordinator", "--config", tiny, "--port", "0", "--port-file",
-                                         port_file, "--log-level", "error"});
-  struct reaper {
-    pid_t pid;
-    ~reaper() {
-      kill(pid, SIGKILL);
-      wait_exit(pid, 10);
-    }
-  } reap{coordinator};
-  int caf_port = 0;
-  for (int i = 0; i < 100 && caf_port == 0; ++i) {
-    std::ifstream in(port_file);
-    in >> caf_port;
-    std::this_thread::sleep_for(100ms);
-  }
-  std::remove(port_file.c_str());
-  REQUIRE(caf_port != 0);
+  manual_swarm swarm({}, "guard-front");
+  REQUIRE(swarm.port != 0);
+  const pid_t coordinator = swarm.coordinator;
+  const int caf_port = swarm.port;  // the coordinator's own public port (its guard) behind this one
 
   guard_options opts;
   opts.backend_port = static_cast<uint16_t>(caf_port);
