@@ -16,6 +16,9 @@ namespace swarm {
 [[nodiscard]] caf::expected<std::pair<int, uint16_t>> listen_tcp(const std::string& host, uint16_t port,
                                                                  const std::string& who);
 
+/// A connection to 127.0.0.1:port with TCP_NODELAY, or -1.
+[[nodiscard]] int connect_loopback(uint16_t port);
+
 /// Writes all `n` bytes; false when the peer is gone or a write timed out.
 bool write_all(int fd, const char* p, size_t n, int flags = 0);
 

@@ -19,6 +19,7 @@
 
 #include "messages/bulk.hpp"
 #include "messages/errors.hpp"
+#include "messages/tcp.hpp"
 
 using namespace swarm;
 using namespace std::chrono_literals;
@@ -26,12 +27,8 @@ using namespace std::chrono_literals;
 namespace {
 
 int connect_local(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int fd = connect_loopback(port);
+  REQUIRE(fd >= 0);
   return fd;
 }
 

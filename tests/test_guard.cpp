@@ -23,6 +23,7 @@
 
 #include "messages/basp_guard.hpp"
 #include "messages/protocol.hpp"
+#include "messages/tcp.hpp"
 #include "process_util.hpp"
 
 using namespace swarm;
@@ -32,18 +33,7 @@ using namespace std::chrono_literals;
 namespace {
 
 /// A connection to `port` on loopback, or -1 (no Catch2 macros: probers run on threads).
-int dial(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+int dial(uint16_t port) { return connect_loopback(port); }
 
 /// Whether the other end closes `fd` within 20 s (reading what comes first:
 /// CAF's server handshake, relayed).
