@@ -174,25 +174,17 @@ struct basp_guard::impl {
   }
 
   void accept_loop() {
-    for (;;) {
-      const int fd = ::accept(listen_fd, nullptr, nullptr);
-      if (fd < 0) {
-        std::lock_guard<std::mutex> lock(m);
-        if (stopping)
-          return;
-        continue;
-      }
+    accept_until_stopped(listen_fd, m, stopping, [this](int fd) {
       auto l = std::make_shared<link>();
       l->peer = fd;
-      std::lock_guard<std::mutex> lock(m);
-      if (stopping || static_cast<int>(links.size()) >= opts.max_connections) {
+      if (static_cast<int>(links.size()) >= opts.max_connections) {
         ++stats.refused;
-        continue;  // `l` closes it
+        return;  // `l` closes it
       }
       l->backend = connect_loopback(opts.backend_port);
       if (l->backend < 0) {
         get_logger("guard")->warn("cannot reach the local CAF port {}: {}", opts.backend_port, std::strerror(errno));
-        continue;
+        return;
       }
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -201,7 +193,7 @@ struct basp_guard::impl {
       threads += 2;
       std::thread([this, l] { run(l, true); }).detach();
       std::thread([this, l] { run(l, false); }).detach();
-    }
+    });
   }
 };
 

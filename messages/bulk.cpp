@@ -332,22 +332,14 @@ struct bulk_endpoint::impl {
   }
 
   void accept_loop() {
-    for (;;) {
-      const int fd = ::accept(listen_fd, nullptr, nullptr);
-      if (fd < 0) {
-        std::lock_guard<std::mutex> lock(m);
-        if (stopping)
-          return;
-        continue;
-      }
-      std::lock_guard<std::mutex> lock(m);
-      if (stopping || static_cast<int>(reader_fds.size()) >= opts.max_connections) {
+    accept_until_stopped(listen_fd, m, stopping, [this](int fd) {
+      if (static_cast<int>(reader_fds.size()) >= opts.max_connections) {
         ::close(fd);
-        continue;
+        return;
       }
       reader_fds.insert(fd);
       std::thread([this, fd] { read_loop(fd); }).detach();
-    }
+    });
   }
 };
 

@@ -15,7 +15,7 @@
 //             key, whichever of the two comes first.
 //
 // A frame's parts are a head (an encoded message) and the bytes of the tensors
-// moved out of it (messages/wire.hpp: split_tensors, join_tensors): large
+// moved out of it (messages/wire.hpp: take_tensor_data, decode_parts): large
 // tensors are neither copied into a serialized message nor parsed out of one.
 //
 // Frame: u32 magic "SWB2" | u32 parts (1..8) | u64 destination actor id | u64 key

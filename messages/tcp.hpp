@@ -2,10 +2,16 @@
 // Plain TCP pieces shared by the bulk plane (messages/bulk.*) and the guard in
 // front of CAF ports (messages/basp_guard.*).
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <caf/expected.hpp>
 
@@ -18,6 +24,32 @@ namespace swarm {
 
 /// A connection to 127.0.0.1:port with TCP_NODELAY, or -1.
 [[nodiscard]] int connect_loopback(uint16_t port);
+
+/// Accepts on `listen_fd` until it fails with `stopping` set (read under `m`;
+/// the owner sets it, then shuts the socket down), handing each connection to
+/// `admit(fd)` with `m` held; admit owns the fd from then on. A failing accept
+/// (out of descriptors under a flood of connections) waits 10 ms before the
+/// next rather than spinning.
+template <class Admit>
+void accept_until_stopped(int listen_fd, std::mutex& m, const bool& stopping, Admit admit) {
+  for (;;) {
+    const int fd = ::accept(listen_fd, nullptr, nullptr);
+    if (fd < 0) {
+      {
+        std::lock_guard<std::mutex> lock(m);
+        if (stopping)
+          return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(m);
+    if (stopping)
+      ::close(fd);
+    else
+      admit(fd);
+  }
+}
 
 /// Writes all `n` bytes; false when the peer is gone or a write timed out.
 bool write_all(int fd, const char* p, size_t n, int flags = 0);
