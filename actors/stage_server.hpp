@@ -121,7 +121,7 @@ struct stage_server_state {
   uint64_t hash = 0;                       ///< parameter hash, cached: it changes only with a step or a reload
   int64_t reported_samples = -1;           ///< accumulated samples in the last progress report
   std::optional<server_round> round;
-  std::map<uint64_t, std::vector<std::pair<caf::actor_addr, proto::allreduce_piece>>> early_pieces;  ///< for rounds not begun here yet
+  std::map<uint64_t, std::vector<std::pair<caf::actor_addr, std::string>>> early_pieces;  ///< for rounds not begun here yet
   int64_t rounds_seen = 0;                 ///< for the fault hook
   bool reloading = false;
   uint64_t reloads = 0;                    ///< reload orders finished or turned down (see progress_report)

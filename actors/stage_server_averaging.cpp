@@ -124,33 +124,35 @@ void send_pieces(server_ptr self, std::vector<policy::piece> out) {
     finish(self, nullptr);
 }
 
-void feed(server_ptr self, const caf::actor_addr& from, const proto::allreduce_piece& piece) {
+void feed(server_ptr self, const caf::actor_addr& from, const std::string& bytes) {
   auto& st = self->state;
   auto& r = *st.round;
+  auto msg = decode<proto::allreduce_piece>(bytes, "allreduce_piece");
   std::string why;
-  if (piece.from_rank() >= r.members.size() || r.members[piece.from_rank()].address() != from)
+  if (msg && (msg->from_rank() >= r.members.size() || r.members[msg->from_rank()].address() != from))
     why = "sender is not the member of that rank";
   caf::expected<std::vector<float>> values{std::vector<float>{}};
-  if (why.empty()) {
-    values = decode_floats(piece.values(), piece.codec(),
-                           static_cast<int64_t>(std::min<uint64_t>(piece.count(), 1ULL << 40)), "values");
+  if (msg && why.empty()) {
+    values = decode_floats(msg->values(), msg->codec(), static_cast<int64_t>(std::min<uint64_t>(msg->count(), 1ULL << 40)),
+                           "values");
     if (!values)
       why = describe(values.error());
   }
-  if (!why.empty()) {
-    get_logger("stage_server")->warn("stage {}: round {}: ignored a piece: {}", stage_of(self), r.id, why);
+  if (!msg || !why.empty()) {
+    get_logger("stage_server")->warn("stage {}: round {}: ignored a piece: {}", stage_of(self), r.id,
+                                     msg ? why : describe(msg.error()));
     return;
   }
   policy::piece p;
-  p.from = static_cast<int>(piece.from_rank());
+  p.from = static_cast<int>(msg->from_rank());
   p.to = r.exchange->rank();
-  p.reduced = piece.kind() == proto::allreduce_piece::REDUCED;
-  p.shard = static_cast<int>(std::min<uint32_t>(piece.shard(), 1u << 30));
-  p.offset = static_cast<int64_t>(std::min<uint64_t>(piece.offset(), uint64_t{1} << 62));
-  p.shard_size = static_cast<int64_t>(std::min<uint64_t>(piece.shard_size(), uint64_t{1} << 62));
-  p.samples = static_cast<int64_t>(std::min<uint64_t>(piece.samples(), uint64_t{1} << 62));
+  p.reduced = msg->kind() == proto::allreduce_piece::REDUCED;
+  p.shard = static_cast<int>(std::min<uint32_t>(msg->shard(), 1u << 30));
+  p.offset = static_cast<int64_t>(std::min<uint64_t>(msg->offset(), uint64_t{1} << 62));
+  p.shard_size = static_cast<int64_t>(std::min<uint64_t>(msg->shard_size(), uint64_t{1} << 62));
+  p.samples = static_cast<int64_t>(std::min<uint64_t>(msg->samples(), uint64_t{1} << 62));
   p.values = std::move(*values);
-  r.bytes_received += static_cast<int64_t>(piece.values().size());
+  r.bytes_received += static_cast<int64_t>(msg->values().size());
   auto out = r.exchange->receive(p, &why);
   if (!why.empty())
     get_logger("stage_server")->warn("stage {}: round {}: refused a piece from {}: {}", stage_of(self), r.id,
@@ -254,28 +256,26 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
 
 /// A piece whose values are here, from member `from`: fed to the round, kept
 /// for a round not begun yet, or dropped (an old round's).
-void route_piece(server_ptr self, const caf::actor_addr& from, proto::allreduce_piece head) {
+void route_piece(server_ptr self, const caf::actor_addr& from, const proto::allreduce_piece& head,
+                 const std::string& bytes) {
   auto& st = self->state;
   if (st.round && head.round() == st.round->id) {
-    feed(self, from, head);
+    feed(self, from, bytes);
   } else if (!st.round || head.round() > st.round->id) {
     // Bounded: a round that never begins here must not grow this forever.
     if (st.early_pieces.size() < 4 || st.early_pieces.count(head.round()) > 0)
-      st.early_pieces[head.round()].emplace_back(from, std::move(head));
+      st.early_pieces[head.round()].emplace_back(from, bytes);
   }
 }
 
 void on_piece(server_ptr self, const std::string& bytes) {
   auto& st = self->state;
   proto::allreduce_piece head;
-  if (!head.ParseFromString(bytes)) {
-    get_logger("stage_server")->warn("stage {}: ignored a malformed allreduce_piece ({} bytes)", stage_of(self),
-                                     bytes.size());
+  if (!head.ParseFromString(bytes))
     return;
-  }
   const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
   if (head.bulk_key() == 0) {
-    route_piece(self, from, std::move(head));
+    route_piece(self, from, head, bytes);
     return;
   }
   // Its values come over the bulk connection; a piece that never comes is a
@@ -293,7 +293,7 @@ void on_piece(server_ptr self, const std::string& bytes) {
         }
         head.set_values(std::move(values->front()));
         head.set_bulk_key(0);
-        route_piece(self, from, std::move(head));
+        route_piece(self, from, head, encode(head));
       },
       bulk_inbox::clock::now());
   if (!here)
