@@ -5,6 +5,7 @@
 
 #include "actors/log.hpp"
 #include "actors/stage_server.hpp"
+#include "messages/tls.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm {
@@ -318,8 +319,7 @@ void connect(self_ptr self, const proto::membership_update& up) {
   if (st.connecting.count(id) > 0 || st.servers.count(id) > 0)
     return;
   st.connecting.insert(id);
-  auto mm = self->system().middleman().actor_handle();
-  self->request(mm, std::chrono::seconds(10), caf::connect_atom::value, up.host(), static_cast<uint16_t>(up.port()))
+  self->request(dialer(self->system()), std::chrono::seconds(10), caf::connect_atom::value, up.host(), static_cast<uint16_t>(up.port()))
       .then(
           [self, id](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             auto& st = self->state;

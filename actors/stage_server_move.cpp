@@ -5,6 +5,7 @@
 
 #include "actors/log.hpp"
 #include "actors/stage_server_averaging.hpp"
+#include "messages/tls.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm::moving {
@@ -40,23 +41,24 @@ caf::error register_now(server_ptr self) {
 /// Asks `peer` for its state of `stage` and imports it; the error when that fails.
 caf::error download_from(caf::actor_system& sys, const proto::membership_update& peer, int stage,
                          const std::string& server_id, stage_worker& worker, metrics_sink& metrics) {
-  auto handle = sys.middleman().remote_actor<stage_actor>(peer.host(), static_cast<uint16_t>(peer.port()));
-  if (!handle)
-    return handle.error();
+  auto found = dial(sys, peer.host(), static_cast<uint16_t>(peer.port()), std::chrono::seconds(10));
+  if (!found)
+    return found.error();
+  const auto handle = caf::actor_cast<stage_actor>(std::move(*found));
   const auto started = clock_type::now();
   proto::state_request req;
   req.set_stage(static_cast<uint32_t>(stage));
   req.set_server_id(server_id);
   caf::scoped_actor self{sys};
   caf::expected<std::string> whole{caf::error{}};
-  self->request(*handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
+  self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
       .receive(
           [&](uint64_t transfer_id, std::string& tail) {
             // A chunked reply's leading pieces came first and wait in the mailbox.
             chunk_assembler chunks;
             self->receive_while([&] { return self->mailbox().size() > 0; })(
-                [&](chunk_atom, uint64_t id, const std::string& piece) { chunks.add(handle->address(), id, piece); });
-            whole = chunks.finish(handle->address(), transfer_id, std::move(tail));
+                [&](chunk_atom, uint64_t id, const std::string& piece) { chunks.add(handle.address(), id, piece); });
+            whole = chunks.finish(handle.address(), transfer_id, std::move(tail));
           },
           [&](caf::error& err) { whole = std::move(err); });
   return adopt_state(worker, whole, server_id, peer.server_id(), started, metrics);

@@ -14,6 +14,8 @@
 #include "actors/metrics.hpp"
 #include "apps/local_train.hpp"
 #include "apps/roles.hpp"
+#include "messages/errors.hpp"
+#include "messages/tls.hpp"
 
 int main(int argc, char** argv) {
   auto parsed = swarm::parse_config(argc, argv);
@@ -22,6 +24,14 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   const auto& cfg = *parsed.config;
+  if (!cfg.net.tls_ca.empty()) {
+    // A bad certificate or key must stop a node here, not at its first connection.
+    auto tls = swarm::tls_context::load({cfg.net.tls_ca, cfg.net.tls_cert, cfg.net.tls_key});
+    if (!tls) {
+      std::cerr << "swarm: bad TLS files: " << swarm::describe(tls.error()) << "\n";
+      return 2;
+    }
+  }
   swarm::install_signal_handlers();
   try {
     switch (cfg.which) {

@@ -10,6 +10,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 
 #include "actors/coordinator.hpp"
 #include "actors/load_balancer.hpp"
@@ -21,6 +22,7 @@
 #include "messages/basp_guard.hpp"
 #include "messages/bulk.hpp"
 #include "messages/chunks.hpp"
+#include "messages/tls.hpp"
 #include "messages/wire.hpp"
 #include "models/partition.hpp"
 
@@ -40,6 +42,15 @@ namespace {
 /// detect a hung (SIGSTOPped) peer; without them its connection never drops.
 void configure(caf::actor_system_config& sys_cfg, const app_config& cfg) {
   sys_cfg.load<caf::io::middleman>();
+  if (!cfg.net.tls_ca.empty()) {
+    // Every link of the process goes through the openssl module: its
+    // middleman dials (tls.hpp: dialer) and publishes; nothing is published
+    // in plain, which would share the same BASP broker.
+    sys_cfg.load<caf::openssl::manager>();
+    sys_cfg.openssl_cafile = cfg.net.tls_ca;
+    sys_cfg.openssl_certificate = cfg.net.tls_cert;
+    sys_cfg.openssl_key = cfg.net.tls_key;
+  }
   sys_cfg.add_message_type<stage_actor>("stage_actor");
   sys_cfg.add_message_type<averager_actor>("averager_actor");
   register_error_category(sys_cfg);
@@ -120,7 +131,9 @@ void emit_bulk(metrics_sink& metrics, const std::string& who, const bulk_endpoin
 template <class Handle>
 std::unique_ptr<basp_guard> publish_guarded(caf::actor_system& sys, const Handle& handle, int port, bool reuse,
                                             const app_config& cfg, const char* who) {
-  auto local = sys.middleman().publish(handle, 0, "127.0.0.1", reuse);
+  const bool tls = sys.has_openssl_manager();
+  auto local = tls ? caf::openssl::publish(handle, 0, "127.0.0.1", reuse)
+                   : sys.middleman().publish(handle, 0, "127.0.0.1", reuse);
   if (!local) {
     std::cerr << "swarm: " << who << " cannot listen on loopback: " << sys.render(local.error()) << "\n";
     return nullptr;
@@ -129,6 +142,7 @@ std::unique_ptr<basp_guard> publish_guarded(caf::actor_system& sys, const Handle
   opts.host.clear();
   opts.port = static_cast<uint16_t>(port);
   opts.backend_port = *local;
+  opts.tls = tls;
   opts.limits.max_payload = static_cast<uint64_t>(cfg.net.chunk_bytes) + (uint64_t{1} << 20);
   auto guard = basp_guard::start(opts);
   if (!guard) {
@@ -143,6 +157,14 @@ std::unique_ptr<basp_guard> publish_guarded(caf::actor_system& sys, const Handle
 std::shared_ptr<bulk_endpoint> start_bulk(caf::actor_system& sys, const app_config& cfg, const char* who) {
   bulk_options opts;
   opts.host = cfg.server.host;
+  if (!cfg.net.tls_ca.empty()) {
+    auto tls = tls_context::load({cfg.net.tls_ca, cfg.net.tls_cert, cfg.net.tls_key});
+    if (!tls) {  // checked at start-up already (main.cpp); a file changed since
+      std::cerr << "swarm: " << who << ": " << describe(tls.error()) << "\n";
+      return nullptr;
+    }
+    opts.tls = *tls;
+  }
   auto bulk = bulk_endpoint::start(sys, opts);
   if (!bulk) {
     std::cerr << "swarm: " << who << ": " << describe(bulk.error()) << "\n";
@@ -152,31 +174,35 @@ std::shared_ptr<bulk_endpoint> start_bulk(caf::actor_system& sys, const app_conf
   return *bulk;
 }
 
+/// Whether `coord` answers a harmless request within `timeout`.
+bool answers(caf::actor_system& sys, const coordinator_actor& coord, caf::timespan timeout) {
+  bool alive = false;
+  caf::scoped_actor self{sys};
+  self->request(coord, timeout, averager_atom::value)
+      .receive([&](const averager_actor&) { alive = true; }, [](caf::error&) {});
+  return alive;
+}
+
 /// Connects to the coordinator, retrying while it is still starting up; says
-/// on stderr why `who` could not reach it. `lost`: a coordinator that went down,
-/// never to be returned again (CAF's middleman caches the handle per host:port
-/// and may still hand out the dead one right after the connection dropped).
-/// Each attempt is bounded: CAF's own remote_actor waits forever on a
+/// on stderr why `who` could not reach it. `lost`: a coordinator that went
+/// down. The same address can come back for two reasons: CAF's middleman still
+/// hands out the dead one right after the connection dropped, or only the link
+/// dropped (this process or the coordinator was stopped longer than the
+/// connection timeout) and the coordinator lives on. A timed request tells them
+/// apart. Each attempt is bounded: CAF's own remote_actor waits forever on a
 /// connection whose handshake never completes.
 caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, const std::string& address,
                                                      const char* who, const caf::actor_addr& lost = {}) {
   const auto hp = split_host_port(address);  // validated by parse_config
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  caf::scoped_actor self{sys};
   for (;;) {
     caf::expected<coordinator_actor> handle{caf::error{}};
-    self->request(sys.middleman().actor_handle(), std::chrono::seconds(5), caf::connect_atom::value, hp->first,
-                  hp->second)
-        .receive(
-            [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-              if (!ptr)
-                handle = make_error(errc::PEER_GONE, "nothing published at " + address);
-              else if (ptr->address() == lost)
-                handle = make_error(errc::PEER_GONE, "the lost coordinator is still cached");
-              else
-                handle = caf::actor_cast<coordinator_actor>(std::move(ptr));
-            },
-            [&](caf::error& err) { handle = std::move(err); });
+    if (auto found = dial(sys, hp->first, hp->second, std::chrono::seconds(5)))
+      handle = caf::actor_cast<coordinator_actor>(std::move(*found));
+    else
+      handle = std::move(found.error());
+    if (handle && lost && handle->address() == lost && !answers(sys, *handle, std::chrono::seconds(3)))
+      handle = make_error(errc::PEER_GONE, "the lost coordinator is still cached and does not answer");
     const bool out_of_time = std::chrono::steady_clock::now() > deadline || stop_requested;
     if (!handle && out_of_time)
       std::cerr << "swarm: " << who << " cannot reach coordinator " << address << ": " << describe(handle.error())

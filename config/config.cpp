@@ -80,6 +80,9 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name, std::stri
   app.add_option("--chunk-bytes", n.chunk_bytes, "largest single message payload, bytes");
   app.add_option("--bulk-min-bytes", n.bulk_min_bytes,
                  "payloads of at least this many bytes go over a dedicated bulk connection; 0 = all through CAF");
+  app.add_option("--tls-ca", n.tls_ca, "mutual TLS: PEM certificate of the cluster CA (with --tls-cert and --tls-key)");
+  app.add_option("--tls-cert", n.tls_cert, "mutual TLS: PEM certificate of this node, signed by the cluster CA");
+  app.add_option("--tls-key", n.tls_key, "mutual TLS: PEM private key of this node's certificate (unencrypted)");
 
   app.add_option("--port", c.coordinator.port, "coordinator: TCP port to listen on; 0 = any free port");
   app.add_option("--port-file", c.coordinator.port_file, "coordinator: write the bound port to this file");
@@ -200,6 +203,9 @@ std::string validate(const app_config& c) {
           "must exceed --heartbeat");
   require(e, c.net.chunk_bytes >= 1024, "chunk-bytes", c.net.chunk_bytes, "must be >= 1024");
   require(e, c.net.bulk_min_bytes >= 0, "bulk-min-bytes", c.net.bulk_min_bytes, "must be >= 0");
+  const int tls_files = !c.net.tls_ca.empty() + !c.net.tls_cert.empty() + !c.net.tls_key.empty();
+  require(e, tls_files == 0 || tls_files == 3, "tls-ca", c.net.tls_ca,
+          "--tls-ca, --tls-cert and --tls-key go together (all three for TLS, none for plain TCP)");
   require(e, c.coordinator.port >= 0 && c.coordinator.port <= 65535, "port", c.coordinator.port, "must be in [0, 65535]");
   require(e, c.coordinator.averaging_timeout_s > 0, "averaging-timeout", c.coordinator.averaging_timeout_s, "must be > 0");
   require(e, c.coordinator.rebalance_period_s > 0, "rebalance-period", c.coordinator.rebalance_period_s, "must be > 0");
@@ -339,6 +345,11 @@ std::vector<std::string> to_flags(const app_config& c) {
   add("connection-timeout", c.net.connection_timeout_s);
   add("chunk-bytes", c.net.chunk_bytes);
   add("bulk-min-bytes", c.net.bulk_min_bytes);
+  if (!c.net.tls_ca.empty()) {
+    add("tls-ca", c.net.tls_ca);
+    add("tls-cert", c.net.tls_cert);
+    add("tls-key", c.net.tls_key);
+  }
   add("batch-size", c.server.batch_size);
   add("averaging-compression", c.server.averaging_compression);
   add("averaging-timeout", c.coordinator.averaging_timeout_s);

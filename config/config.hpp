@@ -46,6 +46,10 @@ struct net_config {
   /// go over the bulk connection, the CAF message naming them; 0 = never. Measured
   /// (scripts/bench_transfer.sh): CAF alone moves 16-64 MiB at 0.1-0.3 of raw TCP.
   int64_t bulk_min_bytes = 64 << 10;
+  /// Mutual TLS with a cluster CA on every connection (CAF links and bulk):
+  /// PEM files of the CA, this node's certificate and its unencrypted key. All
+  /// three or none; none = plain TCP. scripts/make_certs.sh makes them.
+  std::string tls_ca, tls_cert, tls_key;
 };
 
 struct coordinator_config {

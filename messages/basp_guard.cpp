@@ -19,6 +19,7 @@
 #include "actors/log.hpp"
 #include "messages/errors.hpp"
 #include "messages/tcp.hpp"
+#include "messages/tls.hpp"
 
 namespace swarm {
 
@@ -29,14 +30,18 @@ enum basp_op : unsigned char { server_handshake = 0, client_handshake = 1, heart
 using clock_type = std::chrono::steady_clock;
 
 /// Reads exactly `n` bytes unless the peer closes, `deadline` passes, or
-/// nothing arrives for `idle`.
-bool read_exact(int fd, char* p, size_t n, clock_type::time_point deadline, std::chrono::milliseconds idle) {
+/// nothing arrives for `idle` (the last two set `timed_out`).
+bool read_exact(int fd, char* p, size_t n, clock_type::time_point deadline, std::chrono::milliseconds idle,
+                bool* timed_out = nullptr) {
   while (n > 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
     const auto wait = std::min(idle, left);
     pollfd pfd{fd, POLLIN, 0};
-    if (wait.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(wait.count())) != 1)
+    if (wait.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(wait.count())) != 1) {
+      if (timed_out)
+        *timed_out = true;
       return false;
+    }
     const auto r = ::recv(fd, p, n, 0);
     if (r <= 0)
       return false;
@@ -58,7 +63,10 @@ std::string peer_name(int fd) {
 /// One relayed connection; the last of its two threads closes both sockets.
 struct link {
   int peer = -1, backend = -1;
+  uint16_t relay_port = 0;  ///< backend's local port, known to messages/tls.cpp
   ~link() {
+    if (relay_port != 0)
+      note_relayed_peer(relay_port, {});
     ::close(peer);
     if (backend >= 0)
       ::close(backend);
@@ -95,6 +103,19 @@ std::string judge_basp_header(const unsigned char* h, bool first, const basp_lim
   return {};
 }
 
+std::string judge_tls_header(const unsigned char* h, bool first) {
+  enum : unsigned { change_cipher_spec = 20, alert = 21, handshake = 22, application_data = 23 };
+  const unsigned type = h[0];
+  const uint32_t size = tls_record_size(h);
+  if (first && type != handshake)
+    return "not TLS (first bytes " + std::to_string(h[0]) + " " + std::to_string(h[1]) + ")";
+  if (type < change_cipher_spec || type > application_data || h[1] != 3)
+    return "not a TLS record (type " + std::to_string(type) + ", version " + std::to_string(h[1]) + ")";
+  if (size == 0 || size > max_tls_record)
+    return "a TLS record of " + std::to_string(size) + " bytes";
+  return {};
+}
+
 struct basp_guard::impl {
   guard_options opts;
   int listen_fd = -1;
@@ -118,26 +139,41 @@ struct basp_guard::impl {
       get_logger("guard")->warn("closed a connection from {}: {} (further ones from it are not logged)", peer, why);
   }
 
-  /// Peer to CAF: frame by frame, each header judged before anything passes.
+  /// Peer to CAF: frame by frame (TLS: record by record), each header judged
+  /// before anything passes.
   void upstream(const std::shared_ptr<link>& l, const std::string& who) {
     unsigned char h[basp_header_size];
+    const size_t header_size = opts.tls ? tls_header_size : basp_header_size;
     std::vector<char> buf(64 << 10);
     const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(opts.idle_timeout);
     auto deadline = clock_type::now() + opts.handshake_timeout;
-    for (bool first = true;; first = false) {
-      if (!first)
+    // A BASP server speaks first; a TLS client does, so CAF is dialed only
+    // once a first record passed and never starts a session for garbage.
+    if (!opts.tls && !open_backend(l, who)) {
+      l->cut();
+      return;
+    }
+    for (bool first = true, shook = false;; first = false) {
+      if (shook)
         deadline = clock_type::time_point::max();
-      if (!read_exact(l->peer, reinterpret_cast<char*>(h), sizeof h, deadline, idle)) {
-        if (first)
+      bool late = false;
+      if (!read_exact(l->peer, reinterpret_cast<char*>(h), header_size, deadline, idle, &late)) {
+        if (!shook && late)  // else it hung up, or CAF refused it
           refuse(who, "no complete handshake within " + std::to_string(opts.handshake_timeout.count()) + " s");
         break;
       }
-      if (auto why = judge_basp_header(h, first, opts.limits); !why.empty()) {
+      const auto why = opts.tls ? judge_tls_header(h, first) : judge_basp_header(h, first, opts.limits);
+      if (!why.empty()) {
         refuse(who, why);
         break;
       }
-      size_t left = basp_payload_size(h);
-      bool ok = write_all(l->backend, reinterpret_cast<const char*>(h), sizeof h);
+      // BASP: the first frame is the handshake. TLS 1.3: the client's first
+      // encrypted record carries the end of its handshake.
+      shook = !opts.tls || h[0] == 23;
+      if (first && opts.tls && !open_backend(l, who))
+        break;
+      size_t left = opts.tls ? tls_record_size(h) : basp_payload_size(h);
+      bool ok = write_all(l->backend, reinterpret_cast<const char*>(h), header_size);
       while (ok && left > 0) {
         const size_t n = std::min(left, buf.size());
         ok = read_exact(l->peer, buf.data(), n, deadline, idle) && write_all(l->backend, buf.data(), n);
@@ -162,6 +198,30 @@ struct basp_guard::impl {
     l->cut();
   }
 
+  /// Dials CAF for a peer and starts the thread that copies CAF's bytes back.
+  bool open_backend(const std::shared_ptr<link>& l, const std::string& who) {
+    const int fd = connect_loopback(opts.backend_port);
+    if (fd < 0) {
+      get_logger("guard")->warn("cannot reach the local CAF port {}: {}", opts.backend_port, std::strerror(errno));
+      return false;
+    }
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      l->relay_port = ntohs(local.sin_port);
+      note_relayed_peer(l->relay_port, who);
+    }
+    std::lock_guard<std::mutex> lock(m);
+    l->backend = fd;
+    if (stopping) {
+      l->cut();
+      return false;
+    }
+    ++threads;
+    std::thread([this, l] { run(l, false); }).detach();
+    return true;
+  }
+
   void run(std::shared_ptr<link> l, bool up) {
     if (up)
       upstream(l, peer_name(l->peer));
@@ -181,18 +241,12 @@ struct basp_guard::impl {
         ++stats.refused;
         return;  // `l` closes it
       }
-      l->backend = connect_loopback(opts.backend_port);
-      if (l->backend < 0) {
-        get_logger("guard")->warn("cannot reach the local CAF port {}: {}", opts.backend_port, std::strerror(errno));
-        return;
-      }
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       ++stats.accepted;
       links.insert(l);
-      threads += 2;
+      ++threads;
       std::thread([this, l] { run(l, true); }).detach();
-      std::thread([this, l] { run(l, false); }).detach();
     });
   }
 };

@@ -11,7 +11,14 @@
 //
 //   peer --TCP--> guard (public port) --TCP, loopback--> CAF (127.0.0.1, any port)
 //
-// Threads: an acceptor, and two per connection (one each way), so a slow or
+// With TLS (CAF's openssl module behind it) the guard cannot read BASP frames;
+// it passes TLS records one by one instead (judge_tls_header): a peer speaking
+// anything but TLS is closed here, a stranger's handshake is refused by CAF
+// (messages/tls.hpp), and a connection must finish its side of the handshake
+// within handshake_timeout (Debian's CAF spins on a silent one, issue #1060).
+//
+// Threads: an acceptor, and two per connection (one each way; the second once
+// CAF is dialed), so a slow or
 // stalled peer holds only its own; a connection that moves nothing for
 // idle_timeout, or whose first frame is not complete within handshake_timeout,
 // is closed.
@@ -41,11 +48,22 @@ struct basp_limits {
 /// The payload length a header announces.
 [[nodiscard]] uint32_t basp_payload_size(const unsigned char* header);
 
+/// TLS record header: u8 content type | u16 version | u16 length.
+constexpr size_t tls_header_size = 5;
+/// Largest record body TLS 1.2 allows (2^14 + 2048); TLS 1.3 stays below it.
+constexpr uint32_t max_tls_record = (1u << 14) + 2048;
+
+/// Why a TLS record header is refused, or empty. `first`: the connection's
+/// first record, which must start a handshake.
+[[nodiscard]] std::string judge_tls_header(const unsigned char* header, bool first);
+[[nodiscard]] inline uint32_t tls_record_size(const unsigned char* h) { return (uint32_t{h[3]} << 8) | h[4]; }
+
 struct guard_options {
   std::string host = "127.0.0.1";  ///< public address to listen on; empty = every IPv4 interface
   uint16_t port = 0;               ///< public port; 0 = any free one
   uint16_t backend_port = 0;       ///< CAF's port on 127.0.0.1
   basp_limits limits;
+  bool tls = false;                ///< the backend speaks TLS: pass records, not BASP frames
   std::chrono::seconds handshake_timeout{10};
   std::chrono::seconds idle_timeout{120};  ///< well above the heartbeat interval
   int max_connections = 256;

@@ -27,6 +27,7 @@
 #include "actors/log.hpp"
 #include "messages/errors.hpp"
 #include "messages/tcp.hpp"
+#include "messages/tls.hpp"
 
 namespace swarm {
 
@@ -47,17 +48,6 @@ constexpr size_t fixed_header = 32;
 
 /// The header's bytes on the wire: the fixed part and `parts` sizes.
 size_t header_bytes(const frame_header& h) { return fixed_header + h.parts * sizeof(uint64_t); }
-
-bool read_all(int fd, char* p, size_t n) {
-  while (n > 0) {
-    const auto r = ::recv(fd, p, n, 0);
-    if (r <= 0)
-      return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
 
 /// Connects `fd` to `a` within `timeout`; false when refused, unreachable or late.
 bool connect_within(int fd, const addrinfo* a, std::chrono::milliseconds timeout) {
@@ -205,15 +195,24 @@ struct bulk_endpoint::impl {
     return peer_port == 0 ? -1 : connect_to(host, peer_port, opts.connect_timeout, opts.write_timeout);
   }
 
-  static bool write_frame(int fd, const job& j, frame_header& h) {
-    if (!write_all(fd, reinterpret_cast<const char*>(&h), header_bytes(h), MSG_MORE) ||
-        !write_all(fd, j.head.data(), j.head.size(), j.data && !j.data->empty() ? MSG_MORE : 0))
+  static bool write_frame(tls_link& out, const job& j, frame_header& h) {
+    if (!out.write_all(reinterpret_cast<const char*>(&h), header_bytes(h), true) ||
+        !out.write_all(j.head.data(), j.head.size(), j.data && !j.data->empty()))
       return false;
     if (j.data)
       for (size_t i = 0; i < j.data->size(); ++i)
-        if (!write_all(fd, (*j.data)[i].data(), (*j.data)[i].size(), i + 1 < j.data->size() ? MSG_MORE : 0))
+        if (!out.write_all((*j.data)[i].data(), (*j.data)[i].size(), i + 1 < j.data->size()))
           return false;
     return true;
+  }
+
+  /// The connection on `fd` as a stream: plain, or after a TLS handshake (null when it fails).
+  std::unique_ptr<tls_link> secure(int fd, bool server) const {
+    if (fd < 0)
+      return nullptr;
+    if (!opts.tls)
+      return std::make_unique<tls_link>(fd);
+    return tls_link::handshake(*opts.tls, fd, server, static_cast<int>(opts.connect_timeout.count()));
   }
 
   /// Sends the link's frames in order until stopped, or until the peer cannot
@@ -222,6 +221,7 @@ struct bulk_endpoint::impl {
   /// thread ends, so a dead peer holds neither a thread nor memory.
   void write_loop(const caf::node_id node, peer_link* link) {
     int fd = -1;
+    std::unique_ptr<tls_link> out;
     for (;;) {
       job j;
       {
@@ -234,8 +234,11 @@ struct bulk_endpoint::impl {
       }
       if (fd < 0) {
         fd = connect_peer(node, *link);
-        std::lock_guard<std::mutex> lock(link->m);
-        link->fd = fd;
+        {
+          std::lock_guard<std::mutex> lock(link->m);
+          link->fd = fd;
+        }
+        out = secure(fd, false);
       }
       frame_header h;
       h.dest = j.dest;
@@ -246,7 +249,7 @@ struct bulk_endpoint::impl {
         h.part_size[i] = (*j.data)[i - 1].size();
       for (size_t i = 0; i < h.parts; ++i)
         h.size += h.part_size[i];
-      const bool ok = fd >= 0 && write_frame(fd, j, h);
+      const bool ok = out && write_frame(*out, j, h);
       size_t dropped = 0;
       if (!ok) {
         std::lock_guard<std::mutex> lock(link->m);
@@ -263,9 +266,13 @@ struct bulk_endpoint::impl {
       stats.send_failures += 1 + dropped;
       get_logger("bulk")->warn("cannot send {} bytes to {}: {}; {} more frames for it dropped", h.size,
                                caf::to_string(node),
-                               fd < 0 ? "its bulk endpoint cannot be reached" : "the connection broke", dropped);
+                               fd < 0 ? "its bulk endpoint cannot be reached"
+                               : !out ? "the TLS handshake failed"
+                                      : "the connection broke",
+                               dropped);
       break;
     }
+    out.reset();
     std::lock_guard<std::mutex> lock(link->m);
     if (fd >= 0)
       ::close(fd);
@@ -274,13 +281,14 @@ struct bulk_endpoint::impl {
 
   void read_loop(int fd) {
     std::vector<char> scratch(size_t{256} << 10);
-    for (;;) {
+    auto in = secure(fd, true);  // a refused handshake is logged where it fails (messages/tls.cpp)
+    while (in) {
       frame_header h;
-      if (!read_all(fd, reinterpret_cast<char*>(&h), fixed_header))
+      if (!in->read_all(reinterpret_cast<char*>(&h), fixed_header))
         break;
       const bool framed = h.magic == frame_magic && h.parts >= 1 && h.parts <= max_bulk_parts;
       uint64_t sum = 0;
-      if (framed && read_all(fd, reinterpret_cast<char*>(h.part_size), h.parts * sizeof(uint64_t)))
+      if (framed && in->read_all(reinterpret_cast<char*>(h.part_size), h.parts * sizeof(uint64_t)))
         for (size_t i = 0; i < h.parts; ++i)
           sum += std::min(h.part_size[i], opts.max_frame + 1);  // no wrap-around
       else if (framed)
@@ -311,7 +319,7 @@ struct bulk_endpoint::impl {
         // pass over memory than the copy out of the scratch.
         while (whole && bytes.size() < h.part_size[i]) {
           const size_t n = std::min<uint64_t>(scratch.size(), h.part_size[i] - bytes.size());
-          whole = read_all(fd, scratch.data(), n);
+          whole = in->read_all(scratch.data(), n);
           if (whole)
             bytes.append(scratch.data(), n);
         }
@@ -325,6 +333,7 @@ struct bulk_endpoint::impl {
       }
       deliver(h.dest, h.key, std::move(parts));
     }
+    in.reset();
     ::close(fd);
     std::lock_guard<std::mutex> lock(m);
     reader_fds.erase(fd);

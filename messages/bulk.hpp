@@ -25,6 +25,9 @@
 // deadline with a retryable error (PEER_GONE), as if the peer had died. Bad
 // magic or an oversized frame closes the connection (garbage resistance).
 //
+// With a TLS context every connection is mutual TLS (messages/tls.hpp); a
+// handshake is bounded by connect_timeout on both ends.
+//
 // A peer's bulk address is looked up once per process through CAF (a
 // registry entry "swarmbulk" on every node), so nothing else in the protocol
 // carries it. Destinations in this process get the bytes handed over directly.
@@ -46,6 +49,7 @@
 #include <caf/expected.hpp>
 
 #include "messages/protocol.hpp"
+#include "messages/tls.hpp"
 
 namespace swarm {
 
@@ -70,6 +74,7 @@ struct bulk_options {
   int max_connections = 256;       ///< accepted connections at once; more are refused
   std::chrono::seconds connect_timeout{10};  ///< lookup and connect to a peer, each
   std::chrono::seconds write_timeout{60};    ///< a write that moves nothing this long breaks the connection
+  std::shared_ptr<const tls_context> tls;    ///< mutual TLS on every connection, both ways; null = plain TCP
 };
 
 /// Counters, for benchmarks and tests.

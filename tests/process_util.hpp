@@ -15,13 +15,15 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 namespace swarm::test {
 
-/// Starts `swarm args...` and returns its pid.
-inline pid_t spawn_swarm(std::vector<std::string> args) {
+/// Starts `swarm args...` and returns its pid; `output`: append its stdout
+/// and stderr to this file instead of the test's.
+inline pid_t spawn_swarm(std::vector<std::string> args, const std::string& output = {}) {
   args.insert(args.begin(), SWARM_BINARY);
   std::vector<char*> argv;
   for (auto& a : args)
@@ -29,6 +31,11 @@ inline pid_t spawn_swarm(std::vector<std::string> args) {
   argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
+    if (!output.empty()) {
+      const int fd = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
     execv(argv[0], argv.data());
     _exit(127);
   }
@@ -76,6 +83,22 @@ inline std::vector<std::string> read_lines(const std::string& path) {
   for (std::string l; std::getline(in, l);)
     lines.push_back(l);
   return lines;
+}
+
+/// Runs the swarm binary with `args` to completion: its exit code (-1: killed
+/// after `timeout_s`) and what it wrote to stdout and stderr.
+inline std::pair<int, std::string> run_swarm_output(std::vector<std::string> args, double timeout_s) {
+  const std::string out = "/tmp/swarm-test-output-" + std::to_string(getpid()) + ".txt";
+  std::remove(out.c_str());
+  const pid_t pid = spawn_swarm(std::move(args), out);
+  auto code = wait_exit(pid, timeout_s);
+  if (!code)
+    stop(pid);
+  std::string text;
+  for (const auto& l : read_lines(out))
+    text += l + "\n";
+  std::remove(out.c_str());
+  return {code.value_or(-1), text};
 }
 
 inline bool is_event(const std::string& line, const std::string& event) {
@@ -184,10 +207,16 @@ struct manual_swarm {
   pid_t coordinator = 0;
   std::vector<pid_t> servers;
   std::vector<std::string> common;  ///< flags every process gets
+  std::string output;               ///< where every process writes stdout and stderr; empty: the test's
 
-  manual_swarm(std::vector<std::string> flags, const char* tag = "faults") : common(std::move(flags)) {
+  manual_swarm(std::vector<std::string> flags, const char* tag = "faults", bool capture_output = false)
+      : common(std::move(flags)) {
     metrics = "/tmp/swarm-test-" + std::string(tag) + "-" + std::to_string(getpid()) + ".jsonl";
     std::remove(metrics.c_str());
+    if (capture_output) {
+      output = metrics + ".log";
+      std::remove(output.c_str());
+    }
     common.insert(common.begin(), {"--config", tiny, "--metrics", metrics, "--log-level", "warn"});
     const std::string port_file = metrics + ".port";
     std::remove(port_file.c_str());
@@ -210,7 +239,7 @@ struct manual_swarm {
 
   pid_t spawn(std::vector<std::string> args) const {
     args.insert(args.end(), common.begin(), common.end());
-    return spawn_swarm(args);
+    return spawn_swarm(args, output);
   }
 
   pid_t server(int stage, std::vector<std::string> extra = {}) {

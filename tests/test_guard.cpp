@@ -256,3 +256,26 @@ TEST_CASE("training goes on through 10,000 malformed inputs at the coordinator's
   for (int s = 0; s < 2; ++s)
     CHECK(committed.at(s) == acked[static_cast<size_t>(s)]);  // nothing lost, nothing twice
 }
+
+TEST_CASE("a coordinator frozen past the connection timeout: every peer joins it again", "[faults][guard]") {
+  // Its links drop while it is stopped; when it runs again it is the same
+  // coordinator at the same address, and must not be mistaken for a dead one.
+  manual_swarm swarm({"--heartbeat", "0.5", "--connection-timeout", "3"}, "relink");
+  REQUIRE_FALSE(swarm.address.empty());
+  swarm.server(0);
+  swarm.server(1);
+  const int steps = 150;
+  const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
+  auto joins = [&] { return events(swarm.metrics, "server_join").size(); };
+  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return events(swarm.metrics, "step").size() >= 20; }, 120));
+  REQUIRE(joins() == 2);
+  kill(swarm.coordinator, SIGSTOP);
+  std::this_thread::sleep_for(6s);  // twice the connection timeout
+  kill(swarm.coordinator, SIGCONT);
+  // Both servers register again with the coordinator they lost.
+  CHECK(wait_for_metrics(swarm.metrics, [&](const auto&) { return joins() >= 4; }, 60));
+  REQUIRE(wait_exit(trainer, 240) == std::optional<int>{0});
+  swarm.shutdown();
+  check_trainer_accounting(swarm.metrics, steps);
+  std::printf("coordinator frozen 6 s: %zu server joins in all\n", joins());
+}

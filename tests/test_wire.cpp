@@ -295,3 +295,25 @@ TEST_CASE("the CAF port's guard passes BASP frames and refuses what crashes or s
   for (unsigned op = 7; op < 256; ++op)
     CHECK_FALSE(judge(op, 32, false).empty());
 }
+
+TEST_CASE("the guard of a TLS port passes TLS records and nothing else", "[wire][guard]") {
+  auto judge = [](unsigned type, unsigned major, uint32_t size, bool first) {
+    const unsigned char h[tls_header_size] = {static_cast<unsigned char>(type), static_cast<unsigned char>(major), 3,
+                                              static_cast<unsigned char>(size >> 8), static_cast<unsigned char>(size)};
+    CHECK(tls_record_size(h) == (size & 0xffff));
+    return judge_tls_header(h, first);
+  };
+  CHECK(judge(22, 3, 512, true).empty());   // a ClientHello
+  CHECK_FALSE(judge(23, 3, 512, true).empty());  // data before any handshake
+  CHECK_FALSE(judge(1, 0, 0, true).empty());     // a BASP client handshake: plain CAF
+  CHECK_FALSE(judge('G', 'E', 'T', true).empty());
+  for (unsigned type : {20u, 21u, 22u, 23u}) {
+    CHECK(judge(type, 3, 1, false).empty());
+    CHECK(judge(type, 3, max_tls_record, false).empty());
+    CHECK_FALSE(judge(type, 3, max_tls_record + 1, false).empty());
+    CHECK_FALSE(judge(type, 3, 0, false).empty());
+    CHECK_FALSE(judge(type, 2, 100, false).empty());  // SSL 2 and garbage
+  }
+  for (unsigned type : {0u, 19u, 24u, 255u})
+    CHECK_FALSE(judge(type, 3, 100, false).empty());
+}

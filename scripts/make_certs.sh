@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Certificates for a swarm with mutual TLS (--tls-ca, --tls-cert, --tls-key),
+# made with the openssl CLI. EC P-256 keys; node certificates are usable as
+# client and server (every node is both) and valid for $DAYS days (default 825).
+#
+#   make_certs.sh ca DIR                 # once, on the admin's machine: DIR/ca.crt, DIR/ca.key
+#   make_certs.sh node DIR NAME          # DIR/NAME.crt and DIR/NAME.key, signed by DIR/ca.*
+#   make_certs.sh csr DIR NAME           # on a node: DIR/NAME.key (stays there) and DIR/NAME.csr
+#   make_certs.sh sign DIR NAME.csr      # on the admin's machine: DIR/NAME.crt from the request
+#
+# A node gets ca.crt, its NAME.crt and NAME.key; ca.key never leaves the admin.
+set -euo pipefail
+
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 2 ] || usage
+command -v openssl >/dev/null || { echo "make_certs: openssl not found (scripts/setup.sh installs it)" >&2; exit 2; }
+cmd=$1 dir=$2
+days=${DAYS:-825}
+mkdir -p "$dir"
+umask 077  # keys readable by their owner only
+
+ext=$(mktemp)
+trap 'rm -f "$ext"' EXIT
+printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n' >"$ext"
+
+sign() {  # sign REQUEST NAME
+  [ -f "$dir/ca.crt" ] && [ -f "$dir/ca.key" ] || { echo "make_certs: no CA in $dir (run: $0 ca $dir)" >&2; exit 2; }
+  openssl x509 -req -in "$1" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days "$days" \
+    -extfile "$ext" -out "$dir/$2.crt" 2>/dev/null
+  chmod 644 "$dir/$2.crt"
+  echo "make_certs: $dir/$2.crt ($(openssl x509 -in "$dir/$2.crt" -noout -subject))"
+}
+
+case $cmd in
+  ca)
+    [ ! -e "$dir/ca.key" ] || { echo "make_certs: $dir/ca.key exists; not overwriting a CA" >&2; exit 2; }
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days "$days" \
+      -subj "/CN=${CA_NAME:-swarm-cluster-ca}" -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign" -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
+    chmod 644 "$dir/ca.crt"
+    echo "make_certs: CA $dir/ca.crt (give it to every node) and $dir/ca.key (keep it here)"
+    ;;
+  node|csr)
+    [ $# -eq 3 ] || usage
+    name=$3
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$name" \
+      -keyout "$dir/$name.key" -out "$dir/$name.csr" 2>/dev/null
+    if [ "$cmd" = node ]; then
+      sign "$dir/$name.csr" "$name"
+      rm -f "$dir/$name.csr"
+    else
+      echo "make_certs: $dir/$name.key (keep it here) and $dir/$name.csr (send it to the admin)"
+    fi
+    ;;
+  sign)
+    [ $# -eq 3 ] || usage
+    name=$(basename "$3" .csr)
+    sign "$3" "$name"
+    ;;
+  *) usage ;;
+esac

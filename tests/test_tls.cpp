@@ -1,0 +1,182 @@
+// Tier (c): a swarm with mutual TLS (messages/tls.hpp). Certificates are made
+// by scripts/make_certs.sh for each run: the cluster's CA and node, and a
+// second CA with a node of its own (a stranger with a valid-looking
+// certificate).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <thread>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include "messages/basp_guard.hpp"
+#include "messages/tcp.hpp"
+#include "process_util.hpp"
+
+using namespace swarm;
+using namespace swarm::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct certs {
+  std::string dir;
+  std::string ca, cert, key;               ///< the cluster's
+  std::string other_cert, other_key;       ///< signed by another CA
+  std::string other_ca;
+
+  certs() : dir("/tmp/swarm-test-certs-" + std::to_string(getpid())) {
+    const std::string script = std::string{SWARM_SOURCE_DIR} + "/scripts/make_certs.sh";
+    const std::string cmd = "rm -rf " + dir + " && bash " + script + " ca " + dir + " >/dev/null && bash " + script +
+                            " node " + dir + " node >/dev/null && bash " + script + " ca " + dir +
+                            "/other >/dev/null && bash " + script + " node " + dir + "/other stranger >/dev/null";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    ca = dir + "/ca.crt", cert = dir + "/node.crt", key = dir + "/node.key";
+    other_ca = dir + "/other/ca.crt", other_cert = dir + "/other/stranger.crt", other_key = dir + "/other/stranger.key";
+  }
+  ~certs() { std::system(("rm -rf " + dir).c_str()); }
+
+  [[nodiscard]] std::vector<std::string> flags() const { return {"--tls-ca", ca, "--tls-cert", cert, "--tls-key", key}; }
+};
+
+/// A TLS client to 127.0.0.1:port presenting `cert` (none when empty). It
+/// trusts any server, so a refusal can only be the server's. True when the
+/// server lets it in: CAF's first BASP bytes arrive within 10 s.
+bool admitted(uint16_t port, const std::string& cert, const std::string& key) {
+  const int fd = connect_loopback(port);
+  if (fd < 0)
+    return false;
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
+  if (!cert.empty()) {
+    SSL_CTX_use_certificate_chain_file(ctx, cert.c_str());
+    SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM);
+  }
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  char buf[64];
+  ERR_clear_error();
+  const bool in = SSL_connect(ssl) == 1 && SSL_read(ssl, buf, sizeof buf) > 0;
+  ERR_clear_error();
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  ::close(fd);
+  return in;
+}
+
+/// A plain BASP client handshake; true when the port closes on it without a byte back.
+bool plain_closed(uint16_t port) {
+  const int fd = connect_loopback(port);
+  if (fd < 0)
+    return false;
+  std::string hello(basp_header_size + 32, '\0');
+  hello[0] = 1;  // client handshake of 32 bytes
+  hello[7] = 32;
+  ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[64];
+  const auto r = ::recv(fd, buf, sizeof buf, 0);
+  ::close(fd);
+  return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+size_t count_lines(const std::string& path, const std::string& needle) {
+  size_t n = 0;
+  for (const auto& l : read_lines(path))
+    n += l.find(needle) != std::string::npos;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("a TLS swarm trains while strangers are refused again and again, its links intact", "[tls]") {
+  const certs c;
+  manual_swarm swarm(c.flags(), "tls", true);
+  REQUIRE_FALSE(swarm.address.empty());
+  swarm.server(0);
+  swarm.server(1);
+  const int steps = 500;
+  const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
+  std::vector<uint16_t> ports{static_cast<uint16_t>(swarm.port)};
+  REQUIRE(wait_for_metrics(
+      swarm.metrics,
+      [&](const std::vector<std::string>& lines) {
+        ports.resize(1);
+        for (const auto& l : lines)
+          if (is_event(l, "server_join"))
+            ports.push_back(static_cast<uint16_t>(number(l, "port")));
+        return ports.size() == 3;
+      },
+      60));
+  // The probe tells members from strangers: a member is let in.
+  CHECK(admitted(ports[0], c.cert, c.key));
+
+  // Real processes of the binary: one with a certificate of another CA, one
+  // without TLS. Each keeps dialing the coordinator until it gives up.
+  const auto stranger = spawn_swarm({"--role", "trainer", "--config", tiny, "--coordinator", swarm.address,
+                                     "--tls-ca", c.other_ca, "--tls-cert", c.other_cert, "--tls-key", c.other_key,
+                                     "--max-steps", "5"},
+                                    swarm.output);
+  const auto plain = spawn_swarm({"--role", "trainer", "--config", tiny, "--coordinator", swarm.address, "--max-steps",
+                                  "5"},
+                                 swarm.output);
+  int refused = 0, probes = 0;
+  for (int round = 0; round < 10; ++round)
+    for (uint16_t port : ports) {
+      refused += !admitted(port, c.other_cert, c.other_key);  // another CA
+      refused += !admitted(port, "", "");                      // no certificate
+      refused += plain_closed(port);                           // plain BASP
+      probes += 3;
+    }
+  CHECK(refused == probes);
+  CHECK(wait_exit(stranger, 60) == std::optional<int>{1});
+  CHECK(wait_exit(plain, 60) == std::optional<int>{1});
+  CHECK(admitted(ports[1], c.cert, c.key));
+  CHECK(kill(trainer, 0) == 0);  // all of it while the swarm trained
+  const double probed_until = unix_seconds();
+
+  REQUIRE(wait_exit(trainer, 240) == std::optional<int>{0});
+  swarm.shutdown();
+  check_trainer_accounting(swarm.metrics, steps);
+  // No established link was cut by the refusals: no server went down, no
+  // request had to be re-sent.
+  for (const auto& l : events(swarm.metrics, "server_down"))
+    CHECK(number(l, "t") > probed_until);  // the shutdown's
+  CHECK(events(swarm.metrics, "reroute").empty());
+  // Each refusing process logged its refusals of this peer address once.
+  const auto handshakes = count_lines(swarm.output, "refused a TLS handshake from 127.0.0.1");
+  const auto not_tls = count_lines(swarm.output, "not TLS");
+  std::printf("%d of %d probes refused; refusals logged: %zu TLS handshakes, %zu non-TLS connections\n", refused,
+              probes, handshakes, not_tls);
+  CHECK(handshakes == 3);  // coordinator and two servers
+  CHECK(not_tls == 3);
+  const auto stranger_said = count_lines(swarm.output, "cannot reach coordinator");
+  CHECK(stranger_said == 2);
+}
+
+TEST_CASE("bad TLS files stop a node at start-up with exit 2, naming the file", "[tls]") {
+  const certs c;
+  const std::string bogus = c.dir + "/bogus.pem";
+  std::ofstream(bogus) << "not a certificate\n";
+  auto coordinator = [&](const std::string& ca, const std::string& cert, const std::string& key) {
+    return run_swarm_output({"--role", "coordinator", "--port", "0", "--tls-ca", ca, "--tls-cert", cert, "--tls-key", key},
+                            30);
+  };
+  const std::pair<std::pair<int, std::string>, std::string> cases[] = {
+      {coordinator(c.dir + "/missing.crt", c.cert, c.key), c.dir + "/missing.crt"},
+      {coordinator(c.ca, bogus, c.key), bogus},
+      {coordinator(c.ca, c.cert, c.other_key), "does not match"},
+      {coordinator(c.ca, c.other_cert, c.other_key), "does not verify against --tls-ca"},
+      {coordinator(bogus, c.cert, c.key), bogus},
+      {run_swarm_output({"--role", "trainer", "--coordinator", "127.0.0.1:1", "--tls-ca", c.ca}, 30), "go together"},
+  };
+  for (const auto& [result, needle] : cases) {
+    INFO(result.second);
+    CHECK(result.first == 2);
+    CHECK(result.second.find(needle) != std::string::npos);
+  }
+}
