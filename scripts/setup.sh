@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libcaf-dev                       # C++ Actor Framework 0.17.6: core, io, openssl
+  libssl-dev openssl               # mutual TLS (messages/tls.*) and the certificate script
   libtorch-dev                     # libtorch 1.13.1, CPU
   libopenblas0-pthread             # without it libtorch runs on the reference BLAS (10-20x slower)
   libprotobuf-dev protobuf-compiler
@@ -15,6 +16,10 @@ packages=(
   libcli11-dev                     # command-line parsing
   fortunes                         # default training corpus (/usr/share/games/fortunes)
   python3                          # benchmark and metrics scripts
+  iproute2                         # ip/tc for scripts/regions.sh (namespaces, HTB shaping)
+  iptables                         # NFQUEUE rule inside the regions router namespace
+  libnetfilter-queue-dev           # delay_shim (scripts/regions/delay_shim.c) links it
+  iputils-ping                     # RTT check in regions.sh selftest
 )
 
 missing=()
