@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <fstream>
 #include <map>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <regex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,10 +23,9 @@
 
 namespace swarm::test {
 
-/// Starts `swarm args...` and returns its pid; `output`: append its stdout
-/// and stderr to this file instead of the test's.
-inline pid_t spawn_swarm(std::vector<std::string> args, const std::string& output = {}) {
-  args.insert(args.begin(), SWARM_BINARY);
+/// Starts `args` (a command looked up in PATH, then its arguments) and returns
+/// its pid; `output`: append its stdout and stderr to this file instead of the test's.
+inline pid_t spawn_command(std::vector<std::string> args, const std::string& output = {}) {
   std::vector<char*> argv;
   for (auto& a : args)
     argv.push_back(a.data());
@@ -36,10 +37,16 @@ inline pid_t spawn_swarm(std::vector<std::string> args, const std::string& outpu
       ::dup2(fd, 1);
       ::dup2(fd, 2);
     }
-    execv(argv[0], argv.data());
+    execvp(argv[0], argv.data());
     _exit(127);
   }
   return pid;
+}
+
+/// Starts `swarm args...` and returns its pid (`output` as for spawn_command).
+inline pid_t spawn_swarm(std::vector<std::string> args, const std::string& output = {}) {
+  args.insert(args.begin(), SWARM_BINARY);
+  return spawn_command(std::move(args), output);
 }
 
 /// Now in unix seconds, the clock of the metrics' "t".
@@ -198,6 +205,30 @@ inline std::vector<std::pair<int, int64_t>> params_disagreements(const std::stri
 }
 
 const std::string tiny = SWARM_SOURCE_DIR "/config/tiny";
+
+/// Certificates made by scripts/make_certs.sh for one test: the cluster's CA
+/// and a node, and a second CA with a node of its own (a stranger with a
+/// valid-looking certificate). Removed afterwards.
+struct test_certs {
+  std::string dir;
+  std::string ca, cert, key;               ///< the cluster's
+  std::string other_cert, other_key;       ///< signed by another CA
+  std::string other_ca;
+
+  test_certs() : dir("/tmp/swarm-test-certs-" + std::to_string(getpid())) {
+    const std::string script = std::string{SWARM_SOURCE_DIR} + "/scripts/make_certs.sh";
+    const std::string cmd = "rm -rf " + dir + " && bash " + script + " ca " + dir + " >/dev/null && bash " + script +
+                            " node " + dir + " node >/dev/null && bash " + script + " ca " + dir +
+                            "/other >/dev/null && bash " + script + " node " + dir + "/other stranger >/dev/null";
+    if (std::system(cmd.c_str()) != 0)
+      throw std::runtime_error("scripts/make_certs.sh failed: " + cmd);
+    ca = dir + "/ca.crt", cert = dir + "/node.crt", key = dir + "/node.key";
+    other_ca = dir + "/other/ca.crt", other_cert = dir + "/other/stranger.crt", other_key = dir + "/other/stranger.key";
+  }
+  ~test_certs() { std::system(("rm -rf " + dir).c_str()); }
+
+  [[nodiscard]] std::vector<std::string> flags() const { return {"--tls-ca", ca, "--tls-cert", cert, "--tls-key", key}; }
+};
 
 /// A swarm started process by process, so a test can reach each one.
 struct manual_swarm {

@@ -20,26 +20,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct certs {
-  std::string dir;
-  std::string ca, cert, key;               ///< the cluster's
-  std::string other_cert, other_key;       ///< signed by another CA
-  std::string other_ca;
-
-  certs() : dir("/tmp/swarm-test-certs-" + std::to_string(getpid())) {
-    const std::string script = std::string{SWARM_SOURCE_DIR} + "/scripts/make_certs.sh";
-    const std::string cmd = "rm -rf " + dir + " && bash " + script + " ca " + dir + " >/dev/null && bash " + script +
-                            " node " + dir + " node >/dev/null && bash " + script + " ca " + dir +
-                            "/other >/dev/null && bash " + script + " node " + dir + "/other stranger >/dev/null";
-    REQUIRE(std::system(cmd.c_str()) == 0);
-    ca = dir + "/ca.crt", cert = dir + "/node.crt", key = dir + "/node.key";
-    other_ca = dir + "/other/ca.crt", other_cert = dir + "/other/stranger.crt", other_key = dir + "/other/stranger.key";
-  }
-  ~certs() { std::system(("rm -rf " + dir).c_str()); }
-
-  [[nodiscard]] std::vector<std::string> flags() const { return {"--tls-ca", ca, "--tls-cert", cert, "--tls-key", key}; }
-};
-
 /// A TLS client to 127.0.0.1:port presenting `cert` (none when empty). It
 /// trusts any server, so a refusal can only be the server's. True when the
 /// server lets it in: CAF's first BASP bytes arrive within 10 s.
@@ -94,7 +74,7 @@ size_t count_lines(const std::string& path, const std::string& needle) {
 } // namespace
 
 TEST_CASE("a TLS swarm trains while strangers are refused again and again, its links intact", "[tls]") {
-  const certs c;
+  const test_certs c;
   manual_swarm swarm(c.flags(), "tls", true);
   REQUIRE_FALSE(swarm.address.empty());
   swarm.server(0);
@@ -159,7 +139,7 @@ TEST_CASE("a TLS swarm trains while strangers are refused again and again, its l
 }
 
 TEST_CASE("bad TLS files stop a node at start-up with exit 2, naming the file", "[tls]") {
-  const certs c;
+  const test_certs c;
   const std::string bogus = c.dir + "/bogus.pem";
   std::ofstream(bogus) << "not a certificate\n";
   auto coordinator = [&](const std::string& ca, const std::string& cert, const std::string& key) {
