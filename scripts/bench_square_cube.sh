@@ -15,6 +15,8 @@
 #        ROUTINGS ("swarm static")  COMPRESSIONS ("blockwise8 none")  SECONDS_PER_RUN (30)  WARMUP (10)
 #        LAYERS_PER_STAGE (2)  OUT (a fresh /tmp/swarm-square-cube-XXXXXX)
 # Prints one table (scripts/square_cube_summary.py) and leaves every run's metrics in OUT.
+# A run whose metrics are already in OUT is kept, not repeated (FRESH=1 repeats it): an
+# interrupted sweep resumes, and more networks can be added to a finished one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 widths=${WIDTHS:-256 512 1024}
@@ -54,6 +56,10 @@ trap 'exit 130' INT TERM
 run() {
   local net=$1 d=$2 routing=$3 compression=$4
   local metrics=$out/${net//\//-}_d${d}_${routing}_${compression}.jsonl
+  if [ -z "${FRESH:-}" ] && grep -q '"event": "step"' "$metrics" 2>/dev/null; then
+    python3 scripts/square_cube_summary.py one "$metrics" "$warmup" | sed "s|^|  $net d=$d $routing $compression (kept): |"
+    return
+  fi
   rm -f "$metrics"
   local model=(--d-model "$d" --n-heads $((d / 64)) --n-layers $((2 * layers)) --stages 2 --seq-len 128
                --microbatch 8 --rebalance off --connection-timeout 20 --metrics "$metrics" --log-level error)
