@@ -111,6 +111,14 @@ void note_handshake(SSL* ssl, int r, bool accepting) {
                             accepting ? "from" : "with", peer->name, why);
 }
 
+/// One step of a handshake through OpenSSL's own `step`, on a clean error queue.
+int handshake_step(int (*step)(SSL*), SSL* ssl, bool accepting) {
+  ERR_clear_error();
+  const int r = step(ssl);
+  note_handshake(ssl, r, accepting);
+  return r;
+}
+
 template <class F>
 F next_definition(const char* name) {
   return reinterpret_cast<F>(::dlsym(RTLD_NEXT, name));
@@ -271,18 +279,12 @@ extern "C" {
 
 int SSL_accept(SSL* ssl) {
   static const auto next = swarm::next_definition<int (*)(SSL*)>("SSL_accept");
-  ERR_clear_error();
-  const int r = next(ssl);
-  swarm::note_handshake(ssl, r, true);
-  return r;
+  return swarm::handshake_step(next, ssl, true);
 }
 
 int SSL_connect(SSL* ssl) {
   static const auto next = swarm::next_definition<int (*)(SSL*)>("SSL_connect");
-  ERR_clear_error();
-  const int r = next(ssl);
-  swarm::note_handshake(ssl, r, false);
-  return r;
+  return swarm::handshake_step(next, ssl, false);
 }
 
 int SSL_read(SSL* ssl, void* buf, int num) {

@@ -293,16 +293,23 @@ do_up() {
   log "up $name: $k regions, $rate, rtt ${rtt} ms, buffer $qlimit bytes, subnet $subnet.0.0/16"
 }
 
+# Takes the lock and brings NAME up, torn down again if this process exits before
+# the caller clears CLEANUP_NAME. The caller unlocks.
+locked_up() {
+  local name=$1
+  lock
+  [[ ! -e $(state_file "$name") ]] || die "$name is already up (regions.sh down $name first)"
+  CLEANUP_NAME=$name
+  do_up "$name"
+}
+
 cmd_up() {
   [[ $# -ge 1 ]] || usage
   local name=$1; shift
   valid_name "$name"
   parse_up_args "$@"
   require
-  lock
-  [[ ! -e $(state_file "$name") ]] || die "$name is already up (regions.sh down $name first)"
-  CLEANUP_NAME=$name
-  do_up "$name"
+  locked_up "$name"
   CLEANUP_NAME=""
   unlock
   print_env "$name"
@@ -404,10 +411,7 @@ cmd_run() {
   valid_name "$name"
   parse_up_args "${opts[@]}"
   require
-  lock
-  [[ ! -e $(state_file "$name") ]] || die "$name is already up (regions.sh down $name first)"
-  CLEANUP_NAME=$name
-  do_up "$name"
+  locked_up "$name"
   unlock
   local line
   while IFS= read -r line; do export "${line?}"; done < <(print_env "$name")
@@ -492,11 +496,8 @@ cmd_selftest() {
   parse_up_args --regions 2 --rate "$rate" --rtt "$rtt"
   require
   command -v python3 >/dev/null || { echo "regions: skip: missing python3"; exit 77; }
-  lock
-  [[ ! -e $(state_file "$name") ]] || die "$name is already up (regions.sh down $name first)"
-  CLEANUP_NAME=$name
   local t_up=$SECONDS
-  do_up "$name"
+  locked_up "$name"
   unlock
   local r1 ns0=$name-r0 ns1=$name-r1
   r1=$(print_env "$name" | sed -n 's/^REGION1=//p')

@@ -279,6 +279,25 @@ struct manual_swarm {
     return servers.back();
   }
 
+  /// The public ports of the coordinator and of `servers` servers once all
+  /// have registered (server_join), or just the coordinator's after `timeout_s`.
+  std::vector<uint16_t> public_ports(size_t servers, double timeout_s = 60) const {
+    std::vector<uint16_t> ports{static_cast<uint16_t>(port)};
+    wait_for_metrics(
+        metrics,
+        [&](const std::vector<std::string>& lines) {
+          ports.resize(1);
+          for (const auto& l : lines)
+            if (is_event(l, "server_join"))
+              ports.push_back(static_cast<uint16_t>(number(l, "port")));
+          return ports.size() == servers + 1;
+        },
+        timeout_s);
+    if (ports.size() != servers + 1)
+      ports.resize(1);
+    return ports;
+  }
+
   pid_t trainer(std::vector<std::string> extra) const {
     extra.insert(extra.begin(), {"--role", "trainer", "--coordinator", address});
     return spawn(extra);

@@ -210,20 +210,11 @@ void train_through_storm(const std::vector<std::string>& flags, bool tls, int st
   REQUIRE_FALSE(swarm.address.empty());
   const std::vector<pid_t> servers{swarm.server(0), swarm.server(1)};
   const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
-  std::vector<uint16_t> ports{static_cast<uint16_t>(swarm.port)};
-  REQUIRE(wait_for_metrics(
-      swarm.metrics,
-      [&](const std::vector<std::string>& lines) {
-        ports.resize(1);
-        for (const auto& l : lines)
-          if (is_event(l, "server_join"))
-            ports.push_back(static_cast<uint16_t>(number(l, "port")));
-        return ports.size() == 3;
-      },
-      60));
+  const auto ports = swarm.public_ports(2);
+  REQUIRE(ports.size() == 3);
 
   // One prober per port, each a kind of input after another, while the trainer
-  // runs and until 10,000 were sent in all.
+  // runs and until `inputs` were sent in all.
   std::atomic<int> sent{0}, closed{0}, during_training{0};
   std::atomic<bool> training{true};
   const auto started = std::chrono::steady_clock::now();
