@@ -10,6 +10,7 @@
 
 #include "actors/log.hpp"
 #include "actors/stage_server_averaging.hpp"
+#include "actors/stage_server_checkpoint.hpp"
 #include "actors/stage_server_move.hpp"
 #include "actors/stage_calls.hpp"
 #include "messages/wire.hpp"
@@ -222,6 +223,8 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   });
   // Its node stops it with an exit message: report the stage it served last.
   self->set_exit_handler([self](caf::exit_msg& msg) {
+    if (msg.reason == caf::exit_reason::user_shutdown)
+      checkpointing::on_stop(self);
     moving::report_exit(self, -1);
     self->quit(msg.reason);
   });

@@ -47,6 +47,7 @@
 #include "messages/bulk.hpp"
 #include "messages/chunks.hpp"
 #include "messages/protocol.hpp"
+#include "models/checkpoint.hpp"
 #include "models/stage_worker.hpp"
 #include "swarm.pb.h"
 
@@ -72,6 +73,7 @@ struct stage_server_config {
   std::shared_ptr<bulk_endpoint> bulk;
   int64_t bulk_min_bytes = 64 << 10;
   double bulk_wait_s = 60;        ///< a claim on bytes that have not come fails after this (PEER_GONE)
+  checkpoint_settings checkpoints;
 };
 
 /// Totals of one stage served, reported when the server leaves it or exits (metrics event server_exit).
@@ -126,6 +128,7 @@ struct stage_server_state {
   bool reloading = false;
   uint64_t reloads = 0;                    ///< reload orders finished or turned down (see progress_report)
   double busy_s = 0;                       ///< seconds spent handling requests on this stage (the rebalancer's rate)
+  std::chrono::steady_clock::time_point serving_since = std::chrono::steady_clock::now();  ///< first checkpoint due from here
   // Membership and moving:
   coordinator_actor coordinator;           ///< set by the node's register message; again after a coordinator restart
   proto::register_server registration;     ///< as last sent; its stage is the one served now

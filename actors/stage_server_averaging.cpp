@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 
 #include "actors/log.hpp"
+#include "actors/stage_server_checkpoint.hpp"
 #include "actors/stage_server_move.hpp"
 #include "messages/float_codec.hpp"
 #include "messages/wire.hpp"
@@ -67,6 +68,7 @@ void finish(server_ptr self, const char* why) {
     ++st.counters->rounds;
     st.hash = st.worker->parameter_hash();
     emit_params(self);
+    checkpointing::after_round(self);
   } else {
     ++st.counters->rounds_failed;
     st.counters->dropped_samples += r.samples;

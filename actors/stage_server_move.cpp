@@ -5,6 +5,7 @@
 
 #include "actors/log.hpp"
 #include "actors/stage_server_averaging.hpp"
+#include "actors/stage_server_checkpoint.hpp"
 #include "messages/tls.hpp"
 #include "messages/wire.hpp"
 
@@ -94,8 +95,10 @@ void move_now(server_ptr self) {
     self->quit(make_error(errc::INTERNAL, std::string{"cannot build stage "} + std::to_string(to) + ": " + e.what()));
     return;
   }
-  const bool copied = st.coordinator && download_state(self->system(), st.coordinator, to, st.cfg.model.hash(),
-                                                       st.cfg.server_id, *fresh, *st.metrics);
+  const auto source = st.coordinator ? download_state(self->system(), st.coordinator, to, st.cfg.model.hash(),
+                                                      st.cfg.server_id, *fresh, *st.metrics, st.cfg.checkpoints,
+                                                      st.cfg.num_stages)
+                                     : state_source::initial;
   st.worker = std::move(fresh);
   st.hash = st.worker->parameter_hash();
   *st.counters = {};
@@ -111,15 +114,16 @@ void move_now(server_ptr self) {
       log->warn("stage {}: registering failed: {}; its node registers it when the coordinator is back", to,
                 describe(err));
   const double secs = std::chrono::duration<double>(clock_type::now() - st.move_ordered).count();
-  log->info("stage {}: serving it now, moved from stage {} in {:.2f} s ({})", to, from, secs,
-            copied ? "state copied from a peer" : "initial parameters: no live peer held the stage's state");
+  log->info("stage {}: serving it now, moved from stage {} in {:.2f} s (state from {})", to, from, secs,
+            to_string(source));
   st.metrics->emit("rebalance", {{"server", st.cfg.server_id},
                                  {"from", int64_t{from}},
                                  {"to", int64_t{to}},
                                  {"reason", order.reason()},
                                  {"predicted_gain", order.predicted_gain()},
                                  {"seconds", secs},
-                                 {"state_copied", copied}});
+                                 {"state_copied", source == state_source::peer},
+                                 {"state_from", std::string{to_string(source)}}});
 }
 
 } // namespace
@@ -183,8 +187,18 @@ void report_exit(server_ptr self, int moved_to) {
                                    {"moved_to", int64_t{moved_to}}});
 }
 
-bool download_state(caf::actor_system& sys, const coordinator_actor& coord, int stage, uint64_t config_hash,
-                    const std::string& server_id, stage_worker& worker, metrics_sink& metrics) {
+const char* to_string(state_source s) {
+  switch (s) {
+    case state_source::peer: return "peer";
+    case state_source::checkpoint: return "checkpoint";
+    case state_source::initial: return "initial";
+  }
+  return "?";
+}
+
+state_source download_state(caf::actor_system& sys, const coordinator_actor& coord, int stage, uint64_t config_hash,
+                            const std::string& server_id, stage_worker& worker, metrics_sink& metrics,
+                            const checkpoint_settings& checkpoints, int num_stages) {
   auto log = get_logger("stage_server");
   proto::subscribe query;
   query.set_stage(static_cast<uint32_t>(stage));
@@ -194,19 +208,26 @@ bool download_state(caf::actor_system& sys, const coordinator_actor& coord, int 
   self->request(coord, std::chrono::seconds(10), peers_atom::value, encode(query))
       .receive([&](const std::string& bytes) { peers = decode<proto::server_list>(bytes, "server_list"); },
                [&](caf::error& err) { peers = std::move(err); });
-  if (!peers) {
-    log->warn("cannot list the peers of stage {} ({}); starting from initial parameters", stage,
-              describe(peers.error()));
-    return false;
-  }
-  for (const auto& peer : peers->servers()) {
-    auto err = download_from(sys, peer, stage, server_id, worker, metrics);
-    if (!err)
-      return true;
-    log->warn("state download from {} failed: {}; trying the next peer", peer.server_id(), describe(err));
-  }
-  log->info("no live peer of stage {} delivered state; starting from initial parameters", stage);
-  return false;
+  if (!peers)
+    log->warn("cannot list the peers of stage {} ({})", stage, describe(peers.error()));
+  else
+    for (const auto& peer : peers->servers()) {
+      auto err = download_from(sys, peer, stage, server_id, worker, metrics);
+      if (!err)
+        return state_source::peer;
+      log->warn("state download from {} failed: {}; trying the next peer", peer.server_id(), describe(err));
+    }
+  // No live peer holds the state (the stage is new, or was wiped out): the
+  // newest checkpoint loses at most one checkpoint interval.
+  auto loaded = checkpointing::load_newest(checkpoints, num_stages, config_hash, server_id, worker, metrics);
+  if (loaded && *loaded)
+    return state_source::checkpoint;
+  if (!loaded)
+    log->error("stage {}: {}; starting from initial parameters", stage, describe(loaded.error()));
+  else
+    log->info("no live peer of stage {} delivered state{}; starting from initial parameters", stage,
+              checkpoints.store ? " and it has no checkpoint" : "");
+  return state_source::initial;
 }
 
 } // namespace swarm::moving

@@ -37,12 +37,18 @@ void resume(server_ptr self);
 /// stage it leaves for, or -1 when the server exits. Nothing before it registered.
 void report_exit(server_ptr self, int moved_to);
 
+/// Where a joining or moving server's state came from.
+enum class state_source { peer, checkpoint, initial };
+[[nodiscard]] const char* to_string(state_source s);
+
 /// Copies parameters, optimizer state and step of `stage` from the first live
-/// peer of it (the coordinator lists them) that delivers them; false when none
-/// did, and the worker keeps its initial parameters. Blocks. Used by a joining
-/// server's node and by a moving server.
-[[nodiscard]] bool download_state(caf::actor_system& sys, const coordinator_actor& coord, int stage,
-                                  uint64_t config_hash, const std::string& server_id, stage_worker& worker,
-                                  metrics_sink& metrics);
+/// peer of it (the coordinator lists them) that delivers them; when none does,
+/// loads the stage's newest checkpoint (if `checkpoints` has a store); else the
+/// worker keeps its initial parameters. Blocks. Used by a joining server's node
+/// and by a moving server.
+[[nodiscard]] state_source download_state(caf::actor_system& sys, const coordinator_actor& coord, int stage,
+                                          uint64_t config_hash, const std::string& server_id, stage_worker& worker,
+                                          metrics_sink& metrics, const checkpoint_settings& checkpoints,
+                                          int num_stages);
 
 } // namespace swarm::moving

@@ -1,8 +1,11 @@
 #include "actors/trainer.hpp"
 
+#include <sstream>
+
 #include <caf/all.hpp>
 
 #include "actors/log.hpp"
+#include "messages/errors.hpp"
 #include "messages/protocol.hpp"
 #include "messages/wire.hpp"
 
@@ -28,25 +31,65 @@ void send_forward(self_ptr self, uint64_t id, int stage);
 void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_grad);
 void launch(self_ptr self);
 
+/// Writes the trainer's position as a checkpoint (when `due_only`, only if one is due).
+void save_position(self_ptr self, bool due_only) {
+  auto& st = self->state;
+  const auto& ck = st.cfg.checkpoints;
+  if (!ck.store)
+    return;
+  const auto newest = ck.store->latest_written(checkpoint_header::kind::trainer, st.cfg.slot);
+  const double since_s = std::chrono::duration<double>(clock::now() - st.started).count();
+  if (due_only ? !checkpoint_due(st.step, newest, ck.every_steps, ck.every_s, since_s)
+               : st.step <= 0 || (newest && newest->step == st.step))
+    return;
+  std::ostringstream rng;
+  rng << st.rng;
+  const checkpoint_header h{checkpoint_header::kind::trainer, st.cfg.slot, static_cast<uint32_t>(st.cfg.num_stages),
+                            st.cfg.model.hash(), st.step};
+  auto written = ck.store->write(h, encode_position({st.step, st.samples, rng.str()}));
+  if (!written) {
+    get_logger("trainer")->error("checkpoint of the trainer's position failed: {}", describe(written.error()));
+    return;
+  }
+  st.metrics->emit("checkpoint", {{"stage", int64_t{-1}},
+                                  {"trainer", st.cfg.trainer_id},
+                                  {"step", st.step},
+                                  {"file", *written},
+                                  {"bytes", static_cast<int64_t>(0)},
+                                  {"seconds", 0.0}});
+}
+
+/// trainer_exit, once: when done, or when told to stop (then with what was in flight).
+void report_exit(self_ptr self) {
+  auto& st = self->state;
+  if (st.reported)
+    return;
+  st.reported = true;
+  save_position(self, false);
+  std::string acked;
+  for (auto n : st.acked)
+    acked += (acked.empty() ? "" : ",") + std::to_string(n);
+  get_logger("trainer")->info("{}: {} steps, {} microbatches issued, {} completed, {} dropped, {} in flight; acked "
+                              "samples per stage {}",
+                              st.live.empty() ? "done" : "stopped", st.step, st.issued, st.completed, st.dropped,
+                              st.live.size(), acked);
+  st.metrics->emit("trainer_exit", {{"trainer", st.cfg.trainer_id},
+                                    {"steps", st.step},
+                                    {"issued", st.issued},
+                                    {"completed", st.completed},
+                                    {"dropped", st.dropped},
+                                    {"in_flight", static_cast<int64_t>(st.live.size())},
+                                    {"retries", st.retries},
+                                    {"samples", st.samples},
+                                    {"wire_bytes", st.wire_bytes},
+                                    {"compression", st.cfg.train.compression},
+                                    {"acked", acked}});
+}
+
 void maybe_finish(self_ptr self) {
   auto& st = self->state;
   if (st.draining && st.live.empty()) {
-    std::string acked;
-    for (auto n : st.acked)
-      acked += (acked.empty() ? "" : ",") + std::to_string(n);
-    get_logger("trainer")->info("done: {} steps, {} microbatches issued, {} completed, {} dropped; acked samples per "
-                                "stage {}",
-                                st.step, st.issued, st.completed, st.dropped, acked);
-    st.metrics->emit("trainer_exit", {{"trainer", st.cfg.trainer_id},
-                                      {"steps", st.step},
-                                      {"issued", st.issued},
-                                      {"completed", st.completed},
-                                      {"dropped", st.dropped},
-                                      {"retries", st.retries},
-                                      {"samples", st.samples},
-                                      {"wire_bytes", st.wire_bytes},
-                                      {"compression", st.cfg.train.compression},
-                                      {"acked", acked}});
+    report_exit(self);
     for (auto& lb : st.balancers)
       self->send_exit(lb, caf::exit_reason::user_shutdown);
     self->quit();
@@ -82,6 +125,7 @@ void emit_step(self_ptr self) {
   st.step_loss_sum = 0;
   st.step_microbatches = 0;
   st.step_started = now;
+  save_position(self, true);
   if (st.cfg.train.max_steps > 0 && st.step >= st.cfg.train.max_steps)
     st.draining = true;
 }
@@ -229,6 +273,12 @@ caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const
                       std::vector<caf::actor> balancers, std::shared_ptr<metrics_sink> metrics) {
   auto& st = self->state;
   st.rng.seed(cfg.model.seed * 7919 + std::hash<std::string>{}(cfg.trainer_id));
+  if (cfg.resume) {
+    std::istringstream rng(cfg.resume->rng);
+    rng >> st.rng;  // checked by decode_position's caller: a generator this trainer wrote
+    st.step = cfg.resume->step;
+    st.samples = cfg.resume->samples;
+  }
   st.cfg = std::move(cfg);
   st.text = std::move(text);
   st.balancers = std::move(balancers);
@@ -238,6 +288,24 @@ caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const
   for (auto& lb : st.balancers)
     self->link_to(lb);
   st.acked.assign(static_cast<size_t>(st.cfg.num_stages), 0);
+  // SIGTERM (the node's exit message): report what was done, then go.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    report_exit(self);
+    self->quit(msg.reason);
+  });
+  if (st.cfg.resume)
+    st.metrics->emit("checkpoint_load", {{"stage", int64_t{-1}},
+                                         {"trainer", st.cfg.trainer_id},
+                                         {"step", st.step},
+                                         {"samples", st.samples},
+                                         {"slot", int64_t{st.cfg.slot}}});
+  if (st.cfg.train.max_steps > 0 && st.step >= st.cfg.train.max_steps) {
+    get_logger("trainer")->warn("resumed at step {}, already at --max-steps {}: nothing to train", st.step,
+                                st.cfg.train.max_steps);
+    st.draining = true;
+    maybe_finish(self);
+    return {};
+  }
   launch(self);
   // Everything arrives as responses; the behavior only keeps the actor alive.
   return {[](tick_atom) {}};

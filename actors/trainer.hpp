@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <random>
 #include <string>
@@ -31,6 +32,7 @@
 
 #include "actors/metrics.hpp"
 #include "config/config.hpp"
+#include "models/checkpoint.hpp"
 #include "models/corpus.hpp"
 #include "swarm.pb.h"
 
@@ -41,6 +43,10 @@ struct trainer_settings {
   int num_stages = 2;
   model_config model;
   trainer_config train;
+  /// Checkpoints of this trainer's position (slot `slot` of the store); null store: none.
+  checkpoint_settings checkpoints;
+  int slot = 0;
+  std::optional<trainer_position> resume;  ///< continue from here (step count and data position)
 };
 
 struct trainer_state {
@@ -74,6 +80,7 @@ struct trainer_state {
   double step_loss_sum = 0;       ///< sum over microbatches of their mean loss, this step
   int64_t step_microbatches = 0;
   clock::time_point step_started, started;
+  bool reported = false;          ///< trainer_exit written
 };
 
 [[nodiscard]] caf::behavior trainer(caf::stateful_actor<trainer_state>* self, trainer_settings cfg,

@@ -6,11 +6,14 @@
 #include <iostream>
 #include <optional>
 #include <random>
+#include <sstream>
 
 #include "actors/metrics.hpp"
 #include "apps/roles.hpp"
+#include "messages/errors.hpp"
+#include "models/checkpoint.hpp"
 #include "models/corpus.hpp"
-#include "models/gpt.hpp"
+#include "models/stage_worker.hpp"
 
 namespace swarm {
 
@@ -22,31 +25,87 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-torch::Tensor to_tensor(std::vector<int64_t>& values, int64_t batch, int64_t seq_len, const torch::Device& device) {
-  return torch::from_blob(values.data(), {batch, seq_len}, torch::kLong).to(device, /*non_blocking=*/false, /*copy=*/true);
+at::Tensor to_tensor(const std::vector<int64_t>& values, int64_t batch, int64_t seq_len) {
+  return torch::tensor(values, torch::kLong).reshape({batch, seq_len});
 }
 
-/// One optimizer step over `microbatches` microbatches; returns their mean loss.
-double train_step(stage_module& model, torch::optim::Optimizer& opt, const corpus& text, const model_config& m,
-                  int64_t microbatches, std::mt19937_64& rng, const torch::Device& device) {
-  double loss_sum = 0;
-  for (int64_t i = 0; i < microbatches; ++i) {
-    auto mb = sample_microbatch(text, m.microbatch, m.seq_len, rng);
-    auto loss = lm_loss(model->forward(to_tensor(mb.inputs, mb.batch, mb.seq_len, device)),
-                        to_tensor(mb.targets, mb.batch, mb.seq_len, device));
-    loss.backward();
-    loss_sum += loss.item<double>();
+/// --checkpoint-dir for the local run: the model as stage 0 of a one-stage
+/// model (the stage server's format) and the position as trainer slot 0.
+struct local_checkpoints {
+  std::optional<checkpoint_store> store;
+  int slot = 0;
+
+  /// Loads the newest state and position; false (said on stderr) when the
+  /// folder holds another model's checkpoints or they do not load.
+  bool resume(const app_config& cfg, stage_worker& worker, int64_t& step, int64_t& samples, std::mt19937_64& rng) {
+    if (cfg.checkpoint.dir.empty())
+      return true;
+    store.emplace(cfg.checkpoint.dir, cfg.checkpoint.keep);
+    const auto hash = cfg.model.hash();
+    auto fail = [](const caf::error& err) {
+      std::cerr << "local: " << describe(err) << "\n";
+      return false;
+    };
+    if (auto err = store->check_all(1, hash))
+      return fail(err);
+    auto claimed = claim_trainer_slot(*store);
+    if (!claimed)
+      return fail(claimed.error());
+    slot = *claimed;
+    auto state = store->newest(checkpoint_header::kind::stage, 0, 1, hash);
+    auto position = store->newest(checkpoint_header::kind::trainer, slot, 1, hash);
+    if (!state)
+      return fail(state.error());
+    if (!position)
+      return fail(position.error());
+    if (!*state)
+      return true;
+    if (auto err = worker.import_state((*state)->payload))
+      return fail(err);
+    step = worker.steps();
+    std::cout << "local: resumed from " << (*state)->path << " at step " << step;
+    if (*position) {
+      auto p = decode_position((*position)->payload);
+      if (p && p->step == step) {  // the position of that same step: the data goes on where it was
+        std::istringstream in(p->rng);
+        in >> rng;
+        samples = p->samples;
+        std::cout << ", data sampler where it was";
+      }
+    }
+    std::cout << std::endl;
+    return true;
   }
-  // Same accounting as the stage workers: the mean of the microbatches' gradients.
-  for (auto& p : model->parameters())
-    if (p.grad().defined())
-      p.mutable_grad().div_(static_cast<double>(microbatches));
-  if (m.grad_clip > 0)
-    torch::nn::utils::clip_grad_norm_(model->parameters(), m.grad_clip);
-  opt.step();
-  opt.zero_grad();
-  return loss_sum / static_cast<double>(microbatches);
-}
+
+  /// Writes state and position when one is due (or `now`).
+  void save(const app_config& cfg, const stage_worker& worker, int64_t samples, const std::mt19937_64& rng,
+            double since_s, bool now, metrics_sink& metrics) {
+    if (!store)
+      return;
+    const int64_t step = worker.steps();
+    const auto newest = store->latest_written(checkpoint_header::kind::stage, 0);
+    if (now ? step <= 0 || (newest && newest->step == step)
+            : !checkpoint_due(step, newest, cfg.checkpoint.every_steps, cfg.checkpoint.every_s, since_s))
+      return;
+    const auto started = clock_type::now();
+    const auto state = worker.export_state();
+    std::ostringstream generator;
+    generator << rng;
+    auto written = store->write({checkpoint_header::kind::stage, 0, 1, cfg.model.hash(), step}, state);
+    auto position = store->write({checkpoint_header::kind::trainer, slot, 1, cfg.model.hash(), step},
+                                 encode_position({step, samples, generator.str()}));
+    if (!written || !position) {
+      std::cerr << "local: checkpoint at step " << step << " failed: "
+                << describe(written ? position.error() : written.error()) << std::endl;
+      return;
+    }
+    metrics.emit("checkpoint", {{"stage", int64_t{0}},
+                                {"step", step},
+                                {"file", *written},
+                                {"bytes", static_cast<int64_t>(state.size())},
+                                {"seconds", seconds_since(started)}});
+  }
+};
 
 } // namespace
 
@@ -61,17 +120,20 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
     std::cerr << "local: " << e.what() << "\n";
     return 2;
   }
-  std::optional<torch::Device> device;
+  // The whole model is stage 0 of a one-stage cut: the stage server's worker,
+  // so gradients accumulate and steps apply exactly as on a server.
+  std::optional<stage_worker> worker;
   try {
-    device.emplace(usable_device(cfg.device));
+    worker.emplace(m, 0, 1, cfg.device);
   } catch (const std::exception& e) {
     std::cerr << "local: " << e.what() << "\n";
     return 2;
   }
-  auto model = make_full_model(m);
-  model->to(*device);  // before the optimizer, which holds the parameters it is given
-  auto opt = make_optimizer(*model, m);
   std::mt19937_64 rng(m.seed);
+  int64_t step = 0, samples = 0;
+  local_checkpoints checkpoints;
+  if (!checkpoints.resume(cfg, *worker, step, samples, rng))
+    return 2;
   // Gradient accumulation: the batch is cut into microbatches exactly as the swarm does.
   const int64_t microbatches = std::max<int64_t>(1, cfg.trainer.batch_size / m.microbatch);
   const int64_t samples_per_step = microbatches * m.microbatch;
@@ -79,10 +141,22 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
             << " x " << m.microbatch << ", " << threads << " threads, device " << cfg.device << std::endl;
 
   const auto start = clock_type::now();
-  int64_t samples = 0;
-  for (int64_t step = 1; (cfg.trainer.max_steps == 0 || step <= cfg.trainer.max_steps) && !stop_requested; ++step) {
+  while ((cfg.trainer.max_steps == 0 || step < cfg.trainer.max_steps) && !stop_requested) {
     const auto step_start = clock_type::now();
-    const double loss = train_step(model, *opt, *text, m, microbatches, rng, *device);
+    double loss_sum = 0;
+    for (int64_t i = 0; i < microbatches; ++i) {
+      auto mb = sample_microbatch(*text, m.microbatch, m.seq_len, rng);
+      const auto targets = to_tensor(mb.targets, mb.batch, mb.seq_len);
+      auto result = worker->forward(to_tensor(mb.inputs, mb.batch, mb.seq_len), &targets);
+      if (!result) {
+        std::cerr << "local: microbatch skipped: " << describe(result.error()) << "\n";
+        continue;
+      }
+      loss_sum += result->loss;
+    }
+    worker->apply_step();
+    step = worker->steps();
+    const double loss = loss_sum / static_cast<double>(microbatches);
     const double step_s = seconds_since(step_start);
     samples += samples_per_step;
     const double tokens_per_s = static_cast<double>(samples_per_step * m.seq_len) / std::max(step_s, 1e-9);
@@ -94,7 +168,9 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
                           {"elapsed_s", seconds_since(start)}});
     std::printf("local step %lld loss %.3f tokens/s %.0f\n", static_cast<long long>(step), loss, tokens_per_s);
     std::fflush(stdout);
+    checkpoints.save(cfg, *worker, samples, rng, seconds_since(start), false, metrics);
   }
+  checkpoints.save(cfg, *worker, samples, rng, seconds_since(start), true, metrics);
   return 0;
 }
 

@@ -24,6 +24,7 @@
 #include "messages/chunks.hpp"
 #include "messages/tls.hpp"
 #include "messages/wire.hpp"
+#include "models/checkpoint.hpp"
 #include "models/partition.hpp"
 
 namespace swarm {
@@ -37,6 +38,39 @@ void install_signal_handlers() {
 }
 
 namespace {
+
+/// What the process is doing, for the stop watchdog's message.
+std::atomic<const char*> phase{"starting"};
+
+/// Ends the process with `code` without running the actor system's
+/// destructor: CAF 0.17.6 can wait there for ever for a detached actor (seen in
+/// 3 of 7 clusters stopped with SIGTERM), and nothing is left to do by then:
+/// metrics lines are written as they happen, checkpoints are fsynced, and the
+/// kernel closes the sockets, which peers see as this process going down.
+[[noreturn]] void end_process(int code) {
+  checkpoint_store::abandon_partial_write();
+  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
+/// Stop watchdog: once a signal asked this process to stop, it has
+/// `stop_grace` to end on its own (exit events written, actors done); a step
+/// that blocks longer (a state download from a stalled peer, a connect, a
+/// move) must not hold the process, so then it ends anyway.
+constexpr auto stop_grace = std::chrono::seconds(5);
+void start_stop_watchdog(const char* who) {
+  std::thread([who] {
+    while (!stop_requested)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(stop_grace);
+    get_logger(who)->warn("asked to stop {} s ago while {}; exiting now", stop_grace.count(), phase.load());
+    checkpoint_store::abandon_partial_write();
+    end_process(0);
+  }).detach();
+}
 
 /// CAF settings every node shares. Heartbeats and the connection timeout are what
 /// detect a hung (SIGSTOPped) peer; without them its connection never drops.
@@ -252,6 +286,63 @@ caf::expected<proto::placement> ask_placement(caf::actor_system& sys, const coor
   return answer;
 }
 
+/// --checkpoint-dir as the actors take it; nullopt (said on stderr) when the
+/// folder holds a checkpoint of another model config or stage count, which must
+/// stop the process before it joins anything.
+std::optional<checkpoint_settings> checkpoints_of(const app_config& cfg, const char* who) {
+  checkpoint_settings out;
+  if (cfg.checkpoint.dir.empty())
+    return out;
+  auto store = std::make_shared<checkpoint_store>(cfg.checkpoint.dir, cfg.checkpoint.keep);
+  if (auto err = store->check_all(static_cast<uint32_t>(cfg.stages), cfg.model.hash())) {
+    std::cerr << "swarm: " << who << ": " << describe(err) << "\n";
+    return std::nullopt;
+  }
+  out.store = std::move(store);
+  out.every_steps = cfg.checkpoint.every_steps;
+  out.every_s = cfg.checkpoint.every_s;
+  return out;
+}
+
+/// With --checkpoint-dir: claims a trainer slot and continues from its newest
+/// position; false (said on stderr) when that cannot be done.
+bool resume_trainer(const app_config& cfg, trainer_settings& tcfg) {
+  auto checkpoints = checkpoints_of(cfg, "trainer");
+  if (!checkpoints)
+    return false;
+  tcfg.checkpoints = *checkpoints;
+  if (!checkpoints->store)
+    return true;
+  const auto& store = *checkpoints->store;
+  auto slot = claim_trainer_slot(store);
+  if (!slot) {
+    std::cerr << "swarm: trainer: " << describe(slot.error()) << "\n";
+    return false;
+  }
+  tcfg.slot = *slot;
+  auto found = store.newest(checkpoint_header::kind::trainer, *slot, static_cast<uint32_t>(cfg.stages),
+                            cfg.model.hash());
+  auto position = found && *found ? decode_position((*found)->payload)
+                                  : caf::expected<trainer_position>{caf::error{}};
+  if (!found) {
+    std::cerr << "swarm: trainer: " << describe(found.error()) << "\n";
+    return false;
+  }
+  auto log = get_logger("trainer");
+  if (!*found) {
+    log->info("checkpoints of this trainer go to {} (slot {}): none to resume from", store.dir(), *slot);
+    return true;
+  }
+  if (!position) {
+    log->error("checkpoint {} is not a trainer position; starting at step 0", (*found)->path);
+    return true;
+  }
+  log->info("resuming from {}: step {}, {} samples done, data sampler where it was", (*found)->path, position->step,
+            position->samples);
+  tcfg.resume = *position;
+  return true;
+}
+
 } // namespace
 
 int run_coordinator(const app_config& cfg) {
@@ -273,12 +364,13 @@ int run_coordinator(const app_config& cfg) {
   rb.settle_s = std::min(10.0, rb.period_s);
   rb.policy.min_gain = cfg.coordinator.rebalance_min_gain;
   rb.policy.min_replicas = cfg.coordinator.min_replicas;
+  start_stop_watchdog("coordinator");
   auto coord = sys.spawn(coordinator, settings, metrics);
   // reuse: a coordinator restarted on its old port must not wait out TIME_WAIT.
   auto guard = publish_guarded(sys, coord, cfg.coordinator.port, true, cfg, "coordinator");
   if (!guard) {
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
-    return 1;
+    end_process(1);
   }
   const uint16_t port = guard->port();
   if (!cfg.coordinator.port_file.empty()) {
@@ -288,7 +380,8 @@ int run_coordinator(const app_config& cfg) {
     std::rename(tmp.c_str(), cfg.coordinator.port_file.c_str());
   }
   log->info("listening on port {} for {} stages (model hash {})", port, cfg.stages, cfg.model.hash());
-  return exit_code_of(wait_for(sys, coord));
+  phase = "coordinating";
+  end_process(exit_code_of(wait_for(sys, coord)));
 }
 
 int run_server(const app_config& cfg) {
@@ -312,33 +405,42 @@ int run_server(const app_config& cfg) {
   // A bad config should fail before anything connects: build an explicit stage first.
   if (cfg.server.stage >= 0 && !build(cfg.server.stage))
     return 2;
+  auto checkpoints = checkpoints_of(cfg, "server");
+  if (!checkpoints)
+    return 2;
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
+  start_stop_watchdog("stage_server");
+  phase = "connecting to the coordinator";
   auto coord = connect_coordinator(sys, cfg.server.coordinator, "server");
   if (!coord)
-    return 1;
+    end_process(1);
   auto bulk = start_bulk(sys, cfg, "server");
   if (!bulk)
-    return 1;
+    end_process(1);
   const auto asked_at = std::chrono::steady_clock::now();
   proto::placement placed;
   if (cfg.server.stage < 0) {
+    phase = "asking the coordinator for a stage";
     auto answer = ask_placement(sys, *coord, server_id, cfg.model.hash());
     if (!answer || static_cast<int>(answer->stage()) >= cfg.stages) {
       std::cerr << "swarm: server " << server_id << " got no stage from the coordinator: "
                 << (answer ? "stage " + std::to_string(answer->stage()) + " out of range" : describe(answer.error()))
                 << "\n";
-      return answer || code_of(answer.error()) == errc::BAD_CONFIG ? 2 : 1;
+      end_process(answer || code_of(answer.error()) == errc::BAD_CONFIG ? 2 : 1);
     }
     placed = *answer;
     log->info("the coordinator placed this server on stage {}", placed.stage());
     if (!build(static_cast<int>(placed.stage())))
-      return 2;
+      end_process(2);
   }
   const int stage = worker->span().stage;
-  // Before serving anything: start where the stage is, not from scratch.
-  (void)moving::download_state(sys, *coord, stage, cfg.model.hash(), server_id, *worker, *metrics);
+  // Before serving anything: start where the stage is (a live peer's state, or
+  // the newest checkpoint when none holds it), not from scratch.
+  phase = "downloading the stage's state";
+  (void)moving::download_state(sys, *coord, stage, cfg.model.hash(), server_id, *worker, *metrics, *checkpoints,
+                               cfg.stages);
   stage_server_config scfg{server_id, cfg.net.chunk_bytes, cfg.server.slowdown};
   if (cfg.server.fault == "hang-forward")
     scfg.fault = stage_server_config::fault_kind::hang_forward;
@@ -353,12 +455,13 @@ int run_server(const app_config& cfg) {
   scfg.averaging_compression = cfg.server.averaging_compression;
   scfg.bulk = bulk;
   scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
+  scfg.checkpoints = *checkpoints;
   auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics, std::make_shared<stage_server_counters>());
   auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
   auto guard = publish_guarded(sys, server, cfg.server.port, false, cfg, "server");
   if (!guard) {
     stop_server();
-    return 1;
+    end_process(1);
   }
   const uint16_t port = guard->port();
   proto::register_server reg;
@@ -368,11 +471,12 @@ int run_server(const app_config& cfg) {
   reg.set_port(port);
   reg.set_num_stages(static_cast<uint32_t>(cfg.stages));
   reg.set_config_hash(cfg.model.hash());
+  phase = "registering with the coordinator";
   auto refused = register_with(sys, *coord, reg, server);
   if (refused) {
     std::cerr << "swarm: coordinator refused server " << server_id << ": " << describe(refused) << "\n";
     stop_server();
-    return code_of(refused) == errc::BAD_CONFIG || code_of(refused) == errc::UNKNOWN_STAGE ? 2 : 1;
+    end_process(code_of(refused) == errc::BAD_CONFIG || code_of(refused) == errc::UNKNOWN_STAGE ? 2 : 1);
   }
   log->info("serving stage {} (blocks {}..{}, {} parameters) on port {}", stage, worker->span().first_block,
             worker->span().end_block, worker->parameter_count(), port);
@@ -384,6 +488,7 @@ int run_server(const app_config& cfg) {
                                 {"predicted_gain", placed.predicted_gain()},
                                 {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - asked_at).count()}});
   worker.reset();  // the actor owns it now, and replaces it when it moves
+  phase = "serving (or moving between stages)";
   // Serve until done; whenever the coordinator connection drops (a coordinator
   // restart, or this process was stopped long enough for peers to give up on
   // it), register again so trainers find this server anew. The server writes
@@ -401,7 +506,7 @@ int run_server(const app_config& cfg) {
   // 0 of 6 with this pause).
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   emit_bulk(*metrics, server_id, *bulk);
-  return exit_code_of(reason);
+  end_process(exit_code_of(reason));
 }
 
 int run_trainer(const app_config& cfg) {
@@ -409,15 +514,20 @@ int run_trainer(const app_config& cfg) {
   setup_logging("trainer " + trainer_id, cfg.log_level);
   auto metrics = open_metrics(cfg.metrics, "trainer");
   auto text = std::make_shared<const corpus>(corpus::load(cfg.trainer.corpus, cfg.model.seq_len + 1));
+  trainer_settings tcfg{trainer_id, cfg.stages, cfg.model, cfg.trainer};
+  if (!resume_trainer(cfg, tcfg))
+    return 2;
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
+  start_stop_watchdog("trainer");
+  phase = "connecting to the coordinator";
   auto coord = connect_coordinator(sys, cfg.trainer.coordinator, "trainer");
   if (!coord)
-    return 1;
+    end_process(1);
   auto bulk = start_bulk(sys, cfg, "trainer");
   if (!bulk)
-    return 1;
+    end_process(1);
   std::vector<caf::actor> balancers;
   for (int s = 0; s < cfg.stages; ++s) {
     const auto& t = cfg.trainer;
@@ -438,7 +548,7 @@ int run_trainer(const app_config& cfg) {
     lb.routing = {t.ema_alpha, t.backward_cost, t.ban_base_s, t.ban_max_s};
     balancers.push_back(sys.spawn(load_balancer, lb, *coord, metrics));
   }
-  trainer_settings tcfg{trainer_id, cfg.stages, cfg.model, cfg.trainer};
+  phase = "training";
   auto t = sys.spawn(trainer, tcfg, text, balancers, metrics);
   // Train until done; after a coordinator restart the load balancers subscribe
   // to the new one (they keep routing to the servers they know meanwhile).
@@ -453,7 +563,7 @@ int run_trainer(const app_config& cfg) {
   emit_bulk(*metrics, trainer_id, *bulk);
   if (exit_code_of(reason) != 0)
     std::cerr << "swarm: trainer stopped: " << describe(reason) << "\n";
-  return exit_code_of(reason);
+  end_process(exit_code_of(reason));
 }
 
 } // namespace swarm

@@ -135,15 +135,27 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name, std::stri
   app.add_option("--commit-grace", t.commit_grace,
                  "trainer: servers must commit this fraction of a request's deadline before it ends");
 
+  auto& k = c.checkpoint;
+  app.add_option("--checkpoint-dir", k.dir,
+                 "server, trainer, local: keep checkpoints in this folder and resume from them; empty = none");
+  app.add_option("--checkpoint-every", k.every, "checkpoint every N optimizer steps (N) or every N seconds (Ns)");
+  app.add_option("--checkpoint-keep", k.keep, "newest checkpoints kept per stage and per trainer");
+
   app.add_option("--servers-per-stage", c.cluster.servers_per_stage, "cluster: server processes per stage");
   app.add_option("--trainers", c.cluster.trainers, "cluster: trainer processes");
   auto& x = c.cluster;
-  app.add_option("--chaos", x.chaos, "cluster: none | kill (SIGKILL, fresh process later) | stop (SIGSTOP/SIGCONT)")
-      ->check(CLI::IsMember({"none", "kill", "stop"}));
+  app.add_option("--chaos", x.chaos,
+                 "cluster: none | kill (SIGKILL, fresh process later) | stop (SIGSTOP/SIGCONT) | mixed (either)")
+      ->check(CLI::IsMember({"none", "kill", "stop", "mixed"}));
   app.add_option("--chaos-every", x.chaos_every_s, "cluster: hit one random server every this many seconds");
   app.add_option("--chaos-down", x.chaos_down_s, "cluster: restart (kill) or continue (stop) it after, seconds");
   app.add_option("--chaos-stage", x.chaos_stage, "cluster: only hit servers of this stage; -1 = any");
   app.add_option("--chaos-seed", x.chaos_seed, "cluster: seed of the victim choice");
+  app.add_option("--chaos-coordinator-every", x.chaos_coordinator_every_s,
+                 "cluster: SIGKILL the coordinator every this many seconds (restarted at once on its port); 0 = never");
+  app.add_option("--chaos-wipe-at", x.chaos_wipe_at_s,
+                 "cluster: once, this many seconds in, SIGKILL every server of one stage (--chaos-stage, or random); "
+                 "0 = never");
   app.add_option("--server-slowdowns", x.server_slowdowns,
                  "cluster: per-server --slowdown, comma-separated, stage-major launch order (e.g. 1,3,1,1)");
   app.add_option("--stage-servers", x.stage_servers,
@@ -229,6 +241,12 @@ std::string validate(const app_config& c) {
   require(e, t.backward_cost > 0, "backward-cost", t.backward_cost, "must be > 0");
   require(e, t.ban_base_s > 0 && t.ban_max_s >= t.ban_base_s, "ban-base", t.ban_base_s, "must be > 0 and <= --ban-max");
   require(e, t.commit_grace >= 0 && t.commit_grace < 1, "commit-grace", t.commit_grace, "must be in [0, 1)");
+  require(e, c.checkpoint.keep >= 1, "checkpoint-keep", c.checkpoint.keep, "must be >= 1");
+  require(e, c.checkpoint.every_steps > 0 || c.checkpoint.every_s > 0, "checkpoint-every", c.checkpoint.every,
+          "must be a number of steps (e.g. 100) or of seconds (e.g. 60s), above 0");
+  require(e, c.cluster.chaos_coordinator_every_s >= 0, "chaos-coordinator-every", c.cluster.chaos_coordinator_every_s,
+          "must be >= 0");
+  require(e, c.cluster.chaos_wipe_at_s >= 0, "chaos-wipe-at", c.cluster.chaos_wipe_at_s, "must be >= 0");
   require(e, c.cluster.chaos_every_s > 0, "chaos-every", c.cluster.chaos_every_s, "must be > 0");
   require(e, c.cluster.chaos_down_s >= 0, "chaos-down", c.cluster.chaos_down_s, "must be >= 0");
   require(e, c.cluster.chaos_stage >= -1 && c.cluster.chaos_stage < c.stages, "chaos-stage", c.cluster.chaos_stage,
@@ -255,6 +273,22 @@ std::string validate(const app_config& c) {
     return "--stage " + std::to_string(c.server.stage) + ": server needs auto or a stage in [0, " +
            std::to_string(c.stages) + ")";
   return {};
+}
+
+/// --checkpoint-every: "120" (steps) or "90s" / "1.5s" (seconds); leaves both 0 when malformed.
+static void parse_interval(checkpoint_config& k) {
+  k.every_steps = 0;
+  k.every_s = 0;
+  const auto& s = k.every;
+  const bool secs = !s.empty() && s.back() == 's';
+  const auto number = secs ? s.substr(0, s.size() - 1) : s;
+  if (number.empty() || number.find_first_not_of(secs ? "0123456789." : "0123456789") != std::string::npos ||
+      number.size() > 12)
+    return;
+  if (secs)
+    k.every_s = std::strtod(number.c_str(), nullptr);
+  else
+    k.every_steps = std::stoll(number);
 }
 
 std::vector<int> cluster_config::servers_of_stages(int stages) const {
@@ -304,6 +338,7 @@ parse_result parse_config(int argc, const char* const* argv) {
     c.server.stage = index->front();
   }
   c.trainer.batch_size = c.server.batch_size;  // one --batch-size for both roles
+  parse_interval(c.checkpoint);
   c.trainer.coordinator = c.server.coordinator;
   if (auto err = validate(c); !err.empty()) {
     result.message = "swarm: bad config: " + err;
@@ -372,6 +407,11 @@ std::vector<std::string> to_flags(const app_config& c) {
   add("ban-base", t.ban_base_s);
   add("ban-max", t.ban_max_s);
   add("commit-grace", t.commit_grace);
+  if (!c.checkpoint.dir.empty()) {
+    add("checkpoint-dir", c.checkpoint.dir);
+    add("checkpoint-every", c.checkpoint.every);
+    add("checkpoint-keep", c.checkpoint.keep);
+  }
   return f;
 }
 

@@ -100,14 +100,26 @@ struct trainer_config {
   double no_server_wait_s = 600.0;  ///< how long a request waits for a stage with no server, seconds
 };
 
+/// Checkpoints (models/checkpoint.hpp): servers, trainers and --role local.
+struct checkpoint_config {
+  std::string dir;           ///< folder of checkpoints on this machine; empty = none written or loaded
+  std::string every = "60s"; ///< "N": every N optimizer steps; "Ns": every N seconds
+  int keep = 3;              ///< newest checkpoints kept per stage (and per trainer)
+  // Parsed from `every` by parse_config: exactly one is > 0.
+  int64_t every_steps = 0;
+  double every_s = 60;
+};
+
 struct cluster_config {
   int servers_per_stage = 2;  ///< server processes per stage
   int trainers = 1;           ///< trainer processes
-  std::string chaos = "none"; ///< none | kill (SIGKILL, fresh process later) | stop (SIGSTOP, SIGCONT later)
+  std::string chaos = "none"; ///< none | kill (SIGKILL, fresh process later) | stop (SIGSTOP, SIGCONT later) | mixed (either, at random)
   double chaos_every_s = 20;  ///< one random server hit every this many seconds
   double chaos_down_s = 10;   ///< restarted (kill) or continued (stop) after this many seconds
   int chaos_stage = -1;       ///< only servers of this stage; -1 = any stage
   uint64_t chaos_seed = 1;    ///< seed of the victim choice
+  double chaos_coordinator_every_s = 0;  ///< SIGKILL the coordinator this often (it is restarted at once); 0 = never
+  double chaos_wipe_at_s = 0;            ///< once, this many seconds in: SIGKILL every server of one stage; 0 = never
   std::string server_slowdowns;  ///< per-server --slowdown, comma-separated in launch order (stage-major)
   std::string stage_servers;     ///< servers per stage in stage order, e.g. "3,1"; empty: servers_per_stage each
 
@@ -129,6 +141,7 @@ struct app_config {
   coordinator_config coordinator;
   server_config server;
   trainer_config trainer;
+  checkpoint_config checkpoint;
   cluster_config cluster;
 };
 
