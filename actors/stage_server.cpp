@@ -93,20 +93,27 @@ bool past_deadline(const Req& req) {
   return req.commit_deadline() > 0 && unix_now() > req.commit_deadline();
 }
 
-/// Test hook: hang while holding the request (see stage_server_config::fault).
-void maybe_hang(self_ptr self, bool forward) {
+/// Test hook: hang while holding the `seen`-th request of `op` (see stage_server_config::fault).
+void maybe_hang(self_ptr self, stage_server_config::fault_kind kind, int64_t seen, const char* op) {
   auto& st = self->state;
-  const int64_t seen = forward ? ++st.forwards_seen : ++st.backwards_seen;
-  const auto kind = forward ? stage_server_config::fault_kind::hang_forward : stage_server_config::fault_kind::hang_backward;
   if (st.cfg.fault != kind || seen != st.cfg.fault_after)
     return;
-  get_logger("stage_server")->warn("fault hook: hanging in {} #{} until killed", forward ? "forward" : "backward", seen);
+  get_logger("stage_server")->warn("fault hook: hanging in {} #{} until killed", op, seen);
   st.metrics->emit("fault", {{"server", st.cfg.server_id},
                              {"stage", int64_t{st.worker->span().stage}},
-                             {"op", std::string{forward ? "forward" : "backward"}},
+                             {"op", std::string{op}},
                              {"pid", static_cast<int64_t>(::getpid())}});
   for (;;)
     std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+void maybe_hang(self_ptr self, bool forward) {
+  using kind = stage_server_config::fault_kind;
+  auto& st = self->state;
+  if (forward)
+    maybe_hang(self, kind::hang_forward, ++st.forwards_seen, "forward");
+  else
+    maybe_hang(self, kind::hang_backward, ++st.backwards_seen, "backward");
 }
 
 /// The exactly-once rule (see the header), asked after compute, before adding.
@@ -253,6 +260,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
                         make_error(errc::UNKNOWN_STAGE, "state of stage " + std::to_string(req->stage()) +
                                                             " asked of a server of stage " +
                                                             std::to_string(st.worker->span().stage)));
+        maybe_hang(self, stage_server_config::fault_kind::hang_state, ++st.states_seen, "state");
         proto::state_reply rep;
         rep.set_stage(req->stage());
         rep.set_step(static_cast<uint64_t>(st.worker->steps()));

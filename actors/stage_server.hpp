@@ -60,8 +60,9 @@ struct stage_server_config {
   double slowdown = 1.0;          ///< emulate a device this many times slower (sleep (F-1) x compute)
   /// Test hook: the fault_after-th request of this kind hangs forever, holding it,
   /// after a `fault` metrics event, so a test can kill -9 a server mid-request.
-  /// hang_round: hang in the fault_after-th averaging round, after sending its parts.
-  enum class fault_kind { none, hang_forward, hang_backward, hang_round } fault = fault_kind::none;
+  /// hang_round: hang in the fault_after-th averaging round, after sending its parts;
+  /// hang_state: when asked for its state (by a joining or reloading peer).
+  enum class fault_kind { none, hang_forward, hang_backward, hang_round, hang_state } fault = fault_kind::none;
   int64_t fault_after = 1;
   // What it needs to build another stage when it moves:
   model_config model;
@@ -115,7 +116,7 @@ struct stage_server_state {
   std::set<caf::actor_addr> chunk_senders;  ///< monitored so their unfinished payloads can be dropped
   std::set<caf::actor_addr> round_peers;    ///< monitored so a round learns of their death (once each)
   uint64_t next_transfer = 0;
-  int64_t forwards_seen = 0, backwards_seen = 0;  ///< for the fault hook
+  int64_t forwards_seen = 0, backwards_seen = 0, states_seen = 0;  ///< for the fault hook
   std::unordered_set<std::string> committed;
   std::deque<std::string> committed_order;
   // Averaging:

@@ -1,7 +1,12 @@
 // --role cluster: a whole local swarm as separate OS processes on 127.0.0.1.
 //
 //   starting --(coordinator's port file appears)--> running --(all trainers exited,
-//   or a signal, or the coordinator died)--> stopping --> done
+//   or a signal)--> stopping --> done
+//
+// The coordinator is supervised: when it dies while running, it is started
+// again on the same port (servers and trainers join it again by themselves);
+// only when it keeps dying at once (5 starts within 10 s of each other) does
+// the cluster give up and stop.
 //
 // Every child is this same binary with another --role and the full config as
 // flags. Children inherit stdout/stderr, so their progress lines show here; each
@@ -45,6 +50,7 @@ struct chaos_event {
   std::chrono::steady_clock::time_point at;
   pid_t pid = 0;        ///< stop: the stopped process; kill: the killed one
   child victim;
+  bool killed = false;  ///< restart it (SIGKILLed) rather than continue it (SIGSTOPped)
 };
 
 std::string self_exe() {
@@ -221,38 +227,88 @@ int run_cluster(const app_config& cfg) {
                                   {"trainers", int64_t{cfg.cluster.trainers}},
                                   {"coordinator_port", int64_t{port}}});
 
+  // Supervision of the coordinator: started again on its port when it dies.
+  pid_t coordinator_pid = coord_pid;
+  int quick_deaths = 0;  ///< coordinator deaths in a row within 10 s of their start
+  auto coordinator_started = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> restart_coordinator_at;
+  auto start_coordinator = [&] {
+    coordinator_pid = spawn_child(args_for(role::coordinator, {"--port", std::to_string(port)}));
+    children[coordinator_pid] = {"coordinator", role::coordinator, -1};
+    coordinator_started = std::chrono::steady_clock::now();
+    log->info("started the coordinator again on port {} (pid {})", port, coordinator_pid);
+    metrics->emit("process_start", {{"process", std::string{"coordinator"}}, {"pid", int64_t{coordinator_pid}}});
+  };
+
   int exit_code = 0;
   std::mt19937_64 chaos_rng(cfg.cluster.chaos_seed);
   const auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(cfg.cluster.chaos_every_s));
   const auto down_for = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(cfg.cluster.chaos_down_s));
-  auto next_hit = std::chrono::steady_clock::now() + every;
+  auto seconds_from_start = [](double s) {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+  };
+  const auto started = std::chrono::steady_clock::now();
+  auto next_hit = started + every;
+  auto next_coordinator_hit = started + seconds_from_start(cfg.cluster.chaos_coordinator_every_s);
+  bool wiped = cfg.cluster.chaos_wipe_at_s <= 0;
   std::vector<chaos_event> recoveries;
   std::set<pid_t> chaos_killed;
+  auto hit_server = [&](std::pair<pid_t, child> victim, bool kill, std::chrono::steady_clock::time_point now) {
+    ::kill(victim.first, kill ? SIGKILL : SIGSTOP);
+    if (kill)
+      chaos_killed.insert(victim.first);
+    log->warn("chaos: {} {} (pid {}) for {} s", kill ? "killed" : "stopped", victim.second.name, victim.first,
+              cfg.cluster.chaos_down_s);
+    metrics->emit("chaos", {{"action", std::string{kill ? "kill" : "stop"}},
+                            {"process", victim.second.name},
+                            {"pid", int64_t{victim.first}}});
+    recoveries.push_back({now + down_for, victim.first, victim.second, kill});
+  };
   while (!stop_requested && trainers_left > 0) {
     const auto now = std::chrono::steady_clock::now();
     if (cfg.cluster.chaos != "none" && now >= next_hit) {
       next_hit = now + every;
       if (auto hit = pick_victim(children, cfg.cluster.chaos_stage, chaos_rng)) {
-        const bool kill = cfg.cluster.chaos == "kill";
-        ::kill(hit->first, kill ? SIGKILL : SIGSTOP);
-        if (kill)
-          chaos_killed.insert(hit->first);
-        log->warn("chaos: {} {} (pid {}) for {} s", kill ? "killed" : "stopped", hit->second.name, hit->first,
-                  cfg.cluster.chaos_down_s);
-        metrics->emit("chaos", {{"action", std::string{kill ? "kill" : "stop"}},
-                                {"process", hit->second.name},
-                                {"pid", int64_t{hit->first}}});
-        recoveries.push_back({now + down_for, hit->first, hit->second});
+        const bool kill = cfg.cluster.chaos == "kill" ||
+                          (cfg.cluster.chaos == "mixed" && std::bernoulli_distribution(0.5)(chaos_rng));
+        hit_server(*hit, kill, now);
       }
+    }
+    if (!wiped && now >= started + seconds_from_start(cfg.cluster.chaos_wipe_at_s)) {
+      wiped = true;
+      const int stage = cfg.cluster.chaos_stage >= 0
+                            ? cfg.cluster.chaos_stage
+                            : std::uniform_int_distribution<int>(0, cfg.stages - 1)(chaos_rng);
+      log->warn("chaos: killing every server of stage {} at once", stage);
+      metrics->emit("chaos", {{"action", std::string{"wipe"}}, {"process", "stage " + std::to_string(stage)},
+                              {"pid", int64_t{0}}});
+      std::vector<std::pair<pid_t, child>> victims;
+      for (const auto& [pid, c] : children)
+        if (c.which == role::server && c.stage == stage)
+          victims.emplace_back(pid, c);
+      for (const auto& v : victims)
+        hit_server(v, true, now);
+    }
+    if (cfg.cluster.chaos_coordinator_every_s > 0 && now >= next_coordinator_hit && children.count(coordinator_pid)) {
+      next_coordinator_hit = now + seconds_from_start(cfg.cluster.chaos_coordinator_every_s);
+      ::kill(coordinator_pid, SIGKILL);
+      log->warn("chaos: killed the coordinator (pid {})", coordinator_pid);
+      metrics->emit("chaos", {{"action", std::string{"kill"}},
+                              {"process", std::string{"coordinator"}},
+                              {"pid", int64_t{coordinator_pid}}});
+    }
+    if (restart_coordinator_at && now >= *restart_coordinator_at) {
+      restart_coordinator_at.reset();
+      start_coordinator();
     }
     for (auto it = recoveries.begin(); it != recoveries.end();) {
       if (now < it->at) {
         ++it;
         continue;
       }
-      if (cfg.cluster.chaos == "kill") {
+      if (it->killed) {
         const pid_t pid = start_server(it->victim, launch_index[it->victim.name], true);
         log->info("chaos: restarted {} as pid {}", it->victim.name, pid);
         metrics->emit("chaos", {{"action", std::string{"restart"}},
@@ -285,15 +341,23 @@ int run_cluster(const app_config& cfg) {
         exit_code = 1;
       }
     } else if (c.which == role::coordinator) {
-      log->error("the coordinator exited with code {}; stopping the cluster", code);
-      exit_code = 1;
-      break;
+      const bool quick = std::chrono::steady_clock::now() - coordinator_started < std::chrono::seconds(10);
+      quick_deaths = quick ? quick_deaths + 1 : 0;
+      if (quick_deaths >= 5) {
+        log->error("the coordinator exited with code {}, the 5th time in a row within 10 s of its start; stopping "
+                   "the cluster", code);
+        exit_code = 1;
+        break;
+      }
+      // At once after a crash; after a second when it keeps dying (a port not yet free, say).
+      log->warn("the coordinator exited with code {}; starting it again on port {}", code, port);
+      restart_coordinator_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(quick ? 1000 : 0);
     } else {
       log->warn("{} (pid {}) exited with code {}", c.name, pid, code);
     }
   }
   for (const auto& r : recoveries)  // a stopped server must run again to exit
-    if (cfg.cluster.chaos == "stop")
+    if (!r.killed)
       ::kill(r.pid, SIGCONT);
   log->info("stopping {} processes", children.size());
   stop_all(children, log);

@@ -448,6 +448,8 @@ int run_server(const app_config& cfg) {
     scfg.fault = stage_server_config::fault_kind::hang_backward;
   else if (cfg.server.fault == "hang-round")
     scfg.fault = stage_server_config::fault_kind::hang_round;
+  else if (cfg.server.fault == "hang-state")
+    scfg.fault = stage_server_config::fault_kind::hang_state;
   scfg.fault_after = cfg.server.fault_after;
   scfg.model = cfg.model;
   scfg.num_stages = cfg.stages;

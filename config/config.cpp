@@ -109,8 +109,9 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name, std::stri
   app.add_option("--averaging-compression", c.server.averaging_compression,
                  "server: encoding of the all-reduce pieces it sends: none | fp16 | blockwise8")
       ->check(CLI::IsMember({"none", "fp16", "blockwise8"}));
-  app.add_option("--fault", c.server.fault, "server, test hook: none | hang-forward | hang-backward | hang-round")
-      ->check(CLI::IsMember({"none", "hang-forward", "hang-backward", "hang-round"}));
+  app.add_option("--fault", c.server.fault,
+                 "server, test hook: none | hang-forward | hang-backward | hang-round | hang-state")
+      ->check(CLI::IsMember({"none", "hang-forward", "hang-backward", "hang-round", "hang-state"}));
   app.add_option("--fault-after", c.server.fault_after, "server, test hook: the Nth request (or round) of that kind hangs");
 
   auto& t = c.trainer;

@@ -77,7 +77,7 @@ struct server_config {
   int64_t batch_size = 64;       ///< samples per stage-wide optimizer step (the coordinator's target batch size)
   double slowdown = 1.0;         ///< emulate a device this many times slower (>= 1)
   std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: the all-reduce pieces it sends
-  std::string fault = "none";    ///< test hook: none | hang-forward | hang-backward | hang-round
+  std::string fault = "none";    ///< test hook: none | hang-forward | hang-backward | hang-round | hang-state
   int64_t fault_after = 1;       ///< the fault hits the Nth request of its kind
 };
 

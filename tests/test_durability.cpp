@@ -1,0 +1,336 @@
+// Durability with real processes of the real binary: checkpoints and resume,
+// a stage wiped out, the supervised coordinator, and SIGTERM at any moment.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "config/config.hpp"
+#include "models/checkpoint.hpp"
+#include "process_util.hpp"
+
+using namespace swarm::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fresh_dir(const std::string& tag) {
+  const auto dir = "/tmp/swarm-test-" + tag + "-" + std::to_string(getpid());
+  fs::remove_all(dir);
+  return dir;
+}
+
+/// Files in `dir` (recursively) whose name marks an unfinished write.
+int partial_files(const std::string& dir) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+    n += e.path().filename().string().find(".tmp.") != std::string::npos;
+  return n;
+}
+
+/// Highest `params` step of each stage.
+std::map<int, int64_t> last_steps(const std::string& metrics) {
+  std::map<int, int64_t> out;
+  for (const auto& l : events(metrics, "params")) {
+    auto& s = out[static_cast<int>(number(l, "stage"))];
+    s = std::max(s, static_cast<int64_t>(number(l, "step")));
+  }
+  return out;
+}
+
+std::vector<std::string> cluster_flags(const std::string& metrics, const std::string& dir, int steps) {
+  return {"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn",
+          "--max-steps", std::to_string(steps), "--checkpoint-dir", dir, "--checkpoint-every", "10"};
+}
+
+/// The model config hash of config/tiny, as its processes compute it.
+uint64_t tiny_hash() {
+  const char* argv[] = {"swarm", "--role", "local", "--config", tiny.c_str()};
+  return swarm::parse_config(5, argv).config->model.hash();
+}
+
+void flip_byte(const std::string& path, std::streamoff at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(at);
+  f.write(&c, 1);
+}
+
+} // namespace
+
+TEST_CASE("a swarm stopped and started again on its checkpoint folder resumes every stage and the trainer",
+          "[durability]") {
+  const auto dir = fresh_dir("ckpt");
+  const auto m1 = dir + "-1.jsonl", m2 = dir + "-2.jsonl", m3 = dir + "-3.jsonl";
+  for (const auto& f : {m1, m2, m3})
+    std::remove(f.c_str());
+  REQUIRE(run_swarm(cluster_flags(m1, dir, 120), 120) == 0);
+  const auto before = last_steps(m1);
+  REQUIRE(before.size() == 2);
+  CHECK(events(m1, "checkpoint").size() >= 4);
+  CHECK(partial_files(dir) == 0);
+  swarm::checkpoint_store store{dir, 3};
+  for (int stage : {0, 1}) {
+    // The last few kept; a clean stop leaves the state as it stopped.
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(store.folder(swarm::checkpoint_header::kind::stage, stage)))
+      files += e.path().extension() == ".ckpt";
+    CHECK(files <= 3);
+    auto newest = store.newest(swarm::checkpoint_header::kind::stage, stage, 2, tiny_hash());
+    REQUIRE(newest);
+    REQUIRE(newest->has_value());
+    CHECK((*newest)->skipped == 0);
+    CHECK(store.latest_written(swarm::checkpoint_header::kind::stage, stage)->step == before.at(stage));
+  }
+
+  // Started again: every stage continues from where it stopped, the trainer
+  // from its step count, and the loss from where it was, not from ln 256.
+  REQUIRE(run_swarm(cluster_flags(m2, dir, 320), 120) == 0);
+  std::map<int, int64_t> loaded;
+  for (const auto& l : events(m2, "checkpoint_load")) {
+    const int stage = static_cast<int>(number(l, "stage"));
+    if (stage >= 0)
+      loaded[stage] = static_cast<int64_t>(number(l, "step"));
+    else
+      CHECK(number(l, "step") == 120);
+  }
+  REQUIRE(loaded.size() == 2);
+  for (int stage : {0, 1}) {
+    std::printf("stage %d: stopped at step %lld, resumed at step %lld\n", stage,
+                static_cast<long long>(before.at(stage)), static_cast<long long>(loaded.at(stage)));
+    CHECK(loaded.at(stage) == before.at(stage));
+    CHECK(last_steps(m2).at(stage) > before.at(stage));
+  }
+  const auto steps = events(m2, "step");
+  REQUIRE(!steps.empty());
+  CHECK(number(steps.front(), "step") == 121);
+  CHECK(number(events(m2, "trainer_exit").at(0), "steps") == 320);
+  CHECK(number(steps.front(), "loss") < std::log(256.0) - 1.0);
+  CHECK(params_disagreements(m2).empty());
+
+  // Another model on the same folder: exit 2 with the reason, before joining anything.
+  auto [code, out] = run_swarm_output({"--role", "server", "--config", tiny, "--d-model", "32", "--coordinator",
+                                       "127.0.0.1:1", "--stage", "0", "--checkpoint-dir", dir},
+                                      30);
+  CHECK(code == 2);
+  CHECK_THAT(out, Catch::Contains("was written by a model of config hash"));
+
+  // The newest files torn and corrupted: skipped with a message, the ones before them loaded.
+  const auto newest0 = store.folder(swarm::checkpoint_header::kind::stage, 0) + "/step-" +
+                       std::string(12 - std::to_string(last_steps(m2).at(0)).size(), '0') +
+                       std::to_string(last_steps(m2).at(0)) + ".ckpt";
+  REQUIRE(fs::exists(newest0));
+  flip_byte(newest0, 5000);
+  const auto files1 = store.latest_written(swarm::checkpoint_header::kind::stage, 1);
+  REQUIRE(files1);
+  const auto newest1 = store.folder(swarm::checkpoint_header::kind::stage, 1) + "/step-" +
+                       std::string(12 - std::to_string(files1->step).size(), '0') + std::to_string(files1->step) +
+                       ".ckpt";
+  fs::resize_file(newest1, fs::file_size(newest1) / 2);
+  auto [code3, out3] = run_swarm_output(cluster_flags(m3, dir, 330), 120);
+  CHECK(code3 == 0);
+  CHECK_THAT(out3, Catch::Contains("skipping checkpoint"));
+  int skipped = 0;
+  for (const auto& l : events(m3, "checkpoint_load"))
+    if (number(l, "stage") >= 0) {
+      skipped += static_cast<int>(number(l, "skipped"));
+      CHECK(number(l, "step") < last_steps(m2).at(static_cast<int>(number(l, "stage"))));
+    }
+  CHECK(skipped == 2);
+  CHECK(params_disagreements(m3).empty());
+  fs::remove_all(dir);
+  for (const auto& f : {m1, m2, m3})
+    std::remove(f.c_str());
+}
+
+TEST_CASE("a stage wiped out at once resumes from its newest checkpoint, losing at most one interval",
+          "[durability]") {
+  const auto dir = fresh_dir("wipe");
+  const auto metrics = dir + ".jsonl";
+  std::remove(metrics.c_str());
+  auto flags = cluster_flags(metrics, dir, 500);
+  flags.insert(flags.end(), {"--chaos-wipe-at", "8", "--chaos-stage", "1", "--chaos-down", "2"});
+  REQUIRE(run_swarm(flags, 240) == 0);
+  std::vector<std::string> lost;  // not counting the stop at the end
+  for (const auto& l : events(metrics, "stage_lost"))
+    if (text(l, "reason").find("user_shutdown") == std::string::npos)
+      lost.push_back(l);
+  REQUIRE(lost.size() == 1);
+  CHECK(number(lost[0], "stage") == 1);
+  const double lost_at = number(lost[0], "t");
+  const auto lost_step = static_cast<int64_t>(number(lost[0], "step"));
+  std::vector<int64_t> loads;
+  for (const auto& l : events(metrics, "checkpoint_load"))
+    if (number(l, "stage") == 1 && number(l, "t") > lost_at)
+      loads.push_back(static_cast<int64_t>(number(l, "step")));
+  REQUIRE(!loads.empty());
+  std::printf("stage 1 lost at step %lld, loaded the checkpoint of step %lld\n", static_cast<long long>(lost_step),
+              static_cast<long long>(loads.front()));
+  CHECK(loads.front() > 0);
+  CHECK(lost_step - loads.front() <= 10);
+  CHECK(loads.front() <= lost_step);
+  CHECK(number(events(metrics, "trainer_exit").at(0), "steps") == 500);
+  fs::remove_all(dir);
+  std::remove(metrics.c_str());
+}
+
+TEST_CASE("the cluster restarts a killed coordinator on its port and training goes on", "[durability]") {
+  const auto metrics = fresh_dir("coordinator") + ".jsonl";
+  std::remove(metrics.c_str());
+  REQUIRE(run_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn",
+                     "--max-steps", "400", "--chaos-coordinator-every", "6"},
+                    180) == 0);
+  std::vector<double> kills;
+  for (const auto& l : events(metrics, "chaos"))
+    if (text(l, "process") == "coordinator")
+      kills.push_back(number(l, "t"));
+  REQUIRE(!kills.empty());
+  CHECK(events(metrics, "process_start").size() >= kills.size() - 1);
+  for (double k : kills) {
+    // The new coordinator hears from both stages' servers and runs rounds again.
+    std::set<int> joined;
+    double first_round = 0;
+    for (const auto& l : events(metrics, "server_join"))
+      if (number(l, "t") > k)
+        joined.insert(static_cast<int>(number(l, "stage")));
+    for (const auto& l : events(metrics, "round_end"))
+      if (number(l, "t") > k && first_round == 0)
+        first_round = number(l, "t");
+    if (first_round == 0)
+      continue;  // killed again, or training ended, before its first round
+    std::printf("coordinator killed: its successor's first round %.2f s later\n", first_round - k);
+    CHECK(joined.size() == 2);
+  }
+  CHECK(number(events(metrics, "trainer_exit").at(0), "steps") == 400);
+  std::remove(metrics.c_str());
+}
+
+namespace {
+
+/// SIGTERM to `pid`: its exit code (nullopt: still running after 30 s) and how long it took.
+std::pair<std::optional<int>, double> timed_stop(pid_t pid) {
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(pid, SIGTERM);
+  const auto code = wait_exit(pid, 30);
+  return {code, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+} // namespace
+
+TEST_CASE("SIGTERM ends a server downloading state, and one hung in a handler, within seconds", "[durability]") {
+  manual_swarm swarm({}, "sigterm-download", true);
+  REQUIRE(!swarm.address.empty());
+  const pid_t holder = swarm.server(0, {"--fault", "hang-state"});
+  REQUIRE(swarm.public_ports(1).size() == 2);
+  const pid_t joining = swarm.server(0);
+  REQUIRE(wait_for_metrics(swarm.metrics, [](const auto& lines) {
+    for (const auto& l : lines)
+      if (is_event(l, "fault"))
+        return true;
+    return false;
+  }, 30));
+  const auto [joining_code, joining_s] = timed_stop(joining);
+  const auto [holder_code, holder_s] = timed_stop(holder);
+  swarm.servers.clear();
+  std::printf("SIGTERM: server downloading state exit %d after %.2f s; server hung in a handler exit %d after %.2f s\n",
+              joining_code.value_or(-1), joining_s, holder_code.value_or(-1), holder_s);
+  CHECK(joining_code == 0);
+  CHECK(holder_code == 0);
+  CHECK(joining_s < 8);
+  CHECK(holder_s < 8);
+  std::string log;
+  for (const auto& l : read_lines(swarm.output))
+    log += l + "\n";
+  CHECK_THAT(log, Catch::Contains("while downloading the stage's state; exiting now"));
+  std::remove(swarm.output.c_str());
+}
+
+TEST_CASE("SIGTERM ends every role within seconds, exit events written, no partial file", "[durability]") {
+  const auto dir = fresh_dir("sigterm");
+  manual_swarm swarm({"--checkpoint-dir", dir, "--checkpoint-every", "1"}, "sigterm", true);
+  REQUIRE(!swarm.address.empty());
+  const pid_t s0 = swarm.server(0);
+  const pid_t s1 = swarm.server(1);
+  const pid_t t = swarm.trainer({"--max-steps", "0"});
+  REQUIRE(wait_for_metrics(swarm.metrics, [](const auto& lines) {
+    int steps = 0;
+    for (const auto& l : lines)
+      steps += is_event(l, "step");
+    return steps >= 30;
+  }, 90));
+  // The trainer mid-training: trainer_exit with what was in flight, and its position saved.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const auto [trainer_code, trainer_s] = timed_stop(t);
+  std::printf("trainer stopped: exit %d after %.2f s\n", trainer_code.value_or(-1), trainer_s);
+  CHECK(trainer_code == 0);
+  CHECK(trainer_s < 5);
+  const auto exits = events(swarm.metrics, "trainer_exit");
+  REQUIRE(exits.size() == 1);
+  CHECK(number(exits[0], "issued") == number(exits[0], "completed") + number(exits[0], "dropped") +
+                                          number(exits[0], "in_flight"));
+  swarm::checkpoint_store store{dir, 3};
+  const auto position = store.latest_written(swarm::checkpoint_header::kind::trainer, 0);
+  REQUIRE(position);
+  CHECK(position->step == number(exits[0], "steps"));
+
+  // Servers in the middle of rounds and checkpoint writes (one per step), and the coordinator.
+  const auto [s1_code, s1_s] = timed_stop(s1);
+  const auto [s0_code, s0_s] = timed_stop(s0);
+  const auto [c_code, c_s] = timed_stop(swarm.coordinator);
+  swarm.servers.clear();
+  swarm.coordinator = 0;
+  std::printf("servers stopped after %.2f and %.2f s, the coordinator after %.2f s\n", s1_s, s0_s, c_s);
+  CHECK(s1_code == 0);
+  CHECK(s0_code == 0);
+  CHECK(c_code == 0);
+  CHECK(std::max({s1_s, s0_s, c_s}) < 5);
+  CHECK(events(swarm.metrics, "server_exit").size() == 2);
+  CHECK(partial_files(dir) == 0);
+  for (int stage : {0, 1}) {
+    auto newest = store.newest(swarm::checkpoint_header::kind::stage, stage, 2, tiny_hash());
+    REQUIRE(newest);
+    REQUIRE(newest->has_value());
+    CHECK((*newest)->skipped == 0);  // whole and readable
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a cluster stopped with SIGTERM mid-training ends every process without the launcher's SIGKILL",
+          "[durability]") {
+  for (int run = 0; run < 3; ++run) {
+    const auto metrics = fresh_dir("stop") + ".jsonl";
+    std::remove(metrics.c_str());
+    const std::string out = metrics + ".log";
+    std::remove(out.c_str());
+    const pid_t cluster = spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level",
+                                       "warn", "--max-steps", "0"},
+                                      out);
+    REQUIRE(wait_for_metrics(metrics, [](const auto& lines) {
+      int steps = 0;
+      for (const auto& l : lines)
+        steps += is_event(l, "step");
+      return steps >= 20;
+    }, 90));
+    const auto t0 = std::chrono::steady_clock::now();
+    kill(cluster, SIGTERM);
+    const auto code = wait_exit(cluster, 60);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string log;
+    for (const auto& l : read_lines(out))
+      log += l + "\n";
+    std::printf("cluster stopped in %.2f s\n", secs);
+    CHECK(code == 0);
+    CHECK(secs < 10);
+    CHECK_THAT(log, !Catch::Contains("ignored SIGTERM"));
+    CHECK(events(metrics, "trainer_exit").size() == 1);
+    CHECK(events(metrics, "server_exit").size() == 4);
+    std::remove(metrics.c_str());
+    std::remove(out.c_str());
+  }
+}
