@@ -30,6 +30,11 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
   const auto now = averager_state::clock::now();
   if (whom.reload_pending && now - whom.reload_sent < seconds(st.cfg.timeout_s))
     return;
+  // A server turns an order down while a round of its own runs (it may wait
+  // up to 3 x timeout for a frozen member) and says so at once; asking again
+  // at once made a storm of thousands of orders a second. Once a second is enough.
+  if (now - whom.reload_sent < std::chrono::seconds(1))
+    return;
   const auto& pos = st.stages[whom.stage].position;
   for (const auto& [addr, s] : st.servers) {
     if (s.stage != whom.stage || !s.view.reported || s.view.step != pos.step || s.view.hash != pos.hash)
@@ -262,7 +267,7 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
   const auto cause = reason ? caf::to_string(reason) : std::string{why};
   get_logger("averager")->log(stopped ? spdlog::level::info : spdlog::level::err,
                               "stage {}: its last server is gone ({}): its state at optimizer step {} is lost; the "
-                              "next server of the stage starts from initial parameters",
+                              "stage goes on from its newest checkpoint or a server behind",
                               stage, cause, sg.position.step);
   st.metrics->emit("stage_lost", {{"stage", int64_t{stage}},
                                   {"step", static_cast<int64_t>(sg.position.step)},
@@ -270,6 +275,14 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
                                   {"reason", cause}});
   sg.position = {};
   sg.owed = 0;
+  // Servers left behind on the stage (stopped, or turned reloads down) may be
+  // further back than its newest checkpoint: a reload order without a peer
+  // tells them to load it if it is ahead of them.
+  proto::reload_order from_disk;
+  from_disk.set_stage(stage);
+  for (const auto& [addr, s] : st.servers)
+    if (s.stage == stage)
+      self->send(caf::actor_cast<stage_actor>(s.handle), reload_atom::value, encode(from_disk), caf::actor{});
 }
 
 void on_deadline(self_ptr self, uint32_t stage, uint64_t round, int32_t phase) {

@@ -31,6 +31,7 @@
 // A server reports `server_exit` for every stage it stops serving: on exit, and
 // on leaving a stage for another (then with `moved_to`).
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -75,6 +76,8 @@ struct stage_server_config {
   int64_t bulk_min_bytes = 64 << 10;
   double bulk_wait_s = 60;        ///< a claim on bytes that have not come fails after this (PEER_GONE)
   checkpoint_settings checkpoints;
+  /// False while the node knows the coordinator is gone (set by the node; null: always up).
+  std::shared_ptr<std::atomic<bool>> coordinator_up;
 };
 
 /// Totals of one stage served, reported when the server leaves it or exits (metrics event server_exit).

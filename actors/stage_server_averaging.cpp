@@ -353,8 +353,23 @@ void on_deadline(server_ptr self, uint64_t round, int32_t phase) {
 void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer) {
   auto& st = self->state;
   auto order = decode<proto::reload_order>(bytes, "reload_order");
-  if (!order || !peer || st.reloading)
+  if (!order || st.reloading)
     return;
+  if (!peer) {  // the stage's state was lost: its newest checkpoint, if ahead of this server
+    if ((st.round && !st.round->finished) || st.move || order->stage() != static_cast<uint32_t>(stage_of(self)))
+      return;
+    const int64_t dropped = st.worker->accumulated_samples();
+    auto loaded = checkpointing::load_if_ahead(self);
+    if (loaded && *loaded) {
+      st.counters->dropped_samples += dropped;
+      st.hash = st.worker->parameter_hash();
+      emit_params(self);
+      report_progress(self, true);
+    } else if (!loaded) {
+      get_logger("stage_server")->error("stage {}: {}", stage_of(self), describe(loaded.error()));
+    }
+    return;
+  }
   if ((st.round && !st.round->finished) || st.move) {
     ++st.reloads;  // turned down: the averager may ask again after the round (a leaving server needs none)
     report_progress(self, true);

@@ -71,8 +71,18 @@ void on_stop(stage_actor::stateful_pointer<stage_server_state> self) {
     write_now(self);
 }
 
+caf::expected<bool> load_if_ahead(stage_actor::stateful_pointer<stage_server_state> self) {
+  auto& st = self->state;
+  const auto& ck = st.cfg.checkpoints;
+  if (!ck.store)
+    return false;
+  return load_newest(ck, st.cfg.num_stages, st.cfg.model.hash(), st.cfg.server_id, *st.worker, *st.metrics,
+                     st.worker->steps());
+}
+
 caf::expected<bool> load_newest(const checkpoint_settings& settings, int num_stages, uint64_t config_hash,
-                                const std::string& server_id, stage_worker& worker, metrics_sink& metrics) {
+                                const std::string& server_id, stage_worker& worker, metrics_sink& metrics,
+                                int64_t after_step) {
   if (!settings.store)
     return false;
   const int stage = worker.span().stage;
@@ -81,7 +91,7 @@ caf::expected<bool> load_newest(const checkpoint_settings& settings, int num_sta
                                       config_hash);
   if (!found)
     return found.error();
-  if (!*found)
+  if (!*found || (*found)->header.step <= after_step)
     return false;
   const auto& data = **found;
   if (auto err = worker.import_state(data.payload))

@@ -29,10 +29,16 @@ void after_round(stage_actor::stateful_pointer<stage_server_state> self);
 /// resumes where it stopped, not one interval earlier.
 void on_stop(stage_actor::stateful_pointer<stage_server_state> self);
 
-/// Imports the newest valid checkpoint of `worker`'s stage; true when one was
-/// loaded (`checkpoint_load` written). BAD_CONFIG: the newest fits another model.
+/// Loads the stage's newest checkpoint when it is ahead of this server's step
+/// (after its stage's state was lost with a peer this server lagged behind);
+/// true when loaded.
+[[nodiscard]] caf::expected<bool> load_if_ahead(stage_actor::stateful_pointer<stage_server_state> self);
+
+/// Imports the newest valid checkpoint of `worker`'s stage if its step is
+/// above `after_step`; true when one was loaded (`checkpoint_load` written).
+/// BAD_CONFIG: the newest fits another model.
 [[nodiscard]] caf::expected<bool> load_newest(const checkpoint_settings& settings, int num_stages,
                                               uint64_t config_hash, const std::string& server_id,
-                                              stage_worker& worker, metrics_sink& metrics);
+                                              stage_worker& worker, metrics_sink& metrics, int64_t after_step = -1);
 
 } // namespace swarm::checkpointing

@@ -95,10 +95,12 @@ void move_now(server_ptr self) {
     self->quit(make_error(errc::INTERNAL, std::string{"cannot build stage "} + std::to_string(to) + ": " + e.what()));
     return;
   }
-  const auto source = st.coordinator ? download_state(self->system(), st.coordinator, to, st.cfg.model.hash(),
-                                                      st.cfg.server_id, *fresh, *st.metrics, st.cfg.checkpoints,
-                                                      st.cfg.num_stages)
-                                     : state_source::initial;
+  // With the coordinator gone (its node noticed), asking it would block this
+  // server, which serves nothing while moving, for the requests' timeouts.
+  const bool reachable = st.coordinator && (!st.cfg.coordinator_up || *st.cfg.coordinator_up);
+  const auto source = download_state(self->system(), reachable ? st.coordinator : coordinator_actor{}, to,
+                                     st.cfg.model.hash(), st.cfg.server_id, *fresh, *st.metrics, st.cfg.checkpoints,
+                                     st.cfg.num_stages);
   st.worker = std::move(fresh);
   st.hash = st.worker->parameter_hash();
   *st.counters = {};
@@ -109,7 +111,7 @@ void move_now(server_ptr self) {
   st.early_pieces.clear();
   st.reported_samples = -1;
   st.move.reset();
-  if (st.coordinator)
+  if (reachable)
     if (auto err = register_now(self))
       log->warn("stage {}: registering failed: {}; its node registers it when the coordinator is back", to,
                 describe(err));
@@ -203,11 +205,12 @@ state_source download_state(caf::actor_system& sys, const coordinator_actor& coo
   proto::subscribe query;
   query.set_stage(static_cast<uint32_t>(stage));
   query.set_config_hash(config_hash);
-  caf::expected<proto::server_list> peers{caf::error{}};
+  caf::expected<proto::server_list> peers{make_error(errc::PEER_GONE, "the coordinator is not reachable")};
   caf::scoped_actor self{sys};
-  self->request(coord, std::chrono::seconds(10), peers_atom::value, encode(query))
-      .receive([&](const std::string& bytes) { peers = decode<proto::server_list>(bytes, "server_list"); },
-               [&](caf::error& err) { peers = std::move(err); });
+  if (coord)
+    self->request(coord, std::chrono::seconds(10), peers_atom::value, encode(query))
+        .receive([&](const std::string& bytes) { peers = decode<proto::server_list>(bytes, "server_list"); },
+                 [&](caf::error& err) { peers = std::move(err); });
   if (!peers)
     log->warn("cannot list the peers of stage {} ({})", stage, describe(peers.error()));
   else

@@ -252,11 +252,14 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
 /// calls `rejoin(new coordinator)` until that returns true.
 template <class Handle, class Rejoin>
 caf::error run_with_coordinator(caf::actor_system& sys, const Handle& whom, coordinator_actor coord,
-                                const std::string& address, const char* who, Rejoin rejoin) {
+                                const std::string& address, const char* who, Rejoin rejoin,
+                                std::atomic<bool>* coordinator_up = nullptr) {
   for (;;) {
     auto waited = wait_for(sys, whom, coord);
     if (!waited.watched_down)
       return waited.reason;
+    if (coordinator_up)
+      *coordinator_up = false;
     get_logger(who)->warn("lost the coordinator; joining it again when it is back");
     const auto lost = coord.address();
     for (;;) {
@@ -265,6 +268,8 @@ caf::error run_with_coordinator(caf::actor_system& sys, const Handle& whom, coor
         return wait_for(sys, whom);
       if (fresh && rejoin(*fresh)) {
         coord = *fresh;
+        if (coordinator_up)
+          *coordinator_up = true;
         get_logger(who)->info("joined the coordinator again");
         break;
       }
@@ -458,6 +463,7 @@ int run_server(const app_config& cfg) {
   scfg.bulk = bulk;
   scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
   scfg.checkpoints = *checkpoints;
+  scfg.coordinator_up = std::make_shared<std::atomic<bool>>(true);
   auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics, std::make_shared<stage_server_counters>());
   auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
   auto guard = publish_guarded(sys, server, cfg.server.port, false, cfg, "server");
@@ -501,7 +507,8 @@ int run_server(const app_config& cfg) {
                                              if (err)
                                                log->warn("registering again failed: {}; retrying", describe(err));
                                              return !err;
-                                           });
+                                           },
+                                           scfg.coordinator_up.get());
   // Let the middleman deliver the server's down notices before the system
   // stops: CAF 0.17 otherwise may wait forever for the detached server (seen
   // in 4 of 8 clusters stopped here, each SIGKILLed by the launcher after 10 s;

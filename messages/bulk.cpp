@@ -171,11 +171,19 @@ struct bulk_endpoint::impl {
     auto basp = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
     caf::strong_actor_ptr found;
     caf::scoped_actor self{sys, true};
-    self->send(basp, caf::forward_atom::value, node, caf::atom("ConfigServ"),
-               caf::make_message(caf::get_atom::value, lookup_name));
-    const auto give_up = std::chrono::steady_clock::now() + opts.connect_timeout;
+    // Asked again every second: BASP drops a forward to a node it has no route
+    // to at that moment (a link that just dropped and is being dialed again,
+    // seen after a peer was SIGSTOPped), and nothing tells us.
+    const auto start = std::chrono::steady_clock::now();
+    const auto give_up = start + opts.connect_timeout;
+    auto next_ask = start;
     bool answered = false;
     while (!answered && std::chrono::steady_clock::now() < give_up && !link.stopped()) {
+      if (std::chrono::steady_clock::now() >= next_ask) {
+        self->send(basp, caf::forward_atom::value, node, caf::atom("ConfigServ"),
+                   caf::make_message(caf::get_atom::value, lookup_name));
+        next_ask += std::chrono::seconds(1);
+      }
       self->receive([&](caf::strong_actor_ptr& entry) { found = std::move(entry), answered = true; },
                     caf::after(std::chrono::milliseconds(100)) >> [] {});
     }

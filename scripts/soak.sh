@@ -18,6 +18,7 @@
 #   scripts/soak.sh [minutes] [out_dir]       (defaults: 30, a fresh /tmp/swarm-soak-XXXXXX)
 #   env: RUNS ("faultfree chaos"; either alone runs only that half)
 #        FRESH=1 repeats a run that already finished in out_dir (otherwise it is kept)
+#        COORDINATOR_EVERY (300): seconds between coordinator kills of the chaos run
 #
 # Output in out_dir, per run: <run>.jsonl (metrics), <run>.log (the cluster's
 # stdout and stderr), <run>-rss.csv (t_s,pid,role,rss_kib,stage: t_s seconds
@@ -135,7 +136,7 @@ for r in $runs; do
   case $r in
     faultfree) run faultfree ;;
     chaos) run chaos --chaos mixed --chaos-every 20 --chaos-down 10 --chaos-seed 11 \
-             --chaos-coordinator-every 300 --chaos-wipe-at "$half" ;;
+             --chaos-coordinator-every "${COORDINATOR_EVERY:-300}" --chaos-wipe-at "$half" ;;
   esac
 done
 python3 scripts/soak_summary.py "$out" | tee "$out/summary.txt"
