@@ -350,6 +350,11 @@ void on_deadline(server_ptr self, uint64_t round, int32_t phase) {
   self->send(st.averaging, waiting_atom::value, encode(w));
 }
 
+void abandon_round(server_ptr self) {
+  if (self->state.round && !self->state.round->finished)
+    finish(self, "its link to the coordinator dropped; the round went on without it");
+}
+
 void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer) {
   auto& st = self->state;
   auto order = decode<proto::reload_order>(bytes, "reload_order");

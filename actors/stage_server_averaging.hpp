@@ -29,6 +29,11 @@ void on_exclude(server_ptr self, const std::string& bytes);
 /// phase 1 (timeout_s): tell the averager what it waits for; 2 (3 x timeout_s): give up.
 void on_deadline(server_ptr self, uint64_t round, int32_t phase);
 void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer);
+/// The server registers again (its coordinator link dropped): the averager
+/// counted it out of the round it was in, and the other members finished
+/// without it, so that round is given up (else it would wait for pieces that
+/// never come and turn reloads down meanwhile).
+void abandon_round(server_ptr self);
 /// A monitored actor went down; true when it was a member of the current round.
 bool on_member_down(server_ptr self, const caf::actor_addr& who);
 

@@ -138,6 +138,7 @@ caf::result<std::string> on_register(server_ptr self, const std::string& bytes, 
     return make_error(errc::BAD_REQUEST, "register without a coordinator handle");
   self->state.registration = std::move(*reg);
   self->state.coordinator = caf::actor_cast<coordinator_actor>(coordinator);
+  averaging::abandon_round(self);
   if (auto err = register_now(self))
     return err;
   return std::string{};

@@ -68,6 +68,21 @@ TEST_CASE("flags override the file", "[config]") {
   std::remove(file.c_str());
 }
 
+TEST_CASE("--checkpoint-every takes steps or seconds", "[config]") {
+  auto steps = parse({"--role", "local", "--checkpoint-every", "250"});
+  REQUIRE(steps.config);
+  CHECK(steps.config->checkpoint.every_steps == 250);
+  CHECK(steps.config->checkpoint.every_s == 0);
+  auto secs = parse({"--role", "local", "--checkpoint-every", "1.5s"});
+  REQUIRE(secs.config);
+  CHECK(secs.config->checkpoint.every_steps == 0);
+  CHECK(secs.config->checkpoint.every_s == 1.5);
+  auto fallback = parse({"--role", "local"});
+  REQUIRE(fallback.config);
+  CHECK(fallback.config->checkpoint.every_s == 60);
+  CHECK(fallback.config->checkpoint.dir.empty());
+}
+
 TEST_CASE("bad values get a message naming the flag and the fix", "[config]") {
   struct bad_case {
     std::vector<std::string> args;
@@ -98,6 +113,12 @@ TEST_CASE("bad values get a message naming the flag and the fix", "[config]") {
       {{"--role", "coordinator", "--rebalance-period", "0"}, "--rebalance-period 0"},
       {{"--role", "coordinator", "--rebalance-min-gain", "-0.1"}, "--rebalance-min-gain"},
       {{"--role", "coordinator", "--min-replicas", "0"}, "--min-replicas 0"},
+      {{"--role", "local", "--checkpoint-every", "0"}, "--checkpoint-every 0"},
+      {{"--role", "local", "--checkpoint-every", "10m"}, "--checkpoint-every 10m"},
+      {{"--role", "local", "--checkpoint-every", "s"}, "number of steps (e.g. 100) or of seconds"},
+      {{"--role", "local", "--checkpoint-keep", "0"}, "--checkpoint-keep 0"},
+      {{"--role", "cluster", "--chaos", "sometimes"}, "--chaos"},
+      {{"--role", "cluster", "--chaos-wipe-at", "-1"}, "--chaos-wipe-at -1"},
   };
   for (const auto& c : cases) {
     auto r = parse(c.args);

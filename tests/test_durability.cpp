@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "config/config.hpp"
 #include "models/checkpoint.hpp"
@@ -147,6 +148,44 @@ TEST_CASE("a swarm stopped and started again on its checkpoint folder resumes ev
   fs::remove_all(dir);
   for (const auto& f : {m1, m2, m3})
     std::remove(f.c_str());
+}
+
+TEST_CASE("--role local resumed from its checkpoint trains exactly as one uninterrupted run", "[durability]") {
+  const auto dir = fresh_dir("local");
+  auto losses = [](const std::string& output) {
+    std::vector<std::string> out;
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("local step ", 0) == 0)
+        out.push_back(line.substr(0, line.find(" tokens/s")));  // "local step N loss X"
+    return out;
+  };
+  const std::vector<std::string> base{"--role", "local", "--config", tiny, "--threads", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  auto [code_whole, whole] = run_swarm_output(with({"--max-steps", "20"}), 120);
+  auto [code_first, first] = run_swarm_output(with({"--max-steps", "10", "--checkpoint-dir", dir, "--checkpoint-every", "4"}), 120);
+  auto [code_rest, rest] = run_swarm_output(with({"--max-steps", "20", "--checkpoint-dir", dir}), 120);
+  REQUIRE(code_whole == 0);
+  REQUIRE(code_first == 0);
+  REQUIRE(code_rest == 0);
+  CHECK_THAT(rest, Catch::Contains("resumed from") && Catch::Contains("at step 10, data sampler where it was"));
+  auto joined = losses(first);
+  const auto resumed = losses(rest);
+  joined.insert(joined.end(), resumed.begin(), resumed.end());
+  REQUIRE(losses(whole).size() == 20);
+  CHECK(joined == losses(whole));
+  // A swarm's folder (2 stages) is another cut: refused with exit 2.
+  fs::create_directories(dir + "/swarm");
+  swarm::checkpoint_store store{dir + "/swarm", 3};
+  REQUIRE(store.write({swarm::checkpoint_header::kind::stage, 0, 2, tiny_hash(), 5}, "state"));
+  auto [code_other, other] = run_swarm_output(with({"--max-steps", "1", "--checkpoint-dir", dir + "/swarm"}), 60);
+  CHECK(code_other == 2);
+  CHECK_THAT(other, Catch::Contains("cut into 2 stages"));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("a stage wiped out at once resumes from its newest checkpoint, losing at most one interval",
