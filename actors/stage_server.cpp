@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/freeze_watch.hpp"
 #include "actors/log.hpp"
 #include "actors/stage_server_averaging.hpp"
 #include "actors/stage_server_checkpoint.hpp"
@@ -218,6 +219,9 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   self->state.metrics = std::move(metrics);
   self->state.counters = std::move(counters);
   self->state.hash = self->state.worker->parameter_hash();
+  if (self->state.cfg.freeze_s > 0)
+    watch_freezes(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(self->state.cfg.freeze_s)));
   if (self->state.cfg.bulk)
     self->state.cfg.bulk->attach(caf::actor_cast<caf::actor>(self));
   // A trainer that dies mid-transfer leaves partial payloads; drop them with it.

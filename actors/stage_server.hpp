@@ -76,6 +76,9 @@ struct stage_server_config {
   int64_t bulk_min_bytes = 64 << 10;
   double bulk_wait_s = 60;        ///< a claim on bytes that have not come fails after this (PEER_GONE)
   checkpoint_settings checkpoints;
+  /// A process that stood still this long (its peers' connection timeout) gives up
+  /// the round it was in (actors/freeze_watch.hpp); 0 = never.
+  double freeze_s = 0;
   /// False while the node knows the coordinator is gone (set by the node; null: always up).
   std::shared_ptr<std::atomic<bool>> coordinator_up;
 };

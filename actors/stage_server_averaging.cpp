@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/freeze_watch.hpp"
 #include "actors/log.hpp"
 #include "actors/stage_server_checkpoint.hpp"
 #include "actors/stage_server_move.hpp"
@@ -53,6 +54,8 @@ void finish(server_ptr self, const char* why) {
   if (r.finished)
     return;
   r.finished = true;
+  if (why == nullptr && stood_still_since(r.started))
+    why = "this process stood still longer than the connection timeout during the round: its peers counted it out";
   bool applied = why == nullptr && r.exchange->complete();
   if (applied) {
     if (auto err = st.worker->apply_gradient(r.exchange->result())) {

@@ -46,7 +46,9 @@ void save_position(self_ptr self, bool due_only) {
   rng << st.rng;
   const checkpoint_header h{checkpoint_header::kind::trainer, st.cfg.slot, static_cast<uint32_t>(st.cfg.num_stages),
                             st.cfg.model.hash(), st.step};
-  auto written = ck.store->write(h, encode_position({st.step, st.samples, rng.str()}));
+  const auto started = clock::now();
+  const auto position = encode_position({st.step, st.samples, rng.str()});
+  auto written = ck.store->write(h, position);
   if (!written) {
     get_logger("trainer")->error("checkpoint of the trainer's position failed: {}", describe(written.error()));
     return;
@@ -55,8 +57,8 @@ void save_position(self_ptr self, bool due_only) {
                                   {"trainer", st.cfg.trainer_id},
                                   {"step", st.step},
                                   {"file", *written},
-                                  {"bytes", static_cast<int64_t>(0)},
-                                  {"seconds", 0.0}});
+                                  {"bytes", static_cast<int64_t>(position.size())},
+                                  {"seconds", std::chrono::duration<double>(clock::now() - started).count()}});
 }
 
 /// trainer_exit, once: when done, or when told to stop (then with what was in flight).

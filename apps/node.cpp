@@ -67,7 +67,6 @@ void start_stop_watchdog(const char* who) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::this_thread::sleep_for(stop_grace);
     get_logger(who)->warn("asked to stop {} s ago while {}; exiting now", stop_grace.count(), phase.load());
-    checkpoint_store::abandon_partial_write();
     end_process(0);
   }).detach();
 }
@@ -327,8 +326,6 @@ bool resume_trainer(const app_config& cfg, trainer_settings& tcfg) {
   tcfg.slot = *slot;
   auto found = store.newest(checkpoint_header::kind::trainer, *slot, static_cast<uint32_t>(cfg.stages),
                             cfg.model.hash());
-  auto position = found && *found ? decode_position((*found)->payload)
-                                  : caf::expected<trainer_position>{caf::error{}};
   if (!found) {
     std::cerr << "swarm: trainer: " << describe(found.error()) << "\n";
     return false;
@@ -338,6 +335,7 @@ bool resume_trainer(const app_config& cfg, trainer_settings& tcfg) {
     log->info("checkpoints of this trainer go to {} (slot {}): none to resume from", store.dir(), *slot);
     return true;
   }
+  auto position = decode_position((*found)->payload);
   if (!position) {
     log->error("checkpoint {} is not a trainer position; starting at step 0", (*found)->path);
     return true;
@@ -464,6 +462,7 @@ int run_server(const app_config& cfg) {
   scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
   scfg.checkpoints = *checkpoints;
   scfg.coordinator_up = std::make_shared<std::atomic<bool>>(true);
+  scfg.freeze_s = cfg.net.connection_timeout_s;
   auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, metrics, std::make_shared<stage_server_counters>());
   auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
   auto guard = publish_guarded(sys, server, cfg.server.port, false, cfg, "server");
@@ -509,10 +508,8 @@ int run_server(const app_config& cfg) {
                                              return !err;
                                            },
                                            scfg.coordinator_up.get());
-  // Let the middleman deliver the server's down notices before the system
-  // stops: CAF 0.17 otherwise may wait forever for the detached server (seen
-  // in 4 of 8 clusters stopped here, each SIGKILLed by the launcher after 10 s;
-  // 0 of 6 with this pause).
+  // Let the middleman deliver the server's down notices (user_shutdown: a
+  // server stopped on purpose, not a lost link) before the process ends.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   emit_bulk(*metrics, server_id, *bulk);
   end_process(exit_code_of(reason));

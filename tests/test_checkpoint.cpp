@@ -1,12 +1,19 @@
 // Checkpoint files: atomic writes, pruning, torn and corrupt files skipped, a
-// checkpoint of another model refused, and when the next one is due.
+// checkpoint of another model refused, and when the next one is due; and the
+// freeze watch that tells a SIGSTOPped server its round went on without it.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
 
+#include <csignal>
+#include <thread>
+
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "actors/freeze_watch.hpp"
+#include "corrupt.hpp"
 #include "messages/errors.hpp"
 #include "models/checkpoint.hpp"
 
@@ -14,6 +21,7 @@ namespace fs = std::filesystem;
 using swarm::checkpoint_header;
 using swarm::checkpoint_store;
 using kind = checkpoint_header::kind;
+using swarm::test::flip_byte;
 
 namespace {
 
@@ -31,16 +39,6 @@ checkpoint_header stage_header(int stage, int64_t step, uint64_t hash = 42) {
 }
 
 std::string payload_of(int64_t step) { return std::string(1000 + static_cast<size_t>(step), static_cast<char>('a' + step % 26)); }
-
-void flip_byte(const std::string& path, std::streamoff at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(at);
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x20);
-  f.seekp(at);
-  f.write(&c, 1);
-}
 
 } // namespace
 
@@ -164,4 +162,34 @@ TEST_CASE("a trainer's position round-trips, and each running trainer gets its o
   REQUIRE(second);
   CHECK(*first == 0);
   CHECK(*second == 1);
+}
+
+namespace {
+
+/// In a child process: watches for freezes of 300 ms, lets the parent act for
+/// 2 s, and exits 0 when it stood still meanwhile, 1 when not.
+int child_stood_still(bool stop_it) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    swarm::watch_freezes(std::chrono::milliseconds(300));
+    const auto since = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    ::_exit(swarm::stood_still_since(since) ? 0 : 1);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  if (stop_it) {
+    ::kill(pid, SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    ::kill(pid, SIGCONT);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+} // namespace
+
+TEST_CASE("a process knows it stood still longer than the gap (SIGSTOP)", "[freeze]") {
+  CHECK(child_stood_still(true) == 0);
+  CHECK(child_stood_still(false) == 1);
 }

@@ -10,6 +10,7 @@
 
 #include "config/config.hpp"
 #include "models/checkpoint.hpp"
+#include "corrupt.hpp"
 #include "process_util.hpp"
 
 using namespace swarm::test;
@@ -51,16 +52,6 @@ std::vector<std::string> cluster_flags(const std::string& metrics, const std::st
 uint64_t tiny_hash() {
   const char* argv[] = {"swarm", "--role", "local", "--config", tiny.c_str()};
   return swarm::parse_config(5, argv).config->model.hash();
-}
-
-void flip_byte(const std::string& path, std::streamoff at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(at);
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(at);
-  f.write(&c, 1);
 }
 
 } // namespace
