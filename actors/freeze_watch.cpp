@@ -37,11 +37,16 @@ void watch_freezes(clock_type::duration gap) {
   });
 }
 
-bool stood_still_since(clock_type::time_point t) {
+std::optional<clock_type::time_point> thawed_after(clock_type::time_point t) {
   if (gap_ticks.load() == 0)
-    return false;
-  // Right after a thaw the other threads may run before the watch's first tick.
-  return at(thawed_at) > t || clock_type::now() - at(ticked_at) >= clock_type::duration{gap_ticks.load()};
+    return std::nullopt;
+  // Right after a thaw the other threads may run before the watch's next tick.
+  const auto now = clock_type::now();
+  if (now - at(ticked_at) >= clock_type::duration{gap_ticks.load()})
+    return now;
+  if (at(thawed_at) > t)
+    return at(thawed_at);
+  return std::nullopt;
 }
 
 } // namespace swarm

@@ -5,17 +5,22 @@
 // in its mailbox as if nothing happened: a stage server would finish an
 // averaging round its peers finished without it, and end with other
 // parameters. A thread ticking every 100 ms notices such a gap in its own
-// ticks; the server asks before applying a round.
+// ticks; the server asks before applying a round. The round at risk may even
+// begin after the thaw (its begin waited in the mailbox), so the server gives
+// up every round it ends after a thaw until it has registered again, or for
+// twice the gap when its links survived and it does not register again.
 
 #include <chrono>
+#include <optional>
 
 namespace swarm {
 
 /// Starts the watch (once per process; later calls keep the first `gap`).
 void watch_freezes(std::chrono::steady_clock::duration gap);
 
-/// Whether the process stood still for at least the gap at some time after
-/// `t` (false when the watch is not running).
-[[nodiscard]] bool stood_still_since(std::chrono::steady_clock::time_point t);
+/// When the process last ran again after standing still for at least the gap,
+/// if that was after `t` (nullopt when not, or when the watch is not running).
+[[nodiscard]] std::optional<std::chrono::steady_clock::time_point> thawed_after(
+    std::chrono::steady_clock::time_point t);
 
 } // namespace swarm

@@ -140,6 +140,7 @@ struct stage_server_state {
   coordinator_actor coordinator;           ///< set by the node's register message; again after a coordinator restart
   proto::register_server registration;     ///< as last sent; its stage is the one served now
   bool registered = false;                 ///< registered at least once (server_exit is owed)
+  std::chrono::steady_clock::time_point registered_at;  ///< last registration: rounds after a later freeze are given up
   std::optional<proto::move_order> move;   ///< ordered, not done: requests are refused meanwhile
   std::chrono::steady_clock::time_point move_ordered;
   std::set<uint32_t> left_stages;          ///< stages it served before: their late requests get LEAVING, not an error

@@ -54,8 +54,11 @@ void finish(server_ptr self, const char* why) {
   if (r.finished)
     return;
   r.finished = true;
-  if (why == nullptr && stood_still_since(r.started))
-    why = "this process stood still longer than the connection timeout during the round: its peers counted it out";
+  if (why == nullptr && st.cfg.freeze_s > 0)
+    if (auto thaw = thawed_after(st.registered_at);
+        thaw && clock_type::now() - *thaw < std::chrono::duration<double>(2 * st.cfg.freeze_s))
+      why = "this process stood still longer than the connection timeout: its peers counted it out of its rounds "
+            "until it registers again";
   bool applied = why == nullptr && r.exchange->complete();
   if (applied) {
     if (auto err = st.worker->apply_gradient(r.exchange->result())) {

@@ -35,6 +35,7 @@ caf::error register_now(server_ptr self) {
   if (refused)
     return refused;
   st.registered = true;
+  st.registered_at = clock_type::now();
   averaging::report_progress(self, true);
   return caf::none;
 }

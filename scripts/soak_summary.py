@@ -10,7 +10,8 @@ for the runs faultfree and chaos; a missing run is left out. For each run prints
   3. samples per stage: the trainers' acked against the servers' committed_samples
      (a SIGKILLed server writes no server_exit: its samples show as the difference)
   4. hash disagreements: (stage, epoch, step) keys whose `params` events carry more
-     than one hash; epoch = `stage_lost` events of the stage before (goal: 0)
+     than one hash; epoch = new timelines of the stage before: `stage_lost`
+     events, or checkpoint loads below the step it had reached (goal: 0)
   5. checkpoints written and loaded, stages lost and the steps each one cost
   6. chaos actions, coordinator kills, wipes, processes the cluster restarted
   7. the longest stalls (gaps between a trainer's consecutive steps)
@@ -217,10 +218,28 @@ def section_accounting(r):
 
 
 def stage_lost_times(r):
+    """Per stage, when a new timeline began: a `stage_lost`, or a server's
+    `checkpoint_load` below the highest step the stage had reached (a stage
+    wiped out together with the coordinator has no `stage_lost`: no coordinator
+    saw its last server go)."""
     lost = collections.defaultdict(list)
     for e in r.ev["stage_lost"]:
         if num(e, "stage") is not None:
             lost[int(num(e, "stage"))].append(e["t"])
+    reached = collections.defaultdict(int)
+    for e in sorted(r.ev["params"] + r.ev["checkpoint_load"], key=lambda e: e["t"]):
+        stage, step = num(e, "stage"), num(e, "step")
+        if stage is None or step is None or stage < 0:
+            continue
+        stage = int(stage)
+        if e["event"] == "checkpoint_load":
+            if step < reached[stage] and not any(abs(t - e["t"]) < 30 for t in lost[stage]):
+                lost[stage].append(e["t"])
+                reached[stage] = int(step)
+        else:
+            reached[stage] = max(reached[stage], int(step))
+    for times in lost.values():
+        times.sort()
     return lost
 
 
@@ -239,7 +258,7 @@ def hash_groups(r):
 
 
 def section_hashes(r):
-    print("4. hash disagreements (key: stage, epoch = stage_lost events before, step)")
+    print("4. hash disagreements (key: stage, epoch = timelines before: stage_lost or a checkpoint load back, step)")
     groups = hash_groups(r)
     differ = sorted(k for k, hashes in groups.items() if len(hashes) > 1)
     r.disagreements = len(differ)

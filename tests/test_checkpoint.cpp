@@ -174,7 +174,7 @@ int child_stood_still(bool stop_it) {
     swarm::watch_freezes(std::chrono::milliseconds(300));
     const auto since = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(2));
-    ::_exit(swarm::stood_still_since(since) ? 0 : 1);
+    ::_exit(swarm::thawed_after(since) ? 0 : 1);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   if (stop_it) {
