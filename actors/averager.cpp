@@ -266,8 +266,8 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
   const bool stopped = reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal;
   const auto cause = reason ? caf::to_string(reason) : std::string{why};
   get_logger("averager")->log(stopped ? spdlog::level::info : spdlog::level::err,
-                              "stage {}: its last server is gone ({}): its state at optimizer step {} is lost; the "
-                              "stage goes on from its newest checkpoint or a server behind",
+                              "stage {}: its last server is gone ({}): no live server holds its state at optimizer "
+                              "step {}; the next server of the stage loads its newest checkpoint (if there is one)",
                               stage, cause, sg.position.step);
   st.metrics->emit("stage_lost", {{"stage", int64_t{stage}},
                                   {"step", static_cast<int64_t>(sg.position.step)},
