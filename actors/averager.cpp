@@ -45,6 +45,7 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
     order.set_stage(whom.stage);
     order.set_from_server_id(s.view.id);
     order.set_step(pos.step);
+    order.set_from_endpoint(s.endpoint);
     get_logger("averager")->info("stage {}: {} at step {} ({}) reloads from {} at step {}", whom.stage, whom.view.id,
                                  whom.view.step, reason, s.view.id, pos.step);
     st.metrics->emit("reload", {{"stage", int64_t{whom.stage}},
@@ -154,6 +155,7 @@ void maybe_start(self_ptr self, uint32_t stage) {
     r.members.push_back(of_stage[i]->handle.address());
     r.ids.push_back(of_stage[i]->view.id);
     begin.add_members(of_stage[i]->view.id);
+    begin.add_member_endpoints(of_stage[i]->endpoint);
     handles.push_back(of_stage[i]->handle);
     of_stage[i]->view.samples = 0;  // taken by the round; round_done reports what came since
   }
@@ -341,6 +343,7 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
         s.handle = handle;
         s.stage = reg->stage();
         s.view.id = reg->server_id();
+        s.endpoint = reg->host() + ":" + std::to_string(reg->port());
         s.joined = averager_state::clock::now();
       },
       [self](leave_atom, const caf::actor& server) { forget(self, server.address(), "left"); },

@@ -75,6 +75,7 @@ struct averager_state {
   struct server {
     caf::actor handle;
     uint32_t stage = 0;
+    std::string endpoint;             ///< "host:port" it published
     policy::member_view view;
     clock::time_point joined{};
     uint64_t reloads = 0;             ///< its count of reload orders dealt with (progress_report.reloads)

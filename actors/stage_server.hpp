@@ -106,6 +106,9 @@ struct server_round {
   int64_t samples = 0;                    ///< samples of the gradient handed in
   int64_t bytes_sent = 0, bytes_received = 0;  ///< encoded piece values, as they crossed the wire
   bool finished = false;                  ///< applied or given up; kept to help others repair
+  int dials_pending = 0;                  ///< members being dialed; pieces flow once none is
+  std::vector<int> gone_early;            ///< ranks gone while dialing, told to the exchange once it starts
+  [[nodiscard]] bool begun() const { return dials_pending == 0; }
 };
 
 struct stage_server_state {

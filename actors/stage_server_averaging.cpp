@@ -12,7 +12,9 @@
 #include "actors/log.hpp"
 #include "actors/stage_server_checkpoint.hpp"
 #include "actors/stage_server_move.hpp"
+#include "config/config.hpp"
 #include "messages/float_codec.hpp"
+#include "messages/tls.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm::averaging {
@@ -45,6 +47,28 @@ void emit_params(server_ptr self) {
                                        {"server", self->state.cfg.server_id},
                                        {"step", self->state.worker->steps()},
                                        {"hash", std::to_string(self->state.hash)}});
+}
+
+/// Dials `endpoint` ("host:port") unless CAF already holds a direct link to it
+/// (the middleman answers from its cache then), and calls `k` either way once
+/// answered. Why: without automatic connections, CAF routes a message to a
+/// node it learnt of through the coordinator via the coordinator; that route
+/// dies with the coordinator, the peer's proxy stays, and every message on it
+/// is dropped without a word (soak: rounds stuck after a coordinator restart).
+template <class F>
+void dial_then(server_ptr self, const std::string& endpoint, F k) {
+  const auto hp = split_host_port(endpoint);
+  if (!hp) {
+    k();
+    return;
+  }
+  self->request(dialer(self->system()), std::chrono::seconds(5), caf::connect_atom::value, hp->first, hp->second)
+      .then([k](const caf::node_id&, caf::strong_actor_ptr&, const std::set<std::string>&) mutable { k(); },
+            [self, endpoint, k](caf::error& err) mutable {
+              get_logger("stage_server")->warn("stage {}: cannot dial peer {}: {}", stage_of(self), endpoint,
+                                               self->system().render(err));
+              k();
+            });
 }
 
 /// Ends the round here: applied (every shard reduced) or given up (`why`).
@@ -182,6 +206,25 @@ void maybe_hang(server_ptr self) {
     std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
+/// Sends this member's first pieces, then what came early: deaths and
+/// exclusions heard while dialing, pieces that overtook the round_begin.
+void start_exchange(server_ptr self) {
+  auto& st = self->state;
+  auto& r = *st.round;
+  send_pieces(self, r.exchange->start());
+  for (int gone : r.gone_early)
+    if (!r.finished)
+      send_pieces(self, r.exchange->gone(gone));
+  maybe_hang(self);
+  auto early = st.early_pieces.find(r.id);
+  if (early != st.early_pieces.end()) {
+    auto pieces = std::move(early->second);
+    for (auto& [from, piece] : pieces)
+      feed(self, from, piece);
+  }
+  st.early_pieces.erase(st.early_pieces.begin(), st.early_pieces.upper_bound(r.id));
+}
+
 } // namespace
 
 void report_progress(server_ptr self, bool force) {
@@ -249,17 +292,18 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
   }
   self->delayed_send(self, seconds(begin->timeout_s()), deadline_atom::value, st.round->id, int32_t{1});
   self->delayed_send(self, seconds(3 * begin->timeout_s()), deadline_atom::value, st.round->id, int32_t{2});
-  auto out = st.round->exchange->start();
-  send_pieces(self, std::move(out));
-  maybe_hang(self);
-  // Pieces that overtook the round_begin (other members started first).
-  auto early = st.early_pieces.find(st.round->id);
-  if (early != st.early_pieces.end()) {
-    auto pieces = std::move(early->second);
-    for (auto& [from, piece] : pieces)
-      feed(self, from, piece);
+  if (begin->member_endpoints_size() != begin->members_size()) {  // an averager that sends none
+    start_exchange(self);
+    return;
   }
-  st.early_pieces.erase(st.early_pieces.begin(), st.early_pieces.upper_bound(st.round->id));
+  st.round->dials_pending = begin->members_size() - 1;
+  for (int i = 0; i < begin->members_size(); ++i)
+    if (i != rank)
+      dial_then(self, begin->member_endpoints(i), [self, id = st.round->id] {
+        auto& r = self->state.round;
+        if (r && r->id == id && !r->finished && --r->dials_pending == 0)
+          start_exchange(self);
+      });
 }
 
 /// A piece whose values are here, from member `from`: fed to the round, kept
@@ -267,9 +311,9 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
 void route_piece(server_ptr self, const caf::actor_addr& from, const proto::allreduce_piece& head,
                  const std::string& bytes) {
   auto& st = self->state;
-  if (st.round && head.round() == st.round->id) {
+  if (st.round && head.round() == st.round->id && st.round->begun()) {
     feed(self, from, bytes);
-  } else if (!st.round || head.round() > st.round->id) {
+  } else if (!st.round || head.round() > st.round->id || head.round() == st.round->id) {
     // Bounded: a round that never begins here must not grow this forever.
     if (st.early_pieces.size() < 4 || st.early_pieces.count(head.round()) > 0)
       st.early_pieces[head.round()].emplace_back(from, bytes);
@@ -317,7 +361,10 @@ void on_exclude(server_ptr self, const std::string& bytes) {
     finish(self, "excluded by the averager");
     return;
   }
-  send_pieces(self, st.round->exchange->gone(static_cast<int>(ex->rank())));
+  if (!st.round->begun())
+    st.round->gone_early.push_back(static_cast<int>(ex->rank()));
+  else
+    send_pieces(self, st.round->exchange->gone(static_cast<int>(ex->rank())));
 }
 
 bool on_member_down(server_ptr self, const caf::actor_addr& who) {
@@ -326,7 +373,10 @@ bool on_member_down(server_ptr self, const caf::actor_addr& who) {
     return false;
   for (size_t i = 0; i < st.round->members.size(); ++i)
     if (st.round->members[i].address() == who) {
-      send_pieces(self, st.round->exchange->gone(static_cast<int>(i)));
+      if (!st.round->begun())
+        st.round->gone_early.push_back(static_cast<int>(i));
+      else
+        send_pieces(self, st.round->exchange->gone(static_cast<int>(i)));
       return true;
     }
   return false;
@@ -390,37 +440,39 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
   proto::state_request req;
   req.set_stage(static_cast<uint32_t>(stage_of(self)));
   req.set_server_id(st.cfg.server_id);
-  const auto from = order->from_server_id();
-  const auto started = clock_type::now();
-  auto handle = caf::actor_cast<stage_actor>(peer);
-  self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
-      .then(
-          [self, handle, from, started](uint64_t transfer_id, std::string& tail) {
-            auto& st = self->state;
-            st.reloading = false;
-            ++st.reloads;
-            const int64_t dropped = st.worker->accumulated_samples();
-            auto err = adopt_state(*st.worker, st.chunks.finish(handle.address(), transfer_id, std::move(tail)),
-                                   st.cfg.server_id, from, started, *st.metrics);
-            st.hash = st.worker->parameter_hash();
-            if (err) {
+  // Dialed first: the averager's handle may carry a route through a coordinator that died.
+  dial_then(self, order->from_endpoint(), [self, req, from = order->from_server_id(), peer] {
+    const auto started = clock_type::now();
+    auto handle = caf::actor_cast<stage_actor>(peer);
+    self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
+        .then(
+            [self, handle, from, started](uint64_t transfer_id, std::string& tail) {
+              auto& st = self->state;
+              st.reloading = false;
+              ++st.reloads;
+              const int64_t dropped = st.worker->accumulated_samples();
+              auto err = adopt_state(*st.worker, st.chunks.finish(handle.address(), transfer_id, std::move(tail)),
+                                     st.cfg.server_id, from, started, *st.metrics);
+              st.hash = st.worker->parameter_hash();
+              if (err) {
+                get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
+                                                 describe(err));
+              } else {
+                st.counters->dropped_samples += dropped;
+                emit_params(self);
+              }
+              report_progress(self, true);
+              moving::resume(self);
+            },
+            [self, from](caf::error& err) {
+              self->state.reloading = false;
+              ++self->state.reloads;
+              report_progress(self, true);
               get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
                                                describe(err));
-            } else {
-              st.counters->dropped_samples += dropped;
-              emit_params(self);
-            }
-            report_progress(self, true);
-            moving::resume(self);
-          },
-          [self, from](caf::error& err) {
-            self->state.reloading = false;
-            ++self->state.reloads;
-            report_progress(self, true);
-            get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
-                                             describe(err));
-            moving::resume(self);
-          });
+              moving::resume(self);
+            });
+  });
 }
 
 } // namespace swarm::averaging

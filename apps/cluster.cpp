@@ -230,6 +230,7 @@ int run_cluster(const app_config& cfg) {
   // Supervision of the coordinator: started again on its port when it dies.
   pid_t coordinator_pid = coord_pid;
   int quick_deaths = 0;  ///< coordinator deaths in a row within 10 s of their start
+  bool chaos_hit_coordinator = false;  ///< its death is our own doing: never counted as quick
   auto coordinator_started = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> restart_coordinator_at;
   auto start_coordinator = [&] {
@@ -294,6 +295,7 @@ int run_cluster(const app_config& cfg) {
     if (cfg.cluster.chaos_coordinator_every_s > 0 && now >= next_coordinator_hit && children.count(coordinator_pid)) {
       next_coordinator_hit = now + seconds_from_start(cfg.cluster.chaos_coordinator_every_s);
       ::kill(coordinator_pid, SIGKILL);
+      chaos_hit_coordinator = true;
       log->warn("chaos: killed the coordinator (pid {})", coordinator_pid);
       metrics->emit("chaos", {{"action", std::string{"kill"}},
                               {"process", std::string{"coordinator"}},
@@ -341,7 +343,9 @@ int run_cluster(const app_config& cfg) {
         exit_code = 1;
       }
     } else if (c.which == role::coordinator) {
-      const bool quick = std::chrono::steady_clock::now() - coordinator_started < std::chrono::seconds(10);
+      const bool quick = !chaos_hit_coordinator &&
+                         std::chrono::steady_clock::now() - coordinator_started < std::chrono::seconds(10);
+      chaos_hit_coordinator = false;
       quick_deaths = quick ? quick_deaths + 1 : 0;
       if (quick_deaths >= 5) {
         log->error("the coordinator exited with code {}, the 5th time in a row within 10 s of its start; stopping "
