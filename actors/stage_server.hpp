@@ -106,9 +106,9 @@ struct server_round {
   int64_t samples = 0;                    ///< samples of the gradient handed in
   int64_t bytes_sent = 0, bytes_received = 0;  ///< encoded piece values, as they crossed the wire
   bool finished = false;                  ///< applied or given up; kept to help others repair
-  int dials_pending = 0;                  ///< members being dialed; pieces flow once none is
-  std::vector<int> gone_early;            ///< ranks gone while dialing, told to the exchange once it starts
-  [[nodiscard]] bool begun() const { return dials_pending == 0; }
+  std::set<int> unready;                  ///< members not linked directly yet (being dialed, or no HELLO yet)
+  bool begun = false;                     ///< pieces flow (every member linked or gone)
+  std::vector<int> gone_early;            ///< ranks gone before it began, told to the exchange then
 };
 
 struct stage_server_state {
@@ -124,6 +124,7 @@ struct stage_server_state {
   bulk_inbox inbox;                         ///< payloads from the bulk connection, paired with their messages
   std::set<caf::actor_addr> chunk_senders;  ///< monitored so their unfinished payloads can be dropped
   std::set<caf::actor_addr> round_peers;    ///< monitored so a round learns of their death (once each)
+  std::map<uint64_t, std::set<caf::actor_addr>> early_hellos;  ///< HELLOs of rounds not begun here yet
   uint64_t next_transfer = 0;
   int64_t forwards_seen = 0, backwards_seen = 0, states_seen = 0;  ///< for the fault hook
   std::unordered_set<std::string> committed;

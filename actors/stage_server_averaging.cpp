@@ -211,6 +211,7 @@ void maybe_hang(server_ptr self) {
 void start_exchange(server_ptr self) {
   auto& st = self->state;
   auto& r = *st.round;
+  r.begun = true;
   send_pieces(self, r.exchange->start());
   for (int gone : r.gone_early)
     if (!r.finished)
@@ -223,6 +224,27 @@ void start_exchange(server_ptr self) {
       feed(self, from, piece);
   }
   st.early_pieces.erase(st.early_pieces.begin(), st.early_pieces.upper_bound(r.id));
+}
+
+/// Rank `i` of the running round is linked directly, or gone: the exchange
+/// starts once every member is.
+void linked(server_ptr self, int i) {
+  auto& r = *self->state.round;
+  if (r.unready.erase(i) > 0 && r.unready.empty() && !r.begun && !r.finished)
+    start_exchange(self);
+}
+
+/// A HELLO: its sender dialed this server for round `round`.
+void on_hello(server_ptr self, const caf::actor_addr& from, uint64_t round) {
+  auto& st = self->state;
+  if (st.round && st.round->id == round) {
+    for (size_t i = 0; i < st.round->members.size(); ++i)
+      if (st.round->members[i].address() == from)
+        linked(self, static_cast<int>(i));
+  } else if ((!st.round || round > st.round->id) &&
+             (st.early_hellos.size() < 4 || st.early_hellos.count(round) > 0)) {  // bounded, as early pieces
+    st.early_hellos[round].insert(from);
+  }
 }
 
 } // namespace
@@ -292,18 +314,32 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
   }
   self->delayed_send(self, seconds(begin->timeout_s()), deadline_atom::value, st.round->id, int32_t{1});
   self->delayed_send(self, seconds(3 * begin->timeout_s()), deadline_atom::value, st.round->id, int32_t{2});
-  if (begin->member_endpoints_size() != begin->members_size()) {  // an averager that sends none
-    start_exchange(self);
+  if (begin->member_endpoints_size() != begin->members_size()) {
+    start_exchange(self);  // an averager that sends no endpoints
     return;
   }
-  st.round->dials_pending = begin->members_size() - 1;
-  for (int i = 0; i < begin->members_size(); ++i)
-    if (i != rank)
-      dial_then(self, begin->member_endpoints(i), [self, id = st.round->id] {
+  auto& r2 = *st.round;
+  const auto hellos = std::move(st.early_hellos[r2.id]);
+  st.early_hellos.erase(st.early_hellos.begin(), st.early_hellos.upper_bound(r2.id));
+  for (int i = 0; i < begin->members_size(); ++i) {
+    if (i == rank || (r2.ids[static_cast<size_t>(i)] > r2.ids[static_cast<size_t>(rank)] && hellos.count(r2.members[static_cast<size_t>(i)].address()) > 0))
+      continue;
+    r2.unready.insert(i);
+    if (r2.ids[static_cast<size_t>(i)] < r2.ids[static_cast<size_t>(rank)])
+      dial_then(self, begin->member_endpoints(i), [self, id = r2.id, i] {
         auto& r = self->state.round;
-        if (r && r->id == id && !r->finished && --r->dials_pending == 0)
-          start_exchange(self);
+        if (!r || r->id != id)
+          return;
+        proto::allreduce_piece hello;
+        hello.set_stage(static_cast<uint32_t>(stage_of(self)));
+        hello.set_round(id);
+        hello.set_kind(proto::allreduce_piece::HELLO);
+        self->send(r->members[static_cast<size_t>(i)], piece_atom::value, encode(hello));
+        linked(self, i);
       });
+  }
+  if (r2.unready.empty())
+    start_exchange(self);
 }
 
 /// A piece whose values are here, from member `from`: fed to the round, kept
@@ -311,7 +347,7 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
 void route_piece(server_ptr self, const caf::actor_addr& from, const proto::allreduce_piece& head,
                  const std::string& bytes) {
   auto& st = self->state;
-  if (st.round && head.round() == st.round->id && st.round->begun()) {
+  if (st.round && head.round() == st.round->id && st.round->begun) {
     feed(self, from, bytes);
   } else if (!st.round || head.round() > st.round->id || head.round() == st.round->id) {
     // Bounded: a round that never begins here must not grow this forever.
@@ -326,6 +362,10 @@ void on_piece(server_ptr self, const std::string& bytes) {
   if (!head.ParseFromString(bytes))
     return;
   const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (head.kind() == proto::allreduce_piece::HELLO) {
+    on_hello(self, from, head.round());
+    return;
+  }
   if (head.bulk_key() == 0) {
     route_piece(self, from, head, bytes);
     return;
@@ -361,10 +401,12 @@ void on_exclude(server_ptr self, const std::string& bytes) {
     finish(self, "excluded by the averager");
     return;
   }
-  if (!st.round->begun())
+  if (!st.round->begun) {
     st.round->gone_early.push_back(static_cast<int>(ex->rank()));
-  else
+    linked(self, static_cast<int>(ex->rank()));
+  } else {
     send_pieces(self, st.round->exchange->gone(static_cast<int>(ex->rank())));
+  }
 }
 
 bool on_member_down(server_ptr self, const caf::actor_addr& who) {
@@ -373,10 +415,12 @@ bool on_member_down(server_ptr self, const caf::actor_addr& who) {
     return false;
   for (size_t i = 0; i < st.round->members.size(); ++i)
     if (st.round->members[i].address() == who) {
-      if (!st.round->begun())
+      if (!st.round->begun) {
         st.round->gone_early.push_back(static_cast<int>(i));
-      else
+        linked(self, static_cast<int>(i));
+      } else {
         send_pieces(self, st.round->exchange->gone(static_cast<int>(i)));
+      }
       return true;
     }
   return false;

@@ -2,7 +2,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace swarm {
@@ -298,6 +301,78 @@ std::vector<int> cluster_config::servers_of_stages(int stages) const {
   return std::vector<int>(static_cast<size_t>(std::max(stages, 0)), servers_per_stage);
 }
 
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// The --config file named on the command line, if any.
+std::optional<std::string> config_file_arg(int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--config" && i + 1 < argc)
+      return std::string{argv[i + 1]};
+    if (a.rfind("--config=", 0) == 0)
+      return a.substr(9);
+  }
+  return std::nullopt;
+}
+
+/// CLI11 takes any line of a config file it cannot read as a key of its own
+/// and ignores keys it does not know, so `d-modle = 64` or even /etc/passwd
+/// started training on defaults. Every line must be blank, a comment, or
+/// `key = value` with a key that is a flag; else the error names the file, the
+/// line and the nearest flag.
+std::string check_config_file(const CLI::App& app, const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    return "";  // CLI11 says it cannot read it
+  std::vector<std::string> keys;
+  for (const CLI::Option* opt : app.get_options())
+    for (const auto& name : opt->get_lnames())
+      keys.push_back(name);
+  const auto trim = [](std::string t) {
+    const auto b = t.find_first_not_of(" \t\r");
+    const auto e = t.find_last_not_of(" \t\r");
+    return b == std::string::npos ? std::string{} : t.substr(b, e - b + 1);
+  };
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const auto text = trim(line);
+    if (text.empty() || text[0] == '#' || text[0] == ';')
+      continue;
+    const auto where = path + ":" + std::to_string(number) + ": ";
+    const auto eq = text.find('=');
+    const auto key = eq == std::string::npos ? std::string{} : trim(text.substr(0, eq));
+    if (key.empty() || trim(text.substr(eq + 1)).empty() || key.find_first_of(" \t\"'[]") != std::string::npos)
+      return where + "not `key = value`: " + (text.size() > 60 ? text.substr(0, 60) + "..." : text);
+    if (std::find(keys.begin(), keys.end(), key) != keys.end())
+      continue;
+    std::string nearest;
+    size_t best = std::string::npos;
+    for (const auto& k : keys)
+      if (const auto d = edit_distance(key, k); d < best)
+        best = d, nearest = k;
+    return where + "unknown key '" + key + "'; the nearest flag is '" + nearest + "' (swarm --help lists them all)";
+  }
+  return "";
+}
+
+} // namespace
+
 parse_result parse_config(int argc, const char* const* argv) {
   parse_result result;
   app_config c;
@@ -308,6 +383,12 @@ parse_result parse_config(int argc, const char* const* argv) {
                "--config file (`key = value`, the flag's name without dashes in front)."};
   app.set_config("--config", "", "read options from this file (see config/); flags override it");
   add_options(app, c, role_name, stage);
+  if (const auto file = config_file_arg(argc, argv))
+    if (auto err = check_config_file(app, *file); !err.empty()) {
+      result.message = "swarm: bad config file: " + err;
+      result.exit_code = 2;
+      return result;
+    }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

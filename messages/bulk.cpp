@@ -106,6 +106,12 @@ void advise_huge_pages(void* p, size_t n) {
     ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
+/// Whether the other end of `fd` closed it (without reading: a writer's peer sends nothing).
+bool peer_hung_up(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 struct job {
   caf::actor_id dest = 0;
   uint64_t key = 0;
@@ -148,7 +154,34 @@ struct bulk_endpoint::impl {
   std::mt19937_64 rng{std::random_device{}()};
   bulk_stats stats;
 
+  std::chrono::steady_clock::time_point last_sweep{};
+
   impl(caf::actor_system& s, bulk_options o) : sys(s), opts(std::move(o)) {}
+
+  /// Links whose writer ended (its peer hung up or could not be reached), taken
+  /// out of `links` for the caller to join; looked for at most once a second.
+  std::vector<std::unique_ptr<peer_link>> sweep_ended() {
+    std::vector<std::unique_ptr<peer_link>> ended;
+    std::lock_guard<std::mutex> lock(m);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_sweep < std::chrono::seconds(1))
+      return ended;
+    last_sweep = now;
+    for (auto it = links.begin(); it != links.end();) {
+      bool done = false;
+      {
+        std::lock_guard<std::mutex> link_lock(it->second->m);
+        done = it->second->done;
+      }
+      if (done) {
+        ended.push_back(std::move(it->second));
+        it = links.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return ended;
+  }
 
   void deliver(caf::actor_id dest, uint64_t key, bulk_parts parts) {
     caf::actor target;
@@ -234,7 +267,12 @@ struct bulk_endpoint::impl {
       job j;
       {
         std::unique_lock<std::mutex> lock(link->m);
-        link->cv.wait(lock, [&] { return link->stop || !link->queue.empty(); });
+        // Idle, it looks once a second whether the peer hung up: a peer that
+        // died (a restarted one comes back as another node) would otherwise
+        // keep this thread and its connection for the life of the process.
+        while (!link->cv.wait_for(lock, std::chrono::seconds(1), [&] { return link->stop || !link->queue.empty(); }))
+          if (fd >= 0 && peer_hung_up(fd))
+            link->stop = link->done = true;
         if (link->stop)
           break;
         j = std::move(link->queue.front());
@@ -448,6 +486,8 @@ uint64_t bulk_endpoint::push(const caf::actor& dest, std::string head, std::shar
   }
   if (ended)
     ended->writer.join();  // it has ended already
+  for (auto& gone : p.sweep_ended())
+    gone->writer.join();
   if (!link) {  // in this process: hand it over
     bulk_parts parts{std::move(head)};
     if (data)

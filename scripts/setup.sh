@@ -16,6 +16,9 @@ packages=(
   libcli11-dev                     # command-line parsing
   fortunes                         # default training corpus (/usr/share/games/fortunes)
   python3                          # benchmark and metrics scripts
+  python3-matplotlib               # scripts/plot_metrics.py
+  libcpp-httplib-dev               # the coordinator's status page, /api/status and /metrics
+  chromium                         # headless browser of the status page test
   iproute2                         # ip/tc for scripts/regions.sh (namespaces, HTB shaping)
   iptables                         # NFQUEUE rule inside the regions router namespace
   libnetfilter-queue-dev           # delay_shim (scripts/regions/delay_shim.c) links it

@@ -68,6 +68,37 @@ TEST_CASE("flags override the file", "[config]") {
   std::remove(file.c_str());
 }
 
+TEST_CASE("a config file with a misspelt key or a line that is not key = value is refused", "[config]") {
+  struct bad_file {
+    std::string text;
+    std::string says;
+  };
+  const std::vector<bad_file> cases = {
+      {"stages = 2\n# a comment\n\nd-modle = 64\n", ":4: unknown key 'd-modle'; the nearest flag is 'd-model'"},
+      {"d-model = 64\njust some words\n", ":2: not `key = value`: just some words"},
+      {"n-heads =\n", ":1: not `key = value`"},
+      {"[trainer]\nlr = 0.1\n", ":1: not `key = value`: [trainer]"},
+  };
+  for (const auto& c : cases) {
+    const auto file = write_temp(c.text);
+    INFO(c.text);
+    auto r = parse({"--role", "local", "--config", file});
+    CHECK_FALSE(r.config);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.message, Catch::Contains(file + c.says));
+    std::remove(file.c_str());
+  }
+  auto passwd = parse({"--role", "local", "--config=/etc/passwd"});
+  CHECK(passwd.exit_code == 2);
+  CHECK_THAT(passwd.message, Catch::Contains("/etc/passwd:1: not `key = value`: root:"));
+  // Comments after a value, and every flag's own name, stay fine.
+  const auto good = write_temp("lr = 0.002   # a comment\nmax-steps = 5\n");
+  auto ok = parse({"--role", "local", "--config", good});
+  REQUIRE(ok.config);
+  CHECK(ok.config->trainer.max_steps == 5);
+  std::remove(good.c_str());
+}
+
 TEST_CASE("--checkpoint-every takes steps or seconds", "[config]") {
   auto steps = parse({"--role", "local", "--checkpoint-every", "250"});
   REQUIRE(steps.config);
