@@ -46,7 +46,7 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
     order.set_from_server_id(s.view.id);
     order.set_step(pos.step);
     order.set_from_endpoint(s.endpoint);
-    get_logger("averager")->info("stage {}: {} at step {} ({}) reloads from {} at step {}", whom.stage, whom.view.id,
+    get_logger("averager")->debug("stage {}: {} at step {} ({}) reloads from {} at step {}", whom.stage, whom.view.id,
                                  whom.view.step, reason, s.view.id, pos.step);
     st.metrics->emit("reload", {{"stage", int64_t{whom.stage}},
                                 {"server", whom.view.id},
@@ -96,7 +96,7 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
     return p.step == agreed.step && p.hash == agreed.hash;
   });
   const double secs = std::chrono::duration<double>(averager_state::clock::now() - r.started).count();
-  get_logger("averager")->info("stage {}: round {} done in {:.2f} s: {} of {} applied, step {}", stage, r.id, secs,
+  get_logger("averager")->debug("stage {}: round {} done in {:.2f} s: {} of {} applied, step {}", stage, r.id, secs,
                                applied, r.members.size(), agreed.step);
   st.metrics->emit("round_end", {{"stage", int64_t{stage}},
                                  {"round", static_cast<int64_t>(r.id)},
@@ -191,6 +191,11 @@ void on_progress(self_ptr self, const std::string& bytes) {
   auto* s = got->second;
   auto& sg = st.stages[rep->stage()];
   self->send(st.rebalancing, progress_atom::value, bytes);
+  st.metrics->note("server_progress", {{"stage", int64_t{rep->stage()}},
+                                       {"server", s->view.id},
+                                       {"step", static_cast<int64_t>(rep->step())},
+                                       {"hash", static_cast<int64_t>(rep->parameter_hash())},
+                                       {"committed_samples", static_cast<int64_t>(rep->committed_samples())}});
   // A member's reports during its round may predate the gradient it handed in;
   // its round_done carries what came after.
   if (sg.running && rank_of(*sg.running, s->handle.address()) && sg.running->finished.count(s->handle.address()) == 0)

@@ -35,7 +35,7 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
   self->state.servers[server.address()] = *reg;
   self->send(self->state.averaging, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
   self->send(self->state.rebalancing, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
-  log->info("stage {}: server {} joined at {}:{}", reg->stage(), reg->server_id(), reg->host(), reg->port());
+  log->debug("stage {}: server {} joined at {}:{}", reg->stage(), reg->server_id(), reg->host(), reg->port());
   self->state.metrics->emit("server_join", {{"stage", int64_t{reg->stage()}},
                                             {"server", reg->server_id()},
                                             {"host", reg->host()},
@@ -108,6 +108,26 @@ caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
   return promise;
 }
 
+/// A trainer's report: for the status board only (it is the board's observer).
+void on_report(self_ptr self, const std::string& bytes) {
+  auto rep = decode<proto::trainer_report>(bytes, "trainer_report");
+  if (!rep || rep->trainer_id().empty())
+    return;
+  self->state.metrics->note("trainer_report", {{"trainer", rep->trainer_id()},
+                                               {"step", rep->step()},
+                                               {"max_steps", rep->max_steps()},
+                                               {"loss", rep->loss()},
+                                               {"tokens_per_s", rep->tokens_per_s()},
+                                               {"samples", rep->samples()},
+                                               {"tokens", rep->tokens()},
+                                               {"dropped", rep->dropped()},
+                                               {"retries", rep->retries()},
+                                               {"reroutes", rep->reroutes()},
+                                               {"bans", rep->bans()},
+                                               {"wire_bytes", rep->wire_bytes()},
+                                               {"elapsed_s", rep->elapsed_s()}});
+}
+
 } // namespace
 
 proto::membership_update membership_of(const proto::register_server& reg, proto::membership_update::change kind) {
@@ -130,6 +150,8 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
   self->state.averaging = self->spawn<caf::linked>(averager, cfg.averaging, self->state.metrics,
                                                    self->state.rebalancing);
   self->set_down_handler([self](caf::down_msg& msg) { on_down(self, msg); });
+  if (cfg.board)
+    self->delayed_send(self, std::chrono::seconds(30), tick_atom::value);
   return {
       [self](register_atom, const std::string& bytes, const stage_actor& server) {
         return on_register(self, bytes, server);
@@ -148,6 +170,21 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
       },
       [self](leave_atom, const std::string& bytes) { on_leave(self, bytes); },
       [self](place_atom, const std::string& bytes) { return on_place(self, bytes); },
+      [self](report_atom, const std::string& bytes) { on_report(self, bytes); },
+      [self](tick_atom) {
+        if (!self->state.cfg.board)
+          return;
+        get_logger("coordinator")->info("{}", self->state.cfg.board->summary_line());
+        self->delayed_send(self, std::chrono::seconds(30), tick_atom::value);
+      },
+      [self](status_atom, const std::string& format) -> std::string {
+        const auto& board = self->state.cfg.board;
+        const double now =
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        if (!board)
+          return "";
+        return format == "text" ? board->text(now) : format == "prometheus" ? board->prometheus(now) : board->json(now);
+      },
   };
 }
 

@@ -25,6 +25,7 @@
 
 #include "actors/averager.hpp"
 #include "actors/metrics.hpp"
+#include "actors/status_board.hpp"
 #include "actors/rebalancer.hpp"
 #include "messages/protocol.hpp"
 #include "swarm.pb.h"
@@ -36,6 +37,7 @@ struct coordinator_settings {
   uint64_t config_hash = 0;  ///< model_config::hash() every peer must match
   averager_settings averaging;  ///< the averaging coordinator it spawns (num_stages is copied in)
   rebalancer_settings rebalancing;  ///< the rebalancer it spawns (num_stages is copied in)
+  std::shared_ptr<status_board> board;  ///< answers status requests; fed by the metrics sink's observer (may be null)
 };
 
 struct coordinator_state {

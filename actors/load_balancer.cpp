@@ -183,7 +183,7 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
   auto& st = self->state;
   const auto& target = st.servers.at(server_id);
   if (req.attempts > 0) {
-    get_logger("load_balancer")->info("stage {}: {} re-sent {} -> {} ({})", st.cfg.stage, op_name(req),
+    get_logger("load_balancer")->debug("stage {}: {} re-sent {} -> {} ({})", st.cfg.stage, op_name(req),
                                       req.tried.empty() ? "?" : req.tried.back(), server_id, req.failed_reason);
     st.metrics->emit("reroute", {{"stage", int64_t{st.cfg.stage}},
                                  {"trainer", st.cfg.trainer_id},
@@ -332,7 +332,7 @@ void connect(self_ptr self, const proto::membership_update& up) {
             self->monitor(handle);
             st.servers[id] = handle;
             st.router.add(id, now_s());
-            get_logger("load_balancer")->info("stage {}: server {} connected ({} live)", st.cfg.stage, id,
+            get_logger("load_balancer")->debug("stage {}: server {} connected ({} live)", st.cfg.stage, id,
                                               st.servers.size());
             flush_waiting(self);
           },

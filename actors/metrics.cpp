@@ -11,8 +11,6 @@
 
 namespace swarm {
 
-namespace {
-
 void append_json_string(std::string& out, const std::string& s) {
   out += '"';
   for (unsigned char c : s) {
@@ -52,8 +50,6 @@ void append_value(std::string& out, const metrics_sink::value& v) {
   }
 }
 
-} // namespace
-
 metrics_sink::metrics_sink(const std::string& path, std::string role) : role_(std::move(role)) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0)
@@ -83,11 +79,21 @@ std::string metrics_sink::format(double t, const std::string& role, const char* 
   return line;
 }
 
+static double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void metrics_sink::note(const char* event, std::initializer_list<field> fields) {
+  if (observer_)
+    observer_(unix_seconds(), event, fields);
+}
+
 void metrics_sink::emit(const char* event, std::initializer_list<field> fields) {
+  const double t = unix_seconds();
+  if (observer_)
+    observer_(t, event, fields);
   if (fd_ < 0)
     return;
-  const double t =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const auto line = format(t, role_, event, fields);
   // One write per line keeps lines whole; a short write of a metrics line is not worth a retry loop.
   [[maybe_unused]] auto n = ::write(fd_, line.data(), line.size());

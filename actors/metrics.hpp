@@ -5,6 +5,7 @@
 // concurrent processes and threads never interleave. Events are listed in README.
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -27,6 +28,14 @@ public:
   metrics_sink& operator=(const metrics_sink&) = delete;
 
   void emit(const char* event, std::initializer_list<field> fields);
+  /// Told only to the observer, never written: what the status page needs
+  /// too often for the file (progress reports, trainer reports).
+  void note(const char* event, std::initializer_list<field> fields);
+
+  /// Sees every event emitted or noted, on the emitting thread (so it must be
+  /// quick). Set once, before the sink is shared.
+  using observer = std::function<void(double t, const char* event, std::initializer_list<field> fields)>;
+  void observe(observer o) { observer_ = std::move(o); }
 
   /// The JSON line emit() would write at time `t` (exposed for tests).
   [[nodiscard]] static std::string format(double t, const std::string& role, const char* event,
@@ -35,7 +44,13 @@ public:
 private:
   int fd_ = -1;
   std::string role_;
+  observer observer_;
 };
+
+/// `s` as a JSON string literal, quotes included, appended to `out`.
+void append_json_string(std::string& out, const std::string& s);
+/// A metrics value as JSON (a non-finite double as null).
+void append_value(std::string& out, const metrics_sink::value& v);
 
 /// A sink appending to `path` as `role`, or one that drops everything when `path` is empty.
 [[nodiscard]] std::shared_ptr<metrics_sink> open_metrics(const std::string& path, const std::string& role);

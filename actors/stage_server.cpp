@@ -270,7 +270,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         rep.set_step(static_cast<uint64_t>(st.worker->steps()));
         rep.set_parameter_hash(st.hash);
         rep.set_state(st.worker->export_state());
-        get_logger("stage_server")->info("stage {}: sent state at step {} ({} bytes) to {}", req->stage(), rep.step(),
+        get_logger("stage_server")->debug("stage {}: sent state at step {} ({} bytes) to {}", req->stage(), rep.step(),
                                          rep.state().size(), req->server_id());
         // Never bulk: a joining server downloads with a scoped actor, which cannot claim.
         auto [id, bytes] = send_reply(self, requester, rep, false);

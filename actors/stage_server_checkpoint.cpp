@@ -38,7 +38,7 @@ void write_now(stage_actor::stateful_pointer<stage_server_state> self) {
                                       describe(written.error()));
     return;
   }
-  get_logger("stage_server")->info("stage {}: checkpoint at step {} written to {} ({} bytes, {:.3f} s)", stage, step,
+  get_logger("stage_server")->debug("stage {}: checkpoint at step {} written to {} ({} bytes, {:.3f} s)", stage, step,
                                    *written, state.size(), secs);
   st.metrics->emit("checkpoint", {{"stage", int64_t{stage}},
                                   {"server", st.cfg.server_id},

@@ -98,6 +98,39 @@ void maybe_finish(self_ptr self) {
   }
 }
 
+/// The progress line a person watches: at most one every 2 s (and the last),
+/// with a bar and an ETA when --max-steps is set; every step at debug level.
+void log_progress(self_ptr self, double loss, double tokens_per_s, trainer_state::clock::time_point now) {
+  auto& st = self->state;
+  const int64_t max = st.cfg.train.max_steps;
+  auto log = get_logger("trainer");
+  const bool last = max > 0 && st.step >= max;
+  if (!last && st.progress_logged_once && now - st.progress_logged < std::chrono::seconds(2)) {
+    log->debug("step {} loss {:.4f} samples {} tokens/s {:.0f}", st.step, loss, st.samples, tokens_per_s);
+    return;
+  }
+  st.progress_logged = now;
+  st.progress_logged_once = true;
+  std::string line = "step " + std::to_string(st.step);
+  if (max > 0) {
+    const double done = std::min(1.0, static_cast<double>(st.step) / static_cast<double>(max));
+    const int filled = static_cast<int>(done * 20);
+    line += "/" + std::to_string(max) + " [" + std::string(static_cast<size_t>(filled), '#') +
+            std::string(static_cast<size_t>(20 - filled), '-') + "] " + std::to_string(static_cast<int>(done * 100)) +
+            "%";
+  }
+  line += fmt::format("  loss {:.3f}  {:.0f} tokens/s", loss, tokens_per_s);
+  const int64_t steps_here = st.step - st.first_step;
+  if (max > 0 && !last && steps_here > 0) {
+    const double per_step = std::chrono::duration<double>(now - st.started).count() / static_cast<double>(steps_here);
+    const auto eta = static_cast<int64_t>(per_step * static_cast<double>(max - st.step));
+    line += fmt::format("  ETA {}:{:02d}", eta / 60, eta % 60);
+  }
+  if (st.dropped > 0 || st.retries > 0)
+    line += fmt::format("  ({} dropped, {} retries)", st.dropped, st.retries);
+  log->info("{}", line);
+}
+
 void emit_step(self_ptr self) {
   auto& st = self->state;
   const auto now = clock::now();
@@ -105,8 +138,7 @@ void emit_step(self_ptr self) {
   const double loss = st.step_loss_sum / static_cast<double>(std::max<int64_t>(st.step_microbatches, 1));
   const double tokens_per_s = static_cast<double>(st.step_samples * st.cfg.model.seq_len) / std::max(secs, 1e-9);
   ++st.step;
-  get_logger("trainer")->info("step {} loss {:.4f} samples {} tokens/s {:.0f} (dropped {}, retries {})", st.step,
-                              loss, st.samples, tokens_per_s, st.dropped, st.retries);
+  log_progress(self, loss, tokens_per_s, now);
   st.metrics->emit("step", {{"trainer", st.cfg.trainer_id},
                             {"step", st.step},
                             {"loss", loss},
@@ -286,6 +318,7 @@ caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const
   st.balancers = std::move(balancers);
   st.metrics = std::move(metrics);
   st.started = st.step_started = clock::now();
+  st.first_step = st.step;
   // A load balancer that quits (e.g. its subscription was refused) ends training.
   for (auto& lb : st.balancers)
     self->link_to(lb);

@@ -80,6 +80,9 @@ struct trainer_state {
   double step_loss_sum = 0;       ///< sum over microbatches of their mean loss, this step
   int64_t step_microbatches = 0;
   clock::time_point step_started, started;
+  int64_t first_step = 0;           ///< the step this run started at (for the ETA)
+  clock::time_point progress_logged;///< when the progress line was last printed
+  bool progress_logged_once = false;
   bool reported = false;          ///< trainer_exit written
 };
 

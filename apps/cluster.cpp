@@ -26,12 +26,17 @@
 #include <sstream>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "actors/log.hpp"
 #include "actors/metrics.hpp"
+#include "actors/run_summary.hpp"
 #include "apps/huge_pages.hpp"
 #include "apps/roles.hpp"
 
@@ -155,6 +160,55 @@ int threads_per_server(const app_config& cfg, int servers) {
   return std::max(1, cores / std::max(1, servers));
 }
 
+/// Draws the run's picture next to its metrics file (scripts/plot_metrics.py;
+/// matplotlib from Debian). A missing script or matplotlib costs only the plot.
+void plot_run(const std::string& metrics_path, const std::shared_ptr<spdlog::logger>& log) {
+  const std::string script = SWARM_SOURCE_DIR "/scripts/plot_metrics.py";
+  auto base = metrics_path;
+  if (base.size() > 6 && base.compare(base.size() - 6, 6, ".jsonl") == 0)
+    base.resize(base.size() - 6);
+  const auto png = base + ".png", out = base + ".plot.log";
+  if (!std::filesystem::exists(script)) {
+    log->info("no plot: {} is not here (the plot needs the source tree)", script);
+    return;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    ::execlp("python3", "python3", script.c_str(), metrics_path.c_str(), "-o", png.c_str(), nullptr);
+    ::_exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    log->warn("no plot: scripts/plot_metrics.py failed (its output: {})", out);
+    return;
+  }
+  std::filesystem::remove(out);
+  std::cout << "plot of the run: " << png << "\n" << std::flush;
+}
+
+/// A TCP port free on `host` right now (0 when none could be had).
+int free_tcp_port(const std::string& host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  if (fd < 0 || ::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1 ||
+      ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (fd >= 0)
+      ::close(fd);
+    return 0;
+  }
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
 std::string join_list(const std::vector<int>& xs) {
   std::string out;
   for (int x : xs)
@@ -164,9 +218,18 @@ std::string join_list(const std::vector<int>& xs) {
 
 } // namespace
 
-int run_cluster(const app_config& cfg) {
-  setup_logging("cluster", cfg.log_level);
+int run_cluster(const app_config& given) {
+  setup_logging("cluster", given.log_level);
   auto log = get_logger("cluster");
+  // A run always has a metrics file: its summary and plot are made from it.
+  app_config cfg = given;
+  if (cfg.metrics.empty()) {
+    char run_template[] = "/tmp/swarm-run-XXXXXX";
+    if (const char* run_dir = ::mkdtemp(run_template))
+      cfg.metrics = std::string{run_dir} + "/metrics.jsonl";
+  }
+  const double run_started =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto metrics = open_metrics(cfg.metrics, "cluster");
   const auto exe = self_exe();
   want_huge_pages();  // for the children: large transfer buffers in huge pages
@@ -182,8 +245,20 @@ int run_cluster(const app_config& cfg) {
     return args;
   };
 
+  // The status page keeps its port across coordinator restarts: chosen here once.
+  std::vector<std::string> http_flags;
+  int http_port = cfg.coordinator.http_port;
+  if (http_port == 0 && (http_port = free_tcp_port(cfg.coordinator.http_host)) == 0)
+    log->warn("no status page: no free port on --http-host {}", cfg.coordinator.http_host);
+  if (http_port > 0)
+    http_flags = {"--http-port", std::to_string(http_port), "--http-host", cfg.coordinator.http_host};
+  auto coordinator_flags = [&](std::vector<std::string> flags) {
+    flags.insert(flags.end(), http_flags.begin(), http_flags.end());
+    return args_for(role::coordinator, flags);
+  };
+
   std::map<pid_t, child> children;
-  const pid_t coord_pid = spawn_child(args_for(role::coordinator, {"--port", "0", "--port-file", port_file}));
+  const pid_t coord_pid = spawn_child(coordinator_flags({"--port", "0", "--port-file", port_file}));
   children[coord_pid] = {"coordinator", role::coordinator, -1};
   const int port = wait_for_port(port_file, coord_pid);
   std::filesystem::remove_all(dir);
@@ -222,6 +297,9 @@ int run_cluster(const app_config& cfg) {
         "trainer " + std::to_string(i), role::trainer, -1};
   log->info("coordinator on {}, {} stages with {} servers ({} torch threads each), {} trainer(s); Ctrl-C stops all",
             address, cfg.stages, join_list(per_stage), threads, cfg.cluster.trainers);
+  if (http_port > 0)
+    log->info("status page: http://{}:{}/  (swarm --role status --coordinator {} prints it here)",
+              cfg.coordinator.http_host == "0.0.0.0" ? "127.0.0.1" : cfg.coordinator.http_host, http_port, address);
   metrics->emit("cluster_start", {{"stages", int64_t{cfg.stages}},
                                   {"stage_servers", join_list(per_stage)},
                                   {"trainers", int64_t{cfg.cluster.trainers}},
@@ -234,7 +312,7 @@ int run_cluster(const app_config& cfg) {
   auto coordinator_started = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> restart_coordinator_at;
   auto start_coordinator = [&] {
-    coordinator_pid = spawn_child(args_for(role::coordinator, {"--port", std::to_string(port)}));
+    coordinator_pid = spawn_child(coordinator_flags({"--port", std::to_string(port)}));
     children[coordinator_pid] = {"coordinator", role::coordinator, -1};
     coordinator_started = std::chrono::steady_clock::now();
     log->info("started the coordinator again on port {} (pid {})", port, coordinator_pid);
@@ -366,6 +444,10 @@ int run_cluster(const app_config& cfg) {
   log->info("stopping {} processes", children.size());
   stop_all(children, log);
   metrics->emit("cluster_exit", {{"code", int64_t{exit_code}}});
+  if (!cfg.metrics.empty()) {
+    std::cout << run_summary(cfg.metrics, run_started) << std::flush;
+    plot_run(cfg.metrics, log);
+  }
   return exit_code;
 }
 

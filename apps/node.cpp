@@ -3,6 +3,8 @@
 
 #include <csignal>
 #include <fstream>
+#include <mutex>
+#include <variant>
 #include <iostream>
 #include <thread>
 
@@ -17,7 +19,9 @@
 #include "actors/log.hpp"
 #include "actors/stage_server.hpp"
 #include "actors/stage_server_move.hpp"
+#include "actors/status_board.hpp"
 #include "actors/trainer.hpp"
+#include "apps/http_status.hpp"
 #include "apps/roles.hpp"
 #include "messages/basp_guard.hpp"
 #include "messages/bulk.hpp"
@@ -348,6 +352,77 @@ bool resume_trainer(const app_config& cfg, trainer_settings& tcfg) {
 
 } // namespace
 
+namespace {
+
+double unix_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+/// What a trainer's status report says, gathered from its own events: the
+/// latest step event and counts of its load balancers' reroutes and bans.
+struct trainer_tally {
+  std::mutex m;
+  proto::trainer_report report;
+};
+
+std::shared_ptr<trainer_tally> tally_of(metrics_sink& metrics) {
+  auto tally = std::make_shared<trainer_tally>();
+  metrics.observe([tally](double, const char* event, std::initializer_list<metrics_sink::field> fields) {
+    const std::string_view e{event};
+    if (e != "step" && e != "reroute" && e != "ban")
+      return;
+    std::lock_guard<std::mutex> lock(tally->m);
+    auto& r = tally->report;
+    if (e == "reroute") {
+      r.set_reroutes(r.reroutes() + 1);
+      return;
+    }
+    if (e == "ban") {
+      r.set_bans(r.bans() + 1);
+      return;
+    }
+    for (const auto& [key, value] : fields) {
+      const std::string_view k{key};
+      const auto* i = std::get_if<int64_t>(&value);
+      const auto* d = std::get_if<double>(&value);
+      if (k == "step" && i) r.set_step(*i);
+      else if (k == "loss" && d) r.set_loss(*d);
+      else if (k == "tokens_per_s" && d) r.set_tokens_per_s(*d);
+      else if (k == "samples" && i) r.set_samples(*i);
+      else if (k == "tokens" && i) r.set_tokens(*i);
+      else if (k == "dropped" && i) r.set_dropped(*i);
+      else if (k == "retries" && i) r.set_retries(*i);
+      else if (k == "wire_bytes" && i) r.set_wire_bytes(*i);
+      else if (k == "elapsed_s" && d) r.set_elapsed_s(*d);
+    }
+  });
+  return tally;
+}
+
+/// Sends the coordinator the trainer's tally every 2 s (and gets the new
+/// coordinator after a restart as (subscribe, handle)). Off the data path.
+caf::behavior status_reporter(caf::event_based_actor* self, std::string trainer_id, int64_t max_steps,
+                              std::shared_ptr<trainer_tally> tally, coordinator_actor coord) {
+  auto current = std::make_shared<coordinator_actor>(std::move(coord));
+  self->send(self, tick_atom::value);
+  return {
+      [=](tick_atom) {
+        proto::trainer_report r;
+        {
+          std::lock_guard<std::mutex> lock(tally->m);
+          r = tally->report;
+        }
+        r.set_trainer_id(trainer_id);
+        r.set_max_steps(max_steps);
+        self->send(*current, report_atom::value, encode(r));
+        self->delayed_send(self, std::chrono::seconds(2), tick_atom::value);
+      },
+      [=](subscribe_atom, const coordinator_actor& fresh) { *current = fresh; },
+  };
+}
+
+} // namespace
+
 int run_coordinator(const app_config& cfg) {
   setup_logging("coordinator", cfg.log_level);
   auto log = get_logger("coordinator");
@@ -368,6 +443,23 @@ int run_coordinator(const app_config& cfg) {
   rb.policy.min_gain = cfg.coordinator.rebalance_min_gain;
   rb.policy.min_replicas = cfg.coordinator.min_replicas;
   start_stop_watchdog("coordinator");
+  settings.board = std::make_shared<status_board>(unix_time());
+  metrics->observe([board = settings.board](double t, const char* event,
+                                            std::initializer_list<metrics_sink::field> fields) {
+    board->on_event(t, event, fields);
+  });
+  std::unique_ptr<http_status> http;
+  if (cfg.coordinator.http_port > 0) {
+    std::string error;
+    http = http_status::start(cfg.coordinator.http_host, static_cast<uint16_t>(cfg.coordinator.http_port),
+                              settings.board, error);
+    if (!http) {
+      std::cerr << "swarm: coordinator: " << error << " (--http-port, --http-host)\n";
+      end_process(2);
+    }
+    log->info("status page on http://{}:{}/ (also /api/status and /metrics)", cfg.coordinator.http_host,
+              http->port());
+  }
   auto coord = sys.spawn(coordinator, settings, metrics);
   // reuse: a coordinator restarted on its old port must not wait out TIME_WAIT.
   auto guard = publish_guarded(sys, coord, cfg.coordinator.port, true, cfg, "coordinator");
@@ -556,20 +648,49 @@ int run_trainer(const app_config& cfg) {
   }
   phase = "training";
   auto t = sys.spawn(trainer, tcfg, text, balancers, metrics);
+  auto reporter = sys.spawn(status_reporter, trainer_id, cfg.trainer.max_steps, tally_of(*metrics), *coord);
   // Train until done; after a coordinator restart the load balancers subscribe
   // to the new one (they keep routing to the servers they know meanwhile).
   const auto reason = run_with_coordinator(sys, t, *coord, cfg.trainer.coordinator, "trainer",
                                            [&](const coordinator_actor& fresh) {
                                              for (auto& lb : balancers)
                                                caf::anon_send(lb, subscribe_atom::value, fresh);
+                                             caf::anon_send(reporter, subscribe_atom::value, fresh);
                                              return true;
                                            });
   for (auto& lb : balancers)
     caf::anon_send_exit(lb, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(reporter, caf::exit_reason::user_shutdown);
   emit_bulk(*metrics, trainer_id, *bulk);
   if (exit_code_of(reason) != 0)
     std::cerr << "swarm: trainer stopped: " << describe(reason) << "\n";
   end_process(exit_code_of(reason));
+}
+
+int run_status(const app_config& cfg) {
+  setup_logging("status", cfg.log_level);
+  if (cfg.trainer.coordinator.empty()) {
+    std::cerr << "swarm: --role status needs --coordinator HOST:PORT\n";
+    return 2;
+  }
+  caf::actor_system_config sys_cfg;
+  configure(sys_cfg, cfg);
+  caf::actor_system sys{sys_cfg};
+  start_stop_watchdog("status");
+  phase = "asking the coordinator";
+  auto coord = connect_coordinator(sys, cfg.trainer.coordinator, "status");
+  if (!coord)
+    end_process(1);
+  int code = 1;
+  caf::scoped_actor self{sys};
+  self->request(*coord, std::chrono::seconds(10), status_atom::value, std::string{"text"})
+      .receive(
+          [&](const std::string& screen) {
+            std::cout << screen << std::flush;
+            code = 0;
+          },
+          [&](caf::error& err) { std::cerr << "swarm: the coordinator did not answer: " << describe(err) << "\n"; });
+  end_process(code);
 }
 
 } // namespace swarm

@@ -17,6 +17,7 @@ const char* to_string(role r) {
     case role::trainer: return "trainer";
     case role::local: return "local";
     case role::cluster: return "cluster";
+    case role::status: return "status";
   }
   return "?";
 }
@@ -54,9 +55,11 @@ namespace {
 void add_options(CLI::App& app, app_config& c, std::string& role_name, std::string& stage) {
   // The last occurrence wins, so a launcher can append overrides to a full flag list.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
-  app.add_option("--role", role_name, "what this process is: coordinator | server | trainer | local | cluster")
+  app.add_option("--role", role_name,
+                 "what this process is: coordinator | server | trainer | local | cluster | status (print a running "
+                 "swarm's overview: --coordinator HOST:PORT)")
       ->required()
-      ->check(CLI::IsMember({"coordinator", "server", "trainer", "local", "cluster"}));
+      ->check(CLI::IsMember({"coordinator", "server", "trainer", "local", "cluster", "status"}));
   app.add_option("--stages", c.stages, "pipeline stages the model is cut into (1..n-layers)");
   app.add_option("--threads", c.threads, "torch intra-op threads per process; 0 = all cores (cluster: cores / servers)");
   app.add_option("--device", c.device, "server, local: torch device: cpu | cuda | cuda:N (needs a CUDA build of libtorch)");
@@ -89,6 +92,11 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name, std::stri
 
   app.add_option("--port", c.coordinator.port, "coordinator: TCP port to listen on; 0 = any free port");
   app.add_option("--port-file", c.coordinator.port_file, "coordinator: write the bound port to this file");
+  app.add_option("--http-port", c.coordinator.http_port,
+                 "coordinator: serve the status page, /api/status and /metrics on this port; 0 = none (cluster: any "
+                 "free port, -1 = none)");
+  app.add_option("--http-host", c.coordinator.http_host,
+                 "coordinator: address the HTTP port binds to (127.0.0.1: this machine only; 0.0.0.0: every interface)");
   app.add_option("--averaging-timeout", c.coordinator.averaging_timeout_s,
                  "coordinator: averaging rounds find late servers after this and exclude them at 1.5x, seconds");
   app.add_option("--rebalance", c.coordinator.rebalance,
@@ -223,6 +231,8 @@ std::string validate(const app_config& c) {
   require(e, tls_files == 0 || tls_files == 3, "tls-ca", c.net.tls_ca,
           "--tls-ca, --tls-cert and --tls-key go together (all three for TLS, none for plain TCP)");
   require(e, c.coordinator.port >= 0 && c.coordinator.port <= 65535, "port", c.coordinator.port, "must be in [0, 65535]");
+  require(e, c.coordinator.http_port >= -1 && c.coordinator.http_port <= 65535, "http-port", c.coordinator.http_port,
+          "must be in [0, 65535] (-1: none, for the cluster)");
   require(e, c.coordinator.averaging_timeout_s > 0, "averaging-timeout", c.coordinator.averaging_timeout_s, "must be > 0");
   require(e, c.coordinator.rebalance_period_s > 0, "rebalance-period", c.coordinator.rebalance_period_s, "must be > 0");
   require(e, c.coordinator.rebalance_min_gain >= 0, "rebalance-min-gain", c.coordinator.rebalance_min_gain,
@@ -270,7 +280,7 @@ std::string validate(const app_config& c) {
   if (!e.empty())
     return e;
   // Role-specific required values.
-  const bool needs_coordinator = c.which == role::server || c.which == role::trainer;
+  const bool needs_coordinator = c.which == role::server || c.which == role::trainer || c.which == role::status;
   if (needs_coordinator && !split_host_port(c.server.coordinator))
     return "--coordinator '" + c.server.coordinator + "': " + to_string(c.which) + " needs HOST:PORT of the coordinator";
   if (c.which == role::server && c.server.stage >= c.stages)
@@ -404,7 +414,8 @@ parse_result parse_config(int argc, const char* const* argv) {
                                                        {"server", role::server},
                                                        {"trainer", role::trainer},
                                                        {"local", role::local},
-                                                       {"cluster", role::cluster}};
+                                                       {"cluster", role::cluster},
+                                                       {"status", role::status}};
   for (const auto& [name, r] : roles)
     if (role_name == name)
       c.which = r;

@@ -11,7 +11,7 @@
 
 namespace swarm {
 
-enum class role { coordinator, server, trainer, local, cluster };
+enum class role { coordinator, server, trainer, local, cluster, status };
 
 [[nodiscard]] const char* to_string(role r);
 
@@ -55,6 +55,8 @@ struct net_config {
 struct coordinator_config {
   int port = 0;           ///< TCP port to publish on; 0 = any free port
   std::string port_file;  ///< write the bound port here once listening (for scripts)
+  int http_port = 0;      ///< status page, /api/status and /metrics; 0 = none
+  std::string http_host = "127.0.0.1";  ///< address the HTTP port binds to
   double averaging_timeout_s = 30.0;  ///< late members of a round are found after this, excluded at 1.5x; rounds end by 3x
   std::string rebalance = "on";       ///< on: move servers between stages; off: servers stay where they started
   /// Seconds between load moves (one server at most each). The paper's 300 s suits

@@ -53,6 +53,8 @@ using waiting_atom = caf::atom_constant<caf::atom("waiting")>;
 using move_atom = caf::atom_constant<caf::atom("move")>;
 using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using place_atom = caf::atom_constant<caf::atom("place")>;
+using report_atom = caf::atom_constant<caf::atom("report")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
 /// (bulk, key, bytes): a payload's bytes from the bulk connection (messages/bulk.hpp);
 /// (bulk, key): the receiver's own timer, its claim on those bytes is late.
 using bulk_atom = caf::atom_constant<caf::atom("bulk")>;
@@ -111,13 +113,18 @@ using stage_actor = caf::typed_actor<
 /// (membership_atom, membership_update) messages to the sender for every server
 /// of that stage, present and future; averager -> the averaging coordinator;
 /// leave: leave_notice from a server moving to another stage; place:
-/// placement_request -> placement (answered by the rebalancer).
+/// placement_request -> placement (answered by the rebalancer); report:
+/// trainer_report (for the status page); status: "json" | "text" |
+/// "prometheus" -> the status board rendered so (swarm --role status).
 using coordinator_actor = caf::typed_actor<
     caf::replies_to<register_atom, std::string, stage_actor>::with<std::string>,
     caf::replies_to<averager_atom>::with<averager_actor>,
     caf::replies_to<subscribe_atom, std::string>::with<std::string>,
     caf::replies_to<peers_atom, std::string>::with<std::string>,
     caf::reacts_to<leave_atom, std::string>,
-    caf::replies_to<place_atom, std::string>::with<std::string>>;
+    caf::replies_to<place_atom, std::string>::with<std::string>,
+    caf::reacts_to<report_atom, std::string>,
+    caf::replies_to<status_atom, std::string>::with<std::string>,
+    caf::reacts_to<tick_atom>>;
 
 } // namespace swarm

@@ -17,6 +17,7 @@ packages=(
   fortunes                         # default training corpus (/usr/share/games/fortunes)
   python3                          # benchmark and metrics scripts
   python3-matplotlib               # scripts/plot_metrics.py
+  python3-prometheus-client        # the status test parses /metrics with the reference parser
   libcpp-httplib-dev               # the coordinator's status page, /api/status and /metrics
   chromium                         # headless browser of the status page test
   iproute2                         # ip/tc for scripts/regions.sh (namespaces, HTB shaping)

@@ -74,7 +74,17 @@ struct three_two {
       swarm.server(0);
     stage1 = {swarm.server(1), swarm.server(1)};
     trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
-    std::this_thread::sleep_for(std::chrono::seconds(5));
+    // Both stages trained a little (a stage lost at step 0 loses nothing: it is not reported).
+    REQUIRE(wait_for_metrics(
+        swarm.metrics,
+        [](const auto& lines) {
+          std::set<int> trained;
+          for (const auto& l : lines)
+            if (is_event(l, "round_end") && number(l, "applied") > 0 && number(l, "step") >= 3)
+              trained.insert(static_cast<int>(number(l, "stage")));
+          return trained.size() == 2;
+        },
+        60));
   }
 };
 

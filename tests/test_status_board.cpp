@@ -1,0 +1,118 @@
+// The status board (actors/status_board.*) and the run summary
+// (actors/run_summary.*) from synthetic events: what the page, /metrics,
+// `--role status` and the cluster's last lines say.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "actors/metrics.hpp"
+#include "actors/run_summary.hpp"
+#include "actors/status_board.hpp"
+
+using namespace swarm;
+
+namespace {
+
+/// A board fed the way the coordinator feeds it: through a metrics sink's observer.
+struct fed_board {
+  std::shared_ptr<status_board> board = std::make_shared<status_board>(1000.0);
+  metrics_sink sink;
+  fed_board() {
+    sink.observe([b = board](double t, const char* e, std::initializer_list<metrics_sink::field> f) {
+      b->on_event(t, e, f);
+    });
+  }
+};
+
+} // namespace
+
+TEST_CASE("the status board shows servers, trainers, rounds and events", "[status]") {
+  fed_board f;
+  auto& b = *f.board;
+  b.on_event(1001, "server_join", {{"stage", int64_t{0}}, {"server", std::string{"s-1"}}, {"host", std::string{"127.0.0.1"}},
+                                   {"port", int64_t{4000}}});
+  b.on_event(1001, "server_join", {{"stage", int64_t{1}}, {"server", std::string{"s-2\"x"}},
+                                   {"host", std::string{"127.0.0.1"}}, {"port", int64_t{4001}}});
+  b.on_event(1002, "server_progress", {{"stage", int64_t{0}}, {"server", std::string{"s-1"}}, {"step", int64_t{3}},
+                                       {"hash", int64_t{0x1234abcd5678}}, {"committed_samples", int64_t{100}}});
+  b.on_event(1008, "server_progress", {{"stage", int64_t{0}}, {"server", std::string{"s-1"}}, {"step", int64_t{4}},
+                                       {"hash", int64_t{0x1234abcd5678}}, {"committed_samples", int64_t{160}}});
+  b.on_event(1008, "round_end", {{"stage", int64_t{0}}, {"step", int64_t{4}}, {"applied", int64_t{2}}, {"seconds", 0.5}});
+  b.on_event(1009, "round_end", {{"stage", int64_t{1}}, {"step", int64_t{0}}, {"applied", int64_t{0}}, {"seconds", 45.0}});
+  f.sink.note("trainer_report", {{"trainer", std::string{"t9"}}, {"step", int64_t{7}}, {"max_steps", int64_t{10}},
+                                 {"loss", 3.5}, {"tokens_per_s", 900.0}, {"samples", int64_t{56}},
+                                 {"tokens", int64_t{3584}}, {"reroutes", int64_t{2}}, {"bans", int64_t{1}}});
+  b.on_event(1010, "server_down", {{"stage", int64_t{1}}, {"server", std::string{"s-2\"x"}},
+                                   {"reason", std::string{"exit_reason(remote_link_unreachable)"}}});
+
+  const auto json = b.json(1012);
+  CHECK_THAT(json, Catch::Contains("\"id\": \"s-1\", \"host\": \"127.0.0.1\", \"port\": 4000, \"state\": \"serving\", "
+                                   "\"step\": 4, \"samples_per_s\": 10.00, \"hash\": \"00001234\""));
+  CHECK_THAT(json, Catch::Contains("\"id\": \"s-2\\\"x\""));  // escaped
+  CHECK_THAT(json, Catch::Contains("\"state\": \"down\""));
+  CHECK_THAT(json, Catch::Contains("\"rounds\": {\"applied\": 1, \"failed\": 0"));
+  CHECK_THAT(json, Catch::Contains("\"rounds\": {\"applied\": 0, \"failed\": 1"));
+  CHECK_THAT(json, Catch::Contains("\"id\": \"t9\", \"step\": 7, \"max_steps\": 10, \"loss\": 3.50000"));
+  CHECK_THAT(json, Catch::Contains("\"uptime_s\": 12.0"));
+  CHECK_THAT(json, Catch::Contains("a round failed after 45.0 s"));
+
+  const auto prom = b.prometheus(1012);
+  CHECK_THAT(prom, Catch::Contains("# TYPE swarm_rounds_total counter\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_rounds_total{stage=\"0\",outcome=\"applied\"} 1\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_stage_servers{stage=\"1\"} 0\n"));  // its one server went down
+  CHECK_THAT(prom, Catch::Contains("swarm_trainer_tokens_total{trainer=\"t9\"} 3584\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_trainer_bans_total{trainer=\"t9\"} 1\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_round_seconds_sum{stage=\"1\"} 45\n"));
+
+  const auto text = b.text(1012);
+  CHECK_THAT(text, Catch::Contains("trainer t9"));
+  CHECK_THAT(text, Catch::Contains("step 7/10"));
+  CHECK_THAT(text, Catch::Contains("s-2\"x"));
+
+  CHECK_THAT(b.summary_line(), Catch::Contains("1 rounds failed in all"));
+  CHECK_THAT(b.summary_line(), Catch::Contains("since the last line: 0 rounds, 0 joins, 0 downs"));
+}
+
+TEST_CASE("the status board keeps a bounded history and event list", "[status]") {
+  status_board b(0);
+  for (int i = 0; i < 5000; ++i) {
+    b.on_event(i, "trainer_report", {{"trainer", std::string{"t"}}, {"step", int64_t{i}}, {"loss", 1.0}});
+    b.on_event(i, "server_down", {{"stage", int64_t{0}}, {"server", std::string{"s"}}});
+  }
+  const auto json = b.json(5000);
+  const auto history = json.substr(json.find("\"history\""));
+  const size_t points = static_cast<size_t>(std::count(history.begin(), history.end(), '[')) - 2;  // less the list and events
+  CHECK(points <= status_board::max_history);
+  CHECK(points >= status_board::max_history / 2);
+  CHECK_THAT(history, Catch::Contains("[0.000, 0, "));      // the start stays, coarser
+  CHECK_THAT(history, Catch::Contains("[4999.000, 4999, "));  // and the latest
+  CHECK(static_cast<size_t>(std::count(json.begin(), json.end(), '{')) < status_board::max_events + 10);
+}
+
+TEST_CASE("the run summary reads a run's metrics file", "[status]") {
+  const std::string path = "/tmp/swarm-test-summary.jsonl";
+  {
+    std::ofstream out(path);
+    out << "{\"t\": 10.0, \"role\": \"trainer\", \"event\": \"step\", \"trainer\": \"t1\", \"step\": 99, \"loss\": 9.0}\n"  // an earlier run
+        << "{\"t\": 100.0, \"role\": \"cluster\", \"event\": \"cluster_start\"}\n"
+        << "{\"t\": 101.0, \"role\": \"trainer\", \"event\": \"step\", \"trainer\": \"t1\", \"step\": 1, \"loss\": 5.5, "
+           "\"samples\": 8, \"tokens\": 512, \"dropped\": 0, \"retries\": 0}\n"
+        << "{\"t\": 102.0, \"role\": \"coordinator\", \"event\": \"round_end\", \"stage\": 0, \"applied\": 2}\n"
+        << "{\"t\": 103.0, \"role\": \"coordinator\", \"event\": \"round_end\", \"stage\": 0, \"applied\": 0}\n"
+        << "{\"t\": 104.0, \"role\": \"trainer\", \"event\": \"reroute\", \"stage\": 1}\n"
+        << "{\"t\": 105.0, \"role\": \"server\", \"event\": \"rebalance\", \"from\": 0, \"to\": 1}\n"
+        << "{\"t\": 105.5, \"role\": \"server\", \"event\": \"rebalance\", \"from\": -1, \"to\": 1}\n"
+        << "not json at all\n"
+        << "{\"t\": 110.0, \"role\": \"trainer\", \"event\": \"step\", \"trainer\": \"t1\", \"step\": 2, \"loss\": 4.25, "
+           "\"samples\": 16, \"tokens\": 1024, \"dropped\": 1, \"retries\": 3}\n";
+  }
+  const auto s = run_summary(path, 100.0);
+  CHECK_THAT(s, Catch::Contains("time 10 s"));
+  CHECK_THAT(s, Catch::Contains("trainer t1: 2 steps, 16 samples, 102 tokens/s on average, loss 5.500 -> 4.250, "
+                                "1 dropped, 3 retries"));
+  CHECK_THAT(s, Catch::Contains("stage 0 1 applied (1 failed)"));
+  CHECK_THAT(s, Catch::Contains("reroutes 1, moves 1"));
+  CHECK_THAT(run_summary("/nonexistent/metrics.jsonl", 0), Catch::Contains("cannot read"));
+  std::remove(path.c_str());
+}
