@@ -8,6 +8,7 @@
 #include <iostream>
 #include <thread>
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <caf/all.hpp>
@@ -608,6 +609,12 @@ int run_server(const app_config& cfg) {
 }
 
 int run_trainer(const app_config& cfg) {
+  // Two malloc arenas, not glibc's 8 per core: a trainer's CAF workers and a
+  // bulk reader thread per server connection (a new one for every restarted
+  // server) each filled an arena of their own with free chunks it kept
+  // (chaos soak: thread arenas +2.8 MB in 5 min, the main one flat; the
+  // trainer +13% in 30 min).
+  ::mallopt(M_ARENA_MAX, 2);
   const std::string trainer_id = "t" + std::to_string(::getpid());
   setup_logging("trainer " + trainer_id, cfg.log_level);
   auto metrics = open_metrics(cfg.metrics, "trainer");

@@ -26,6 +26,7 @@ run swarm
 run swarm_churn --chaos kill --chaos-every "$every" --chaos-down "$down" --chaos-seed 7
 run static_churn --chaos kill --chaos-every "$every" --chaos-down "$down" --chaos-seed 7 --routing static
 python3 scripts/metrics_summary.py --until-exit "$out/swarm.jsonl" "$out/swarm_churn.jsonl" "$out/static_churn.jsonl"
+python3 scripts/plot_metrics.py "$out/swarm.jsonl" "$out/swarm_churn.jsonl" "$out/static_churn.jsonl" -o "$out/churn.png" | tail -1
 for f in swarm_churn static_churn; do
   echo "$f: $(grep -c '"action": "kill"' "$out/$f.jsonl") kills, $(grep -c '"event": "reroute"' "$out/$f.jsonl") reroutes," \
        "$(grep -c '"event": "dropped"' "$out/$f.jsonl") dropped microbatches"

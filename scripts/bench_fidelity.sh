@@ -29,3 +29,4 @@ for s in $settings; do
   runs+=("$out/swarm-$c-$a.jsonl")
 done
 python3 scripts/fidelity_summary.py "$out/local.jsonl" "${runs[@]}"
+python3 scripts/plot_metrics.py "$out/local.jsonl" "${runs[@]}" -o "$out/fidelity.png" | tail -1

@@ -38,3 +38,4 @@ echo "best static assignment: $best"
 run best_static $best --rebalance off
 python3 scripts/metrics_summary.py --until-exit "$out/best_static.jsonl" "$out/rebalance.jsonl" "$out/off.jsonl"
 python3 scripts/rebalance_summary.py moves "$out/rebalance.jsonl" "$out/off.jsonl" "$out/best_static.jsonl"
+python3 scripts/plot_metrics.py "$out/rebalance.jsonl" "$out/off.jsonl" "$out/best_static.jsonl" -o "$out/rebalance.png" | tail -1

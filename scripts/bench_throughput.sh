@@ -14,3 +14,4 @@ echo "config $config, $steps steps each, $(nproc) cores; metrics in $out"
 ./build/swarm --role cluster --config "$config" --max-steps "$steps" --metrics "$out/cluster.jsonl" \
   --log-level warn ${CLUSTER_FLAGS:-} > /dev/null
 python3 scripts/metrics_summary.py "$out/local.jsonl" "$out/cluster.jsonl"
+python3 scripts/plot_metrics.py "$out/local.jsonl" "$out/cluster.jsonl" -o "$out/throughput.png" | tail -1
