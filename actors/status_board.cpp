@@ -131,7 +131,8 @@ void status_board::on_event(double t, const char* event, fields_t f) {
     tr.wire_bytes = get_int(f, "wire_bytes");
     tr.elapsed_s = get_double(f, "elapsed_s");
     tr.last_report = t;
-    if (tr.history.empty() || tr.history.back()[1] != static_cast<double>(tr.step)) {
+    // Reports before the first step carry no loss: not a point of the curves.
+    if (tr.step > 0 && (tr.history.empty() || tr.history.back()[1] != static_cast<double>(tr.step))) {
       if (tr.history.size() >= max_history) {  // keep the whole run, coarser
         std::vector<std::array<double, 4>> half;
         for (size_t i = 0; i < tr.history.size(); i += 2)
