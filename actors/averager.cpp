@@ -62,7 +62,7 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
 void exclude(self_ptr self, uint32_t stage, round_t& r, size_t rank, const char* why) {
   if (!r.excluded.insert(r.members[rank]).second)
     return;
-  get_logger("averager")->warn("stage {}: round {} excludes {} ({})", stage, r.id, r.ids[rank], why);
+  get_logger("averager")->warn("stage {}: round {} excludes {} ({})", stage, r.number, r.ids[rank], why);
   proto::round_exclude ex;
   ex.set_stage(stage);
   ex.set_round(r.id);
@@ -96,7 +96,7 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
     return p.step == agreed.step && p.hash == agreed.hash;
   });
   const double secs = std::chrono::duration<double>(averager_state::clock::now() - r.started).count();
-  get_logger("averager")->debug("stage {}: round {} done in {:.2f} s: {} of {} applied, step {}", stage, r.id, secs,
+  get_logger("averager")->debug("stage {}: round {} done in {:.2f} s: {} of {} applied, step {}", stage, r.number, secs,
                                applied, r.members.size(), agreed.step);
   st.metrics->emit("round_end", {{"stage", int64_t{stage}},
                                  {"round", static_cast<int64_t>(r.id)},
@@ -142,11 +142,13 @@ void maybe_start(self_ptr self, uint32_t stage) {
     return;
   round_t r;
   r.id = ++st.next_round;
+  r.number = ++sg.rounds_started;
   r.step = sg.position.step;
   r.started = averager_state::clock::now();
   proto::round_begin begin;
   begin.set_stage(stage);
   begin.set_round(r.id);
+  begin.set_number(r.number);
   begin.set_step(r.step);
   begin.set_timeout_s(st.cfg.timeout_s);
   begin.set_piece_elements(static_cast<uint64_t>(st.cfg.piece_elements));
@@ -159,7 +161,7 @@ void maybe_start(self_ptr self, uint32_t stage) {
     handles.push_back(of_stage[i]->handle);
     of_stage[i]->view.samples = 0;  // taken by the round; round_done reports what came since
   }
-  get_logger("averager")->debug("stage {}: round {} at step {} among {} servers, {} samples", stage, r.id, r.step,
+  get_logger("averager")->debug("stage {}: round {} at step {} among {} servers, {} samples", stage, r.number, r.step,
                                 r.members.size(), plan.samples);
   const auto bytes = encode(begin);
   for (const auto& h : handles)

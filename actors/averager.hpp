@@ -84,6 +84,7 @@ struct averager_state {
   };
   struct round {
     uint64_t id = 0;
+    uint64_t number = 0;                          ///< per stage, from 1: what logs show (ids are 15 digits)
     uint64_t step = 0;
     std::vector<caf::actor_addr> members;         ///< rank order
     std::vector<std::string> ids;                 ///< rank order
@@ -98,6 +99,7 @@ struct averager_state {
     policy::stage_position position;
     std::optional<round> running;
     int64_t owed = 0;  ///< samples earlier rounds took beyond the target; the next round starts this much earlier
+    uint64_t rounds_started = 0;
   };
 
   averager_settings cfg;

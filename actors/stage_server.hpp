@@ -98,6 +98,7 @@ struct stage_server_counters {
 /// This server's part in the averaging round now running or last run.
 struct server_round {
   uint64_t id = 0;
+  uint64_t number = 0;                    ///< the round's number within its stage (round_begin.number), for logs
   uint64_t step = 0;                      ///< the step the round starts from
   std::vector<stage_actor> members;       ///< rank order
   std::vector<std::string> ids;           ///< rank order

@@ -87,7 +87,7 @@ void finish(server_ptr self, const char* why) {
   if (applied) {
     if (auto err = st.worker->apply_gradient(r.exchange->result())) {
       // Every member got the same vector, so every member refuses it alike.
-      get_logger("stage_server")->error("stage {}: round {}: averaged gradient refused: {}", stage_of(self), r.id,
+      get_logger("stage_server")->error("stage {}: round {}: averaged gradient refused: {}", stage_of(self), r.number,
                                         describe(err));
       applied = false;
       why = "averaged gradient refused";
@@ -103,7 +103,7 @@ void finish(server_ptr self, const char* why) {
     ++st.counters->rounds_failed;
     st.counters->dropped_samples += r.samples;
     get_logger("stage_server")->warn("stage {}: gave up round {} after {:.2f} s: {}; {} samples of gradient dropped",
-                                     stage_of(self), r.id, secs, why, r.samples);
+                                     stage_of(self), r.number, secs, why, r.samples);
   }
   const int n = r.exchange->members();
   st.metrics->emit("averaging_round",
@@ -171,7 +171,7 @@ void feed(server_ptr self, const caf::actor_addr& from, const std::string& bytes
       why = describe(values.error());
   }
   if (!msg || !why.empty()) {
-    get_logger("stage_server")->warn("stage {}: round {}: ignored a piece: {}", stage_of(self), r.id,
+    get_logger("stage_server")->warn("stage {}: round {}: ignored a piece: {}", stage_of(self), r.number,
                                      msg ? why : describe(msg.error()));
     return;
   }
@@ -187,7 +187,7 @@ void feed(server_ptr self, const caf::actor_addr& from, const std::string& bytes
   r.bytes_received += static_cast<int64_t>(msg->values().size());
   auto out = r.exchange->receive(p, &why);
   if (!why.empty())
-    get_logger("stage_server")->warn("stage {}: round {}: refused a piece from {}: {}", stage_of(self), r.id,
+    get_logger("stage_server")->warn("stage {}: round {}: refused a piece from {}: {}", stage_of(self), r.number,
                                      r.ids[static_cast<size_t>(p.from)], why);
   send_pieces(self, std::move(out));
 }
@@ -197,7 +197,7 @@ void maybe_hang(server_ptr self) {
   auto& st = self->state;
   if (st.cfg.fault != stage_server_config::fault_kind::hang_round || ++st.rounds_seen != st.cfg.fault_after)
     return;
-  get_logger("stage_server")->warn("fault hook: hanging in round {} until killed", st.round->id);
+  get_logger("stage_server")->warn("fault hook: hanging in round {} until killed", st.round->number);
   st.metrics->emit("fault", {{"server", st.cfg.server_id},
                              {"stage", stage_of(self)},
                              {"op", std::string{"round"}},
@@ -290,6 +290,7 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
     finish(self, "a newer round began");
   server_round r;
   r.id = begin->round();
+  r.number = begin->number();
   r.step = begin->step();
   r.started = clock_type::now();
   for (int i = 0; i < begin->members_size(); ++i) {
@@ -379,8 +380,8 @@ void on_piece(server_ptr self, const std::string& bytes) {
         if (values && values->size() != 1)
           values = make_error(errc::BAD_REQUEST, "a piece's frame has " + std::to_string(values->size()) + " parts, not 1");
         if (!values) {
-          get_logger("stage_server")->warn("stage {}: round {}: a piece's values never came: {}", stage_of(self),
-                                           head.round(), describe(values.error()));
+          get_logger("stage_server")->warn("stage {}: a piece's values of round id {} never came: {}",
+                                           stage_of(self), head.round(), describe(values.error()));
           return;
         }
         head.set_values(std::move(values->front()));
@@ -446,7 +447,7 @@ void on_deadline(server_ptr self, uint64_t round, int32_t phase) {
     names += (names.empty() ? "" : ", ") + st.round->ids[static_cast<size_t>(r)];
   }
   get_logger("stage_server")->warn("stage {}: round {} not done after its timeout; waiting for {}", stage_of(self),
-                                   round, names);
+                                   st.round->number, names);
   self->send(st.averaging, waiting_atom::value, encode(w));
 }
 

@@ -140,3 +140,6 @@ for r in $runs; do
   esac
 done
 python3 scripts/soak_summary.py "$out" | tee "$out/summary.txt"
+plots=()
+for r in faultfree chaos; do [ -f "$out/$r.jsonl" ] && plots+=("$out/$r.jsonl"); done
+python3 scripts/plot_metrics.py "${plots[@]}" -o "$out/soak.png" | tail -1
