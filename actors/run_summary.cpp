@@ -85,7 +85,7 @@ std::string run_summary(const std::string& metrics_path, double since) {
     } else if (event == "rebalance") {
       moves += num(line, "from") >= 0;
     } else if (event == "server_down") {
-      ++downs;
+      downs += raw_field(line, "reason").find("user_shutdown") == std::string::npos;  // not the run's own end
     } else if (event == "chaos") {
       ++chaos;
     } else if (event == "reload") {

@@ -675,11 +675,7 @@ int run_trainer(const app_config& cfg) {
 }
 
 int run_status(const app_config& cfg) {
-  setup_logging("status", cfg.log_level);
-  if (cfg.trainer.coordinator.empty()) {
-    std::cerr << "swarm: --role status needs --coordinator HOST:PORT\n";
-    return 2;
-  }
+  setup_logging("status", cfg.log_level);  // --coordinator was checked with the config
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
