@@ -179,8 +179,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
       },
       [self](status_atom, const std::string& format) -> std::string {
         const auto& board = self->state.cfg.board;
-        const double now =
-            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        const double now = unix_seconds();
         if (!board)
           return "";
         return format == "text" ? board->text(now) : format == "prometheus" ? board->prometheus(now) : board->json(now);

@@ -79,7 +79,7 @@ std::string metrics_sink::format(double t, const std::string& role, const char* 
   return line;
 }
 
-static double unix_seconds() {
+double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 

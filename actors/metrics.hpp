@@ -47,6 +47,9 @@ private:
   observer observer_;
 };
 
+/// Now in unix seconds: the clock of every event's "t".
+[[nodiscard]] double unix_seconds();
+
 /// `s` as a JSON string literal, quotes included, appended to `out`.
 void append_json_string(std::string& out, const std::string& s);
 /// A metrics value as JSON (a non-finite double as null).

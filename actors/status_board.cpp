@@ -87,6 +87,11 @@ status_board::status_board(double started) : started_(started) {}
 
 status_board::stage& status_board::stage_at(int64_t s) { return stages_[s]; }
 
+int64_t status_board::live_servers(int64_t stage) const {
+  return std::count_if(servers_.begin(), servers_.end(),
+                       [&](const auto& kv) { return kv.second.stage == stage && kv.second.state != "down"; });
+}
+
 void status_board::note(double t, std::string name, std::string text) {
   events_.push_back({t, std::move(name), std::move(text)});
   while (events_.size() > max_events)
@@ -273,12 +278,8 @@ std::string status_board::prometheus(double now) const {
   family("swarm_uptime_seconds", "gauge", "Seconds since the coordinator started.");
   sample("swarm_uptime_seconds", "", now - started_);
   family("swarm_stage_servers", "gauge", "Live servers of a stage.");
-  for (const auto& [index, st] : stages_) {
-    int64_t live = 0;
-    for (const auto& [id, s] : servers_)
-      live += s.stage == index && s.state != "down";
-    sample("swarm_stage_servers", "stage=\"" + std::to_string(index) + "\"", static_cast<double>(live));
-  }
+  for (const auto& [index, st] : stages_)
+    sample("swarm_stage_servers", "stage=\"" + std::to_string(index) + "\"", static_cast<double>(live_servers(index)));
   family("swarm_stage_step", "gauge", "Optimizer step the servers of a stage agreed on.");
   for (const auto& [index, st] : stages_)
     sample("swarm_stage_step", "stage=\"" + std::to_string(index) + "\"", static_cast<double>(st.step));
@@ -342,10 +343,7 @@ std::string status_board::summary_line() {
   std::string o;
   int64_t rounds = 0, failed = 0;
   for (const auto& [index, st] : stages_) {
-    int64_t live = 0;
-    for (const auto& [id, s] : servers_)
-      live += s.stage == index && s.state != "down";
-    o += (o.empty() ? "stage " : " | stage ") + std::to_string(index) + ": " + std::to_string(live) +
+    o += (o.empty() ? "stage " : " | stage ") + std::to_string(index) + ": " + std::to_string(live_servers(index)) +
          " servers, step " + std::to_string(st.step);
     rounds += st.applied + st.failed;
     failed += st.failed;

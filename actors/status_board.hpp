@@ -68,6 +68,7 @@ private:
   };
 
   stage& stage_at(int64_t s);
+  [[nodiscard]] int64_t live_servers(int64_t stage) const;
   void note(double t, std::string name, std::string text);
 
   double started_;

@@ -228,8 +228,7 @@ int run_cluster(const app_config& given) {
     if (const char* run_dir = ::mkdtemp(run_template))
       cfg.metrics = std::string{run_dir} + "/metrics.jsonl";
   }
-  const double run_started =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double run_started = unix_seconds();
   auto metrics = open_metrics(cfg.metrics, "cluster");
   const auto exe = self_exe();
   want_huge_pages();  // for the children: large transfer buffers in huge pages

@@ -9,14 +9,6 @@
 
 namespace swarm {
 
-namespace {
-
-double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-} // namespace
-
 struct http_status::impl {
   httplib::Server server;
   std::thread thread;

@@ -355,10 +355,6 @@ bool resume_trainer(const app_config& cfg, trainer_settings& tcfg) {
 
 namespace {
 
-double unix_time() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 /// What a trainer's status report says, gathered from its own events: the
 /// latest step event and counts of its load balancers' reroutes and bans.
 struct trainer_tally {
@@ -444,7 +440,7 @@ int run_coordinator(const app_config& cfg) {
   rb.policy.min_gain = cfg.coordinator.rebalance_min_gain;
   rb.policy.min_replicas = cfg.coordinator.min_replicas;
   start_stop_watchdog("coordinator");
-  settings.board = std::make_shared<status_board>(unix_time());
+  settings.board = std::make_shared<status_board>(unix_seconds());
   metrics->observe([board = settings.board](double t, const char* event,
                                             std::initializer_list<metrics_sink::field> fields) {
     board->on_event(t, event, fields);
