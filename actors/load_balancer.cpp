@@ -81,9 +81,10 @@ std::optional<std::string> choose(self_ptr self, const request& req) {
   const bool keep_preferred = !req.preferred.empty() && st.servers.count(req.preferred) > 0 &&
                               st.leaving.count(req.preferred) == 0 && !st.router.banned(req.preferred, now) &&
                               std::find(req.tried.begin(), req.tried.end(), req.preferred) == req.tried.end();
+  if (keep_preferred)
+    return st.router.choose_only(req.preferred, static_cast<double>(req.samples), !req.forward, now);
   for (const auto& [id, handle] : st.servers)
-    if ((keep_preferred && id != req.preferred) ||
-        (!keep_preferred && std::find(req.tried.begin(), req.tried.end(), id) != req.tried.end()))
+    if (std::find(req.tried.begin(), req.tried.end(), id) != req.tried.end())
       exclude.push_back(id);
   auto pick = st.router.choose(static_cast<double>(req.samples), !req.forward, now, st.rng, exclude);
   if (!pick && !exclude.empty())  // every eligible server already failed this request: try one again

@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
         return swarm::run_cluster(cfg);
       case swarm::role::status:
         return swarm::run_status(cfg);
+      case swarm::role::calibrate:
+        return swarm::run_calibrate(cfg);
       case swarm::role::local: {
         swarm::setup_logging("local", cfg.log_level);
         auto metrics = swarm::open_metrics(cfg.metrics, "local");

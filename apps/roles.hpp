@@ -18,6 +18,8 @@ int run_trainer(const app_config& cfg);
 int run_cluster(const app_config& cfg);
 /// Prints a running swarm's overview (asked of --coordinator) and exits.
 int run_status(const app_config& cfg);
+/// Measures this machine's stage request costs for swarm-sim (apps/calibrate.cpp, a torch TU).
+int run_calibrate(const app_config& cfg);
 
 /// Sets torch's intra-op thread count (0 = all cores); lives in a torch TU.
 void set_torch_threads(int threads);

@@ -16,6 +16,7 @@ const char* to_string(role r) {
     case role::server: return "server";
     case role::trainer: return "trainer";
     case role::local: return "local";
+    case role::calibrate: return "calibrate";
     case role::cluster: return "cluster";
     case role::status: return "status";
   }
@@ -57,9 +58,11 @@ void add_options(CLI::App& app, app_config& c, std::string& role_name, std::stri
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
   app.add_option("--role", role_name,
                  "what this process is: coordinator | server | trainer | local | cluster | status (print a running "
-                 "swarm's overview: --coordinator HOST:PORT)")
+                 "swarm's overview: --coordinator HOST:PORT) | calibrate (measure this machine's stage costs for "
+                 "swarm-sim: --out FILE)")
       ->required()
-      ->check(CLI::IsMember({"coordinator", "server", "trainer", "local", "cluster", "status"}));
+      ->check(CLI::IsMember({"coordinator", "server", "trainer", "local", "cluster", "status", "calibrate"}));
+  app.add_option("--out", c.out, "calibrate: file to write the calibration to (- = standard output)");
   app.add_option("--stages", c.stages, "pipeline stages the model is cut into (1..n-layers)");
   app.add_option("--threads", c.threads, "torch intra-op threads per process; 0 = all cores (cluster: cores / servers)");
   app.add_option("--device", c.device, "server, local: torch device: cpu | cuda | cuda:N (needs a CUDA build of libtorch)");
@@ -415,7 +418,8 @@ parse_result parse_config(int argc, const char* const* argv) {
                                                        {"trainer", role::trainer},
                                                        {"local", role::local},
                                                        {"cluster", role::cluster},
-                                                       {"status", role::status}};
+                                                       {"status", role::status},
+                                                       {"calibrate", role::calibrate}};
   for (const auto& [name, r] : roles)
     if (role_name == name)
       c.which = r;

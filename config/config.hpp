@@ -11,7 +11,7 @@
 
 namespace swarm {
 
-enum class role { coordinator, server, trainer, local, cluster, status };
+enum class role { coordinator, server, trainer, local, cluster, status, calibrate };
 
 [[nodiscard]] const char* to_string(role r);
 
@@ -137,6 +137,7 @@ struct app_config {
   int threads = 0;           ///< torch intra-op threads; 0 = all cores (cluster: cores / servers)
   std::string device = "cpu";///< torch device of the stage: cpu, cuda, cuda:N (CUDA needs a CUDA build of libtorch)
   std::string metrics;       ///< JSON-lines metrics file to append to; empty = none
+  std::string out = "-";     ///< calibrate: where the calibration goes (- = standard output)
   std::string log_level = "info";  ///< trace, debug, info, warn, error
   model_config model;
   net_config net;

@@ -24,6 +24,7 @@ packages=(
   iptables                         # NFQUEUE rule inside the regions router namespace
   libnetfilter-queue-dev           # delay_shim (scripts/regions/delay_shim.c) links it
   iputils-ping                     # RTT check in regions.sh selftest
+  libsimgrid-dev                   # swarm-sim (optional target; SimGrid 3.32 via pkg-config)
 )
 
 missing=()

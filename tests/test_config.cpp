@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "config/config.hpp"
+#include "sim/scenario.hpp"
 
 using namespace swarm;
 
@@ -248,7 +249,7 @@ TEST_CASE("the README documents every flag and every metrics event", "[config][r
 
   // Every event some source file emits has a row in the README's metrics table.
   int events = 0;
-  for (const char* dir : {"/actors", "/apps", "/models"})
+  for (const char* dir : {"/actors", "/apps", "/models", "/sim"})
     for (const auto& entry : std::filesystem::directory_iterator(std::string{SWARM_SOURCE_DIR} + dir)) {
       if (!entry.is_regular_file())
         continue;
@@ -262,4 +263,23 @@ TEST_CASE("the README documents every flag and every metrics event", "[config][r
       }
     }
   CHECK(events >= 7);
+}
+
+TEST_CASE("the README documents every swarm-sim flag", "[config][readme][sim]") {
+  std::ifstream in(SWARM_SOURCE_DIR "/README.md");
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args{"swarm-sim", "--help"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  const auto help = swarm::sim::parse_scenario(static_cast<int>(argv.size()), argv.data()).message;
+  int flags = 0;
+  for (size_t pos = help.find("--"); pos != std::string::npos; pos = help.find("--", pos + 2)) {
+    const auto end = help.find_first_not_of("abcdefghijklmnopqrstuvwxyz-", pos + 2);
+    const auto flag = help.substr(pos, end - pos);
+    if (flag.size() <= 2) continue;
+    INFO(flag);
+    CHECK(readme.find(flag) != std::string::npos);
+    ++flags;
+  }
+  CHECK(flags > 40);
 }

@@ -393,3 +393,21 @@ TEST_CASE("router: a server added while all others are banned does not fall behi
   CHECK(std::abs(counts.at("b") - 10) <= 1);
   CHECK(std::abs(counts.at("c") - 10) <= 1);
 }
+
+TEST_CASE("router: choose_only charges like choose with every other server excluded", "[routing]") {
+  // Two identical routers; one picks "b" through choose() with the rest
+  // excluded, the other through choose_only(): the next 200 choices of both
+  // must agree (same virtual times), including a returning (unbanned) "b".
+  auto a = make_router({{"a", 10}, {"b", 20}, {"c", 40}});
+  auto b = make_router({{"a", 10}, {"b", 20}, {"c", 40}});
+  REQUIRE(a.ban("b", 0) == b.ban("b", 0));
+  const double later = 100;  // the ban is over
+  std::mt19937_64 ra(5), rb(5);
+  REQUIRE(a.choose(8, true, later, ra, {"a", "c"}) == std::optional<std::string>("b"));
+  REQUIRE(b.choose_only("b", 8, true, later) == std::optional<std::string>("b"));
+  for (int i = 0; i < 200; ++i) REQUIRE(a.choose(8, i % 2 == 0, later, ra) == b.choose(8, i % 2 == 0, later, rb));
+  // Unknown and banned servers are never chosen.
+  REQUIRE_FALSE(b.choose_only("zz", 8, false, later));
+  b.ban("c", later);
+  REQUIRE_FALSE(b.choose_only("c", 8, false, later));
+}

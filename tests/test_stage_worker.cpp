@@ -8,6 +8,7 @@
 #include "messages/errors.hpp"
 #include "messages/wire.hpp"
 #include "models/gpt.hpp"
+#include "models/cost_model.hpp"
 #include "models/stage_worker.hpp"
 #include "messages/tensor_codec.hpp"
 #include "actors/stage_calls.hpp"
@@ -574,4 +575,18 @@ TEST_CASE("import_state refuses garbage and other stages' states untouched", "[w
   REQUIRE(w.steps() == 1);
   const bool same_state = w.export_state() == good;  // optimizer state untouched too
   REQUIRE(same_state);
+}
+
+TEST_CASE("cost model: parameter counts equal the real stages'", "[model][sim]") {
+  // swarm-sim sizes state copies and all-reduces from models/cost_model's
+  // formula; it must count what models/gpt.cpp builds.
+  for (int stages : {1, 2, 3}) {
+    model_config m;
+    m.d_model = 64;
+    m.n_layers = 3;
+    m.seq_len = 32;
+    const model_shape shape{m.d_model, m.seq_len, m.vocab, static_cast<int>(m.n_layers), stages, m.microbatch, "none"};
+    for (int k = 0; k < stages; ++k)
+      CHECK(stage_worker(m, k, stages, "cpu").parameter_count() == stage_parameters(shape, k));
+  }
 }

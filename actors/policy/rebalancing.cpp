@@ -99,21 +99,27 @@ std::optional<move_plan> best_move(const swarm_model& m, const std::vector<serve
   std::optional<move_plan> best;
   score best_score;
   const auto order = tie_order(servers);
+  // One scratch copy changed and restored per candidate: swarm-sim asks this of
+  // thousands of servers, where a fresh copy per candidate cost most of the time.
+  auto count = m.count;
+  auto cap = m.cap;
   for (int t = 0; t < static_cast<int>(m.cost.size()); ++t)
     for (size_t i : order) {
-      const auto from = servers[i].stage;
-      if (from == t || m.count[static_cast<size_t>(from)] < 2)
+      const auto from = static_cast<size_t>(servers[i].stage);
+      const auto to = static_cast<size_t>(t);
+      if (from == to || m.count[from] < 2)
         continue;  // never empty a stage
-      auto count = m.count;
-      auto cap = m.cap;
-      --count[static_cast<size_t>(from)];
-      ++count[static_cast<size_t>(t)];
-      cap[static_cast<size_t>(from)] -= m.speed[i] / m.cost[static_cast<size_t>(from)];
-      cap[static_cast<size_t>(t)] += m.speed[i] / m.cost[static_cast<size_t>(t)];
+      --count[from];
+      ++count[to];
+      cap[from] -= m.speed[i] / m.cost[from];
+      cap[to] += m.speed[i] / m.cost[to];
       const auto after = score_of(count, cap, min_replicas);
+      count[from] = m.count[from], count[to] = m.count[to];
+      cap[from] = m.cap[from], cap[to] = m.cap[to];
       if (!allowed(i, t, after) || (best && !better(after, best_score)))
         continue;
-      best = move_plan{servers[i].id, from, t, reason, before.bottleneck, after.bottleneck, gain_of(before, after)};
+      best = move_plan{servers[i].id, servers[i].stage, t, reason, before.bottleneck, after.bottleneck,
+                       gain_of(before, after)};
       best_score = after;
     }
   return best;
@@ -136,10 +142,15 @@ std::optional<move_plan> plan_move(const std::vector<double>& cost, const std::v
       return best_move(m, servers, move_reason::empty, cfg.min_replicas,
                        [t](size_t, int to, const score&) { return to == t; });
   // Redundancy: from stages with spare servers to those below min_replicas.
-  auto fix = best_move(m, servers, move_reason::redundancy, cfg.min_replicas, [&](size_t i, int to, const score&) {
-    return m.count[static_cast<size_t>(to)] < cfg.min_replicas &&
-           m.count[static_cast<size_t>(servers[i].stage)] > cfg.min_replicas && settled(i);
-  });
+  const bool thin = std::any_of(m.count.begin(), m.count.end(), [&](int c) { return c < cfg.min_replicas; });
+  if (!thin && !periodic)
+    return std::nullopt;  // nothing to fix and no load move due: skip the search
+  std::optional<move_plan> fix;
+  if (thin)
+    fix = best_move(m, servers, move_reason::redundancy, cfg.min_replicas, [&](size_t i, int to, const score&) {
+      return m.count[static_cast<size_t>(to)] < cfg.min_replicas &&
+             m.count[static_cast<size_t>(servers[i].stage)] > cfg.min_replicas && settled(i);
+    });
   if (fix || !periodic)
     return fix;
   // Load: the best move, if it is worth it.

@@ -149,6 +149,19 @@ std::optional<std::string> stage_router::choose(double task_size, bool backward,
   return pick->id;
 }
 
+std::optional<std::string> stage_router::choose_only(const std::string& id, double task_size, bool backward,
+                                                     double now) {
+  // choose() with all others excluded: no other peer is lifted, `id` is the
+  // only candidate; a returning `id` is not lifted either (its floor would be
+  // taken over no steady peer).
+  peer* p = find(id);
+  if (p == nullptr || is_banned(*p, now))
+    return std::nullopt;
+  p->vtime += std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0) / speed(*p);
+  p->returning = false;
+  return p->id;
+}
+
 void stage_router::on_success(const std::string& id, double samples, double seconds) {
   if (peer* p = find(id)) {
     p->rate.update(samples, seconds);

@@ -87,6 +87,13 @@ public:
   [[nodiscard]] std::optional<std::string> choose(double task_size, bool backward, double now, std::mt19937_64& rng,
                                                   const std::vector<std::string>& exclude = {});
 
+  /// The same as choose() with every server but `id` excluded, in O(1) rather
+  /// than a scan per excluded server: `id` when it is known and not banned at
+  /// `now` (charged like any choice), else nullopt. A backward goes back to its
+  /// forward's server this way (load balancer, swarm-sim's thousands of servers).
+  [[nodiscard]] std::optional<std::string> choose_only(const std::string& id, double task_size, bool backward,
+                                                       double now);
+
   /// A request to `id` finished: `samples` took `seconds` end to end. Feeds the
   /// EMA and ends the run of consecutive bans (the peer works again).
   void on_success(const std::string& id, double samples, double seconds);

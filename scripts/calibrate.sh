@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The calibration swarm-sim reads (config/calibration), measured on this machine:
+#   1. `swarm --role calibrate`: each stage's forward and backward request, the
+#      wire codec, the optimizer step and a state export/import, one torch thread;
+#   2. two real `swarm --role cluster` runs, 1 and 3 servers per stage (the
+#      scenarios of scripts/bench_sim_reality.sh use 2 and 3+1, so they stay
+#      predictions), SECONDS each: every process's CPU time from /proc over the
+#      steady part, against the microbatches completed, gives what the
+#      trainer and the coordinator spend per stage request, and (two runs, two
+#      unknowns) how much a server's CPU per request exceeds step 1's model and
+#      codec, and what a live server process burns per second whatever it serves.
+#   scripts/calibrate.sh [config] [out] [seconds]   (defaults: config/small config/calibration 40)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+config=${1:-config/small}
+out=${2:-config/calibration}
+seconds=${3:-40}
+bash scripts/build.sh swarm > /dev/null
+./build/swarm --role calibrate --config "$config" --out "$out"
+tmp=$(mktemp -d /tmp/swarm-calibrate-XXXXXX)
+trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+measure() {  # name servers-per-stage: a real cluster, /proc CPU of its processes in the steady part
+  local name=$1 servers=$2
+  ./build/swarm --role cluster --config "$config" --servers-per-stage "$servers" --max-steps 0 --http-port -1 \
+    --metrics "$tmp/$name.jsonl" --log-level error > /dev/null 2>&1 &
+  local cluster=$!
+  snapshot() {  # pid utime+stime(ticks) role time, for every process of this cluster
+    for p in $(pgrep -P "$cluster"); do
+      role=$(tr '\0' ' ' < "/proc/$p/cmdline" | grep -o -- '--role [a-z]*' | head -1 | cut -d' ' -f2)
+      echo "$p $(awk '{print $14 + $15}' "/proc/$p/stat") $role $(date +%s.%N)"
+    done
+  }
+  sleep 12                      # start-up and the first rounds are not steady
+  snapshot > "$tmp/$name.a"
+  sleep "$((seconds - 12))"
+  snapshot > "$tmp/$name.b"
+  sleep 3                       # a step after the window closes
+  kill -INT "$cluster"; wait "$cluster" || true
+}
+measure one 1
+measure three 3
+python3 - "$out" "$tmp" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+out, tmp, hz = sys.argv[1], sys.argv[2], float(sys.argv[3])
+cal = {}
+for line in open(out):
+    line = line.split("#")[0]
+    if "=" in line:
+        k, v = line.split("=", 1)
+        cal[k.strip()] = v.strip()
+stages = int(cal["stages"])
+fwd = [float(v) for v in cal["forward-s"].split(",")]
+bwd = [float(v) for v in cal["backward-s"].split(",")]
+values = int(cal["microbatch"]) * int(cal["seq-len"]) * int(cal["d-model"])
+codec = values * float(cal["codec-s-per-value"])
+# Codec passes per microbatch as models/cost_model.cpp counts them.
+passes = sum(((k > 0) + ((k > 0) if k == stages - 1 else 1)) + ((2 if k > 0 else 0) + 1 if k < stages - 1 else 0)
+             for k in range(stages))
+
+def run(name, per_stage):
+    """CPU seconds per role, microbatches and seconds of one cluster's measured window."""
+    def rows(part):
+        return {r.split()[0]: r.split() for r in open(f"{tmp}/{name}.{part}") if r.strip()}
+    a, b = rows("a"), rows("b")
+    t0 = min(float(r[3]) for r in a.values()); t1 = max(float(r[3]) for r in b.values())
+    cpu = {"server": 0.0, "trainer": 0.0, "coordinator": 0.0}
+    for pid, r in b.items():
+        if pid in a and r[2] in cpu:
+            cpu[r[2]] += (float(r[1]) - float(a[pid][1])) / hz
+    steps = [json.loads(l) for l in open(f"{tmp}/{name}.jsonl")]
+    steps = [e for e in steps if e.get("event") == "step"]
+    def samples_at(t):  # linear between the trainer's step events
+        before = [e for e in steps if e["t"] <= t]; after = [e for e in steps if e["t"] > t]
+        if not before or not after:
+            sys.exit("calibrate.sh: the cluster made no steps around the measured window")
+        x, y = before[-1], after[0]
+        return x["samples"] + (y["samples"] - x["samples"]) * (t - x["t"]) / (y["t"] - x["t"])
+    mb = (samples_at(t1) - samples_at(t0)) / int(cal["microbatch"])
+    return {"cpu": cpu, "mb": mb, "requests": mb * (2 * stages - 1), "seconds": t1 - t0,
+            "servers": per_stage * stages, "model": mb * (sum(fwd) + sum(bwd) + passes * codec)}
+
+r1, r3 = run("one", 1), run("three", 3)
+# Server CPU = scale x (model and codec) + idle x live servers x seconds: two runs, two unknowns.
+y1, y3 = r1["cpu"]["server"], r3["cpu"]["server"]
+a1, b1 = r1["model"], r1["servers"] * r1["seconds"]
+a3, b3 = r3["model"], r3["servers"] * r3["seconds"]
+det = a1 * b3 - a3 * b1
+scale = (y1 * b3 - y3 * b1) / det
+idle = (a1 * y3 - a3 * y1) / det
+if scale <= 0 or idle < 0:  # noise: put it all on requests
+    scale, idle = y1 / a1, 0.0
+reqs = r1["requests"] + r3["requests"]
+over = {
+    "cluster-scale": scale,
+    "server-idle-cores": idle,
+    "trainer-s-per-request": (r1["cpu"]["trainer"] + r3["cpu"]["trainer"]) / reqs,
+    "coordinator-s-per-request": (r1["cpu"]["coordinator"] + r3["cpu"]["coordinator"]) / reqs,
+}
+text = open(out).read().splitlines()
+text = [l for l in text if l.split("=")[0].strip() not in over]
+for name, r in (("1 server per stage", r1), ("3 servers per stage", r3)):
+    text.append(f"# measured on a running cluster, {name}: {r['mb']:.0f} microbatches in {r['seconds']:.1f} s, "
+                "CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu"].items()) + f" (model and codec {r['model']:.2f})")
+text += [f"{k} = {v:.6g}" for k, v in over.items()]
+open(out, "w").write("\n".join(text) + "\n")
+print(f"calibrate.sh: a request costs {over['cluster-scale']:.2f} x the model and codec in a cluster; trainer "
+      f"{1e3 * over['trainer-s-per-request']:.1f} ms, coordinator {1e3 * over['coordinator-s-per-request']:.1f} ms "
+      f"of CPU; a live server {over['server-idle-cores']:.3f} cores; wrote {out}")
+PY

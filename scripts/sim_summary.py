@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Tables of swarm-sim runs, alone or against real `swarm --role cluster` runs.
+
+  sim_summary.py reality DIR      DIR/real-NAME.jsonl against DIR/sim-NAME.jsonl
+                                  for every NAME: tokens/s of both, their ratio,
+                                  and the direction of each comparison
+  sim_summary.py runs A.jsonl ... one row per swarm-sim run (its sim_summary)
+
+Tokens/s of a run is measured the same way for real and simulated files: the
+tokens of `step` events after the first 20% of steps (warm-up, at least one),
+over the time from that step to the run's end (cluster_exit), so stalls count.
+"""
+import json
+import os
+import sys
+
+# Pairs (better, worse) that SWARM's design says should come out in this order.
+DIRECTIONS = [("swarm", "churn"), ("churn", "static_churn"), ("rebalance", "rebalance_off")]
+
+
+def events(path):
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and isinstance(e.get("t"), (int, float)):
+                out.append(e)
+    out.sort(key=lambda e: e["t"])
+    return out
+
+
+def tokens_per_s(path):
+    ev = events(path)
+    # Per trainer: tokens are cumulative per trainer, so sum each trainer's gain.
+    steps = [e for e in ev if e.get("event") == "step" and isinstance(e.get("tokens"), (int, float))]
+    if len(steps) < 2:
+        return None
+    warm = max(1, len(steps) // 5)
+    t0 = steps[warm - 1]["t"]
+    t1 = max([steps[-1]["t"]] + [e["t"] for e in ev if e.get("event") == "cluster_exit"])
+    first, last = {}, {}
+    for e in steps[warm - 1:]:
+        key = e.get("trainer", "?")
+        first.setdefault(key, e["tokens"])
+        last[key] = e["tokens"]
+    tokens = sum(last[k] - first[k] for k in last)
+    return tokens / max(t1 - t0, 1e-9)
+
+
+def reality(folder):
+    names = sorted({f[len("real-"):-len(".jsonl")] for f in os.listdir(folder)
+                    if f.startswith("real-") and f.endswith(".jsonl")})
+    order = [n for n, _ in DIRECTIONS for n in (n,)] + [w for _, w in DIRECTIONS]
+    names.sort(key=lambda n: order.index(n) if n in order else len(order))
+    rows, real, sim = [], {}, {}
+    print(f"{'scenario':<16}{'real tokens/s':>15}{'sim tokens/s':>15}{'sim/real':>10}")
+    worst = 0.0
+    for n in names:
+        r = tokens_per_s(os.path.join(folder, f"real-{n}.jsonl"))
+        s_path = os.path.join(folder, f"sim-{n}.jsonl")
+        s = tokens_per_s(s_path) if os.path.exists(s_path) else None
+        real[n], sim[n] = r, s
+        ratio = s / r if r and s else None
+        if ratio:
+            worst = max(worst, abs(ratio - 1))
+        print(f"{n:<16}{r or 0:>15,.0f}{s or 0:>15,.0f}{ratio or 0:>10.3f}")
+    print(f"largest difference: {100 * worst:.1f}% (target: within 15%)")
+    agree = 0
+    checked = 0
+    for a, b in DIRECTIONS:
+        if None in (real.get(a), real.get(b), sim.get(a), sim.get(b)):
+            continue
+        checked += 1
+        rd, sd = real[a] > real[b], sim[a] > sim[b]
+        agree += rd == sd
+        print(f"{a} vs {b}: real {real[a] / real[b]:.3f}, sim {sim[a] / sim[b]:.3f} -> "
+              f"{'same direction' if rd == sd else 'DIFFERENT direction'}")
+    print(f"directions: {agree} of {checked} the same")
+
+
+def runs(paths):
+    print(f"{'run':<28}{'tokens/s':>12}{'of best':>9}{'of fluid':>9}{'peers up':>9}{'moves':>7}"
+          f"{'rounds':>8}{'dropped':>8}{'wall s':>8}{'RSS MiB':>8}")
+    for p in paths:
+        s = next((e for e in reversed(events(p)) if e.get("event") == "sim_summary"), None)
+        if s is None:
+            print(f"{os.path.basename(p):<28} no sim_summary (not a finished swarm-sim run)")
+            continue
+        moves = s["moves_load"] + s["moves_redundancy"] + s["moves_empty"]
+        print(f"{os.path.basename(p)[:-6]:<28}{s['tokens_per_s']:>12,.0f}{100 * s['share_of_optimal']:>8.1f}%"
+              f"{100 * s['share_of_fluid']:>8.1f}%{s['mean_peers_up']:>9.1f}{moves:>7}{s['rounds_applied']:>8}"
+              f"{s['dropped']:>8}{s['wall_s']:>8.1f}{s['peak_rss_mib']:>8.0f}")
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "reality":
+        reality(sys.argv[2])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "runs":
+        runs(sys.argv[2:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+// swarm-sim: the swarm simulated with SimGrid, running swarm's own policies
+// (actors/policy/*) over peers, trainers and a coordinator on a generated
+// platform. See README "Simulator".
+//   swarm-sim --config config/sim-small --duration 300
+//   swarm-sim --peers 1000 --stages 16 --churn trace --trace ../shared/data/traces/g4dn-trace.csv
+#include <simgrid/s4u.hpp>
+#include <malloc.h>
+#include <sys/resource.h>
+#include <xbt/log.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "sim/scenario.hpp"
+#include "sim/trace.hpp"
+#include "sim/world.hpp"
+
+#ifndef SWARM_SOURCE_DIR
+#define SWARM_SOURCE_DIR "."
+#endif
+
+using namespace swarm;
+using namespace swarm::sim;
+
+namespace {
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+/// Initial servers: --stage-servers counts, else every peer round-robin; with a
+/// trace only the machines its first lifetimes start at 0 (the churn actor
+/// brings the rest). Placed ones need no state copy: the swarm starts fresh.
+void start_initial(world& w) {
+  const auto& c = w.cfg;
+  if (c.churn == "trace") return;  // churn_main brings up every machine when its trace says
+  std::vector<int> stage_of(w.peers.size(), -1);
+  if (!c.stage_servers.empty()) {
+    const auto counts = *number_list(c.stage_servers);
+    size_t next = 0;
+    for (int s = 0; s < c.stages; ++s)
+      for (int k = 0; k < static_cast<int>(counts[static_cast<size_t>(s)]); ++k) stage_of[next++] = s;
+  } else {
+    for (size_t i = 0; i < w.peers.size(); ++i) stage_of[i] = static_cast<int>(i) % c.stages;
+  }
+  for (size_t i = 0; i < w.peers.size(); ++i) {
+    peer& p = w.peers[i];
+    if (stage_of[i] < 0) continue;  // a spare machine: --stage-servers used fewer than --peers
+    p.initial_stage = stage_of[i];
+    start_server(p, stage_of[i]);
+  }
+}
+
+} // namespace
+
+namespace swarm::sim {
+
+/// The run's last events and the summary on standard output, then the
+/// process ends: the daemon actors still parked in the engine (servers,
+/// workers, rounds in flight) need no teardown.
+[[noreturn]] void finish(world& w) {
+  const auto& cfg = w.cfg;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w.wall_start).count();
+
+  int64_t issued = 0, completed = 0, dropped = 0, reroutes = 0;
+  for (const auto& t : w.trainers) {
+    issued += t.issued, completed += t.completed, dropped += t.dropped, reroutes += t.reroutes;
+    w.emit("trainer_exit", {{"trainer", t.name}, {"steps", t.steps}, {"issued", t.issued}, {"completed", t.completed},
+                            {"dropped", t.dropped}, {"in_flight", t.issued - t.completed - t.dropped},
+                            {"retries", t.retries}, {"samples", t.samples}}, "trainer");
+  }
+  for (const auto& p : w.peers)
+    if (p.state != peer::off)
+      w.emit("server_exit", {{"stage", int64_t{p.stage}}, {"server", p.name}, {"served", p.served},
+                             {"late", p.late}, {"moved_to", int64_t{-1}}}, "server");
+  const auto& tot = w.total;
+  // After the warm-up: the pipeline is full.
+  const auto counted = static_cast<double>(w.samples() - tot.warm_samples);
+  const double tps = counted * static_cast<double>(cfg.seq_len) / (cfg.duration - cfg.warmup);
+  const double opt = tot.optimal_samples - tot.warm_optimal, flu = tot.fluid_samples - tot.warm_fluid;
+  const double share = opt > 0 ? counted / opt : std::nan("");
+  const double fluid = flu > 0 ? counted / flu : std::nan("");
+  const double mean_alive = tot.alive_peer_seconds / cfg.duration;
+  w.emit("sim_summary", {{"tokens_per_s", tps},
+                         {"share_of_optimal", share},
+                         {"share_of_fluid", fluid},
+                         {"samples", w.samples()},
+                         {"issued", issued},
+                         {"completed", completed},
+                         {"dropped", dropped},
+                         {"reroutes", reroutes},
+                         {"rounds_applied", tot.rounds_applied},
+                         {"rounds_failed", tot.rounds_failed},
+                         {"moves_load", tot.moves_load},
+                         {"moves_redundancy", tot.moves_redundancy},
+                         {"moves_empty", tot.moves_empty},
+                         {"joins", tot.joins},
+                         {"downs", tot.downs},
+                         {"mean_peers_up", mean_alive},
+                         {"simulated_s", cfg.duration},
+                         {"warmup_s", cfg.warmup},
+                         {"wall_s", wall},
+                         {"peak_rss_mib", peak_rss_mib()},
+                         {"seed", static_cast<int64_t>(cfg.seed)}},
+         "sim");
+  w.emit("cluster_exit", {{"code", int64_t{0}}}, "sim");
+  w.metrics.flush();
+  std::printf("swarm-sim: %.0f simulated s, %d peers (%.1f up on average), %d stages, %d trainers\n", cfg.duration,
+              cfg.peers, mean_alive, cfg.stages, cfg.trainers);
+  std::printf("  throughput  %.0f tokens/s after the %.0f s warm-up, %.1f%% of the best assignment's (%.1f%% of the "
+              "fluid bound)\n", tps, cfg.warmup, 100 * share, 100 * fluid);
+  // Throughput over time, in at most 10 spans of equal length.
+  if (!w.timeline.empty()) {
+    const size_t n = w.timeline.size(), spans = std::min<size_t>(10, n);
+    std::printf("  over time (end of span: tokens/s, %% of best):");
+    for (size_t k = 0; k < spans; ++k) {
+      const size_t a = k * n / spans, b = (k + 1) * n / spans;
+      double tps = 0, opt = 0;
+      for (size_t i = a; i < b; ++i) tps += w.timeline[i].tokens_per_s, opt += w.timeline[i].optimal_tokens_per_s;
+      std::printf("  %.0fs: %.0f, %.0f%%", w.timeline[b - 1].t, tps / static_cast<double>(b - a),
+                  opt > 0 ? 100 * tps / opt : 0.0);
+    }
+    std::printf("\n");
+  }
+  std::printf("  microbatches issued %lld, completed %lld, dropped %lld, reroutes %lld\n",
+              static_cast<long long>(issued), static_cast<long long>(completed), static_cast<long long>(dropped),
+              static_cast<long long>(reroutes));
+  std::printf("  rounds applied %lld, failed %lld; moves: load %lld, redundancy %lld, empty %lld; joins %lld, downs %lld\n",
+              static_cast<long long>(tot.rounds_applied), static_cast<long long>(tot.rounds_failed),
+              static_cast<long long>(tot.moves_load), static_cast<long long>(tot.moves_redundancy),
+              static_cast<long long>(tot.moves_empty), static_cast<long long>(tot.joins),
+              static_cast<long long>(tot.downs));
+  std::printf("  simulator: %.1f s wall, peak RSS %.0f MiB\n", wall, peak_rss_mib());
+  std::fflush(stdout);
+  std::_Exit(0);
+}
+
+} // namespace swarm::sim
+
+int main(int argc, char** argv) {
+  // Actor stacks (1 MiB each, see below) must come from mmap, touched page by
+  // page: glibc's dynamic threshold otherwise moves them onto the heap after
+  // the first large free, and 10,000 peers took 1.4 GB before a step.
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  auto parsed = parse_scenario(argc, argv);
+  if (!parsed.config) {
+    (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.message << "\n";
+    return parsed.exit_code;
+  }
+  auto& w = the_world();
+  w.cfg = *parsed.config;
+  const auto& cfg = w.cfg;
+  std::string error;
+  const std::string cal_path = cfg.calibration.empty() ? SWARM_SOURCE_DIR "/config/calibration" : cfg.calibration;
+  auto cal = read_calibration(cal_path, &error);
+  if (!cal) {
+    std::cerr << "swarm-sim: " << error << "\n";
+    return 2;
+  }
+  w.cal = *cal;
+  const model_shape shape{cfg.d_model, cfg.seq_len, 256, static_cast<int>(cfg.n_layers), cfg.stages, cfg.microbatch,
+                          cfg.compression};
+  w.costs = request_costs(shape, w.cal);
+  if (w.costs.empty()) {
+    std::cerr << "swarm-sim: bad config: cannot cut " << cfg.n_layers << " layers into " << cfg.stages << " stages\n";
+    return 2;
+  }
+  for (const auto& c : w.costs) w.rebalance_cost.push_back(c.madds_per_sample);
+  if (cfg.churn == "trace" && !read_trace(cfg.trace, &error)) {
+    std::cerr << "swarm-sim: " << error << "\n";
+    return 2;
+  }
+  if (cfg.churn == "replay") {
+    int skipped = 0;
+    auto log = read_chaos_log(cfg.churn_log, &skipped, &error);
+    if (!log) {
+      std::cerr << "swarm-sim: " << error << "\n";
+      return 2;
+    }
+    if (skipped > 0)
+      std::cerr << "swarm-sim: " << cfg.churn_log << ": " << skipped
+                << " chaos event(s) other than server kills and restarts are not replayed\n";
+  }
+  if (!cfg.metrics.empty()) {
+    w.metrics.open(cfg.metrics, std::ios::out | std::ios::trunc);
+    if (!w.metrics) {
+      std::cerr << "swarm-sim: cannot write the metrics file " << cfg.metrics << "\n";
+      return 2;
+    }
+  }
+  w.rng.seed(cfg.seed);
+  w.stage_step.assign(static_cast<size_t>(cfg.stages), 0);
+  w.round_running.assign(static_cast<size_t>(cfg.stages), false);
+
+  w.wall_start = std::chrono::steady_clock::now();
+  xbt_log_control_set("root.thresh:critical");
+  int sg_argc = 1;
+  char* sg_argv[] = {argv[0], nullptr};
+  s4u::Engine engine(&sg_argc, sg_argv);
+  // Long-lived connections: no slow-start latency factor, no ACK cross-traffic
+  // (../shared/notes/simgrid.md); TCP's window cap over the RTT stays.
+  engine.set_config("network/latency-factor:1");
+  engine.set_config("network/bandwidth-factor:0.97");
+  engine.set_config("network/crosstraffic:0");
+  // Tens of thousands of actors: no guard pages (each is a memory mapping, and
+  // Linux allows 65,530 per process) and 1 MiB stacks, which glibc maps
+  // lazily (measured: 3,000 peers took 95 MB with them, 250-494 MB with
+  // 64-256 KiB stacks taken from the heap).
+  engine.set_config("contexts/stack-size:1024");
+  engine.set_config("contexts/guard-size:0");
+  build_platform(w);
+  for (auto& t : w.trainers) {
+    t.rng.seed(cfg.seed * 1000003 + static_cast<uint64_t>(t.index));
+    policy::routing_config rc;
+    rc.alpha = cfg.ema_alpha;
+    rc.backward_cost = cfg.backward_cost;
+    rc.ban_base_s = cfg.ban_base;
+    rc.ban_max_s = cfg.ban_max;
+    t.routers.assign(static_cast<size_t>(cfg.stages), policy::stage_router(rc));
+    t.pinned.assign(static_cast<size_t>(cfg.stages), "");
+  }
+  w.emit("cluster_start", {{"stages", int64_t{cfg.stages}}, {"peers", int64_t{cfg.peers}},
+                           {"trainers", int64_t{cfg.trainers}}, {"microbatch", cfg.microbatch},
+                           {"seq_len", cfg.seq_len}, {"simulated", true}}, "sim");
+  for (size_t k = 0; k < w.costs.size(); ++k) {
+    const auto& c = w.costs[k];
+    w.emit("stage_cost", {{"stage", static_cast<int64_t>(k)}, {"forward_s", c.forward_s}, {"backward_s", c.backward_s},
+                          {"forward_in_bytes", c.forward_in_bytes}, {"forward_out_bytes", c.forward_out_bytes},
+                          {"backward_in_bytes", c.backward_in_bytes}, {"backward_out_bytes", c.backward_out_bytes},
+                          {"parameters", c.parameters}, {"state_bytes", c.state_bytes}}, "sim");
+  }
+  s4u::Actor::create("coordinator", w.coordinator_host, coordinator_main);
+  s4u::Actor::create("churn", w.coordinator_host, churn_main);
+  s4u::Actor::create("start", w.coordinator_host, [&w] { start_initial(w); });
+  for (auto& t : w.trainers)
+    for (int k = 0; k < cfg.in_flight; ++k)
+      s4u::Actor::create(t.name + "/" + std::to_string(k), t.host, [i = t.index, k] { trainer_worker(i, k); });
+  engine.run();  // finish() ends the process when the coordinator reaches --duration
+  return 1;
+}

@@ -1,0 +1,157 @@
+// A stage server's life on its machine (swarm's actors/stage_server*):
+//   joining -> serving -> (moving -> serving)* ... until its machine goes off.
+// Joining and moving copy the stage's state from a live peer of it over the
+// network (the state's bytes), as swarm's join path does. Serving takes
+// requests in arrival order, computes them on the host's cores (SimGrid shares
+// a multi-core host between concurrent computations) and answers; requests for
+// a stage it left are answered `leaving`, as swarm's LEAVING.
+#include "sim/world.hpp"
+
+namespace swarm::sim {
+
+namespace {
+
+/// Copies `stage`'s state from a live peer; false when nobody holds it.
+bool copy_state(world& w, peer& p, int stage) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    peer* from = w.state_source(stage, &p);
+    if (!from) return false;
+    const double bytes = w.costs[static_cast<size_t>(stage)].state_bytes;
+    const uint64_t life = from->epoch;
+    ++from->uploads;
+    const bool arrived = transfer(from->host, p.host, bytes, 60 + bytes / 1e5);  // 100 kB/s at worst
+    --from->uploads;
+    if (arrived && from->epoch == life) {
+      // Exported there and imported here: the importing side's cores are what it costs here.
+      if (w.costs[static_cast<size_t>(stage)].state_s > 0)
+        s4u::this_actor::exec_init(w.costs[static_cast<size_t>(stage)].state_s)->set_host(p.cpu)->wait();
+      p.step = w.stage_step[static_cast<size_t>(stage)];
+      return true;
+    }
+    // The source died mid-copy: take another.
+  }
+  return false;
+}
+
+void answer(request* r, reply::status_t status, double bytes) {
+  auto* rep = new reply{r->attempt, status};
+  r->reply_to->put_init(rep, static_cast<uint64_t>(bytes))->detach();
+}
+
+/// Takes `stage`: state copied, routers told. `from` is -1 for a join.
+void settle(world& w, peer& p, int from, int stage, policy::move_reason why, double since, double gain,
+            bool initial = false) {
+  p.state = from < 0 ? peer::joining : peer::moving;
+  p.stage = stage;
+  const bool copied = !initial && copy_state(w, p, stage);
+  if (!copied) p.step = w.stage_step[static_cast<size_t>(stage)];
+  p.state = peer::serving;
+  p.settled_at = w.now();
+  p.busy_s = p.samples_done = 0;
+  p.accumulated = 0;
+  if (p.home_stage < 0) p.home_stage = stage;
+  for (auto& t : w.trainers) t.routers[static_cast<size_t>(stage)].add(p.name, w.now());
+  w.emit("server_join", {{"stage", int64_t{stage}}, {"server", p.name}, {"host", p.host->get_name()}, {"port", int64_t{0}}},
+         "coordinator");
+  if (since >= 0)
+    w.emit("rebalance", {{"server", p.name},
+                         {"from", int64_t{from}},
+                         {"to", int64_t{stage}},
+                         {"reason", std::string(policy::to_string(why))},
+                         {"predicted_gain", gain},
+                         {"seconds", w.now() - since},
+                         {"state_copied", copied},
+                         {"state_from", std::string(copied ? "peer" : "initial")}},
+           "server");
+}
+
+void leave_stage(world& w, peer& p) {
+  for (auto& t : w.trainers) t.routers[static_cast<size_t>(p.stage)].remove(p.name);
+  ++p.epoch;
+  // Anyone waiting on this life hears `leaving` now (swarm: the LEAVE to load balancers).
+  for (auto& [box, attempt] : p.waiters) box->put_init(new reply{attempt, reply::leaving}, 0)->detach();
+  p.waiters.clear();
+}
+
+void serve(peer* pp, int stage) {
+  auto& w = the_world();
+  peer& p = *pp;
+  p.inbox->set_receiver(s4u::Actor::self());
+  const bool initial = stage >= 0;
+  if (!initial) {  // a process starting: its start-up, then where the coordinator places it
+    const double up = w.now();
+    if (w.cfg.start_cpu_s > 0) s4u::this_actor::exec_init(w.cfg.start_cpu_s)->set_host(p.cpu)->wait();
+    if (w.now() < up + w.cfg.start_s) s4u::this_actor::sleep_until(up + w.cfg.start_s);
+    stage = place(p);
+  }
+  settle(w, p, -1, stage, policy::move_reason::join, initial ? -1 : w.now(), std::nan(""), initial);
+  // A live server process's own CPU (CAF's scheduler, heartbeats), measured by
+  // scripts/calibrate.sh; on the one machine it takes cores from the others.
+  // Owned by this actor, so it stops when the server dies.
+  s4u::ExecPtr idle;
+  if (w.cfg.platform == "local" && w.cal.server_idle_cores > 0)
+    idle = s4u::this_actor::exec_init(1e15)->set_host(p.cpu)->set_bound(w.cal.server_idle_cores)->start();
+  const auto& cfg = w.cfg;
+  for (;;) {
+    auto* r = p.inbox->get<request>();
+    if (r->epoch != p.epoch) {  // sent to an earlier life or before a move: that sender was told already
+      delete r;
+      continue;
+    }
+    if (r->kind == request::move) {
+      const int from = p.stage, to = p.move_to;
+      const double ordered = p.ordered_at, gain = p.predicted_gain;
+      const auto reason = p.move_reason;
+      delete r;
+      if (to < 0 || to == from) continue;
+      w.emit("server_exit", {{"stage", int64_t{from}}, {"server", p.name}, {"served", p.served},
+                             {"moved_to", int64_t{to}}}, "server");
+      leave_stage(w, p);
+      p.move_to = -1;
+      settle(w, p, from, to, reason, ordered, gain);
+      continue;
+    }
+    if (w.now() > r->commit_by) {  // its sender gives up on it before it could be committed: swarm refuses it
+      ++p.late;
+      delete r;
+      continue;
+    }
+    if (p.state != peer::serving || r->stage != p.stage) {
+      answer(r, reply::leaving, 64);
+      delete r;
+      continue;
+    }
+    const auto& c = w.costs[static_cast<size_t>(p.stage)];
+    // On the one machine a request costs what the real servers were measured
+    // to spend per request (cluster-scale x model and codec), sharing its cores.
+    const bool local = cfg.platform == "local";
+    const double work = (r->kind == request::forward ? c.forward_s : c.backward_s) * (local ? w.cal.cluster_scale : 1);
+    const double t0 = w.now();
+    // The cpu host's speed is this peer's speed in calibrated core-seconds per second.
+    s4u::this_actor::exec_init(work)->set_host(p.cpu)->wait();
+    if (p.slowdown > 1) s4u::this_actor::sleep_for((p.slowdown - 1) * (w.now() - t0));
+    if (local) w.coordinator_backlog_s += w.cal.coordinator_s_per_request;  // its report to the averager
+    p.busy_s += w.now() - t0;
+    ++p.served;
+    const bool adds = r->kind == request::backward || p.stage == cfg.stages - 1;
+    if (adds) {
+      p.samples_done += static_cast<double>(r->samples);
+      p.accumulated += r->samples;
+    }
+    answer(r, reply::ok, r->reply_bytes);
+    delete r;
+  }
+}
+
+} // namespace
+
+void start_server(peer& p, int stage) {
+  ++p.life;
+  ++p.epoch;
+  p.name = "s" + std::to_string(p.index) + "." + std::to_string(p.life);
+  p.state = peer::joining;
+  p.stage = stage;  // -1 until placed
+  p.actor = s4u::Actor::create(p.name, p.host, [pp = &p, stage] { serve(pp, stage); });
+}
+
+} // namespace swarm::sim

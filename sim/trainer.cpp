@@ -1,0 +1,192 @@
+// A trainer's in-flight microbatches (swarm's actors/trainer + load_balancer):
+// each worker runs one microbatch at a time through every stage forward and
+// back, choosing a server per stage with the trainer's policy::stage_router
+// (the same object swarm's load balancer holds), re-sending on down, leaving
+// and timeout as swarm does, and counting issued = completed + dropped.
+#include <algorithm>
+#include <cmath>
+
+#include "sim/world.hpp"
+
+namespace swarm::sim {
+
+namespace {
+
+enum class outcome { done, dropped };
+
+/// The server for one attempt, or empty after waiting `no_server_wait` for one.
+std::string choose(world& w, trainer_state& t, int stage, bool backward, const std::string& preferred,
+                   const std::vector<std::string>& tried) {
+  auto& router = t.routers[static_cast<size_t>(stage)];
+  const double give_up = w.now() + w.cfg.no_server_wait;
+  for (;;) {
+    const double now = w.now();
+    if (w.cfg.routing == "static") {
+      auto& pin = t.pinned[static_cast<size_t>(stage)];
+      if (!pin.empty() && router.contains(pin)) return pin;
+      std::vector<std::string> candidates;
+      for (peer* p : w.serving(stage)) candidates.push_back(p->name);
+      if (!candidates.empty()) {
+        pin = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(t.rng)];
+        return pin;
+      }
+    } else {
+      // As swarm's load balancer: a backward goes back to its forward's server while eligible.
+      const bool keep = !preferred.empty() && router.contains(preferred) && !router.banned(preferred, now) &&
+                        std::find(tried.begin(), tried.end(), preferred) == tried.end();
+      const double size = static_cast<double>(w.cfg.microbatch);
+      auto pick = keep ? router.choose_only(preferred, size, backward, now)
+                       : router.choose(size, backward, now, t.rng, tried);
+      if (!pick && !keep && !tried.empty()) pick = router.choose(static_cast<double>(w.cfg.microbatch), backward, now, t.rng);
+      if (pick) return *pick;
+    }
+    if (now >= give_up) return {};
+    s4u::this_actor::sleep_for(1.0);
+  }
+}
+
+peer* find_peer(world& w, const std::string& name) {
+  // "s<index>.<life>"
+  const auto dot = name.find('.');
+  const auto index = static_cast<size_t>(std::stoul(name.substr(1, dot - 1)));
+  peer& p = w.peers[index];
+  return p.name == name && p.state != peer::off ? &p : nullptr;
+}
+
+/// One stage call with retries; the server that answered, or empty (dropped).
+std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool backward, const std::string& preferred,
+                 int64_t microbatch) {
+  const auto& c = w.costs[static_cast<size_t>(stage)];
+  const double timeout = backward ? w.cfg.backward_timeout : w.cfg.forward_timeout;
+  const char* op = backward ? "backward" : "forward";
+  std::vector<std::string> tried;
+  std::string last, why = "down";
+  for (int attempt = 0; attempt < w.cfg.max_retries; ++attempt) {
+    const std::string name = choose(w, t, stage, backward, preferred, tried);
+    if (name.empty()) break;
+    peer* p = find_peer(w, name);
+    auto& router = t.routers[static_cast<size_t>(stage)];
+    if (attempt > 0) {
+      ++t.retries;
+      ++t.reroutes;
+      w.emit("reroute", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"op", std::string(op)}, {"from", last},
+                         {"to", name}, {"reason", why}}, "trainer");
+    }
+    last = name;
+    tried.push_back(name);
+    if (!p) {  // gone between the routers' update and now
+      router.remove(name);
+      why = "down";
+      continue;
+    }
+    const uint64_t id = t.next_attempt++;
+    auto* r = new request{backward ? request::backward : request::forward, stage, p->epoch, w.cfg.microbatch,
+                          backward ? c.backward_out_bytes : c.forward_out_bytes, box, id};
+    p->waiters.emplace_back(box, id);
+    const double sent = w.now();
+    r->commit_by = sent + (1 - w.cfg.commit_grace) * timeout;
+    // The trainer's CPU per request (its codec, messages), measured by
+    // scripts/calibrate.sh on this machine: charged where it competes, on the
+    // local platform's one machine.
+    if (w.cfg.platform == "local" && w.cal.trainer_s_per_request > 0)
+      s4u::this_actor::exec_init(w.cal.trainer_s_per_request)->set_host(t.cpu)->wait();
+    p->inbox->put_init(r, static_cast<uint64_t>(backward ? c.backward_in_bytes : c.forward_in_bytes))->detach();
+    reply::status_t status = reply::down;
+    bool timed_out = false;
+    for (;;) {
+      const double left = sent + timeout - w.now();
+      reply* rep = nullptr;
+      try {
+        rep = left > 0 ? box->get<reply>(left) : nullptr;
+      } catch (const simgrid::TimeoutException&) {
+      }
+      if (!rep) {
+        timed_out = true;
+        break;
+      }
+      const bool mine = rep->attempt == id;
+      status = rep->status;
+      delete rep;
+      if (mine) break;  // others are answers to attempts given up on
+    }
+    auto& ws = p->waiters;
+    ws.erase(std::remove(ws.begin(), ws.end(), std::make_pair(box, id)), ws.end());
+    const double took = w.now() - sent;
+    if (timed_out) {
+      router.on_timeout(name, static_cast<double>(microbatch), took);
+      w.emit("timeout", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"server", name}, {"op", std::string(op)},
+                         {"seconds", took}}, "trainer");
+      why = "timeout";
+      continue;
+    }
+    if (status == reply::ok) {
+      router.on_success(name, static_cast<double>(microbatch), took);
+      return name;
+    }
+    if (status == reply::down) {
+      const double ban = router.ban(name, w.now());
+      w.emit("ban", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"server", name}, {"seconds", ban},
+                     {"reason", std::string("down")}}, "trainer");
+    }
+    why = status == reply::down ? "down" : "leaving";
+    // leaving: re-sent elsewhere without a ban, as swarm does.
+  }
+  w.emit("dropped", {{"trainer", t.name}, {"stage", int64_t{stage}}, {"op", std::string(op)},
+                     {"reason", std::string("no server answered in max-retries attempts")}}, "trainer");
+  return {};
+}
+
+outcome run_microbatch(world& w, trainer_state& t, s4u::Mailbox* box) {
+  const int stages = w.cfg.stages;
+  std::vector<std::string> used(static_cast<size_t>(stages));
+  for (int s = 0; s < stages; ++s) {
+    used[static_cast<size_t>(s)] = call(w, t, box, s, false, {}, w.cfg.microbatch);
+    if (used[static_cast<size_t>(s)].empty()) return outcome::dropped;
+  }
+  for (int s = stages - 2; s >= 0; --s)
+    if (call(w, t, box, s, true, used[static_cast<size_t>(s)], w.cfg.microbatch).empty()) return outcome::dropped;
+  return outcome::done;
+}
+
+void count_step(world& w, trainer_state& t) {
+  const int64_t batch = w.cfg.batch_size;
+  while (t.samples >= t.next_step_samples + batch) {
+    t.next_step_samples += batch;
+    ++t.steps;
+    const double took = std::max(w.now() - t.step_started, 1e-9);
+    t.step_started = w.now();
+    w.emit("step", {{"trainer", t.name},
+                    {"step", t.steps},
+                    {"samples", t.samples},
+                    {"tokens", t.samples * w.cfg.seq_len},
+                    {"tokens_per_s", static_cast<double>(batch * w.cfg.seq_len) / took},
+                    {"elapsed_s", w.now()},
+                    {"issued", t.issued},
+                    {"completed", t.completed},
+                    {"dropped", t.dropped},
+                    {"retries", t.retries}},
+           "trainer");
+  }
+}
+
+} // namespace
+
+void trainer_worker(int trainer, int slot) {
+  auto& w = the_world();
+  auto& t = w.trainers[static_cast<size_t>(trainer)];
+  auto* box = s4u::Mailbox::by_name(t.name + "/" + std::to_string(slot));
+  box->set_receiver(s4u::Actor::self());
+  if (w.cfg.ramp_s > 0) s4u::this_actor::sleep_for(std::uniform_real_distribution<double>(0, w.cfg.ramp_s)(t.rng));
+  for (;;) {
+    ++t.issued;
+    if (run_microbatch(w, t, box) == outcome::done) {
+      ++t.completed;
+      t.samples += w.cfg.microbatch;
+      count_step(w, t);
+    } else {
+      ++t.dropped;
+    }
+  }
+}
+
+} // namespace swarm::sim

@@ -1,0 +1,49 @@
+#include "sim/world.hpp"
+
+namespace swarm::sim {
+
+world& the_world() {
+  static world w;
+  return w;
+}
+
+void world::emit(const char* event, std::initializer_list<metrics_sink::field> fields, const char* role) {
+  if (metrics.is_open()) metrics << metrics_sink::format(now(), role, event, fields);
+}
+
+int64_t world::samples() const {
+  int64_t n = 0;
+  for (const auto& t : trainers) n += t.samples;
+  return n;
+}
+
+std::vector<peer*> world::serving(int stage) {
+  std::vector<peer*> out;
+  for (auto& p : peers)
+    if (p.state == peer::serving && p.stage == stage) out.push_back(&p);
+  return out;
+}
+
+peer* world::state_source(int stage, const peer* except) {
+  peer* best = nullptr;
+  for (auto& p : peers)
+    if (&p != except && p.state == peer::serving && p.stage == stage && (!best || p.uploads < best->uploads))
+      best = &p;
+  return best;
+}
+
+double world::seconds_per_sample(int stage) const {
+  const auto& c = costs[static_cast<size_t>(stage)];
+  return (c.forward_s + c.backward_s) / static_cast<double>(cfg.microbatch);
+}
+
+bool transfer(s4u::Host* from, s4u::Host* to, double bytes, double timeout) {
+  try {
+    s4u::Comm::sendto_async(from, to, static_cast<uint64_t>(bytes))->wait_for(timeout);
+    return true;
+  } catch (const simgrid::Exception&) {  // an end died mid-way, or it timed out
+    return false;
+  }
+}
+
+} // namespace swarm::sim

@@ -1,0 +1,166 @@
+#pragma once
+// The simulated swarm's shared state. SimGrid runs every simulated actor as a
+// coroutine in this one thread, so they share it without locks; each actor
+// file (server, trainer, coordinator, churn) changes only what it owns and
+// says so. Time is SimGrid's clock (simulated seconds from 0).
+
+#include <simgrid/s4u.hpp>
+
+#include <cstdint>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "actors/metrics.hpp"
+#include "actors/policy/rebalancing.hpp"
+#include "actors/policy/routing.hpp"
+#include "models/cost_model.hpp"
+#include "sim/scenario.hpp"
+
+namespace swarm::sim {
+
+namespace s4u = simgrid::s4u;
+
+/// A request to a server, or an order from the coordinator.
+struct request {
+  enum kind_t { forward, backward, move } kind = forward;
+  int stage = 0;
+  uint64_t epoch = 0;           ///< the server life it was sent to; older ones are dropped unanswered
+  int64_t samples = 0;
+  double reply_bytes = 0;
+  s4u::Mailbox* reply_to = nullptr;
+  uint64_t attempt = 0;
+  double commit_by = 1e300;     ///< swarm's commit deadline: a server refuses work it reaches later
+};
+
+/// A server's answer, or a down event the coordinator forwards to a waiting trainer.
+struct reply {
+  uint64_t attempt = 0;
+  enum status_t { ok, down, leaving } status = ok;
+};
+
+struct peer {
+  enum state_t { off, joining, serving, moving } state = off;
+  int index = 0;
+  std::string name;                  ///< "s<index>.<life>": a restarted machine is a new server, as in swarm
+  s4u::Host* host = nullptr;
+  s4u::Mailbox* inbox = nullptr;
+  s4u::Host* cpu = nullptr;          ///< where it computes: its own host (wan) or the one shared machine (local)
+  s4u::ActorPtr actor;               ///< its server actor while it lives
+  double speed = 1;                  ///< compute relative to the calibrated core
+  double slowdown = 1;               ///< as swarm --slowdown: sleeps (slowdown - 1) x its compute
+  int region = 0;
+  int home_stage = -1;               ///< where it first served (kill churn without rebalancing returns it there)
+  int initial_stage = -1;            ///< the stage it was started on at time 0 (-1: a later joiner)
+  int life = 0;
+  uint64_t epoch = 0;                ///< bumped when it dies or leaves a stage
+  int stage = -1;                    ///< serving (or moving to / joining) this stage
+  double settled_at = 0;
+  double busy_s = 0;                 ///< seconds handling requests on this stage
+  double samples_done = 0;           ///< samples whose gradients it added on this stage
+  int64_t accumulated = 0;           ///< samples not yet averaged
+  uint64_t step = 0;                 ///< optimizer steps of its state
+  bool in_round = false;
+  // An order from the rebalancer, carried out by the server actor.
+  int move_to = -1;
+  policy::move_reason move_reason = policy::move_reason::load;
+  double predicted_gain = 0;
+  double ordered_at = 0;
+  /// Trainers' workers waiting on a reply from this life: told `down` when it dies.
+  std::vector<std::pair<s4u::Mailbox*, uint64_t>> waiters;
+  int64_t served = 0;
+  int64_t late = 0;                  ///< requests refused past their commit deadline
+  int uploads = 0;                   ///< state copies it is sending now
+};
+
+struct trainer_state {
+  int index = 0;
+  std::string name;
+  s4u::Host* host = nullptr;
+  s4u::Host* cpu = nullptr;                    ///< where its own work runs (local: the one shared machine)
+  std::vector<policy::stage_router> routers;   ///< one per stage, as one load balancer each
+  std::vector<std::string> pinned;             ///< static routing: the one server per stage
+  std::mt19937_64 rng;
+  int64_t issued = 0, completed = 0, dropped = 0, retries = 0, reroutes = 0;
+  int64_t samples = 0, steps = 0;
+  int64_t next_step_samples = 0;
+  double step_started = 0;
+  uint64_t next_attempt = 1;
+};
+
+struct totals {
+  int64_t rounds_applied = 0, rounds_failed = 0;
+  int64_t moves_load = 0, moves_redundancy = 0, moves_empty = 0, joins = 0, downs = 0, reloads = 0;
+  double optimal_samples = 0;         ///< integral of the best assignment's samples/s over time
+  double fluid_samples = 0;
+  double alive_peer_seconds = 0;
+  // At the end of the warm-up: what the summary subtracts.
+  int64_t warm_samples = 0;
+  double warm_optimal = 0, warm_fluid = 0;
+};
+
+struct world {
+  scenario cfg;
+  calibration cal;
+  std::vector<stage_cost> costs;
+  std::vector<double> rebalance_cost;  ///< madds per sample per stage: the rebalancer's cost vector
+  std::vector<peer> peers;
+  std::vector<trainer_state> trainers;
+  std::vector<uint64_t> stage_step;    ///< the stage's position (highest step reached)
+  std::vector<bool> round_running;
+  std::mt19937_64 rng;
+  s4u::Host* coordinator_host = nullptr;
+  s4u::Host* coordinator_cpu = nullptr;        ///< local: the one shared machine
+  s4u::Host* hub = nullptr;                    ///< a host without access link: the far end of all-reduce flows
+  double coordinator_backlog_s = 0;            ///< CPU owed for reports since its last tick
+  totals total;
+  std::ofstream metrics;
+  std::chrono::steady_clock::time_point wall_start;
+  struct sample {
+    double t, tokens_per_s, optimal_tokens_per_s;
+  };
+  std::vector<sample> timeline;        ///< one per --report-every: the summary's throughput over time
+
+  [[nodiscard]] double now() const { return s4u::Engine::get_clock(); }
+  /// One JSON line in swarm's metrics vocabulary, t = simulated seconds.
+  void emit(const char* event, std::initializer_list<metrics_sink::field> fields, const char* role = "sim");
+  /// Samples completed by all trainers so far.
+  [[nodiscard]] int64_t samples() const;
+  /// Serving peers of `stage`.
+  [[nodiscard]] std::vector<peer*> serving(int stage);
+  /// The serving peer of `stage` sending the fewest state copies now (so joiners
+  /// spread over a stage's uplinks), or nullptr.
+  [[nodiscard]] peer* state_source(int stage, const peer* except);
+  /// Compute seconds (calibrated core) a peer needs per sample on `stage`.
+  [[nodiscard]] double seconds_per_sample(int stage) const;
+};
+
+/// The one world of this process (SimGrid's actors take no context argument).
+world& the_world();
+
+// Actors and their entry points (one file each).
+/// Spawns p's server on p.host: one of the swarm's first servers on `stage`
+/// (nothing to copy), or with stage -1 a join: start-up, placement, state copy.
+void start_server(peer& p, int stage);                              // sim/server.cpp
+void trainer_worker(int trainer, int slot);                       // sim/trainer.cpp
+void coordinator_main();                                          // sim/coordinator.cpp
+void churn_main();                                                // sim/churn.cpp
+/// Where a joining server goes (the rebalancer's placement; home stage when rebalancing is off).
+int place(peer& p);                                               // sim/coordinator.cpp
+/// A peer's machine went off: trainers hear `down`, routers forget it.
+void peer_died(peer& p, const char* reason);                      // sim/churn.cpp
+/// Loads of every live server as the rebalancer sees them (one on its way to a stage counts there).
+[[nodiscard]] std::vector<policy::server_load> server_loads(world& w);  // sim/coordinator.cpp
+/// Moves `bytes` from host to host; true once they arrived, false when
+/// `timeout` passed. Blocks the calling actor. Hosts never go off (see
+/// peer_died): callers check the peers' epochs to see whether an end died.
+bool transfer(s4u::Host* from, s4u::Host* to, double bytes, double timeout);
+/// Writes the summary and ends the process (sim/main.cpp), at --duration.
+[[noreturn]] void finish(world& w);
+/// Builds hosts, links and the peers' and trainers' records.
+void build_platform(world& w);                                    // sim/platform.cpp
+
+} // namespace swarm::sim
