@@ -24,10 +24,15 @@ std::string first_of(const std::string& metrics, const std::string& name, const 
 }
 
 /// stage_lost events written before unix time `before` (a stop at the end loses state too).
+/// Stages lost before `before` by a failure. Servers stop by themselves at
+/// --max-steps, and the last one of a stage to stop writes a stage_lost too
+/// (user_shutdown), sometimes before the test has seen the trainer exit.
 size_t lost_before(const std::string& metrics, double before) {
   const auto lost = events(metrics, "stage_lost");
-  return static_cast<size_t>(
-      std::count_if(lost.begin(), lost.end(), [&](const auto& l) { return number(l, "t") < before; }));
+  return static_cast<size_t>(std::count_if(lost.begin(), lost.end(), [&](const auto& l) {
+    const auto why = text(l, "reason");
+    return number(l, "t") < before && why != "exit_reason(user_shutdown)" && why != "exit_reason(normal)";
+  }));
 }
 
 /// Steps of `stage` after `from_step` at which `server` and at least one other reported equal parameters.
