@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "messages/wire.hpp"
 #include "models/partition.hpp"
 
 namespace swarm {
@@ -36,11 +37,16 @@ int64_t stage_parameters(const model_shape& s, int stage) {
   return n;
 }
 
-double wire_bytes_per_value(const std::string& compression, const calibration& cal) {
+double nominal_bytes_per_value(const std::string& compression) {
   if (compression == "none") return 4;
   if (compression == "fp16") return 2;
-  if (compression == cal.shape.compression) return cal.bytes_per_value;
-  return 1.0 + 4.0 / 4096;  // blockwise8 uncalibrated: a byte per value, a float absmax per 4096-value block
+  return 1.0 + 4.0 / static_cast<double>(blockwise8_block);
+}
+
+double wire_bytes_per_value(const std::string& compression, const calibration& cal) {
+  if (compression != "none" && compression != "fp16" && compression == cal.shape.compression)
+    return cal.bytes_per_value;
+  return nominal_bytes_per_value(compression);
 }
 
 double request_madds(const model_shape& s, int stage, bool backward) {
@@ -119,6 +125,12 @@ std::string join(const std::vector<double>& v) {
 
 } // namespace
 
+double microbatch_seconds(const calibration& cal) {
+  double s = 0;
+  for (const auto& c : request_costs(cal.shape, cal)) s += c.forward_s + c.backward_s;
+  return s;
+}
+
 std::string format_calibration(const calibration& c) {
   std::ostringstream o;
   o.precision(6);
@@ -134,6 +146,8 @@ std::string format_calibration(const calibration& c) {
     << "codec-s-per-value = " << c.codec_s_per_value << "\n"
     << "bytes-per-value = " << c.bytes_per_value << "\n"
     << "step-s-per-parameter = " << c.step_s_per_parameter << "\n"
+    << "microbatch-s = " << microbatch_seconds(c)
+    << "   # derived: one microbatch through every stage, model and codec (read by scripts/calibrate.sh)\n"
     << "state-s-per-byte = " << c.state_s_per_byte << "\n"
     << "cluster-scale = " << c.cluster_scale << "\n"
     << "trainer-s-per-request = " << c.trainer_s_per_request << "\n"

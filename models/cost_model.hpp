@@ -71,8 +71,12 @@ struct stage_cost {
 /// Parameters of `stage` of the GPT in models/gpt.cpp (embeddings, blocks, final LayerNorm and head).
 [[nodiscard]] int64_t stage_parameters(const model_shape& shape, int stage);
 
-/// Bytes per activation value on the wire for a compression, relative to the
-/// calibration's measured one (none 4, fp16 2, blockwise8 as measured).
+/// Bytes per value of a compression without a measurement: none 4, fp16 2,
+/// blockwise8 a byte and a float absmax per block of messages/wire's size.
+[[nodiscard]] double nominal_bytes_per_value(const std::string& compression);
+
+/// Bytes per activation value on the wire for a compression: the calibration's
+/// measured one for its own compression, else nominal_bytes_per_value.
 [[nodiscard]] double wire_bytes_per_value(const std::string& compression, const calibration& cal);
 
 /// Every stage of `shape`; empty when the shape cannot be cut (see partition_blocks).
@@ -91,6 +95,10 @@ struct cost_point {
 /// Fits seconds_per_madd and request_overhead_s to the points (least squares;
 /// through the origin when the overhead would come out negative).
 void fit_calibration(calibration& cal, const std::vector<cost_point>& points);
+
+/// Core-seconds of one microbatch through every stage of cal.shape (every
+/// request's model and codec), as request_costs counts them.
+[[nodiscard]] double microbatch_seconds(const calibration& cal);
 
 /// key = value text (comments with #), read back by read_calibration.
 [[nodiscard]] std::string format_calibration(const calibration& cal);

@@ -49,13 +49,7 @@ for line in open(out):
         k, v = line.split("=", 1)
         cal[k.strip()] = v.strip()
 stages = int(cal["stages"])
-fwd = [float(v) for v in cal["forward-s"].split(",")]
-bwd = [float(v) for v in cal["backward-s"].split(",")]
-values = int(cal["microbatch"]) * int(cal["seq-len"]) * int(cal["d-model"])
-codec = values * float(cal["codec-s-per-value"])
-# Codec passes per microbatch as models/cost_model.cpp counts them.
-passes = sum(((k > 0) + ((k > 0) if k == stages - 1 else 1)) + ((2 if k > 0 else 0) + 1 if k < stages - 1 else 0)
-             for k in range(stages))
+per_microbatch = float(cal["microbatch-s"])  # model and codec, as models/cost_model.cpp counts them
 
 def run(name, per_stage):
     """CPU seconds per role, microbatches and seconds of one cluster's measured window."""
@@ -77,7 +71,7 @@ def run(name, per_stage):
         return x["samples"] + (y["samples"] - x["samples"]) * (t - x["t"]) / (y["t"] - x["t"])
     mb = (samples_at(t1) - samples_at(t0)) / int(cal["microbatch"])
     return {"cpu": cpu, "mb": mb, "requests": mb * (2 * stages - 1), "seconds": t1 - t0,
-            "servers": per_stage * stages, "model": mb * (sum(fwd) + sum(bwd) + passes * codec)}
+            "servers": per_stage * stages, "model": mb * per_microbatch}
 
 r1, r3 = run("one", 1), run("three", 3)
 # Server CPU = scale x (model and codec) + idle x live servers x seconds: two runs, two unknowns.

@@ -19,7 +19,6 @@ void peer_died(peer& p, const char* reason) {
   p.waiters.clear();
   p.state = peer::off;
   p.move_to = -1;
-  p.in_round = false;
   ++p.epoch;
   // The machine's actor dies; its host stays on in SimGrid, because starting a
   // transfer or an actor on a host that goes off in the same instant aborts

@@ -27,10 +27,6 @@ policy::rebalance_config rebalance_cfg(const scenario& c) {
   return r;
 }
 
-double value_bytes(const std::string& compression) {
-  return compression == "none" ? 4.0 : compression == "fp16" ? 2.0 : 1.0 + 4.0 / 4096;
-}
-
 /// One butterfly all-reduce of a stage's gradients among `members`. Every
 /// member sends its part of each other shard to that shard's owner and the
 /// reduced shard it owns to every other member, and receives as much: each
@@ -47,7 +43,7 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
   for (peer* m : members) epochs.push_back(m->epoch);
   const auto& c = w.costs[static_cast<size_t>(stage)];
   const auto shards = policy::partition_shards(c.parameters, n);
-  const double vb = value_bytes(w.cfg.averaging_compression);
+  const double vb = nominal_bytes_per_value(w.cfg.averaging_compression);
   std::vector<s4u::CommPtr> comms;
   for (int i = 0; i < n && n > 1; ++i) {
     peer* m = members[static_cast<size_t>(i)];
@@ -64,18 +60,17 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
     } catch (const simgrid::Exception&) {
     }
   }
-  int alive = 0;
+  // Members still serving this stage in the life they started the round in.
+  std::vector<peer*> survivors;
   for (int i = 0; i < n; ++i) {
     peer* m = members[static_cast<size_t>(i)];
-    if (m->epoch == epochs[static_cast<size_t>(i)] && m->state == peer::serving && m->stage == stage) ++alive;
+    if (m->epoch == epochs[static_cast<size_t>(i)] && m->state == peer::serving && m->stage == stage)
+      survivors.push_back(m);
   }
+  const int alive = static_cast<int>(survivors.size());
   auto& step = w.stage_step[static_cast<size_t>(stage)];
   if (alive > 0) ++step;
-  for (int i = 0; i < n; ++i) {
-    peer* m = members[static_cast<size_t>(i)];
-    m->in_round = false;
-    if (m->epoch == epochs[static_cast<size_t>(i)] && m->state == peer::serving && m->stage == stage) m->step = step;
-  }
+  for (peer* m : survivors) m->step = step;
   (alive > 0 ? w.total.rounds_applied : w.total.rounds_failed)++;
   w.emit("round_end", {{"stage", int64_t{stage}}, {"round", round}, {"step", static_cast<int64_t>(step)},
                        {"peers", int64_t{n}}, {"applied", alive > 0}, {"agreeing", int64_t{alive}},
@@ -103,7 +98,6 @@ void maybe_start_rounds(world& w, int64_t& rounds) {
     for (size_t i : plan.members) {
       members.push_back(live[i]);
       live[i]->accumulated = 0;
-      live[i]->in_round = true;
     }
     w.round_running[static_cast<size_t>(s)] = true;
     const int64_t round = ++rounds;
@@ -162,6 +156,8 @@ void coordinator_main() {
   int64_t rounds = 0, report_samples = 0;
   double report_optimal = 0;
   double last_tick = 0;
+  std::vector<double> per_sample;  // the stages' costs for the yardstick: fixed for the run
+  for (int s = 0; s < cfg.stages; ++s) per_sample.push_back(w.seconds_per_sample(s));
   while (w.now() < cfg.duration) {
     s4u::this_actor::sleep_until(std::min(std::floor(w.now() / tick + 1e-9) * tick + tick, cfg.duration));
     const double now = w.now();
@@ -175,8 +171,6 @@ void coordinator_main() {
         ++alive;
         speeds.push_back(p.speed / p.slowdown);
       }
-    std::vector<double> per_sample;
-    for (int s = 0; s < cfg.stages; ++s) per_sample.push_back(w.seconds_per_sample(s));
     const auto best = best_assignment(per_sample, speeds);
     w.total.optimal_samples += best.greedy * dt;
     w.total.fluid_samples += best.fluid * dt;

@@ -37,7 +37,7 @@ std::string choose(world& w, trainer_state& t, int stage, bool backward, const s
       const double size = static_cast<double>(w.cfg.microbatch);
       auto pick = keep ? router.choose_only(preferred, size, backward, now)
                        : router.choose(size, backward, now, t.rng, tried);
-      if (!pick && !keep && !tried.empty()) pick = router.choose(static_cast<double>(w.cfg.microbatch), backward, now, t.rng);
+      if (!pick && !keep && !tried.empty()) pick = router.choose(size, backward, now, t.rng);
       if (pick) return *pick;
     }
     if (now >= give_up) return {};
@@ -54,8 +54,8 @@ peer* find_peer(world& w, const std::string& name) {
 }
 
 /// One stage call with retries; the server that answered, or empty (dropped).
-std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool backward, const std::string& preferred,
-                 int64_t microbatch) {
+std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool backward, const std::string& preferred) {
+  const auto microbatch = static_cast<double>(w.cfg.microbatch);
   const auto& c = w.costs[static_cast<size_t>(stage)];
   const double timeout = backward ? w.cfg.backward_timeout : w.cfg.forward_timeout;
   const char* op = backward ? "backward" : "forward";
@@ -113,14 +113,14 @@ std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool 
     ws.erase(std::remove(ws.begin(), ws.end(), std::make_pair(box, id)), ws.end());
     const double took = w.now() - sent;
     if (timed_out) {
-      router.on_timeout(name, static_cast<double>(microbatch), took);
+      router.on_timeout(name, microbatch, took);
       w.emit("timeout", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"server", name}, {"op", std::string(op)},
                          {"seconds", took}}, "trainer");
       why = "timeout";
       continue;
     }
     if (status == reply::ok) {
-      router.on_success(name, static_cast<double>(microbatch), took);
+      router.on_success(name, microbatch, took);
       return name;
     }
     if (status == reply::down) {
@@ -140,11 +140,11 @@ outcome run_microbatch(world& w, trainer_state& t, s4u::Mailbox* box) {
   const int stages = w.cfg.stages;
   std::vector<std::string> used(static_cast<size_t>(stages));
   for (int s = 0; s < stages; ++s) {
-    used[static_cast<size_t>(s)] = call(w, t, box, s, false, {}, w.cfg.microbatch);
+    used[static_cast<size_t>(s)] = call(w, t, box, s, false, {});
     if (used[static_cast<size_t>(s)].empty()) return outcome::dropped;
   }
   for (int s = stages - 2; s >= 0; --s)
-    if (call(w, t, box, s, true, used[static_cast<size_t>(s)], w.cfg.microbatch).empty()) return outcome::dropped;
+    if (call(w, t, box, s, true, used[static_cast<size_t>(s)]).empty()) return outcome::dropped;
   return outcome::done;
 }
 

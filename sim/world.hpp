@@ -63,7 +63,6 @@ struct peer {
   double samples_done = 0;           ///< samples whose gradients it added on this stage
   int64_t accumulated = 0;           ///< samples not yet averaged
   uint64_t step = 0;                 ///< optimizer steps of its state
-  bool in_round = false;
   // An order from the rebalancer, carried out by the server actor.
   int move_to = -1;
   policy::move_reason move_reason = policy::move_reason::load;
