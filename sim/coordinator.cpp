@@ -44,22 +44,27 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
   const auto& c = w.costs[static_cast<size_t>(stage)];
   const auto shards = policy::partition_shards(c.parameters, n);
   const double vb = nominal_bytes_per_value(w.cfg.averaging_compression);
-  std::vector<s4u::CommPtr> comms;
+  // A member that dies fails its flows; one that hangs is cut at swarm's round
+  // deadline. Each member's two flows are waited for by an actor of its own:
+  // SimGrid 3.32 takes a finished activity out of its waiter's list by a
+  // linear scan, and one actor waiting on a stage's 2 x 625 flows made the
+  // rounds 37% of a 10,000-peer run.
+  const double deadline = t0 + 3 * w.cfg.averaging_timeout;
+  std::vector<s4u::ActorPtr> flows;
   for (int i = 0; i < n && n > 1; ++i) {
     peer* m = members[static_cast<size_t>(i)];
     const auto own = static_cast<double>(shards[static_cast<size_t>(i)].size());
     const auto bytes = static_cast<uint64_t>(vb * ((static_cast<double>(c.parameters) - own) + (n - 1) * own));
-    comms.push_back(s4u::Comm::sendto_async(m->host, w.hub, bytes));
-    comms.push_back(s4u::Comm::sendto_async(w.hub, m->host, bytes));
+    flows.push_back(s4u::Actor::create("flows", w.coordinator_host, [from = m->host, hub = w.hub, bytes, deadline] {
+      for (auto& comm : {s4u::Comm::sendto_async(from, hub, bytes), s4u::Comm::sendto_async(hub, from, bytes)}) {
+        try {
+          comm->wait_for(std::max(deadline - s4u::Engine::get_clock(), 0.0));
+        } catch (const simgrid::Exception&) {
+        }
+      }
+    }));
   }
-  // A member that dies fails its flows; one that hangs is cut at swarm's round deadline.
-  const double deadline = t0 + 3 * w.cfg.averaging_timeout;
-  for (auto& comm : comms) {
-    try {
-      comm->wait_for(std::max(deadline - w.now(), 0.0));
-    } catch (const simgrid::Exception&) {
-    }
-  }
+  for (auto& f : flows) f->join();
   // Members still serving this stage in the life they started the round in.
   std::vector<peer*> survivors;
   for (int i = 0; i < n; ++i) {

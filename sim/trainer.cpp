@@ -90,15 +90,28 @@ std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool 
     // local platform's one machine.
     if (w.cfg.platform == "local" && w.cal.trainer_s_per_request > 0)
       s4u::this_actor::exec_init(w.cal.trainer_s_per_request)->set_host(t.cpu)->wait();
-    p->inbox->put_init(r, static_cast<uint64_t>(backward ? c.backward_in_bytes : c.forward_in_bytes))->detach();
     reply::status_t status = reply::down;
-    bool timed_out = false;
-    for (;;) {
+    bool timed_out = false, answered = false;
+    // Sent by this worker, not detached (see sim/server.cpp's outbox); the
+    // server's inbox takes it as it arrives, so this returns once it is there.
+    try {
+      p->inbox->put(r, static_cast<uint64_t>(backward ? c.backward_in_bytes : c.forward_in_bytes),
+                    std::max(sent + timeout - w.now(), 1e-9));
+    } catch (const simgrid::TimeoutException&) {
+      delete r;  // never delivered
+      timed_out = true;
+    } catch (const simgrid::NetworkFailureException&) {
+      delete r;  // its server died before it arrived: as its down event says too
+      answered = true;
+    }
+    while (!timed_out && !answered) {
       const double left = sent + timeout - w.now();
       reply* rep = nullptr;
       try {
         rep = left > 0 ? box->get<reply>(left) : nullptr;
       } catch (const simgrid::TimeoutException&) {
+      } catch (const simgrid::NetworkFailureException&) {
+        break;  // its server died while the reply was on its way: down
       }
       if (!rep) {
         timed_out = true;

@@ -49,24 +49,47 @@ std::optional<double> throughput_ema::estimate() const {
 // --- stage_router ----------------------------------------------------------------
 
 const stage_router::peer* stage_router::find(const std::string& id) const {
-  for (const auto& p : peers_)
-    if (p.id == id)
-      return &p;
-  return nullptr;
+  const auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &peers_.at(it->second);
 }
 
 stage_router::peer* stage_router::find(const std::string& id) {
   return const_cast<peer*>(std::as_const(*this).find(id));
 }
 
+void stage_router::place(peer& p, double vtime, bool returning) {
+  if (p.returning)
+    returning_.erase(p.seq);
+  else
+    steady_.erase({p.vtime, p.seq});
+  p.vtime = vtime;
+  p.returning = returning;
+  if (returning)
+    returning_.insert(p.seq);
+  else
+    steady_.insert({vtime, p.seq});
+}
+
+void stage_router::measure(peer& p, double samples, double seconds) {
+  const auto before = p.rate.estimate();
+  p.rate.update(samples, seconds);
+  const auto after = p.rate.estimate();
+  if (!after)
+    return;
+  rate_sum_ += *after - before.value_or(0.0);
+  rated_ += before ? 0 : 1;
+}
+
 std::optional<double> stage_router::floor(double now, const std::vector<std::string>& exclude, const peer* skip) const {
-  std::optional<double> lo;
-  for (const auto& p : peers_) {
-    if (&p == skip || p.returning || is_banned(p, now) || listed(exclude, p.id))
+  // Steady peers are never banned (a ban makes a peer returning), so the first
+  // one not excluded is the floor.
+  for (const auto& [vtime, seq] : steady_) {
+    const peer& p = peers_.at(seq);
+    if (&p == skip || is_banned(p, now) || listed(exclude, p.id))
       continue;
-    lo = lo ? std::min(*lo, p.vtime) : p.vtime;
+    return vtime;
   }
-  return lo;
+  return std::nullopt;
 }
 
 double stage_router::speed(const peer& p) const {
@@ -74,69 +97,91 @@ double stage_router::speed(const peer& p) const {
     return *r;
   // Unmeasured: assume an average peer so one probe costs about what it would
   // on any other, neither starving it nor flooding it before it is measured.
-  double sum = 0.0;
-  int n = 0;
-  for (const auto& q : peers_)
-    if (auto r = q.rate.estimate()) {
-      sum += *r;
-      ++n;
-    }
-  return n > 0 ? sum / n : k_default_rate;
+  return rated_ > 0 ? rate_sum_ / static_cast<double>(rated_) : k_default_rate;
 }
 
 void stage_router::add(const std::string& id, double now) {
   peer* p = find(id);
   if (p == nullptr) {
-    peers_.push_back(peer{id, 0.0, throughput_ema(cfg_.alpha)});
-    p = &peers_.back();
+    const uint64_t seq = next_seq_++;
+    p = &peers_.emplace(seq, peer{id, seq, 0.0, throughput_ema(cfg_.alpha)}).first->second;
+    by_id_.emplace(id, seq);
+    steady_.insert({0.0, seq});
   }
   // Enter (or come back) at the front of the steady peers. When none is in
   // service (all banned), use the smallest virtual time of the others, so the
   // banned ones do not come back far ahead of it; 0 for the very first peer.
   std::optional<double> entry = floor(now, {}, p);
   if (!entry)
-    for (const auto& q : peers_)
+    for (const auto& [seq, q] : peers_)
       if (&q != p)
         entry = entry ? std::min(*entry, q.vtime) : q.vtime;
-  if (entry)
-    p->vtime = std::max(p->vtime, *entry);
   // A re-announcement means the peer is back: forget its ban and its run of
   // bans (the EMA stays: it still describes this machine).
+  place(*p, entry ? std::max(p->vtime, *entry) : p->vtime, false);
   p->banned_until = 0.0;
   p->ban_count = 0;
-  p->returning = false;
 }
 
 void stage_router::remove(const std::string& id) {
-  peers_.erase(std::remove_if(peers_.begin(), peers_.end(), [&](const peer& p) { return p.id == id; }), peers_.end());
+  peer* p = find(id);
+  if (p == nullptr)
+    return;
+  if (p->returning)
+    returning_.erase(p->seq);
+  else
+    steady_.erase({p->vtime, p->seq});
+  if (const auto r = p->rate.estimate()) {
+    rate_sum_ -= *r;
+    if (--rated_ == 0)
+      rate_sum_ = 0.0;  // no rounding left behind
+  }
+  const uint64_t seq = p->seq;
+  by_id_.erase(id);
+  peers_.erase(seq);
 }
 
 std::optional<std::string> stage_router::choose(double task_size, bool backward, double now, std::mt19937_64& rng,
                                                 const std::vector<std::string>& exclude) {
+  const auto eligible = [&](const peer& p) { return !is_banned(p, now) && !listed(exclude, p.id); };
   // 1. Peers back from a ban rejoin at the steady peers' minimum, not where
   //    they stopped: otherwise they would get all the work they "missed".
-  if (const auto lo = floor(now, exclude, nullptr))
-    for (auto& p : peers_)
-      if (p.returning && !is_banned(p, now) && !listed(exclude, p.id)) {
-        p.vtime = std::max(p.vtime, *lo);
-        p.returning = false;
-      }
+  if (!returning_.empty())
+    if (const auto lo = floor(now, exclude, nullptr)) {
+      std::vector<uint64_t> back;
+      for (uint64_t seq : returning_)
+        if (eligible(at(seq)))
+          back.push_back(seq);
+      for (uint64_t seq : back)
+        place(at(seq), std::max(at(seq).vtime, *lo), false);
+    }
 
-  // 2. The eligible peers with the smallest virtual time.
+  // 2. The eligible peers with the smallest virtual time: the first steady one
+  //    not excluded, and returning ones still not lifted (no steady peer).
   double lo = std::numeric_limits<double>::infinity();
-  for (const auto& p : peers_)
-    if (!is_banned(p, now) && !listed(exclude, p.id))
-      lo = std::min(lo, p.vtime);
+  if (const auto steady = floor(now, exclude, nullptr))
+    lo = *steady;
+  for (uint64_t seq : returning_)
+    if (eligible(at(seq)))
+      lo = std::min(lo, at(seq).vtime);
   std::vector<peer*> best;
   const double tol = k_tie_tolerance * std::max(1.0, std::abs(lo));
-  for (auto& p : peers_)
-    if (!is_banned(p, now) && !listed(exclude, p.id) && p.vtime - lo <= tol)
-      best.push_back(&p);
+  for (const auto& [vtime, seq] : steady_) {
+    if (vtime - lo > tol)
+      break;
+    if (eligible(at(seq)))
+      best.push_back(&at(seq));
+  }
+  for (uint64_t seq : returning_)
+    if (eligible(at(seq)) && at(seq).vtime - lo <= tol)
+      best.push_back(&at(seq));
   if (best.empty())
     return std::nullopt;
 
   // 3. Ties at random, so trainers that start together do not all pick the
-  //    same fresh server first.
+  //    same fresh server first; drawn in order of arrival, so a seed gives
+  //    the same pick whatever the indexes' order.
+  std::sort(best.begin(), best.end(), [](const peer* a, const peer* b) { return a->seq < b->seq; });
   peer* pick = best.front();
   if (best.size() > 1)
     pick = best[std::uniform_int_distribution<size_t>(0, best.size() - 1)(rng)];
@@ -144,8 +189,7 @@ std::optional<std::string> stage_router::choose(double task_size, bool backward,
   // 4. Advance it by the seconds this task should take it; a backward
   //    recomputes the forward, so it costs more.
   const double cost = std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0);
-  pick->vtime += cost / speed(*pick);
-  pick->returning = false;
+  place(*pick, pick->vtime + cost / speed(*pick), false);
   return pick->id;
 }
 
@@ -157,14 +201,13 @@ std::optional<std::string> stage_router::choose_only(const std::string& id, doub
   peer* p = find(id);
   if (p == nullptr || is_banned(*p, now))
     return std::nullopt;
-  p->vtime += std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0) / speed(*p);
-  p->returning = false;
+  place(*p, p->vtime + std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0) / speed(*p), false);
   return p->id;
 }
 
 void stage_router::on_success(const std::string& id, double samples, double seconds) {
   if (peer* p = find(id)) {
-    p->rate.update(samples, seconds);
+    measure(*p, samples, seconds);
     p->ban_count = 0;
   }
 }
@@ -173,8 +216,8 @@ void stage_router::on_timeout(const std::string& id, double samples, double seco
   if (peer* p = find(id)) {
     ++p->timeouts;
     if (std::isfinite(seconds) && seconds > 0) {
-      p->vtime += seconds;
-      p->rate.update(samples, seconds);
+      place(*p, p->vtime + seconds, p->returning);
+      measure(*p, samples, seconds);
     }
   }
 }
@@ -192,7 +235,7 @@ double stage_router::ban(const std::string& id, double now) {
   // ldexp instead of a shift: no overflow however many bans in a row.
   const double length = std::min(cfg_.ban_max_s, std::ldexp(cfg_.ban_base_s, std::min(p->ban_count - 1, 2048)));
   p->banned_until = std::max(p->banned_until, now + length);
-  p->returning = true;
+  place(*p, p->vtime, true);
   return length;
 }
 
@@ -207,8 +250,8 @@ std::optional<double> stage_router::ema(const std::string& id) const {
 }
 
 size_t stage_router::eligible(double now) const {
-  return static_cast<size_t>(
-      std::count_if(peers_.begin(), peers_.end(), [&](const peer& p) { return !is_banned(p, now); }));
+  return static_cast<size_t>(std::count_if(peers_.begin(), peers_.end(),
+                                           [&](const auto& kv) { return !is_banned(kv.second, now); }));
 }
 
 } // namespace swarm::policy

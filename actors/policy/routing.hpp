@@ -23,7 +23,9 @@
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace swarm::policy {
@@ -130,6 +132,7 @@ public:
 private:
   struct peer {
     std::string id;
+    uint64_t seq = 0;    // order of arrival: ties are broken in it
     double vtime = 0.0;  // virtual finish time, in seconds of that peer's work
     throughput_ema rate;
     double banned_until = 0.0;  // seconds on the caller's clock; banned while now < this
@@ -140,6 +143,7 @@ private:
 
   [[nodiscard]] const peer* find(const std::string& id) const;
   [[nodiscard]] peer* find(const std::string& id);
+  [[nodiscard]] peer& at(uint64_t seq) { return peers_.at(seq); }
   [[nodiscard]] bool is_banned(const peer& p, double now) const { return now < p.banned_until; }
   /// Smallest virtual time of peers in steady service at `now` (eligible, not
   /// just back from a ban, not in `exclude`, not `skip`); nullopt when none.
@@ -148,9 +152,21 @@ private:
   /// Samples per second used to advance `p`: its EMA, or the mean of measured
   /// peers while it has none (1 sample/s when nobody is measured).
   [[nodiscard]] double speed(const peer& p) const;
+  /// Changes p's virtual time and whether it is returning, keeping the indexes.
+  void place(peer& p, double vtime, bool returning);
+  /// Folds a request into p's EMA, keeping the sum of measured rates.
+  void measure(peer& p, double samples, double seconds);
 
   routing_config cfg_;
-  std::vector<peer> peers_;  // few per stage, so linear scans beat any index
+  // Thousands of servers per stage in swarm-sim: every operation is O(log n)
+  // (ties and bans aside) instead of a scan of the stage.
+  std::unordered_map<uint64_t, peer> peers_;          // by seq
+  std::unordered_map<std::string, uint64_t> by_id_;   // id -> seq
+  std::set<std::pair<double, uint64_t>> steady_;      // (vtime, seq) of peers not returning
+  std::set<uint64_t> returning_;                      // seqs of returning peers
+  uint64_t next_seq_ = 0;
+  double rate_sum_ = 0.0;  // sum of the measured peers' EMAs (for speed())
+  int64_t rated_ = 0;      // number of measured peers
 };
 
 } // namespace swarm::policy
