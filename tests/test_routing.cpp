@@ -415,8 +415,9 @@ TEST_CASE("router: choose_only charges like choose with every other server exclu
 namespace {
 
 /// The router as it was before it was indexed for thousands of servers: linear
-/// scans over a vector in order of arrival. Kept here as the reference the
-/// indexed router must agree with, pick for pick.
+/// scans over a vector in order of arrival (ties then drawn in that order; now
+/// in order of virtual time, then arrival). The reference the indexed router
+/// must agree with, pick for pick.
 class reference_router {
 public:
   void add(const std::string& id, double now) {
@@ -459,6 +460,8 @@ public:
         best.push_back(&p);
     if (best.empty())
       return std::nullopt;
+    // Ties in order of virtual time, then arrival (the vector's order).
+    std::stable_sort(best.begin(), best.end(), [](const peer* a, const peer* b) { return a->vtime < b->vtime; });
     peer* pick = best.size() > 1 ? best[std::uniform_int_distribution<size_t>(0, best.size() - 1)(rng)] : best[0];
     pick->vtime += std::max(0.0, task) * (backward ? 2.5 : 1.0) / speed(*pick);
     pick->returning = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 namespace swarm::policy {
@@ -156,37 +157,47 @@ std::optional<std::string> stage_router::choose(double task_size, bool backward,
         place(at(seq), std::max(at(seq).vtime, *lo), false);
     }
 
-  // 2. The eligible peers with the smallest virtual time: the first steady one
-  //    not excluded, and returning ones still not lifted (no steady peer).
-  double lo = std::numeric_limits<double>::infinity();
-  if (const auto steady = floor(now, exclude, nullptr))
-    lo = *steady;
-  for (uint64_t seq : returning_)
-    if (eligible(at(seq)))
-      lo = std::min(lo, at(seq).vtime);
-  std::vector<peer*> best;
-  const double tol = k_tie_tolerance * std::max(1.0, std::abs(lo));
-  for (const auto& [vtime, seq] : steady_) {
-    if (vtime - lo > tol)
-      break;
-    if (eligible(at(seq)))
-      best.push_back(&at(seq));
+  // 2. The eligible peers with the smallest virtual time (within rounding):
+  //    ties, drawn from uniformly at random so that trainers that start
+  //    together do not all pick the same fresh server first, in the order of
+  //    (virtual time, arrival) so that a seed gives the same pick.
+  peer* pick = nullptr;
+  if (const auto lo = floor(now, exclude, nullptr)) {
+    // Every eligible peer is steady now (step 1), and steady peers are never
+    // banned: the ties are a range of steady_ less the excluded in it.
+    const double tol = k_tie_tolerance * std::max(1.0, std::abs(*lo));
+    const size_t first = steady_.order_of_key({*lo, 0});
+    const size_t end = steady_.order_of_key({*lo + tol, std::numeric_limits<uint64_t>::max()});
+    std::vector<size_t> skip;
+    for (const auto& id : exclude)
+      if (const peer* p = find(id); p && !p->returning && p->vtime >= *lo && p->vtime - *lo <= tol)
+        skip.push_back(steady_.order_of_key({p->vtime, p->seq}));
+    std::sort(skip.begin(), skip.end());
+    skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
+    const size_t ties = end - first - skip.size();
+    size_t at_rank = first + (ties > 1 ? std::uniform_int_distribution<size_t>(0, ties - 1)(rng) : 0);
+    for (size_t s : skip)
+      at_rank += s <= at_rank ? 1 : 0;
+    pick = &at(steady_.find_by_order(at_rank)->second);
+  } else {
+    // No steady peer left to choose: returning ones that are not lifted.
+    std::vector<peer*> best;
+    double low = std::numeric_limits<double>::infinity();
+    for (uint64_t seq : returning_)
+      if (eligible(at(seq)))
+        low = std::min(low, at(seq).vtime);
+    const double tol = k_tie_tolerance * std::max(1.0, std::abs(low));
+    for (uint64_t seq : returning_)
+      if (eligible(at(seq)) && at(seq).vtime - low <= tol)
+        best.push_back(&at(seq));
+    if (best.empty())
+      return std::nullopt;
+    std::sort(best.begin(), best.end(),
+              [](const peer* a, const peer* b) { return std::tie(a->vtime, a->seq) < std::tie(b->vtime, b->seq); });
+    pick = best.size() > 1 ? best[std::uniform_int_distribution<size_t>(0, best.size() - 1)(rng)] : best.front();
   }
-  for (uint64_t seq : returning_)
-    if (eligible(at(seq)) && at(seq).vtime - lo <= tol)
-      best.push_back(&at(seq));
-  if (best.empty())
-    return std::nullopt;
 
-  // 3. Ties at random, so trainers that start together do not all pick the
-  //    same fresh server first; drawn in order of arrival, so a seed gives
-  //    the same pick whatever the indexes' order.
-  std::sort(best.begin(), best.end(), [](const peer* a, const peer* b) { return a->seq < b->seq; });
-  peer* pick = best.front();
-  if (best.size() > 1)
-    pick = best[std::uniform_int_distribution<size_t>(0, best.size() - 1)(rng)];
-
-  // 4. Advance it by the seconds this task should take it; a backward
+  // 3. Advance it by the seconds this task should take it; a backward
   //    recomputes the forward, so it costs more.
   const double cost = std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0);
   place(*pick, pick->vtime + cost / speed(*pick), false);

@@ -24,6 +24,8 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <ext/pb_ds/assoc_container.hpp>
+#include <ext/pb_ds/tree_policy.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -162,7 +164,14 @@ private:
   // (ties and bans aside) instead of a scan of the stage.
   std::unordered_map<uint64_t, peer> peers_;          // by seq
   std::unordered_map<std::string, uint64_t> by_id_;   // id -> seq
-  std::set<std::pair<double, uint64_t>> steady_;      // (vtime, seq) of peers not returning
+  // (vtime, seq) of peers not returning, with ranks: the ties of a fresh stage
+  // (hundreds of unmeasured servers at one virtual time, for minutes when
+  // each trainer uses each server rarely) are counted and drawn from in
+  // O(log n) instead of walked.
+  using ranked = __gnu_pbds::tree<std::pair<double, uint64_t>, __gnu_pbds::null_type,
+                                  std::less<std::pair<double, uint64_t>>, __gnu_pbds::rb_tree_tag,
+                                  __gnu_pbds::tree_order_statistics_node_update>;
+  ranked steady_;
   std::set<uint64_t> returning_;                      // seqs of returning peers
   uint64_t next_seq_ = 0;
   double rate_sum_ = 0.0;  // sum of the measured peers' EMAs (for speed())
