@@ -10,12 +10,13 @@
 namespace swarm::sim {
 
 void peer_died(peer& p, const char* reason) {
+  static outbox out;  // the churn actor's: it is the one calling
   auto& w = the_world();
   if (p.state == peer::off) return;
   const int stage = p.move_to >= 0 ? p.move_to : p.stage;
   if (p.state == peer::serving || p.state == peer::moving)
     for (auto& t : w.trainers) t.routers[static_cast<size_t>(p.stage)].remove(p.name);
-  for (auto& [box, attempt] : p.waiters) box->put_init(new reply{attempt, reply::down}, 0)->detach();
+  const auto waiters = std::move(p.waiters);
   p.waiters.clear();
   p.state = peer::off;
   p.move_to = -1;
@@ -25,6 +26,8 @@ void peer_died(peer& p, const char* reason) {
   // SimGrid 3.32. Transfers from a dead peer are judged by its epoch instead.
   if (p.actor) p.actor->kill();
   p.actor = nullptr;
+  clear_queue(p);
+  for (const auto& [box, attempt] : waiters) send(out, box, new reply{attempt, reply::down}, 0);
   ++w.total.downs;
   w.emit("server_down", {{"stage", int64_t{stage}}, {"server", p.name}, {"reason", std::string(reason)}},
          "coordinator");

@@ -119,7 +119,7 @@ void maybe_move(world& w, bool periodic) {
     p.move_reason = plan->reason;
     p.predicted_gain = std::isfinite(plan->gain) ? plan->gain : std::nan("");
     p.ordered_at = w.now();
-    p.inbox->put_init(new request{request::move, p.stage, p.epoch}, 64)->detach();
+    deliver(p, new request{request::move, p.stage, p.epoch});
     auto& t = w.total;
     (plan->reason == policy::move_reason::load ? t.moves_load
      : plan->reason == policy::move_reason::empty ? t.moves_empty : t.moves_redundancy)++;

@@ -61,6 +61,7 @@ void build_platform(world& w) {
     p.slowdown = slow.empty() ? 1.0 : slow[static_cast<size_t>(i) % slow.size()];
     p.host = add_host(zone, "peer" + std::to_string(i), local ? 1 : p.speed, peer_bw, coords(p.region));
     p.cpu = local ? machine : p.host;
+    p.arrived = s4u::Semaphore::create(0);
     p.inbox = s4u::Mailbox::by_name("peer" + std::to_string(i));
     w.peers.push_back(p);
   }
@@ -78,6 +79,15 @@ void build_platform(world& w) {
     w.trainers.push_back(std::move(t));
   }
   zone->seal();
+  // Each machine's receiver: takes every request as its bytes arrive (so
+  // transfers to one machine run side by side) and queues it for whichever
+  // server lives there. Machines never go off in SimGrid here (see
+  // peer_died), nor do their receivers.
+  for (auto& p : w.peers)
+    s4u::Actor::create("nic" + std::to_string(p.index), p.host, [pp = &p] {
+      pp->inbox->set_receiver(s4u::Actor::self());
+      for (;;) deliver(*pp, pp->inbox->get<request>());
+    });
 }
 
 } // namespace swarm::sim

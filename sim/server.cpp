@@ -7,8 +7,6 @@
 // a stage it left are answered `leaving`, as swarm's LEAVING.
 #include "sim/world.hpp"
 
-#include <deque>
-
 namespace swarm::sim {
 
 namespace {
@@ -35,17 +33,8 @@ bool copy_state(world& w, peer& p, int stage) {
   return false;
 }
 
-/// Replies in flight, oldest first. Not detached: SimGrid 3.32 keeps every
-/// detached activity in one list and removes each finished one by a linear
-/// scan, which made thousands of peers cost quadratic time (73% of it at 3,000
-/// peers). Kept here, a reply dies with its server actor, as a killed process's
-/// unsent bytes do.
-using outbox = std::deque<s4u::CommPtr>;
-
 void answer(outbox& out, request* r, reply::status_t status, double bytes) {
-  while (!out.empty() && out.front()->test())
-    out.pop_front();
-  out.push_back(r->reply_to->put_async(new reply{r->attempt, status}, static_cast<uint64_t>(bytes)));
+  send(out, r->reply_to, new reply{r->attempt, status}, bytes);
 }
 
 /// Takes `stage`: state copied, routers told. `from` is -1 for a join.
@@ -75,18 +64,18 @@ void settle(world& w, peer& p, int from, int stage, policy::move_reason why, dou
            "server");
 }
 
-void leave_stage(world& w, peer& p) {
+void leave_stage(world& w, peer& p, outbox& out) {
   for (auto& t : w.trainers) t.routers[static_cast<size_t>(p.stage)].remove(p.name);
   ++p.epoch;
   // Anyone waiting on this life hears `leaving` now (swarm: the LEAVE to load balancers).
-  for (auto& [box, attempt] : p.waiters) box->put_init(new reply{attempt, reply::leaving}, 0)->detach();
+  for (auto& [box, attempt] : p.waiters) send(out, box, new reply{attempt, reply::leaving}, 0);
   p.waiters.clear();
 }
 
 void serve(peer* pp, int stage) {
   auto& w = the_world();
   peer& p = *pp;
-  p.inbox->set_receiver(s4u::Actor::self());
+  clear_queue(p);  // what was sent to an earlier life
   const bool initial = stage >= 0;
   if (!initial) {  // a process starting: its start-up, then where the coordinator places it
     const double up = w.now();
@@ -104,7 +93,9 @@ void serve(peer* pp, int stage) {
   const auto& cfg = w.cfg;
   outbox out;
   for (;;) {
-    auto* r = p.inbox->get<request>();
+    p.arrived->acquire();
+    request* r = p.queue.front();
+    p.queue.pop_front();
     if (r->epoch != p.epoch) {  // sent to an earlier life or before a move: that sender was told already
       delete r;
       continue;
@@ -117,7 +108,7 @@ void serve(peer* pp, int stage) {
       if (to < 0 || to == from) continue;
       w.emit("server_exit", {{"stage", int64_t{from}}, {"server", p.name}, {"served", p.served},
                              {"moved_to", int64_t{to}}}, "server");
-      leave_stage(w, p);
+      leave_stage(w, p, out);
       p.move_to = -1;
       settle(w, p, from, to, reason, ordered, gain);
       continue;

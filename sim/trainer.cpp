@@ -91,20 +91,18 @@ std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool 
     if (w.cfg.platform == "local" && w.cal.trainer_s_per_request > 0)
       s4u::this_actor::exec_init(w.cal.trainer_s_per_request)->set_host(t.cpu)->wait();
     reply::status_t status = reply::down;
-    bool timed_out = false, answered = false;
-    // Sent by this worker, not detached (see sim/server.cpp's outbox); the
-    // server's inbox takes it as it arrives, so this returns once it is there.
+    bool timed_out = false;
+    // Sent by this worker (not detached: SimGrid 3.32 scans one list of all
+    // detached activities at every completion); it returns once the bytes are
+    // on the server's machine, queued for the server.
     try {
       p->inbox->put(r, static_cast<uint64_t>(backward ? c.backward_in_bytes : c.forward_in_bytes),
                     std::max(sent + timeout - w.now(), 1e-9));
     } catch (const simgrid::TimeoutException&) {
       delete r;  // never delivered
       timed_out = true;
-    } catch (const simgrid::NetworkFailureException&) {
-      delete r;  // its server died before it arrived: as its down event says too
-      answered = true;
     }
-    while (!timed_out && !answered) {
+    while (!timed_out) {
       const double left = sent + timeout - w.now();
       reply* rep = nullptr;
       try {
