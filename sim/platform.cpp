@@ -86,7 +86,12 @@ void build_platform(world& w) {
   for (auto& p : w.peers)
     s4u::Actor::create("nic" + std::to_string(p.index), p.host, [pp = &p] {
       pp->inbox->set_receiver(s4u::Actor::self());
-      for (;;) deliver(*pp, pp->inbox->get<request>());
+      for (;;) {
+        try {
+          deliver(*pp, pp->inbox->get<request>());
+        } catch (const simgrid::Exception&) {  // its sender gave up on it mid-way (and deleted it)
+        }
+      }
     });
 }
 
