@@ -125,10 +125,22 @@ std::string join(const std::vector<double>& v) {
 
 } // namespace
 
+std::vector<double> stage_microbatch_seconds(const calibration& cal) {
+  std::vector<double> out;
+  for (const auto& c : request_costs(cal.shape, cal)) out.push_back(c.forward_s + c.backward_s);
+  return out;
+}
+
 double microbatch_seconds(const calibration& cal) {
   double s = 0;
-  for (const auto& c : request_costs(cal.shape, cal)) s += c.forward_s + c.backward_s;
+  for (double x : stage_microbatch_seconds(cal)) s += x;
   return s;
+}
+
+double cluster_scale(const calibration& cal, int stage) {
+  if (cal.cluster_scale.empty()) return 1;
+  if (cal.cluster_scale.size() == 1) return cal.cluster_scale[0];
+  return cal.cluster_scale.at(static_cast<size_t>(stage));
 }
 
 std::string format_calibration(const calibration& c) {
@@ -148,8 +160,9 @@ std::string format_calibration(const calibration& c) {
     << "step-s-per-parameter = " << c.step_s_per_parameter << "\n"
     << "microbatch-s = " << microbatch_seconds(c)
     << "   # derived: one microbatch through every stage, model and codec (read by scripts/calibrate.sh)\n"
+    << "stage-microbatch-s = " << join(stage_microbatch_seconds(c)) << "   # derived: the same per stage\n"
     << "state-s-per-byte = " << c.state_s_per_byte << "\n"
-    << "cluster-scale = " << c.cluster_scale << "\n"
+    << "cluster-scale = " << (c.cluster_scale.empty() ? std::string("1") : join(c.cluster_scale)) << "\n"
     << "trainer-s-per-request = " << c.trainer_s_per_request << "\n"
     << "coordinator-s-per-request = " << c.coordinator_s_per_request << "\n"
     << "server-idle-cores = " << c.server_idle_cores << "\n";
@@ -214,7 +227,7 @@ std::optional<calibration> read_calibration(const std::string& path, std::string
     num("bytes-per-value", c.bytes_per_value);
     num("step-s-per-parameter", c.step_s_per_parameter);
     num("state-s-per-byte", c.state_s_per_byte);
-    num("cluster-scale", c.cluster_scale);
+    list("cluster-scale", c.cluster_scale);
     num("trainer-s-per-request", c.trainer_s_per_request);
     num("coordinator-s-per-request", c.coordinator_s_per_request);
     num("server-idle-cores", c.server_idle_cores);
@@ -225,6 +238,8 @@ std::optional<calibration> read_calibration(const std::string& path, std::string
   if (c.forward_s.size() != static_cast<size_t>(c.shape.stages) || c.backward_s.size() != c.forward_s.size())
     return fail(0, "forward-s and backward-s need one value per stage (" + std::to_string(c.shape.stages) + ")");
   if (c.seconds_per_madd <= 0) return fail(0, "seconds-per-madd must be > 0");
+  if (c.cluster_scale.size() > 1 && c.cluster_scale.size() != c.forward_s.size())
+    return fail(0, "cluster-scale needs one value, or one per stage (" + std::to_string(c.shape.stages) + ")");
   return c;
 }
 

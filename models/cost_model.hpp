@@ -42,8 +42,10 @@ struct calibration {
   double step_s_per_parameter = 0;   ///< one optimizer step (AdamW) per parameter
   double state_s_per_byte = 0;       ///< exporting and importing a stage's state (a join's copy), per byte
   // Measured on running clusters (scripts/calibrate.sh), in core-seconds.
-  double cluster_scale = 1;          ///< a server's CPU per request over the model and codec above (messages,
-                                     ///< actors, averaging, and the one-process measurement's own error)
+  /// Per stage (one value: every stage): a server's CPU per request over the
+  /// model and codec above (messages, actors, averaging, and the one-process
+  /// measurement's own error). Empty: 1.
+  std::vector<double> cluster_scale;
   double trainer_s_per_request = 0;  ///< per request, in the trainer (its codec, messages)
   double coordinator_s_per_request = 0;  ///< per request, in the coordinator (the servers' reports)
   double server_idle_cores = 0;      ///< cores a live server process burns whatever it serves (scheduler, heartbeats)
@@ -99,6 +101,10 @@ void fit_calibration(calibration& cal, const std::vector<cost_point>& points);
 /// Core-seconds of one microbatch through every stage of cal.shape (every
 /// request's model and codec), as request_costs counts them.
 [[nodiscard]] double microbatch_seconds(const calibration& cal);
+/// Model and codec core-seconds of one microbatch on each stage (sums to microbatch_seconds).
+[[nodiscard]] std::vector<double> stage_microbatch_seconds(const calibration& cal);
+/// cal.cluster_scale of `stage` (its one value for every stage; 1 when unset).
+[[nodiscard]] double cluster_scale(const calibration& cal, int stage);
 
 /// key = value text (comments with #), read back by read_calibration.
 [[nodiscard]] std::string format_calibration(const calibration& cal);

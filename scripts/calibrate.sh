@@ -8,7 +8,10 @@
 #      steady part, against the microbatches completed, gives what the
 #      trainer and the coordinator spend per stage request, and (two runs, two
 #      unknowns) how much a server's CPU per request exceeds step 1's model and
-#      codec, and what a live server process burns per second whatever it serves.
+#      codec, and what a live server process burns per second whatever it serves;
+#      then, with that idle burn, the excess of each stage's servers apart
+#      (cluster-scale per stage: the last stage's real servers cost more over
+#      their model than the others').
 #   scripts/calibrate.sh [config] [out] [seconds]   (defaults: config/small config/calibration 40)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +24,9 @@ tmp=$(mktemp -d /tmp/swarm-calibrate-XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 measure() {  # name servers-per-stage: a real cluster, /proc CPU of its processes in the steady part
   local name=$1 servers=$2
+  # No moves: each server's CPU counts for the stage it joined.
   ./build/swarm --role cluster --config "$config" --servers-per-stage "$servers" --max-steps 0 --http-port -1 \
+    --rebalance off \
     --metrics "$tmp/$name.jsonl" --log-level error > /dev/null 2>&1 &
   local cluster=$!
   snapshot() {  # pid utime+stime(ticks) role time, for every process of this cluster
@@ -50,19 +55,27 @@ for line in open(out):
         cal[k.strip()] = v.strip()
 stages = int(cal["stages"])
 per_microbatch = float(cal["microbatch-s"])  # model and codec, as models/cost_model.cpp counts them
+per_stage = [float(x) for x in cal["stage-microbatch-s"].split(",")]
 
-def run(name, per_stage):
+def run(name, servers_per_stage):
     """CPU seconds per role, microbatches and seconds of one cluster's measured window."""
     def rows(part):
         return {r.split()[0]: r.split() for r in open(f"{tmp}/{name}.{part}") if r.strip()}
     a, b = rows("a"), rows("b")
     t0 = min(float(r[3]) for r in a.values()); t1 = max(float(r[3]) for r in b.values())
+    events = [json.loads(l) for l in open(f"{tmp}/{name}.jsonl")]
+    stage_of = {e["server"]: e["stage"] for e in events if e.get("event") == "server_join"}
     cpu = {"server": 0.0, "trainer": 0.0, "coordinator": 0.0}
+    stage_cpu = [0.0] * stages
     for pid, r in b.items():
         if pid in a and r[2] in cpu:
-            cpu[r[2]] += (float(r[1]) - float(a[pid][1])) / hz
-    steps = [json.loads(l) for l in open(f"{tmp}/{name}.jsonl")]
-    steps = [e for e in steps if e.get("event") == "step"]
+            used = (float(r[1]) - float(a[pid][1])) / hz
+            cpu[r[2]] += used
+            if r[2] == "server":
+                if f"s-{pid}" not in stage_of:
+                    sys.exit(f"calibrate.sh: server process {pid} never joined a stage")
+                stage_cpu[stage_of[f"s-{pid}"]] += used
+    steps = [e for e in events if e.get("event") == "step"]
     def samples_at(t):  # linear between the trainer's step events
         before = [e for e in steps if e["t"] <= t]; after = [e for e in steps if e["t"] > t]
         if not before or not after:
@@ -70,8 +83,8 @@ def run(name, per_stage):
         x, y = before[-1], after[0]
         return x["samples"] + (y["samples"] - x["samples"]) * (t - x["t"]) / (y["t"] - x["t"])
     mb = (samples_at(t1) - samples_at(t0)) / int(cal["microbatch"])
-    return {"cpu": cpu, "mb": mb, "requests": mb * (2 * stages - 1), "seconds": t1 - t0,
-            "servers": per_stage * stages, "model": mb * per_microbatch}
+    return {"cpu": cpu, "stage_cpu": stage_cpu, "mb": mb, "requests": mb * (2 * stages - 1), "seconds": t1 - t0,
+            "per_stage": servers_per_stage, "servers": servers_per_stage * stages, "model": mb * per_microbatch}
 
 r1, r3 = run("one", 1), run("three", 3)
 # Server CPU = scale x (model and codec) + idle x live servers x seconds: two runs, two unknowns.
@@ -83,9 +96,16 @@ scale = (y1 * b3 - y3 * b1) / det
 idle = (a1 * y3 - a3 * y1) / det
 if scale <= 0 or idle < 0:  # noise: put it all on requests
     scale, idle = y1 / a1, 0.0
+# Each stage apart, the idle burn taken as fitted: scale_k = what its servers
+# spent beyond idling / its model and codec, over both runs.
+scales = []
+for k in range(stages):
+    busy = sum(r["stage_cpu"][k] - idle * r["per_stage"] * r["seconds"] for r in (r1, r3))
+    model = sum(r["mb"] * per_stage[k] for r in (r1, r3))
+    scales.append(busy / model if busy > 0 else scale)
 reqs = r1["requests"] + r3["requests"]
 over = {
-    "cluster-scale": scale,
+    "cluster-scale": ",".join(f"{s:.6g}" for s in scales),
     "server-idle-cores": idle,
     "trainer-s-per-request": (r1["cpu"]["trainer"] + r3["cpu"]["trainer"]) / reqs,
     "coordinator-s-per-request": (r1["cpu"]["coordinator"] + r3["cpu"]["coordinator"]) / reqs,
@@ -94,10 +114,11 @@ text = open(out).read().splitlines()
 text = [l for l in text if l.split("=")[0].strip() not in over]
 for name, r in (("1 server per stage", r1), ("3 servers per stage", r3)):
     text.append(f"# measured on a running cluster, {name}: {r['mb']:.0f} microbatches in {r['seconds']:.1f} s, "
-                "CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu"].items()) + f" (model and codec {r['model']:.2f})")
-text += [f"{k} = {v:.6g}" for k, v in over.items()]
+                "CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu"].items()) + f" (model and codec {r['model']:.2f}; "
+                "servers by stage " + ", ".join(f"{v:.2f}" for v in r["stage_cpu"]) + ")")
+text += [f"{k} = {v}" if isinstance(v, str) else f"{k} = {v:.6g}" for k, v in over.items()]
 open(out, "w").write("\n".join(text) + "\n")
-print(f"calibrate.sh: a request costs {over['cluster-scale']:.2f} x the model and codec in a cluster; trainer "
+print(f"calibrate.sh: a request costs {over['cluster-scale']} x the model and codec in a cluster (per stage); trainer "
       f"{1e3 * over['trainer-s-per-request']:.1f} ms, coordinator {1e3 * over['coordinator-s-per-request']:.1f} ms "
       f"of CPU; a live server {over['server-idle-cores']:.3f} cores; wrote {out}")
 PY
