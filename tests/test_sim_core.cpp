@@ -142,6 +142,25 @@ TEST_CASE("cost model: calibration files round-trip and bad ones are refused", "
   CHECK(back->shape == cal.shape);
   CHECK(back->forward_s == cal.forward_s);
   CHECK(back->seconds_per_madd == Approx(2e-11));
+  CHECK(cluster_scale(*back, 1) == 1);  // unset
+  // The cluster's excess over the model: one value for every stage, or one per stage.
+  cal.cluster_scale = {0.7, 1.25};
+  std::ofstream(path) << format_calibration(cal);
+  back = read_calibration(path, &err);
+  REQUIRE(back);
+  CHECK(cluster_scale(*back, 0) == Approx(0.7));
+  CHECK(cluster_scale(*back, 1) == Approx(1.25));
+  const auto per_stage = stage_microbatch_seconds(*back);
+  REQUIRE(per_stage.size() == 2);
+  CHECK(per_stage[0] + per_stage[1] == Approx(microbatch_seconds(*back)));
+  std::ofstream(path) << format_calibration(cal) << "cluster-scale = 0.9\n";
+  back = read_calibration(path, &err);
+  REQUIRE(back);
+  CHECK(cluster_scale(*back, 0) == Approx(0.9));
+  CHECK(cluster_scale(*back, 1) == Approx(0.9));
+  std::ofstream(path) << format_calibration(cal) << "cluster-scale = 0.9,1,1.1\n";
+  CHECK_FALSE(read_calibration(path, &err));
+  CHECK(err.find("cluster-scale needs one value, or one per stage") != std::string::npos);
   std::ofstream(path) << "d-model = 64\nthis line is wrong\n";
   CHECK_FALSE(read_calibration(path, &err));
   CHECK(err == path + ":2: not key = value: this line is wrong");
