@@ -44,25 +44,21 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
   const auto& c = w.costs[static_cast<size_t>(stage)];
   const auto shards = policy::partition_shards(c.parameters, n);
   const double vb = nominal_bytes_per_value(w.cfg.averaging_compression);
-  std::vector<s4u::CommPtr> comms;
-  for (int i = 0; i < n && n > 1; ++i) {
+  // One that hangs is cut at swarm's round deadline.
+  const double deadline = t0 + 3 * w.cfg.averaging_timeout;
+  const auto done = s4u::Semaphore::create(0);
+  int started = 0;
+  for (int i = 0; i < n && n > 1; ++i, ++started) {
     peer* m = members[static_cast<size_t>(i)];
     const auto own = static_cast<double>(shards[static_cast<size_t>(i)].size());
     const auto bytes = static_cast<uint64_t>(vb * ((static_cast<double>(c.parameters) - own) + (n - 1) * own));
-    comms.push_back(s4u::Comm::sendto_async(m->host, w.hub, bytes));
-    comms.push_back(s4u::Comm::sendto_async(w.hub, m->host, bytes));
-  }
-  // One that hangs is cut at swarm's round deadline. (Host-to-host transfers
-  // all sit in one list that SimGrid 3.32 scans at every completion: at 10,000
-  // peers, 16 stages' rounds keep ~9,000 there, the largest cost left. Flows
-  // between actor pairs avoided it but a pair per member and round took 16 GB.)
-  const double deadline = t0 + 3 * w.cfg.averaging_timeout;
-  for (auto& comm : comms) {
-    try {
-      comm->wait_for(std::max(deadline - w.now(), 0.0));
-    } catch (const simgrid::Exception&) {
+    const auto flow = std::make_shared<round_flow>(round_flow{bytes, deadline, done});
+    for (const auto& end : {m->near_end, m->hub_end}) {
+      end->rounds.push_back(flow);
+      end->ready->release();
     }
   }
+  for (int i = 0; i < started; ++i) done->acquire();
   // Members still serving this stage in the life they started the round in.
   std::vector<peer*> survivors;
   for (int i = 0; i < n; ++i) {

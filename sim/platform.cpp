@@ -83,7 +83,37 @@ void build_platform(world& w) {
   // transfers to one machine run side by side) and queues it for whichever
   // server lives there. Machines never go off in SimGrid here (see
   // peer_died), nor do their receivers.
-  for (auto& p : w.peers)
+  for (auto& p : w.peers) {
+    // Its all-reduce flows: the machine's end sends up and takes what comes
+    // down, the hub's end the reverse; both start both at once (links are
+    // full duplex) and give up at the round's deadline.
+    auto* up = s4u::Mailbox::by_name("up" + std::to_string(p.index));
+    auto* down = s4u::Mailbox::by_name("down" + std::to_string(p.index));
+    const auto flows = [](std::shared_ptr<flow_end> end, s4u::Mailbox* out, s4u::Mailbox* in, bool near) {
+      static char token;
+      for (;;) {
+        end->ready->acquire();
+        const auto flow = end->rounds.front();
+        end->rounds.pop_front();
+        char* got = nullptr;
+        if (s4u::Engine::get_clock() < flow->deadline) {
+          try {
+            auto recv = in->get_async<char>(&got);
+            auto sent = out->put_async(&token, flow->bytes);
+            recv->wait_for(std::max(flow->deadline - s4u::Engine::get_clock(), 0.0));
+            sent->wait_for(std::max(flow->deadline - s4u::Engine::get_clock(), 0.0));
+          } catch (const simgrid::Exception&) {  // cut at the deadline, or the other end was
+          }
+        }
+        if (near) flow->done->release();
+      }
+    };
+    s4u::Actor::create("flows" + std::to_string(p.index), p.host, [flows, end = p.near_end, up, down] {
+      flows(end, up, down, true);
+    });
+    s4u::Actor::create("hub" + std::to_string(p.index), w.hub, [flows, end = p.hub_end, up, down] {
+      flows(end, down, up, false);
+    });
     s4u::Actor::create("nic" + std::to_string(p.index), p.host, [pp = &p] {
       pp->inbox->set_receiver(s4u::Actor::self());
       for (;;) {
@@ -93,6 +123,7 @@ void build_platform(world& w) {
         }
       }
     });
+  }
 }
 
 } // namespace swarm::sim

@@ -43,6 +43,22 @@ struct reply {
   enum status_t { ok, down, leaving } status = ok;
 };
 
+/// A member's share of an all-reduce round: `bytes` up its link and as many
+/// down, by `deadline`; `done` is released when both ended (or were cut).
+struct round_flow {
+  uint64_t bytes = 0;
+  double deadline = 0;
+  s4u::SemaphorePtr done;
+};
+
+/// One end of a machine's all-reduce flows: an actor on the machine or on the
+/// hub, taking its rounds in order (both ends see the same order, so each
+/// round's two ends meet through the machine's two mailboxes).
+struct flow_end {
+  std::deque<std::shared_ptr<round_flow>> rounds;
+  s4u::SemaphorePtr ready = s4u::Semaphore::create(0);
+};
+
 struct peer {
   enum state_t { off, joining, serving, moving } state = off;
   int index = 0;
@@ -83,6 +99,12 @@ struct peer {
   int64_t served = 0;
   int64_t late = 0;                  ///< requests refused past their commit deadline
   int uploads = 0;                   ///< state copies it is sending now
+  /// Its all-reduce flows' two ends (sim/platform.cpp): permanent actors, so
+  /// that a round's 2 x 625 transfers are neither host-to-host transfers
+  /// (SimGrid 3.32 keeps all of those in one list it scans at every
+  /// completion: ~9,000 long at 10,000 peers) nor a pair of new actors per
+  /// member and round (16 GB).
+  std::shared_ptr<flow_end> near_end = std::make_shared<flow_end>(), hub_end = std::make_shared<flow_end>();
 };
 
 struct trainer_state {
