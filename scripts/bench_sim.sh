@@ -4,8 +4,8 @@
 #                                    on peers that come and go as the g4dn (T4) trace says, rebalancing
 #                                    every 60 s, every 300 s, only placing joiners (--rebalance off),
 #                                    and none at all (joiners on a random stage) (~1 minute)
-#   scripts/bench_sim.sh scale       100 and 1,000 peers (10,000 with WITH_10000=1: over an hour of
-#                                    wall time, see README) for a simulated hour under churn; 1,000
+#   scripts/bench_sim.sh scale       100 and 1,000 peers (10,000 with WITH_10000=1: ~6 more minutes,
+#                                    6 GB) for a simulated hour under churn; 1,000
 #                                    peers in 3 regions at 10/50/150 ms; swarm vs static routing (~3 min)
 #   scripts/bench_sim.sh reality     see scripts/bench_sim_reality.sh (real runs, ~13 minutes)
 # TRACE (default ../shared/data/traces/g4dn-trace.csv) and OUT (a fresh /tmp folder) may be set.
@@ -44,7 +44,8 @@ case "$what" in
     # Trainers x in-flight sized to keep the pipeline full: ~4 microbatches in flight per peer.
     sim peers100 "${churn[@]}" --peers 100 --trainers 13 --in-flight 32
     sim peers1000 "${churn[@]}" --peers 1000 --trainers 128 --in-flight 32
-    [ -n "${WITH_10000:-}" ] && sim peers10000 "${churn[@]}" --peers 10000 --trainers 1280 --in-flight 32
+    # 10,000: the same 40,960 in flight from 160 trainers (a router per trainer and stage over all its servers).
+    [ -n "${WITH_10000:-}" ] && sim peers10000 "${churn[@]}" --peers 10000 --trainers 160 --in-flight 256
     for ms in 10 50 150; do
       sim regions3_${ms}ms "${churn[@]}" --peers 1000 --trainers 128 --in-flight 32 --regions 3 --region-latency-ms "$ms"
     done
