@@ -44,7 +44,8 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
   const auto& c = w.costs[static_cast<size_t>(stage)];
   const auto shards = policy::partition_shards(c.parameters, n);
   const double vb = nominal_bytes_per_value(w.cfg.averaging_compression);
-  // One that hangs is cut at swarm's round deadline.
+  // Each member's flows run on its machine's two flow ends (peer::near_end,
+  // hub_end); they are cut at swarm's round deadline.
   const double deadline = t0 + 3 * w.cfg.averaging_timeout;
   const auto done = s4u::Semaphore::create(0);
   int started = 0;

@@ -79,10 +79,8 @@ void build_platform(world& w) {
     w.trainers.push_back(std::move(t));
   }
   zone->seal();
-  // Each machine's receiver: takes every request as its bytes arrive (so
-  // transfers to one machine run side by side) and queues it for whichever
-  // server lives there. Machines never go off in SimGrid here (see
-  // peer_died), nor do their receivers.
+  // Each machine's permanent actors (machines never go off in SimGrid here,
+  // see peer_died): the two ends of its all-reduce flows and its receiver.
   for (auto& p : w.peers) {
     // Its all-reduce flows: the machine's end sends up and takes what comes
     // down, the hub's end the reverse; both start both at once (links are
@@ -114,6 +112,8 @@ void build_platform(world& w) {
     s4u::Actor::create("hub" + std::to_string(p.index), w.hub, [flows, end = p.hub_end, up, down] {
       flows(end, down, up, false);
     });
+    // The receiver takes every request as its bytes arrive (so transfers to one
+    // machine run side by side) and queues it for whichever server lives there.
     s4u::Actor::create("nic" + std::to_string(p.index), p.host, [pp = &p] {
       pp->inbox->set_receiver(s4u::Actor::self());
       for (;;) {
