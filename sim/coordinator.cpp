@@ -48,8 +48,8 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
   // hub_end); they are cut at swarm's round deadline.
   const double deadline = t0 + 3 * w.cfg.averaging_timeout;
   const auto done = s4u::Semaphore::create(0);
-  int started = 0;
-  for (int i = 0; i < n && n > 1; ++i, ++started) {
+  const int flows = n > 1 ? n : 0;  // a lone member has nothing to exchange
+  for (int i = 0; i < flows; ++i) {
     peer* m = members[static_cast<size_t>(i)];
     const auto own = static_cast<double>(shards[static_cast<size_t>(i)].size());
     const auto bytes = static_cast<uint64_t>(vb * ((static_cast<double>(c.parameters) - own) + (n - 1) * own));
@@ -59,7 +59,7 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
       end->ready->release();
     }
   }
-  for (int i = 0; i < started; ++i) done->acquire();
+  for (int i = 0; i < flows; ++i) done->acquire();
   // Members still serving this stage in the life they started the round in.
   std::vector<peer*> survivors;
   for (int i = 0; i < n; ++i) {

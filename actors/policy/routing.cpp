@@ -58,11 +58,15 @@ stage_router::peer* stage_router::find(const std::string& id) {
   return const_cast<peer*>(std::as_const(*this).find(id));
 }
 
-void stage_router::place(peer& p, double vtime, bool returning) {
+void stage_router::unindex(const peer& p) {
   if (p.returning)
     returning_.erase(p.seq);
   else
     steady_.erase({p.vtime, p.seq});
+}
+
+void stage_router::place(peer& p, double vtime, bool returning) {
+  unindex(p);
   p.vtime = vtime;
   p.returning = returning;
   if (returning)
@@ -128,10 +132,7 @@ void stage_router::remove(const std::string& id) {
   peer* p = find(id);
   if (p == nullptr)
     return;
-  if (p->returning)
-    returning_.erase(p->seq);
-  else
-    steady_.erase({p->vtime, p->seq});
+  unindex(*p);
   if (const auto r = p->rate.estimate()) {
     rate_sum_ -= *r;
     if (--rated_ == 0)
@@ -145,24 +146,25 @@ void stage_router::remove(const std::string& id) {
 std::optional<std::string> stage_router::choose(double task_size, bool backward, double now, std::mt19937_64& rng,
                                                 const std::vector<std::string>& exclude) {
   const auto eligible = [&](const peer& p) { return !is_banned(p, now) && !listed(exclude, p.id); };
+  // The steady peers' minimum; lifting returning peers to it (step 1) leaves it as it is.
+  const auto lo = floor(now, exclude, nullptr);
   // 1. Peers back from a ban rejoin at the steady peers' minimum, not where
   //    they stopped: otherwise they would get all the work they "missed".
-  if (!returning_.empty())
-    if (const auto lo = floor(now, exclude, nullptr)) {
-      std::vector<uint64_t> back;
-      for (uint64_t seq : returning_)
-        if (eligible(at(seq)))
-          back.push_back(seq);
-      for (uint64_t seq : back)
-        place(at(seq), std::max(at(seq).vtime, *lo), false);
-    }
+  if (lo && !returning_.empty()) {
+    std::vector<uint64_t> back;
+    for (uint64_t seq : returning_)
+      if (eligible(at(seq)))
+        back.push_back(seq);
+    for (uint64_t seq : back)
+      place(at(seq), std::max(at(seq).vtime, *lo), false);
+  }
 
   // 2. The eligible peers with the smallest virtual time (within rounding):
   //    ties, drawn from uniformly at random so that trainers that start
   //    together do not all pick the same fresh server first, in the order of
   //    (virtual time, arrival) so that a seed gives the same pick.
   peer* pick = nullptr;
-  if (const auto lo = floor(now, exclude, nullptr)) {
+  if (lo) {
     // Every eligible peer is steady now (step 1), and steady peers are never
     // banned: the ties are a range of steady_ less the excluded in it.
     const double tol = k_tie_tolerance * std::max(1.0, std::abs(*lo));

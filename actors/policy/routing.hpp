@@ -154,6 +154,8 @@ private:
   /// Samples per second used to advance `p`: its EMA, or the mean of measured
   /// peers while it has none (1 sample/s when nobody is measured).
   [[nodiscard]] double speed(const peer& p) const;
+  /// Takes p out of the index it is in (steady_ or returning_).
+  void unindex(const peer& p);
   /// Changes p's virtual time and whether it is returning, keeping the indexes.
   void place(peer& p, double vtime, bool returning);
   /// Folds a request into p's EMA, keeping the sum of measured rates.
