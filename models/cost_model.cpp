@@ -205,8 +205,14 @@ std::optional<calibration> read_calibration(const std::string& path, std::string
       if (auto it = kv.find(key); it != kv.end()) {
         std::stringstream ss(it->second);
         for (std::string item; std::getline(ss, item, ',');) {
-          const double v = std::stod(item);
-          if (!std::isfinite(v) || v < 0) throw std::invalid_argument(std::string(key) + ": " + item + " is not >= 0");
+          size_t used = 0;
+          double v = -1;
+          try {
+            v = std::stod(item, &used);
+          } catch (const std::exception&) {
+          }
+          if (used == 0 || item.find_first_not_of(" \t", used) != std::string::npos || !std::isfinite(v) || v < 0)
+            throw std::invalid_argument(std::string(key) + ": " + item + " is not a finite number >= 0");
           into.push_back(v);
         }
       }

@@ -161,6 +161,9 @@ TEST_CASE("cost model: calibration files round-trip and bad ones are refused", "
   std::ofstream(path) << format_calibration(cal) << "cluster-scale = 0.9,1,1.1\n";
   CHECK_FALSE(read_calibration(path, &err));
   CHECK(err.find("cluster-scale needs one value, or one per stage") != std::string::npos);
+  std::ofstream(path) << format_calibration(cal) << "cluster-scale = 0.9,abc\n";
+  CHECK_FALSE(read_calibration(path, &err));
+  CHECK(err.find("cluster-scale: abc is not a finite number >= 0") != std::string::npos);
   std::ofstream(path) << "d-model = 64\nthis line is wrong\n";
   CHECK_FALSE(read_calibration(path, &err));
   CHECK(err == path + ":2: not key = value: this line is wrong");
