@@ -1,5 +1,7 @@
 #include "actors/load_balancer.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
@@ -329,6 +331,8 @@ void connect(self_ptr self, const proto::membership_update& up) {
               get_logger("load_balancer")->warn("stage {}: server {} published nothing", st.cfg.stage, id);
               return;
             }
+            if (st.unreachable.erase(id) > 0)
+              get_logger("load_balancer")->info("stage {}: server {} connected at last", st.cfg.stage, id);
             auto handle = caf::actor_cast<stage_actor>(std::move(ptr));
             self->monitor(handle);
             st.servers[id] = handle;
@@ -337,11 +341,33 @@ void connect(self_ptr self, const proto::membership_update& up) {
                                               st.servers.size());
             flush_waiting(self);
           },
-          [self, id](caf::error& err) {
-            self->state.connecting.erase(id);
-            get_logger("load_balancer")->warn("stage {}: cannot connect to server {}: {}", self->state.cfg.stage, id,
-                                              self->system().render(err));
+          [self, id, up](caf::error& err) {
+            auto& st = self->state;
+            if (st.connecting.erase(id) == 0)
+              return;  // the coordinator reported it gone meanwhile
+            auto [it, first] = st.unreachable.try_emplace(id);
+            if (!first)
+              it->second.wait_s = std::min(60.0, 2 * it->second.wait_s);
+            it->second.bytes = up.SerializeAsString();
+            it->second.retry_at = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                                          std::chrono::duration<double>(it->second.wait_s));
+            auto log = get_logger("load_balancer");
+            log->log(first ? spdlog::level::warn : spdlog::level::debug,
+                     "stage {}: cannot connect to server {}: {}; trying again in {:.0f} s", st.cfg.stage, id,
+                     self->system().render(err), it->second.wait_s);
           });
+}
+
+/// Dials again the servers whose connection failed and whose wait is over.
+void retry_unreachable(self_ptr self) {
+  auto& st = self->state;
+  const auto now = clock_type::now();
+  for (auto& [id, u] : st.unreachable)
+    if (u.retry_at <= now && st.connecting.count(id) == 0) {
+      proto::membership_update up;
+      if (up.ParseFromString(u.bytes))
+        connect(self, up);
+    }
 }
 
 void on_membership(self_ptr self, const std::string& bytes) {
@@ -350,9 +376,14 @@ void on_membership(self_ptr self, const std::string& bytes) {
     get_logger("load_balancer")->warn("stage {}: {}", self->state.cfg.stage, describe(up.error()));
     return;
   }
-  if (up->kind() == proto::membership_update::JOIN)
+  if (up->kind() == proto::membership_update::JOIN) {
+    self->state.unreachable.erase(up->server_id());  // a fresh JOIN is dialed at once
     connect(self, *up);
-  else if (up->kind() == proto::membership_update::LEAVE)
+    return;
+  }
+  self->state.unreachable.erase(up->server_id());
+  self->state.connecting.erase(up->server_id());
+  if (up->kind() == proto::membership_update::LEAVE)
     leave_server(self, up->server_id());
   else
     remove_server(self, up->server_id(), "coordinator reported it down");
@@ -443,6 +474,7 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
       [self](bulk_atom, uint64_t key) { self->state.inbox.expire(key); },
       [self](tick_atom) {
         on_tick(self);
+        retry_unreachable(self);
         self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
       },
   };

@@ -101,6 +101,15 @@ struct load_balancer_state {
   std::map<std::string, stage_actor> servers;  ///< connected, live, by server id
   std::set<std::string> leaving;               ///< in `servers`, left for another stage: never chosen
   std::set<std::string> connecting;            ///< JOINed, connection pending
+  /// JOINed, but the connection failed (a starved or restarting peer): dialed
+  /// again on the tick after `retry_at`, waiting twice as long each time (at
+  /// most 60 s), until it connects or the coordinator says it left or died.
+  struct unreachable_server {
+    std::string bytes;  ///< its JOIN, encoded
+    clock::time_point retry_at;
+    double wait_s = 2.0;
+  };
+  std::map<std::string, unreachable_server> unreachable;
   std::map<uint64_t, request> in_flight;       ///< dispatched, by attempt id
   std::deque<request> waiting;                 ///< no eligible server yet
   policy::stage_router router;

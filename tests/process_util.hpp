@@ -319,7 +319,8 @@ struct manual_swarm {
       kill(pid, SIGKILL);
     if (coordinator)
       kill(coordinator, SIGKILL);
-    std::remove(metrics.c_str());
+    if (std::getenv("SWARM_TEST_KEEP") == nullptr)  // kept for a post-mortem of a failed run
+      std::remove(metrics.c_str());
   }
 };
 

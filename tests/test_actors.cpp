@@ -1,4 +1,7 @@
 // Tier (b): actor protocols inside one process, over a real middleman on loopback.
+// torch (through the stage server) before catch.hpp: glog's CHECK would otherwise replace Catch2's.
+#include <ATen/core/Tensor.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -7,6 +10,11 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "actors/coordinator.hpp"
 #include "actors/load_balancer.hpp"
@@ -234,6 +242,40 @@ TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a d
   CHECK(all.find("\"reason\": \"down\"") != std::string::npos);
   for (const auto& a : {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord), caf::actor_cast<caf::actor>(good)})
     self->send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(system_fixture, "a server the load balancer failed to connect to is dialed again", "[actors]") {
+  auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
+  // A port nobody listens on yet: the first dial is refused.
+  int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const uint16_t port = ntohs(addr.sin_port);
+  ::close(probe);
+  auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu");
+  auto late = sys->spawn(stage_server, stage_server_config{"late", 4 << 20}, worker, std::make_shared<metrics_sink>(),
+                         std::make_shared<stage_server_counters>());
+  caf::scoped_actor self{*sys};
+  self->request(coord, 5s, register_atom::value, encode(registration("late", 0, port, 42)),
+                caf::actor_cast<stage_actor>(late))
+      .receive([](const std::string&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
+  load_balancer_config lbc;
+  lbc.config_hash = 42;
+  lbc.forward_timeout_s = lbc.backward_timeout_s = lbc.no_server_wait_s = 60.0;
+  auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
+  std::this_thread::sleep_for(500ms);  // the first dial was refused by now
+  REQUIRE(sys->middleman().publish(late, port, "127.0.0.1"));
+  std::string served_by;
+  self->request(lb, 15s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8)}, int64_t{2})
+      .receive([&](bulk_parts&, const std::string& server, int32_t) { served_by = server; },
+               [&](caf::error& err) { served_by = describe(err); });
+  for (const auto& a : {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord), caf::actor_cast<caf::actor>(late)})
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+  CHECK(served_by == "late");  // without the retry it waits out the 15 s
 }
 
 TEST_CASE_METHOD(system_fixture, "a stage without servers fails requests with NO_SERVER after the wait",
