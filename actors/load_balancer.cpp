@@ -58,17 +58,16 @@ std::string whole_payload(std::string head, const bulk_parts& data, bool forward
 
 std::optional<std::string> choose_static(self_ptr self) {
   auto& st = self->state;
-  if (!st.pinned.empty())
-    return st.servers.count(st.pinned) > 0 ? std::optional{st.pinned} : std::nullopt;
+  if (!st.pin.pinned().empty())
+    return st.pin.pinned();
   std::vector<std::string> candidates;
   for (const auto& [id, handle] : st.servers)
-    if (st.retired.count(id) == 0 && st.leaving.count(id) == 0)
+    if (st.leaving.count(id) == 0)
       candidates.push_back(id);
-  if (candidates.empty())
-    return std::nullopt;
-  st.pinned = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(st.rng)];
-  get_logger("load_balancer")->info("stage {}: static routing pinned to server {}", st.cfg.stage, st.pinned);
-  return st.pinned;
+  auto pinned = st.pin.pin(std::move(candidates), st.rng);
+  if (pinned)
+    get_logger("load_balancer")->info("stage {}: static routing pinned to server {}", st.cfg.stage, *pinned);
+  return pinned;
 }
 
 std::optional<std::string> choose(self_ptr self, const request& req) {
@@ -260,16 +259,15 @@ void flush_waiting(self_ptr self) {
     dispatch(self, std::move(req));
 }
 
-/// Static routing lost its pin: GPipe-style, no rerouting to the servers
-/// already there; wait for a replacement that joins after the failure.
+/// Static routing lost its pin: no rerouting to the servers already there.
 void unpin(self_ptr self, const std::string& server_id) {
   auto& st = self->state;
-  if (st.pinned != server_id)
+  if (st.pin.pinned() != server_id)
     return;
-  st.retired.insert(server_id);
+  std::vector<std::string> present;
   for (const auto& [id, handle] : st.servers)
-    st.retired.insert(id);
-  st.pinned.clear();
+    present.push_back(id);
+  st.pin.gone(server_id, present);
 }
 
 /// The server moves to another stage: not chosen again here unless it comes

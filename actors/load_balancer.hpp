@@ -114,8 +114,7 @@ struct load_balancer_state {
   std::deque<request> waiting;                 ///< no eligible server yet
   policy::stage_router router;
   std::mt19937_64 rng;
-  std::string pinned;                          ///< static routing: the one server used
-  std::set<std::string> retired;               ///< static routing: servers present when a pin died, never used
+  policy::static_pin pin;                      ///< static routing: the one server used
   chunk_assembler chunks;
   bulk_inbox inbox;                            ///< replies from the bulk connection, paired with their messages
   uint64_t next_transfer = 0;

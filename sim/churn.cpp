@@ -15,7 +15,7 @@ void peer_died(peer& p, const char* reason) {
   if (p.state == peer::off) return;
   const int stage = p.move_to >= 0 ? p.move_to : p.stage;
   if (p.state == peer::serving || p.state == peer::moving)
-    for (auto& t : w.trainers) t.routers[static_cast<size_t>(p.stage)].remove(p.name);
+    w.forget(p.stage, p.name);
   const auto waiters = std::move(p.waiters);
   p.waiters.clear();
   p.state = peer::off;

@@ -131,12 +131,24 @@ std::vector<policy::server_load> server_loads(world& w) {
     l.id = p.name;
     const bool ordered = p.move_to >= 0;
     l.stage = ordered ? p.move_to : p.stage;
-    const bool measured = p.state == peer::serving && !ordered && p.busy_s > 0 && p.samples_done > 0;
-    l.rate = measured ? p.samples_done / p.busy_s : std::nan("");
-    l.settled_at = p.state == peer::serving && !ordered ? p.settled_at : w.now();
+    if (ordered) {  // as swarm's rebalancer sees a mover: on its new stage, at the rate it should have there
+      l.rate = p.state == peer::serving ? moved_rate(w, p, p.stage, p.move_to) : std::nan("");
+      l.settled_at = p.ordered_at;
+    } else if (p.state == peer::serving) {
+      l.rate = p.busy_s > 0 && p.samples_done > 0 ? p.samples_done / p.busy_s : p.carried_rate;
+      l.settled_at = p.settled_at;
+    } else {  // placed, not registered yet
+      l.rate = std::nan("");
+      l.settled_at = w.now();
+    }
     out.push_back(l);
   }
   return out;
+}
+
+double moved_rate(const world& w, const peer& p, int from, int to) {
+  const double rate = p.busy_s > 0 && p.samples_done > 0 ? p.samples_done / p.busy_s : p.carried_rate;
+  return rate * w.rebalance_cost[static_cast<size_t>(from)] / w.rebalance_cost[static_cast<size_t>(to)];
 }
 
 int place(peer& p) {
@@ -180,16 +192,19 @@ void coordinator_main() {
       w.total.warm_optimal = w.total.optimal_samples;
       w.total.warm_fluid = w.total.fluid_samples;
     }
-    if (w.coordinator_backlog_s > 0) {  // the servers' reports of the last tick (local platform only)
-      const double owed = std::exchange(w.coordinator_backlog_s, 0.0);
-      s4u::this_actor::exec_init(owed)->set_host(w.coordinator_cpu)->wait();
-    }
-    maybe_start_rounds(w, rounds);
+    // swarm's rebalancer is an actor of its own woken by a timer: it decides at
+    // the tick, not after the averager's work below (a kill 0.2 s after a
+    // periodic check is not seen by that check).
     if (cfg.rebalance == "on" && now >= std::min(cfg.rebalance_period, 10.0)) {
       const bool periodic = now - last_periodic >= cfg.rebalance_period;
       if (periodic) last_periodic = now;
       maybe_move(w, periodic);
     }
+    if (w.coordinator_backlog_s > 0) {  // the servers' reports of the last tick (local platform only)
+      const double owed = std::exchange(w.coordinator_backlog_s, 0.0);
+      s4u::this_actor::exec_init(owed)->set_host(w.coordinator_cpu)->wait();
+    }
+    maybe_start_rounds(w, rounds);
     if (now - last_load >= load_every) {
       last_load = now;
       const auto loads = server_loads(w);

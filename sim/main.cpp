@@ -222,7 +222,7 @@ int main(int argc, char** argv) {
     rc.ban_base_s = cfg.ban_base;
     rc.ban_max_s = cfg.ban_max;
     t.routers.assign(static_cast<size_t>(cfg.stages), policy::stage_router(rc));
-    t.pinned.assign(static_cast<size_t>(cfg.stages), "");
+    t.pins.assign(static_cast<size_t>(cfg.stages), policy::static_pin{});
   }
   w.emit("cluster_start", {{"stages", int64_t{cfg.stages}}, {"peers", int64_t{cfg.peers}},
                            {"trainers", int64_t{cfg.trainers}}, {"microbatch", cfg.microbatch},

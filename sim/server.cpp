@@ -5,6 +5,9 @@
 // requests in arrival order, computes them on the host's cores (SimGrid shares
 // a multi-core host between concurrent computations) and answers; requests for
 // a stage it left are answered `leaving`, as swarm's LEAVING.
+#include <cmath>
+#include <limits>
+
 #include "sim/world.hpp"
 
 namespace swarm::sim {
@@ -45,7 +48,10 @@ void settle(world& w, peer& p, int from, int stage, policy::move_reason why, dou
   const bool copied = !initial && copy_state(w, p, stage);
   if (!copied) p.step = w.stage_step[static_cast<size_t>(stage)];
   p.state = peer::serving;
-  p.settled_at = w.now();
+  // As swarm's rebalancer: a newcomer may move at once; a mover's old rate,
+  // scaled by the stages' costs, stands for it until it is measured here.
+  p.settled_at = from < 0 ? -std::numeric_limits<double>::infinity() : w.now();
+  p.carried_rate = from >= 0 ? moved_rate(w, p, from, stage) : std::nan("");
   p.busy_s = p.samples_done = 0;
   p.accumulated = 0;
   if (p.home_stage < 0) p.home_stage = stage;
@@ -65,7 +71,7 @@ void settle(world& w, peer& p, int from, int stage, policy::move_reason why, dou
 }
 
 void leave_stage(world& w, peer& p, outbox& out) {
-  for (auto& t : w.trainers) t.routers[static_cast<size_t>(p.stage)].remove(p.name);
+  w.forget(p.stage, p.name);
   ++p.epoch;
   // Anyone waiting on this life hears `leaving` now (swarm: the LEAVE to load balancers).
   for (auto& [box, attempt] : p.waiters) send(out, box, new reply{attempt, reply::leaving}, 0);

@@ -22,14 +22,11 @@ std::string choose(world& w, trainer_state& t, int stage, bool backward, const s
   for (;;) {
     const double now = w.now();
     if (w.cfg.routing == "static") {
-      auto& pin = t.pinned[static_cast<size_t>(stage)];
-      if (!pin.empty() && router.contains(pin)) return pin;
+      auto& pin = t.pins[static_cast<size_t>(stage)];
+      if (!pin.pinned().empty()) return pin.pinned();
       std::vector<std::string> candidates;
       for (peer* p : w.serving(stage)) candidates.push_back(p->name);
-      if (!candidates.empty()) {
-        pin = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(t.rng)];
-        return pin;
-      }
+      if (auto pick = pin.pin(std::move(candidates), t.rng)) return *pick;
     } else {
       // As swarm's load balancer: a backward goes back to its forward's server while eligible.
       const bool keep = !preferred.empty() && router.contains(preferred) && !router.banned(preferred, now) &&

@@ -24,6 +24,18 @@ std::vector<peer*> world::serving(int stage) {
   return out;
 }
 
+void world::forget(int stage, const std::string& name) {
+  std::vector<std::string> present;
+  for (auto& t : trainers) {
+    t.routers[static_cast<size_t>(stage)].remove(name);
+    auto& pin = t.pins[static_cast<size_t>(stage)];
+    if (pin.pinned() != name) continue;
+    if (present.empty())
+      for (peer* p : serving(stage)) present.push_back(p->name);
+    pin.gone(name, present);
+  }
+}
+
 peer* world::state_source(int stage, const peer* except) {
   peer* best = nullptr;
   for (auto& p : peers)

@@ -84,7 +84,8 @@ struct peer {
   int life = 0;
   uint64_t epoch = 0;                ///< bumped when it dies or leaves a stage
   int stage = -1;                    ///< serving (or moving to / joining) this stage
-  double settled_at = 0;
+  double settled_at = 0;             ///< when it arrived by a move (-inf: joined; as swarm, only movers cool down)
+  double carried_rate = std::nan("");  ///< a mover's rate on its old stage, as predicted here, until measured (NaN: none)
   double busy_s = 0;                 ///< seconds handling requests on this stage
   double samples_done = 0;           ///< samples whose gradients it added on this stage
   int64_t accumulated = 0;           ///< samples not yet averaged
@@ -113,7 +114,7 @@ struct trainer_state {
   s4u::Host* host = nullptr;
   s4u::Host* cpu = nullptr;                    ///< where its own work runs (local: the one shared machine)
   std::vector<policy::stage_router> routers;   ///< one per stage, as one load balancer each
-  std::vector<std::string> pinned;             ///< static routing: the one server per stage
+  std::vector<policy::static_pin> pins;        ///< static routing: one per stage
   std::mt19937_64 rng;
   int64_t issued = 0, completed = 0, dropped = 0, retries = 0, reroutes = 0;
   int64_t samples = 0, steps = 0;
@@ -162,6 +163,10 @@ struct world {
   [[nodiscard]] int64_t samples() const;
   /// Serving peers of `stage`.
   [[nodiscard]] std::vector<peer*> serving(int stage);
+  /// `name` stops serving `stage` (dies or leaves it): every trainer's router
+  /// forgets it, and a trainer pinned to it (static routing) retires the
+  /// stage's other servers, as swarm's load balancer does.
+  void forget(int stage, const std::string& name);
   /// The serving peer of `stage` sending the fewest state copies now (so joiners
   /// spread over a stage's uplinks), or nullptr.
   [[nodiscard]] peer* state_source(int stage, const peer* except);
@@ -185,6 +190,8 @@ int place(peer& p);                                               // sim/coordin
 void peer_died(peer& p, const char* reason);                      // sim/churn.cpp
 /// Loads of every live server as the rebalancer sees them (one on its way to a stage counts there).
 [[nodiscard]] std::vector<policy::server_load> server_loads(world& w);  // sim/coordinator.cpp
+/// `p`'s rate on stage `from` (measured, or carried there), as predicted on `to`.
+[[nodiscard]] double moved_rate(const world& w, const peer& p, int from, int to);  // sim/coordinator.cpp
 /// Moves `bytes` from host to host; true once they arrived, false when
 /// `timeout` passed. Blocks the calling actor. Hosts never go off (see
 /// peer_died): callers check the peers' epochs to see whether an end died.

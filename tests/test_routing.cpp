@@ -5,11 +5,13 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "actors/policy/routing.hpp"
 
 using swarm::policy::routing_config;
 using swarm::policy::stage_router;
+using swarm::policy::static_pin;
 using swarm::policy::throughput_ema;
 
 namespace {
@@ -594,4 +596,35 @@ TEST_CASE("router: the indexed router picks exactly as the linear one it replace
     }
     CHECK(picks > 10000);
   }
+}
+
+TEST_CASE("static pin: one server until it goes; then only servers that join later", "[routing]") {
+  static_pin pin;
+  std::mt19937_64 rng(3);
+  CHECK(pin.pin({}, rng) == std::nullopt);
+  const auto first = pin.pin({"b", "a", "c"}, rng);
+  REQUIRE(first);
+  CHECK(pin.pinned() == *first);
+  for (int i = 0; i < 20; ++i)  // pinned: the candidates do not matter any more
+    CHECK(pin.pin({"x", "y"}, rng) == first);
+  const std::string other = *first == "a" ? "b" : "a";
+  CHECK_FALSE(pin.gone(other, {"a", "b", "c"}));  // not the pin: nothing changes
+  CHECK(pin.pinned() == *first);
+  CHECK(pin.gone(*first, {"a", "b", "c"}));
+  CHECK(pin.pinned().empty());
+  // The servers there when the pin went are retired, the pin too when it comes back.
+  CHECK(pin.pin({"a", "b", "c"}, rng) == std::nullopt);
+  CHECK(pin.pin({"a", "b", "c", "d"}, rng) == std::optional<std::string>("d"));
+  // The draw depends on the ids, not on the order the caller lists them in.
+  static_pin p1, p2;
+  std::mt19937_64 r1(9), r2(9);
+  CHECK(p1.pin({"s1", "s2", "s3", "s4"}, r1) == p2.pin({"s4", "s3", "s2", "s1"}, r2));
+  // Every candidate gets pinned by some seed.
+  std::set<std::string> seen;
+  for (uint64_t seed = 0; seed < 64; ++seed) {
+    static_pin p;
+    std::mt19937_64 r(seed);
+    seen.insert(*p.pin({"s1", "s2", "s3"}, r));
+  }
+  CHECK(seen.size() == 3);
 }

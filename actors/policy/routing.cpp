@@ -267,4 +267,26 @@ size_t stage_router::eligible(double now) const {
                                            [&](const auto& kv) { return !is_banned(kv.second, now); }));
 }
 
+std::optional<std::string> static_pin::pin(std::vector<std::string> candidates, std::mt19937_64& rng) {
+  if (!pinned_.empty())
+    return pinned_;
+  candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                  [&](const std::string& id) { return retired_.count(id) > 0; }),
+                   candidates.end());
+  if (candidates.empty())
+    return std::nullopt;
+  std::sort(candidates.begin(), candidates.end());  // the caller's order does not change the draw
+  pinned_ = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
+  return pinned_;
+}
+
+bool static_pin::gone(const std::string& id, const std::vector<std::string>& present) {
+  if (pinned_.empty() || id != pinned_)
+    return false;
+  retired_.insert(id);
+  retired_.insert(present.begin(), present.end());
+  pinned_.clear();
+  return true;
+}
+
 } // namespace swarm::policy

@@ -180,4 +180,28 @@ private:
   int64_t rated_ = 0;      // number of measured peers
 };
 
+/// Static routing, the GPipe-style baseline of SWARM's comparison: one pinned
+/// server per stage for one trainer. When the pin goes (down, or leaving the
+/// stage), the servers there at that moment are retired for good (a static
+/// pipeline is not rewired to them) and the stage waits for one that joins
+/// later. Pure, as stage_router; used by the load balancer and by swarm-sim.
+class static_pin {
+public:
+  /// The pinned server; empty when none is.
+  [[nodiscard]] const std::string& pinned() const { return pinned_; }
+
+  /// Without a pin: pins one of `candidates` (the stage's live servers, any
+  /// order) that is not retired, uniformly with `rng` over their sorted ids.
+  /// Returns the pin, or nullopt when every candidate is retired or none is.
+  std::optional<std::string> pin(std::vector<std::string> candidates, std::mt19937_64& rng);
+
+  /// `id` is gone. If it was the pin, it and `present` (the servers still
+  /// there) are retired and the pin is cleared. Returns whether it was the pin.
+  bool gone(const std::string& id, const std::vector<std::string>& present);
+
+private:
+  std::string pinned_;
+  std::set<std::string> retired_;
+};
+
 } // namespace swarm::policy
