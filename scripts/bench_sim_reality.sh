@@ -12,14 +12,18 @@
 #   rebalance_off  the same with --rebalance off
 # Prints tokens/s of each (real and simulated, measured alike) and whether every
 # comparison (swarm/churn, churn/static, rebalance on/off) points the same way.
-#   scripts/bench_sim_reality.sh [duration_s]   (default 150; ~13 minutes of real runs)
+# Real runs of one scenario differ by 10-40% on this shared machine, so with
+# RUNS=N every real run is repeated N times (each simulated with its own churn)
+# and the means are compared, with the real runs' spread beside them.
+#   scripts/bench_sim_reality.sh [duration_s]   (default 150; ~13 minutes of real runs per repetition)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-150}
 bash scripts/build.sh swarm swarm-sim > /dev/null
-out=${OUT:-$(mktemp -d /tmp/swarm-sim-reality-XXXXXX)}
-mkdir -p "$out"
-echo "config/small, ${duration} s per run, $(nproc) cores; calibration config/calibration; metrics in $out"
+top=${OUT:-$(mktemp -d /tmp/swarm-sim-reality-XXXXXX)}
+runs=${RUNS:-1}
+mkdir -p "$top"
+echo "config/small, ${duration} s per run, ${runs} repetition(s), $(nproc) cores; calibration config/calibration; metrics in $top"
 real() {  # name, extra flags...   (SIM_ONLY=1 with OUT=an earlier run's folder: reuse its real runs)
   local name=$1; shift
   [ -n "${SIM_ONLY:-}" ] && return 0
@@ -34,18 +38,25 @@ sim() {  # name, extra flags...
 churn20=(--chaos kill --chaos-every 20 --chaos-down 10 --chaos-seed 7)
 churn30=(--chaos kill --chaos-every 30 --chaos-down 10 --chaos-seed 7)
 uneven=(--stage-servers 3,1 --server-slowdowns 1,1,3,3 --rebalance-period 30)
-real swarm --servers-per-stage 2
-real churn --servers-per-stage 2 "${churn20[@]}"
-real static_churn --servers-per-stage 2 "${churn20[@]}" --routing static
-real rebalance "${uneven[@]}" "${churn30[@]}" --rebalance on
-real rebalance_off "${uneven[@]}" "${churn30[@]}" --rebalance off
-# The simulated runs redo the real runs' kills and restarts (--churn replay): the
-# same servers at the same times, so the churn is not a second draw of chance.
-sim swarm --stage-servers 2,2
-sim churn --stage-servers 2,2 --churn replay --churn-log "$out/real-churn.jsonl"
-sim static_churn --stage-servers 2,2 --churn replay --churn-log "$out/real-static_churn.jsonl" --routing static
-sim rebalance --stage-servers 3,1 --slowdowns 1,1,3,3 --rebalance-period 30 --churn replay \
-  --churn-log "$out/real-rebalance.jsonl"
-sim rebalance_off --stage-servers 3,1 --slowdowns 1,1,3,3 --rebalance-period 30 --churn replay \
-  --churn-log "$out/real-rebalance_off.jsonl" --rebalance off
-python3 scripts/sim_summary.py reality "$out"
+folders=()
+for rep in $(seq 1 "$runs"); do
+  out=$top
+  [ "$runs" -gt 1 ] && out=$top/run$rep
+  mkdir -p "$out"
+  folders+=("$out")
+  real swarm --servers-per-stage 2
+  real churn --servers-per-stage 2 "${churn20[@]}"
+  real static_churn --servers-per-stage 2 "${churn20[@]}" --routing static
+  real rebalance "${uneven[@]}" "${churn30[@]}" --rebalance on
+  real rebalance_off "${uneven[@]}" "${churn30[@]}" --rebalance off
+  # The simulated runs redo the real runs' kills and restarts (--churn replay): the
+  # same servers at the same times, so the churn is not a second draw of chance.
+  sim swarm --stage-servers 2,2
+  sim churn --stage-servers 2,2 --churn replay --churn-log "$out/real-churn.jsonl"
+  sim static_churn --stage-servers 2,2 --churn replay --churn-log "$out/real-static_churn.jsonl" --routing static
+  sim rebalance --stage-servers 3,1 --slowdowns 1,1,3,3 --rebalance-period 30 --churn replay \
+    --churn-log "$out/real-rebalance.jsonl"
+  sim rebalance_off --stage-servers 3,1 --slowdowns 1,1,3,3 --rebalance-period 30 --churn replay \
+    --churn-log "$out/real-rebalance_off.jsonl" --rebalance off
+done
+python3 scripts/sim_summary.py reality "${folders[@]}"

@@ -104,21 +104,31 @@ for k in range(stages):
     model = sum(r["mb"] * per_stage[k] for r in (r1, r3))
     scales.append(busy / model if busy > 0 else scale)
 reqs = r1["requests"] + r3["requests"]
+# A join's state copy as the real servers did it (state_download: protobuf,
+# CAF chunks, the source exporting while it serves), not step 1's in-process
+# export and import alone, which is 10-20x cheaper.
+downloads = sorted(e["seconds"] / e["bytes"] for name in ("one", "three") for e in map(json.loads, open(f"{tmp}/{name}.jsonl"))
+                   if e.get("event") == "state_download" and e.get("bytes", 0) > 0)
 over = {
     "cluster-scale": ",".join(f"{s:.6g}" for s in scales),
     "server-idle-cores": idle,
     "trainer-s-per-request": (r1["cpu"]["trainer"] + r3["cpu"]["trainer"]) / reqs,
     "coordinator-s-per-request": (r1["cpu"]["coordinator"] + r3["cpu"]["coordinator"]) / reqs,
 }
+if downloads:
+    over["state-s-per-byte"] = downloads[len(downloads) // 2]
 text = open(out).read().splitlines()
 text = [l for l in text if l.split("=")[0].strip() not in over]
 for name, r in (("1 server per stage", r1), ("3 servers per stage", r3)):
     text.append(f"# measured on a running cluster, {name}: {r['mb']:.0f} microbatches in {r['seconds']:.1f} s, "
                 "CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu"].items()) + f" (model and codec {r['model']:.2f}; "
                 "servers by stage " + ", ".join(f"{v:.2f}" for v in r["stage_cpu"]) + ")")
+if downloads:
+    text.append(f"# state-s-per-byte: the median of {len(downloads)} state downloads of these clusters' servers")
 text += [f"{k} = {v}" if isinstance(v, str) else f"{k} = {v:.6g}" for k, v in over.items()]
 open(out, "w").write("\n".join(text) + "\n")
 print(f"calibrate.sh: a request costs {over['cluster-scale']} x the model and codec in a cluster (per stage); trainer "
       f"{1e3 * over['trainer-s-per-request']:.1f} ms, coordinator {1e3 * over['coordinator-s-per-request']:.1f} ms "
-      f"of CPU; a live server {over['server-idle-cores']:.3f} cores; wrote {out}")
+      f"of CPU; a live server {over['server-idle-cores']:.3f} cores; a state copy "
+      f"{1e9 * float(over.get('state-s-per-byte', cal['state-s-per-byte'])):.1f} s per GB; wrote {out}")
 PY

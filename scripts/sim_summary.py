@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Tables of swarm-sim runs, alone or against real `swarm --role cluster` runs.
 
-  sim_summary.py reality DIR      DIR/real-NAME.jsonl against DIR/sim-NAME.jsonl
+  sim_summary.py reality DIR ...  DIR/real-NAME.jsonl against DIR/sim-NAME.jsonl
                                   for every NAME: tokens/s of both, their ratio,
-                                  and the direction of each comparison
+                                  and the direction of each comparison; with
+                                  several DIRs (repeated runs) the means and
+                                  the real runs' spread
   sim_summary.py runs A.jsonl ... one row per swarm-sim run (its sim_summary)
 
 Tokens/s of a run is measured the same way for real and simulated files: the
@@ -50,23 +52,35 @@ def tokens_per_s(path):
     return tokens / max(t1 - t0, 1e-9)
 
 
-def reality(folder):
-    names = sorted({f[len("real-"):-len(".jsonl")] for f in os.listdir(folder)
+def reality(folders):
+    """One folder: each scenario's real and simulated tokens/s. Several (repeated
+    real runs, each simulated with its own churn): their means, and how far the
+    real runs were apart (largest / smallest - 1), the noise any match is within."""
+    names = sorted({f[len("real-"):-len(".jsonl")] for folder in folders for f in os.listdir(folder)
                     if f.startswith("real-") and f.endswith(".jsonl")})
     order = [n for n, _ in DIRECTIONS for n in (n,)] + [w for _, w in DIRECTIONS]
     names.sort(key=lambda n: order.index(n) if n in order else len(order))
-    rows, real, sim = [], {}, {}
-    print(f"{'scenario':<16}{'real tokens/s':>15}{'sim tokens/s':>15}{'sim/real':>10}")
+    real, sim = {}, {}
+    several = len(folders) > 1
+    print(f"{'scenario':<16}{'real tokens/s':>15}{'sim tokens/s':>15}{'sim/real':>10}"
+          + (f"{'real runs':>24}{'real spread':>13}" if several else ""))
     worst = 0.0
     for n in names:
-        r = tokens_per_s(os.path.join(folder, f"real-{n}.jsonl"))
-        s_path = os.path.join(folder, f"sim-{n}.jsonl")
-        s = tokens_per_s(s_path) if os.path.exists(s_path) else None
-        real[n], sim[n] = r, s
-        ratio = s / r if r and s else None
+        rs = [tokens_per_s(os.path.join(f, f"real-{n}.jsonl")) for f in folders
+              if os.path.exists(os.path.join(f, f"real-{n}.jsonl"))]
+        ss = [tokens_per_s(os.path.join(f, f"sim-{n}.jsonl")) for f in folders
+              if os.path.exists(os.path.join(f, f"sim-{n}.jsonl"))]
+        rs, ss = [x for x in rs if x], [x for x in ss if x]
+        r = sum(rs) / len(rs) if rs else None
+        s_ = sum(ss) / len(ss) if ss else None
+        real[n], sim[n] = r, s_
+        ratio = s_ / r if r and s_ else None
         if ratio:
             worst = max(worst, abs(ratio - 1))
-        print(f"{n:<16}{r or 0:>15,.0f}{s or 0:>15,.0f}{ratio or 0:>10.3f}")
+        line = f"{n:<16}{r or 0:>15,.0f}{s_ or 0:>15,.0f}{ratio or 0:>10.3f}"
+        if several and rs:
+            line += f"{' / '.join(f'{x:,.0f}' for x in rs):>24}{100 * (max(rs) / min(rs) - 1):>12.1f}%"
+        print(line)
     print(f"largest difference: {100 * worst:.1f}% (target: within 15%)")
     agree = 0
     checked = 0
@@ -97,7 +111,7 @@ def runs(paths):
 
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "reality":
-        reality(sys.argv[2])
+        reality(sys.argv[2:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "runs":
         runs(sys.argv[2:])
     else:

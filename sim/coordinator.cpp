@@ -82,14 +82,15 @@ void maybe_start_rounds(world& w, int64_t& rounds) {
   for (int s = 0; s < w.cfg.stages; ++s) {
     if (w.round_running[static_cast<size_t>(s)]) continue;
     const uint64_t pos = w.stage_step[static_cast<size_t>(s)];
-    std::vector<peer*> live = w.serving(s);
+    std::vector<peer*> live;
     std::vector<policy::member_view> views;
-    for (peer* p : live) {
+    for (peer* p : w.serving(s)) {
       if (p->step < pos) {  // behind (joined during a round): swarm's averager has it reload
-        p->step = pos;
-        p->accumulated = 0;
-        ++w.total.reloads;
+        start_reload(*p);
+        continue;
       }
+      if (p->reloading) continue;
+      live.push_back(p);
       views.push_back({p->name, true, p->step, static_cast<uint64_t>(p->accumulated), p->step});
     }
     const auto plan = policy::plan_round(views, {pos, pos}, w.cfg.batch_size);

@@ -48,6 +48,7 @@ void settle(world& w, peer& p, int from, int stage, policy::move_reason why, dou
   const bool copied = !initial && copy_state(w, p, stage);
   if (!copied) p.step = w.stage_step[static_cast<size_t>(stage)];
   p.state = peer::serving;
+  p.reloading = false;
   // As swarm's rebalancer: a newcomer may move at once; a mover's old rate,
   // scaled by the stages' costs, stands for it until it is measured here.
   p.settled_at = from < 0 ? -std::numeric_limits<double>::infinity() : w.now();
@@ -153,6 +154,34 @@ void serve(peer* pp, int stage) {
 }
 
 } // namespace
+
+void start_reload(peer& p) {
+  if (p.reloading) return;
+  p.reloading = true;
+  s4u::Actor::create("reload", p.host, [pp = &p, life = p.epoch, stage = p.stage] {
+    auto& w = the_world();
+    peer& p = *pp;
+    // It goes on serving meanwhile (swarm does); what it adds is dropped with its old state.
+    for (int attempt = 0; attempt < 3 && p.epoch == life; ++attempt) {
+      peer* from = w.state_source(stage, &p);
+      if (!from) break;
+      const double bytes = w.costs[static_cast<size_t>(stage)].state_bytes;
+      const uint64_t source_life = from->epoch;
+      ++from->uploads;
+      const bool arrived = transfer(from->host, p.host, bytes, 60 + bytes / 1e5);
+      --from->uploads;
+      if (!arrived || from->epoch != source_life) continue;
+      if (p.epoch == life && w.costs[static_cast<size_t>(stage)].state_s > 0)
+        s4u::this_actor::exec_init(w.costs[static_cast<size_t>(stage)].state_s)->set_host(p.cpu)->wait();
+      break;
+    }
+    if (p.epoch != life) return;  // it died or moved meanwhile: that life's state is gone anyway
+    p.step = w.stage_step[static_cast<size_t>(stage)];
+    p.accumulated = 0;
+    p.reloading = false;
+    ++w.total.reloads;
+  });
+}
 
 void start_server(peer& p, int stage) {
   ++p.life;

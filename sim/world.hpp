@@ -90,6 +90,7 @@ struct peer {
   double samples_done = 0;           ///< samples whose gradients it added on this stage
   int64_t accumulated = 0;           ///< samples not yet averaged
   uint64_t step = 0;                 ///< optimizer steps of its state
+  bool reloading = false;            ///< copying its stage's state again (start_reload)
   // An order from the rebalancer, carried out by the server actor.
   int move_to = -1;
   policy::move_reason move_reason = policy::move_reason::load;
@@ -181,6 +182,9 @@ world& the_world();
 /// Spawns p's server on p.host: one of the swarm's first servers on `stage`
 /// (nothing to copy), or with stage -1 a join: start-up, placement, state copy.
 void start_server(peer& p, int stage);                              // sim/server.cpp
+/// Has `p`, behind its stage (it joined during a round), copy the stage's
+/// state again as swarm's averager orders it: out of rounds meanwhile.
+void start_reload(peer& p);                                         // sim/server.cpp
 void trainer_worker(int trainer, int slot);                       // sim/trainer.cpp
 void coordinator_main();                                          // sim/coordinator.cpp
 void churn_main();                                                // sim/churn.cpp

@@ -7,6 +7,9 @@
   check_sim.py reroute FILE KILL_T   one stage, two equal peers, one killed at KILL_T:
                                      its requests rerouted, nothing dropped, and the
                                      survivor alone sets the throughput after it
+  check_sim.py static FILE KILL_T    the same with --routing static and the pin killed:
+                                     one peer's throughput before, none after, the
+                                     survivor never used
 Exit 0 when the run agrees, 1 with the reason otherwise.
 """
 import json
@@ -83,10 +86,38 @@ def reroute(path, kill_t):
           f"{before:.0f} -> {after:.0f} (by hand {cap_both * seq:.0f} -> {cap_both / 2 * seq:.0f})")
 
 
+def static(path, kill_t):
+    ev = load(path)
+    kills = [e for e in ev if e["event"] == "chaos" and e["action"] == "kill"]
+    if len(kills) != 1 or abs(kills[0]["t"] - kill_t) > 1e-6:
+        fail(f"expected one kill at {kill_t} s, got {kills}")
+    victim = kills[0]["process"]
+    exits = [e for e in ev if e["event"] == "server_exit"]
+    if len(exits) != 1 or exits[0]["server"] == victim:
+        fail(f"expected the survivor's server_exit only, got {exits}")
+    # The seed makes the victim the pinned server: the survivor, there when it
+    # died, is retired and never served (re-pinning to it is what SWARM fixes).
+    if exits[0]["served"] != 0:
+        fail(f"the survivor {exits[0]['server']} served {exits[0]['served']} requests: static routing re-pinned "
+             "to a server present when its pin died (or the seed no longer kills the pin)")
+    cap_both, seq = capacity(ev, [1, 1])
+    end = max(e["t"] for e in ev)
+    before = tokens_between(ev, 0.3 * kill_t, kill_t)
+    late = [e for e in ev if e["event"] == "step" and e["t"] > kill_t + 5]
+    if abs(before / (cap_both / 2 * seq) - 1) > 0.05:
+        fail(f"{before:.0f} tokens/s before the kill, one pinned peer's capacity is {cap_both / 2 * seq:.0f} (+- 5%)")
+    if late:
+        fail(f"{len(late)} steps from {kill_t + 5} s to {end} s after the pin died: nothing should have run")
+    print(f"static: pin {victim} killed at {kill_t} s; the survivor served 0; tokens/s {before:.0f} -> 0 "
+          f"(by hand {cap_both / 2 * seq:.0f} -> 0)")
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "split":
         split(sys.argv[2], float(sys.argv[3]))
     elif len(sys.argv) == 4 and sys.argv[1] == "reroute":
         reroute(sys.argv[2], float(sys.argv[3]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "static":
+        static(sys.argv[2], float(sys.argv[3]))
     else:
         sys.exit(__doc__)

@@ -38,6 +38,10 @@ echo "== 3. one of two peers dies"
 "$sim" "${one_stage[@]}" --peers 2 --in-flight 8 --duration 75 --churn kill --churn-every 40 --churn-down 1000 \
   --metrics "$out/kill.jsonl" > /dev/null
 python3 "$src/tests/check_sim.py" reroute "$out/kill.jsonl" 40
+echo "== 3b. the same with static routing: the pin dies (seed 2), nothing runs on the survivor"
+"$sim" "${one_stage[@]}" --peers 2 --in-flight 8 --duration 75 --churn kill --churn-every 40 --churn-down 1000 \
+  --routing static --seed 2 --metrics "$out/static.jsonl" > /dev/null
+python3 "$src/tests/check_sim.py" static "$out/static.jsonl" 40
 
 echo "== 4. bad configs, the plot"
 expect_2() {  # pattern, flags...
