@@ -14,9 +14,11 @@ namespace swarm::sim {
 
 namespace {
 
-/// Copies `stage`'s state from a live peer; false when nobody holds it.
+/// Copies `stage`'s state from a live peer; false when nobody holds it or `p`
+/// left the life it started the copy in.
 bool copy_state(world& w, peer& p, int stage) {
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  const uint64_t own_life = p.epoch;
+  for (int attempt = 0; attempt < 3 && p.epoch == own_life; ++attempt) {
     peer* from = w.state_source(stage, &p);
     if (!from) return false;
     const double bytes = w.costs[static_cast<size_t>(stage)].state_bytes;
@@ -24,10 +26,11 @@ bool copy_state(world& w, peer& p, int stage) {
     ++from->uploads;
     const bool arrived = transfer(from->host, p.host, bytes, 60 + bytes / 1e5);  // 100 kB/s at worst
     --from->uploads;
-    if (arrived && from->epoch == life) {
+    if (arrived && from->epoch == life && p.epoch == own_life) {
       // Exported there and imported here: the importing side's cores are what it costs here.
       if (w.costs[static_cast<size_t>(stage)].state_s > 0)
         s4u::this_actor::exec_init(w.costs[static_cast<size_t>(stage)].state_s)->set_host(p.cpu)->wait();
+      if (p.epoch != own_life) return false;
       p.step = w.stage_step[static_cast<size_t>(stage)];
       return true;
     }
@@ -162,19 +165,7 @@ void start_reload(peer& p) {
     auto& w = the_world();
     peer& p = *pp;
     // It goes on serving meanwhile (swarm does); what it adds is dropped with its old state.
-    for (int attempt = 0; attempt < 3 && p.epoch == life; ++attempt) {
-      peer* from = w.state_source(stage, &p);
-      if (!from) break;
-      const double bytes = w.costs[static_cast<size_t>(stage)].state_bytes;
-      const uint64_t source_life = from->epoch;
-      ++from->uploads;
-      const bool arrived = transfer(from->host, p.host, bytes, 60 + bytes / 1e5);
-      --from->uploads;
-      if (!arrived || from->epoch != source_life) continue;
-      if (p.epoch == life && w.costs[static_cast<size_t>(stage)].state_s > 0)
-        s4u::this_actor::exec_init(w.costs[static_cast<size_t>(stage)].state_s)->set_host(p.cpu)->wait();
-      break;
-    }
+    copy_state(w, p, stage);
     if (p.epoch != life) return;  // it died or moved meanwhile: that life's state is gone anyway
     p.step = w.stage_step[static_cast<size_t>(stage)];
     p.accumulated = 0;
