@@ -55,8 +55,11 @@ void emit_params(server_ptr self) {
 /// node it learnt of through the coordinator via the coordinator; that route
 /// dies with the coordinator, the peer's proxy stays, and every message on it
 /// is dropped without a word (soak: rounds stuck after a coordinator restart).
+/// A failed dial is tried `tries` times in all: in CI a dial between two
+/// servers starting at once timed out once (connection_timeout), and that
+/// stage's first round then never ended.
 template <class F>
-void dial_then(server_ptr self, const std::string& endpoint, F k) {
+void dial_then(server_ptr self, const std::string& endpoint, F k, int tries = 3) {
   const auto hp = split_host_port(endpoint);
   if (!hp) {
     k();
@@ -64,10 +67,14 @@ void dial_then(server_ptr self, const std::string& endpoint, F k) {
   }
   self->request(dialer(self->system()), std::chrono::seconds(5), caf::connect_atom::value, hp->first, hp->second)
       .then([k](const caf::node_id&, caf::strong_actor_ptr&, const std::set<std::string>&) mutable { k(); },
-            [self, endpoint, k](caf::error& err) mutable {
-              get_logger("stage_server")->warn("stage {}: cannot dial peer {}: {}", stage_of(self), endpoint,
-                                               self->system().render(err));
-              k();
+            [self, endpoint, k, tries](caf::error& err) mutable {
+              get_logger("stage_server")->warn("stage {}: cannot dial peer {}: {}{}", stage_of(self), endpoint,
+                                               self->system().render(err),
+                                               tries > 1 ? "; dialing again" : "; giving up");
+              if (tries > 1)
+                dial_then(self, endpoint, std::move(k), tries - 1);
+              else
+                k();
             });
 }
 
