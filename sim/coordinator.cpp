@@ -136,7 +136,7 @@ std::vector<policy::server_load> server_loads(world& w) {
       l.rate = p.state == peer::serving ? moved_rate(w, p, p.stage, p.move_to) : std::nan("");
       l.settled_at = p.ordered_at;
     } else if (p.state == peer::serving) {
-      l.rate = p.busy_s > 0 && p.samples_done > 0 ? p.samples_done / p.busy_s : p.carried_rate;
+      l.rate = rate_here(p);
       l.settled_at = p.settled_at;
     } else {  // placed, not registered yet
       l.rate = std::nan("");
@@ -147,9 +147,12 @@ std::vector<policy::server_load> server_loads(world& w) {
   return out;
 }
 
+double rate_here(const peer& p) {
+  return p.busy_s > 0 && p.samples_done > 0 ? p.samples_done / p.busy_s : p.carried_rate;
+}
+
 double moved_rate(const world& w, const peer& p, int from, int to) {
-  const double rate = p.busy_s > 0 && p.samples_done > 0 ? p.samples_done / p.busy_s : p.carried_rate;
-  return rate * w.rebalance_cost[static_cast<size_t>(from)] / w.rebalance_cost[static_cast<size_t>(to)];
+  return rate_here(p) * w.rebalance_cost[static_cast<size_t>(from)] / w.rebalance_cost[static_cast<size_t>(to)];
 }
 
 int place(peer& p) {

@@ -194,7 +194,9 @@ int place(peer& p);                                               // sim/coordin
 void peer_died(peer& p, const char* reason);                      // sim/churn.cpp
 /// Loads of every live server as the rebalancer sees them (one on its way to a stage counts there).
 [[nodiscard]] std::vector<policy::server_load> server_loads(world& w);  // sim/coordinator.cpp
-/// `p`'s rate on stage `from` (measured, or carried there), as predicted on `to`.
+/// `p`'s samples per busy second on its stage: measured, else carried there by a move (NaN: neither).
+[[nodiscard]] double rate_here(const peer& p);                      // sim/coordinator.cpp
+/// `p`'s rate on stage `from` (rate_here), as predicted on `to`.
 [[nodiscard]] double moved_rate(const world& w, const peer& p, int from, int to);  // sim/coordinator.cpp
 /// Moves `bytes` from host to host; true once they arrived, false when
 /// `timeout` passed. Blocks the calling actor. Hosts never go off (see
