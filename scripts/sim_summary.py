@@ -111,6 +111,9 @@ def runs(paths):
 
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "reality":
+        missing = [d for d in sys.argv[2:] if not os.path.isdir(d)]
+        if missing:
+            sys.exit(f"sim_summary.py: not a folder: {', '.join(missing)}")
         reality(sys.argv[2:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "runs":
         runs(sys.argv[2:])
