@@ -200,7 +200,7 @@ void coordinator_main() {
     // the tick, not after the averager's work below (a kill 0.2 s after a
     // periodic check is not seen by that check).
     if (cfg.rebalance == "on" && now >= std::min(cfg.rebalance_period, 10.0)) {
-      const bool periodic = now - last_periodic >= cfg.rebalance_period;
+      const bool periodic = now - last_periodic >= cfg.rebalance_period - 1e-9;  // ticks are sums of floats
       if (periodic) last_periodic = now;
       maybe_move(w, periodic);
     }
