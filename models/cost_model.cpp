@@ -1,5 +1,6 @@
 #include "models/cost_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -137,10 +138,24 @@ double microbatch_seconds(const calibration& cal) {
   return s;
 }
 
-double cluster_scale(const calibration& cal, int stage) {
-  if (cal.cluster_scale.empty()) return 1;
-  if (cal.cluster_scale.size() == 1) return cal.cluster_scale[0];
-  return cal.cluster_scale.at(static_cast<size_t>(stage));
+namespace {
+
+/// A per-stage list's value for `stage` (one value: every stage's; empty: `otherwise`).
+double of_stage(const std::vector<double>& v, int stage, double otherwise) {
+  if (v.empty()) return otherwise;
+  return v.size() == 1 ? v[0] : v.at(static_cast<size_t>(stage));
+}
+
+} // namespace
+
+double cluster_scale(const calibration& cal, int stage) { return of_stage(cal.cluster_scale, stage, 1); }
+
+double cluster_scale(const calibration& cal, int stage, double load) {
+  const double busy = cluster_scale(cal, stage);
+  if (cal.light_scale.empty() || !(cal.cluster_load > cal.light_load)) return busy;
+  const double light = of_stage(cal.light_scale, stage, busy);
+  const double x = std::clamp((load - cal.light_load) / (cal.cluster_load - cal.light_load), 0.0, 1.0);
+  return light + x * (busy - light);
 }
 
 std::string format_calibration(const calibration& c) {
@@ -163,6 +178,9 @@ std::string format_calibration(const calibration& c) {
     << "stage-microbatch-s = " << join(stage_microbatch_seconds(c)) << "   # derived: the same per stage\n"
     << "state-s-per-byte = " << c.state_s_per_byte << "\n"
     << "cluster-scale = " << (c.cluster_scale.empty() ? std::string("1") : join(c.cluster_scale)) << "\n"
+    << "cluster-load = " << c.cluster_load << "\n"
+    << (c.light_scale.empty() ? std::string() : "light-scale = " + join(c.light_scale) + "\n")
+    << "light-load = " << c.light_load << "\n"
     << "trainer-s-per-request = " << c.trainer_s_per_request << "\n"
     << "coordinator-s-per-request = " << c.coordinator_s_per_request << "\n"
     << "server-idle-cores = " << c.server_idle_cores << "\n";
@@ -234,6 +252,9 @@ std::optional<calibration> read_calibration(const std::string& path, std::string
     num("step-s-per-parameter", c.step_s_per_parameter);
     num("state-s-per-byte", c.state_s_per_byte);
     list("cluster-scale", c.cluster_scale);
+    list("light-scale", c.light_scale);
+    num("cluster-load", c.cluster_load);
+    num("light-load", c.light_load);
     num("trainer-s-per-request", c.trainer_s_per_request);
     num("coordinator-s-per-request", c.coordinator_s_per_request);
     num("server-idle-cores", c.server_idle_cores);
@@ -244,8 +265,11 @@ std::optional<calibration> read_calibration(const std::string& path, std::string
   if (c.forward_s.size() != static_cast<size_t>(c.shape.stages) || c.backward_s.size() != c.forward_s.size())
     return fail(0, "forward-s and backward-s need one value per stage (" + std::to_string(c.shape.stages) + ")");
   if (c.seconds_per_madd <= 0) return fail(0, "seconds-per-madd must be > 0");
-  if (c.cluster_scale.size() > 1 && c.cluster_scale.size() != c.forward_s.size())
-    return fail(0, "cluster-scale needs one value, or one per stage (" + std::to_string(c.shape.stages) + ")");
+  for (const auto& [key, v] : {std::pair{"cluster-scale", &c.cluster_scale}, std::pair{"light-scale", &c.light_scale}})
+    if (v->size() > 1 && v->size() != c.forward_s.size())
+      return fail(0, std::string(key) + " needs one value, or one per stage (" + std::to_string(c.shape.stages) + ")");
+  if (!c.light_scale.empty() && !(c.light_load < c.cluster_load && c.cluster_load <= 1))
+    return fail(0, "light-scale needs 0 <= light-load < cluster-load <= 1 (busy fractions of the cores)");
   return c;
 }
 

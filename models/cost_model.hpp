@@ -46,6 +46,12 @@ struct calibration {
   /// model and codec above (messages, actors, averaging, and the one-process
   /// measurement's own error). Empty: 1.
   std::vector<double> cluster_scale;
+  /// The same measured in a lightly loaded cluster: per stage (or one value),
+  /// at light_load; empty: cluster_scale at any load. A request costs less CPU
+  /// when fewer processes contend for the cores.
+  std::vector<double> light_scale;
+  double cluster_load = 1;           ///< busy fraction of the machine's cores where cluster_scale was measured
+  double light_load = 0;             ///< the same for light_scale
   double trainer_s_per_request = 0;  ///< per request, in the trainer (its codec, messages)
   double coordinator_s_per_request = 0;  ///< per request, in the coordinator (the servers' reports)
   double server_idle_cores = 0;      ///< cores a live server process burns whatever it serves (scheduler, heartbeats)
@@ -105,6 +111,10 @@ void fit_calibration(calibration& cal, const std::vector<cost_point>& points);
 [[nodiscard]] std::vector<double> stage_microbatch_seconds(const calibration& cal);
 /// cal.cluster_scale of `stage` (its one value for every stage; 1 when unset).
 [[nodiscard]] double cluster_scale(const calibration& cal, int stage);
+/// The scale of `stage` on a machine whose cores are `load` busy (0..1):
+/// linear between light_scale at light_load and cluster_scale at
+/// cluster_load, the nearer one's outside them; cluster_scale without light_scale.
+[[nodiscard]] double cluster_scale(const calibration& cal, int stage, double load);
 
 /// key = value text (comments with #), read back by read_calibration.
 [[nodiscard]] std::string format_calibration(const calibration& cal);

@@ -11,7 +11,12 @@
 #      codec, and what a live server process burns per second whatever it serves;
 #      then, with that idle burn, the excess of each stage's servers apart
 #      (cluster-scale per stage: the last stage's real servers cost more over
-#      their model than the others').
+#      their model than the others');
+#   3. a third real cluster, 1 server per stage, both slowed 3x (--slowdown:
+#      they sleep twice their compute), so the machine is about 40% busy
+#      instead of 95%: a request costs less CPU there (fewer processes contend
+#      for the cores), so each stage's scale is measured again at that load
+#      (light-scale at light-load; swarm-sim interpolates by the machine's load).
 #   scripts/calibrate.sh [config] [out] [seconds]   (defaults: config/small config/calibration 40)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,11 +27,12 @@ bash scripts/build.sh swarm > /dev/null
 ./build/swarm --role calibrate --config "$config" --out "$out"
 tmp=$(mktemp -d /tmp/swarm-calibrate-XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
-measure() {  # name servers-per-stage: a real cluster, /proc CPU of its processes in the steady part
+measure() {  # name servers-per-stage [flags]: a real cluster, /proc CPU of its processes in the steady part
   local name=$1 servers=$2
+  shift 2
   # No moves: each server's CPU counts for the stage it joined.
   ./build/swarm --role cluster --config "$config" --servers-per-stage "$servers" --max-steps 0 --http-port -1 \
-    --rebalance off \
+    --rebalance off "$@" \
     --metrics "$tmp/$name.jsonl" --log-level error > /dev/null 2>&1 &
   local cluster=$!
   snapshot() {  # pid utime+stime(ticks) role time, for every process of this cluster
@@ -44,9 +50,10 @@ measure() {  # name servers-per-stage: a real cluster, /proc CPU of its processe
 }
 measure one 1
 measure three 3
-python3 - "$out" "$tmp" "$(getconf CLK_TCK)" <<'PY'
+measure light 1 --server-slowdowns 3,3
+python3 - "$out" "$tmp" "$(getconf CLK_TCK)" "$(nproc)" <<'PY'
 import json, sys
-out, tmp, hz = sys.argv[1], sys.argv[2], float(sys.argv[3])
+out, tmp, hz, cores = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 cal = {}
 for line in open(out):
     line = line.split("#")[0]
@@ -84,9 +91,10 @@ def run(name, servers_per_stage):
         return x["samples"] + (y["samples"] - x["samples"]) * (t - x["t"]) / (y["t"] - x["t"])
     mb = (samples_at(t1) - samples_at(t0)) / int(cal["microbatch"])
     return {"cpu": cpu, "stage_cpu": stage_cpu, "mb": mb, "requests": mb * (2 * stages - 1), "seconds": t1 - t0,
-            "per_stage": servers_per_stage, "servers": servers_per_stage * stages, "model": mb * per_microbatch}
+            "per_stage": servers_per_stage, "servers": servers_per_stage * stages, "model": mb * per_microbatch,
+            "load": sum(cpu.values()) / (t1 - t0) / cores}
 
-r1, r3 = run("one", 1), run("three", 3)
+r1, r3, rl = run("one", 1), run("three", 3), run("light", 1)
 # Server CPU = scale x (model and codec) + idle x live servers x seconds: two runs, two unknowns.
 y1, y3 = r1["cpu"]["server"], r3["cpu"]["server"]
 a1, b1 = r1["model"], r1["servers"] * r1["seconds"]
@@ -103,6 +111,11 @@ for k in range(stages):
     busy = sum(r["stage_cpu"][k] - idle * r["per_stage"] * r["seconds"] for r in (r1, r3))
     model = sum(r["mb"] * per_stage[k] for r in (r1, r3))
     scales.append(busy / model if busy > 0 else scale)
+# The same per stage in the light cluster, with the same idle burn.
+light = []
+for k in range(stages):
+    busy = rl["stage_cpu"][k] - idle * rl["per_stage"] * rl["seconds"]
+    light.append(busy / (rl["mb"] * per_stage[k]) if busy > 0 else scales[k])
 reqs = r1["requests"] + r3["requests"]
 # A join's state copy as the real servers did it (state_download: protobuf,
 # CAF chunks, the source exporting while it serves), not step 1's in-process
@@ -111,6 +124,9 @@ downloads = sorted(e["seconds"] / e["bytes"] for name in ("one", "three") for e 
                    if e.get("event") == "state_download" and e.get("bytes", 0) > 0)
 over = {
     "cluster-scale": ",".join(f"{s:.6g}" for s in scales),
+    "cluster-load": (r1["load"] + r3["load"]) / 2,
+    "light-scale": ",".join(f"{s:.6g}" for s in light),
+    "light-load": rl["load"],
     "server-idle-cores": idle,
     "trainer-s-per-request": (r1["cpu"]["trainer"] + r3["cpu"]["trainer"]) / reqs,
     "coordinator-s-per-request": (r1["cpu"]["coordinator"] + r3["cpu"]["coordinator"]) / reqs,
@@ -119,15 +135,17 @@ if downloads:
     over["state-s-per-byte"] = downloads[len(downloads) // 2]
 text = open(out).read().splitlines()
 text = [l for l in text if l.split("=")[0].strip() not in over]
-for name, r in (("1 server per stage", r1), ("3 servers per stage", r3)):
+for name, r in (("1 server per stage", r1), ("3 servers per stage", r3), ("1 server per stage slowed 3x", rl)):
     text.append(f"# measured on a running cluster, {name}: {r['mb']:.0f} microbatches in {r['seconds']:.1f} s, "
+                f"{100 * r['load']:.0f}% of {cores} cores busy, "
                 "CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu"].items()) + f" (model and codec {r['model']:.2f}; "
                 "servers by stage " + ", ".join(f"{v:.2f}" for v in r["stage_cpu"]) + ")")
 if downloads:
     text.append(f"# state-s-per-byte: the median of {len(downloads)} state downloads of these clusters' servers")
 text += [f"{k} = {v}" if isinstance(v, str) else f"{k} = {v:.6g}" for k, v in over.items()]
 open(out, "w").write("\n".join(text) + "\n")
-print(f"calibrate.sh: a request costs {over['cluster-scale']} x the model and codec in a cluster (per stage); trainer "
+print(f"calibrate.sh: a request costs {over['cluster-scale']} x the model and codec in a cluster {100 * over['cluster-load']:.0f}% "
+      f"busy, {over['light-scale']} at {100 * over['light-load']:.0f}% (per stage); trainer "
       f"{1e3 * over['trainer-s-per-request']:.1f} ms, coordinator {1e3 * over['coordinator-s-per-request']:.1f} ms "
       f"of CPU; a live server {over['server-idle-cores']:.3f} cores; a state copy "
       f"{1e9 * float(over.get('state-s-per-byte', cal['state-s-per-byte'])):.1f} s per GB; wrote {out}")

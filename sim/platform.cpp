@@ -124,6 +124,16 @@ void build_platform(world& w) {
       }
     });
   }
+  // The one machine's load, averaged over about a second, for the load-dependent
+  // CPU per request (calibration light-scale): sampled 10 times a second.
+  if (local)
+    s4u::Actor::create("load-meter", machine, [&w, machine] {
+      const double every = 0.1, weight = 1 - std::exp(-every / 1.0);
+      for (;;) {
+        s4u::this_actor::sleep_for(every);
+        w.machine_load += weight * (machine->get_load() / machine->get_core_count() - w.machine_load);
+      }
+    })->daemonize();
 }
 
 } // namespace swarm::sim

@@ -135,10 +135,11 @@ void serve(peer* pp, int stage) {
     }
     const auto& c = w.costs[static_cast<size_t>(p.stage)];
     // On the one machine a request costs what the real servers were measured
-    // to spend per request (its stage's cluster-scale x model and codec), sharing its cores.
+    // to spend per request (its stage's cluster-scale x model and codec, less
+    // on a lightly loaded machine), sharing its cores.
     const bool local = cfg.platform == "local";
-    const double work =
-        (r->kind == request::forward ? c.forward_s : c.backward_s) * (local ? cluster_scale(w.cal, p.stage) : 1);
+    const double work = (r->kind == request::forward ? c.forward_s : c.backward_s) *
+                        (local ? cluster_scale(w.cal, p.stage, w.machine_load) : 1);
     const double t0 = w.now();
     // The cpu host's speed is this peer's speed in calibrated core-seconds per second.
     s4u::this_actor::exec_init(work)->set_host(p.cpu)->wait();

@@ -149,6 +149,7 @@ struct world {
   s4u::Host* coordinator_cpu = nullptr;        ///< local: the one shared machine
   s4u::Host* hub = nullptr;                    ///< a host without access link: the far end of all-reduce flows
   double coordinator_backlog_s = 0;            ///< CPU owed for reports since its last tick
+  double machine_load = 0;                     ///< local: busy fraction of its cores over the last second or so
   totals total;
   std::ofstream metrics;
   std::chrono::steady_clock::time_point wall_start;

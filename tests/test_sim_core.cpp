@@ -164,6 +164,30 @@ TEST_CASE("cost model: calibration files round-trip and bad ones are refused", "
   std::ofstream(path) << format_calibration(cal) << "cluster-scale = 0.9,abc\n";
   CHECK_FALSE(read_calibration(path, &err));
   CHECK(err.find("cluster-scale: abc is not a finite number >= 0") != std::string::npos);
+  // Without light-scale the load changes nothing.
+  CHECK(cluster_scale(cal, 1, 0.1) == Approx(1.25));
+  // With it: light-scale at light-load, cluster-scale at cluster-load, linear
+  // between them and held outside.
+  cal.light_scale = {0.5, 1.0};
+  cal.light_load = 0.4;
+  cal.cluster_load = 0.9;
+  std::ofstream(path) << format_calibration(cal);
+  back = read_calibration(path, &err);
+  REQUIRE(back);
+  CHECK(back->light_scale == cal.light_scale);
+  CHECK(cluster_scale(*back, 0, 0.4) == Approx(0.5));
+  CHECK(cluster_scale(*back, 1, 0.65) == Approx(1.125));
+  CHECK(cluster_scale(*back, 1, 0.9) == Approx(1.25));
+  CHECK(cluster_scale(*back, 1, 0.0) == Approx(1.0));
+  CHECK(cluster_scale(*back, 0, 1.0) == Approx(0.7));
+  CHECK(cluster_scale(*back, 0) == Approx(0.7));  // no load given: the busy cluster's
+  std::ofstream(path) << format_calibration(cal) << "light-load = 0.95\n";
+  CHECK_FALSE(read_calibration(path, &err));
+  CHECK(err.find("light-scale needs 0 <= light-load < cluster-load <= 1") != std::string::npos);
+  std::ofstream(path) << format_calibration(cal) << "light-scale = 0.5,1,1\n";
+  CHECK_FALSE(read_calibration(path, &err));
+  CHECK(err.find("light-scale needs one value, or one per stage") != std::string::npos);
+  cal.light_scale.clear();
   std::ofstream(path) << "d-model = 64\nthis line is wrong\n";
   CHECK_FALSE(read_calibration(path, &err));
   CHECK(err == path + ":2: not key = value: this line is wrong");
