@@ -70,8 +70,8 @@ void churn_main() {
   } else if (cfg.churn == "replay") {
     std::string error;
     const auto log = read_chaos_log(cfg.churn_log, nullptr, &error);  // checked in main
-    for (const auto& a : *log)
-      if (a.stage < cfg.stages) q.push({a.t, -2 - (a.stage * 1000000 + a.index), !a.kill});
+    for (const auto& a : *log)  // (first joins: start_initial)
+      if (a.stage < cfg.stages && !a.join) q.push({a.t, -2 - (a.stage * 1000000 + a.index), !a.kill});
   } else if (cfg.churn == "kill") {
     for (double t = cfg.churn_every; t < cfg.duration; t += cfg.churn_every) q.push({t, -1, false});
   }

@@ -13,6 +13,10 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "sim/scenario.hpp"
 #include "sim/trace.hpp"
@@ -48,11 +52,31 @@ void start_initial(world& w) {
   } else {
     for (size_t i = 0; i < w.peers.size(); ++i) stage_of[i] = static_cast<int>(i) % c.stages;
   }
+  // Replaying a real run: its servers start in the order, and as far apart, as
+  // they joined there (they came up 0.5-3 s apart; with static routing the
+  // first of a stage is the trainer's only choice, so which one is pinned
+  // follows). "server S.I" is the I-th peer of stage S; unrecorded ones start at 0.
+  std::map<std::pair<int, int>, double> joined;
+  if (c.churn == "replay")
+    if (auto log = read_chaos_log(c.churn_log, nullptr, nullptr)) {
+      double first = std::numeric_limits<double>::infinity();
+      for (const auto& a : *log)
+        if (a.join) first = std::min(first, a.t);
+      for (const auto& a : *log)
+        if (a.join) joined[{a.stage, a.index}] = a.t - first;
+    }
+  std::vector<std::pair<double, size_t>> starts;
+  std::map<int, int> seen;
   for (size_t i = 0; i < w.peers.size(); ++i) {
-    peer& p = w.peers[i];
     if (stage_of[i] < 0) continue;  // a spare machine: --stage-servers used fewer than --peers
-    p.initial_stage = stage_of[i];
-    start_server(p, stage_of[i]);
+    w.peers[i].initial_stage = stage_of[i];
+    const auto at = joined.find({stage_of[i], seen[stage_of[i]]++});
+    starts.push_back({at == joined.end() ? 0.0 : at->second, i});
+  }
+  std::stable_sort(starts.begin(), starts.end());
+  for (const auto& [t, i] : starts) {
+    if (t > w.now()) s4u::this_actor::sleep_until(t);
+    start_server(w.peers[i], stage_of[i]);
   }
 }
 
@@ -196,6 +220,8 @@ int main(int argc, char** argv) {
   w.rng.seed(cfg.seed);
   w.stage_step.assign(static_cast<size_t>(cfg.stages), 0);
   w.round_running.assign(static_cast<size_t>(cfg.stages), false);
+  w.joined_mutex = s4u::Mutex::create();
+  for (int s = 0; s < cfg.stages; ++s) w.server_joined.push_back(s4u::ConditionVariable::create());
 
   w.wall_start = std::chrono::steady_clock::now();
   xbt_log_control_set("root.thresh:critical");

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace swarm::sim {
@@ -157,23 +158,41 @@ std::optional<std::vector<chaos_action>> read_chaos_log(const std::string& path,
   std::vector<chaos_action> out;
   std::optional<double> t0;
   int skip = 0;
+  std::set<long> restarted;                          // PIDs of restarted servers
+  std::map<long, std::pair<double, int>> first_join;  // PID -> its first join: time, stage
   std::string line;
   while (std::getline(in, line)) {
     double t = 0;
     const auto tt = field(line, "t");
     if (!tt || !to_number(*tt, t)) continue;  // not an event line
     if (!t0) t0 = t;
-    if (field(line, "event") != std::optional<std::string>("chaos")) continue;
+    const auto event = field(line, "event");
+    if (event == std::optional<std::string>("server_join")) {
+      long pid = -1;
+      double stage = -1;
+      const auto id = field(line, "server").value_or("");
+      const auto st = field(line, "stage");
+      if (std::sscanf(id.c_str(), "s-%ld", &pid) == 1 && st && to_number(*st, stage))
+        first_join.emplace(pid, std::pair{t - *t0, static_cast<int>(stage)});
+      continue;
+    }
+    if (event != std::optional<std::string>("chaos")) continue;
     const auto action = field(line, "action").value_or("");
     const auto process = field(line, "process").value_or("");
     int stage = -1, index = -1;
     if ((action == "kill" || action == "restart") && std::sscanf(process.c_str(), "server %d.%d", &stage, &index) == 2 &&
         stage >= 0 && index >= 0) {
       out.push_back({t - *t0, action == "kill", stage, index});
+      if (double pid = 0; action == "restart" && to_number(field(line, "pid").value_or(""), pid))
+        restarted.insert(static_cast<long>(pid));
     } else {
       ++skip;
     }
   }
+  std::map<int, int> launched;  // stage -> servers of it named so far, in PID order
+  for (const auto& [pid, join] : first_join)
+    if (restarted.count(pid) == 0) out.push_back({join.first, false, join.second, launched[join.second]++, true});
+  std::stable_sort(out.begin(), out.end(), [](const chaos_action& a, const chaos_action& b) { return a.t < b.t; });
   if (skipped) *skipped = skip;
   if (!t0) {
     if (error) *error = path + ": no metrics event in it";

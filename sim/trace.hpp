@@ -45,17 +45,23 @@ struct slot_plan {
                                             double jitter_s, std::mt19937_64& rng);
 
 /// One kill or restart of a recorded swarm run (`chaos` events of a
-/// `swarm --role cluster` metrics file), for --churn replay.
+/// `swarm --role cluster` metrics file), or when one of the servers it
+/// started with first joined, for --churn replay.
 struct chaos_action {
   double t = 0;        ///< seconds since the file's first event
-  bool kill = true;    ///< false: restart
+  bool kill = true;    ///< false: restart (or join)
   int stage = 0;       ///< "server S.I": the cluster's I-th server launched for stage S
   int index = 0;
+  bool join = false;   ///< a first server_join of a server the cluster started with (not a restart)
 };
 
-/// The kills and restarts of servers in a metrics file, in time order; other
-/// chaos (stop, wipe, coordinator) is counted in `skipped`. nullopt with
-/// `error` when the file cannot be read or has no event.
+/// The kills and restarts of servers in a metrics file, and the first joins
+/// of the servers it started with, in time order; other chaos (stop, wipe,
+/// coordinator) is counted in `skipped`. A starting server's name comes from
+/// its id, s-PID: the cluster launches a stage's servers one after another,
+/// so the I-th lowest PID among those that first joined stage S is "server
+/// S.I" (restarted PIDs are in their chaos events). nullopt with `error` when
+/// the file cannot be read or has no event.
 [[nodiscard]] std::optional<std::vector<chaos_action>> read_chaos_log(const std::string& path, int* skipped,
                                                                       std::string* error);
 

@@ -5,6 +5,7 @@
 // and timeout as swarm does, and counting issued = completed + dropped.
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #include "sim/world.hpp"
 
@@ -38,7 +39,9 @@ std::string choose(world& w, trainer_state& t, int stage, bool backward, const s
       if (pick) return *pick;
     }
     if (now >= give_up) return {};
-    s4u::this_actor::sleep_for(1.0);
+    // Until a server joins the stage, or a second passes (bans expire).
+    std::unique_lock lock(*w.joined_mutex);
+    w.server_joined[static_cast<size_t>(stage)]->wait_until(lock, std::min(now + 1.0, give_up));
   }
 }
 

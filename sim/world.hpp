@@ -144,6 +144,10 @@ struct world {
   std::vector<trainer_state> trainers;
   std::vector<uint64_t> stage_step;    ///< the stage's position (highest step reached)
   std::vector<bool> round_running;
+  /// Notified when a server takes the stage: trainers with no server to call
+  /// wait on it (swarm's load balancers route as soon as a JOIN arrives).
+  std::vector<s4u::ConditionVariablePtr> server_joined;
+  s4u::MutexPtr joined_mutex;
   std::mt19937_64 rng;
   s4u::Host* coordinator_host = nullptr;
   s4u::Host* coordinator_cpu = nullptr;        ///< local: the one shared machine

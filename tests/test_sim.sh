@@ -3,6 +3,7 @@
 #   1. a fixed seed gives the same run twice (byte-identical metrics), another seed another run;
 #   2. one stage, two peers, one 3x slower: work splits 3:1 and tokens/s is their capacity by hand;
 #   3. one of two peers killed: its requests rerouted at once, none dropped, throughput halves;
+#      with static routing the pin's death stops the run; a replayed run's first joiner is the pin;
 #   4. bad configs exit 2 with a clear message; the plot script draws a simulated run.
 #   tests/test_sim.sh SWARM_SIM SOURCE_DIR
 set -euo pipefail
@@ -42,6 +43,19 @@ echo "== 3b. the same with static routing: the pin dies (seed 2), nothing runs o
 "$sim" "${one_stage[@]}" --peers 2 --in-flight 8 --duration 75 --churn kill --churn-every 40 --churn-down 1000 \
   --routing static --seed 2 --metrics "$out/static.jsonl" > /dev/null
 python3 "$src/tests/check_sim.py" static "$out/static.jsonl" 40
+echo "== 3c. replaying a real run: its servers start in the order they joined there, so its pin is pinned"
+# A recorded cluster whose "server 0.0" (the lower PID) joined 2.5 s before
+# "server 0.1" and was killed at 40 s for good: the trainer's only choice at
+# first, so it is the pin (the seed, with both there at once, draws the other).
+cat > "$out/recorded.jsonl" <<'LOG'
+{"t": 1000.0, "role": "cluster", "event": "cluster_start", "stages": 1}
+{"t": 1000.5, "role": "coordinator", "event": "server_join", "stage": 0, "server": "s-4710", "host": "127.0.0.1", "port": 1}
+{"t": 1003.0, "role": "coordinator", "event": "server_join", "stage": 0, "server": "s-4711", "host": "127.0.0.1", "port": 2}
+{"t": 1040.0, "role": "cluster", "event": "chaos", "action": "kill", "process": "server 0.0", "pid": 4710}
+LOG
+"$sim" "${one_stage[@]}" --peers 2 --in-flight 8 --duration 75 --churn replay --churn-log "$out/recorded.jsonl" \
+  --routing static --metrics "$out/replay.jsonl" > /dev/null
+python3 "$src/tests/check_sim.py" static "$out/replay.jsonl" 40
 
 echo "== 4. bad configs, the plot"
 expect_2() {  # pattern, flags...

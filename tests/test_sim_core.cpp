@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <tuple>
 
 #include "models/cost_model.hpp"
 #include "sim/optimal.hpp"
@@ -125,6 +126,42 @@ TEST_CASE("cost model: measured config as measured, others extrapolated", "[sim]
   CHECK(request_costs(wide, cal)[0].forward_out_bytes == 8 * 128 * 256 * 2);
   wide.stages = 9;  // 4 layers cannot be cut into 9 stages
   CHECK(request_costs(wide, cal).empty());
+}
+
+TEST_CASE("trace: a recorded cluster's kills, restarts and first joins, named by launch order", "[sim]") {
+  const std::string path = "/tmp/swarm-test-chaos-log.jsonl";
+  std::ofstream(path)
+      << "{\"t\": 100.0, \"event\": \"cluster_start\", \"stages\": 2}\n"
+      << "{\"t\": 101.5, \"event\": \"server_join\", \"stage\": 1, \"server\": \"s-51\"}\n"
+      << "{\"t\": 101.6, \"event\": \"server_join\", \"stage\": 0, \"server\": \"s-48\"}\n"
+      << "{\"t\": 102.0, \"event\": \"server_join\", \"stage\": 1, \"server\": \"s-50\"}\n"
+      << "{\"t\": 102.25, \"event\": \"server_join\", \"stage\": 0, \"server\": \"s-49\"}\n"
+      << "{\"t\": 120.0, \"event\": \"chaos\", \"action\": \"kill\", \"process\": \"server 1.1\", \"pid\": 51}\n"
+      << "{\"t\": 130.0, \"event\": \"chaos\", \"action\": \"restart\", \"process\": \"server 1.1\", \"pid\": 60}\n"
+      << "{\"t\": 130.5, \"event\": \"server_join\", \"stage\": 1, \"server\": \"s-60\"}\n"
+      << "{\"t\": 140.0, \"event\": \"server_join\", \"stage\": 0, \"server\": \"s-50\"}\n"  // a move
+      << "{\"t\": 150.0, \"event\": \"chaos\", \"action\": \"stop\", \"process\": \"coordinator\"}\n";
+  int skipped = 0;
+  std::string err;
+  const auto log = read_chaos_log(path, &skipped, &err);
+  REQUIRE(log);
+  CHECK(skipped == 1);
+  // (t, kill, stage, index, join): the restarted PID 60 and the mover's second join are no first joins.
+  const std::vector<std::tuple<double, bool, int, int, bool>> want = {
+      {1.5, false, 1, 1, true}, {1.6, false, 0, 0, true}, {2.0, false, 1, 0, true},
+      {2.25, false, 0, 1, true}, {20.0, true, 1, 1, false}, {30.0, false, 1, 1, false}};
+  REQUIRE(log->size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto& a = (*log)[i];
+    CHECK(a.t == Approx(std::get<0>(want[i])));
+    CHECK(a.kill == std::get<1>(want[i]));
+    CHECK(a.stage == std::get<2>(want[i]));
+    CHECK(a.index == std::get<3>(want[i]));
+    CHECK(a.join == std::get<4>(want[i]));
+  }
+  std::ofstream(path) << "not json\n";
+  CHECK_FALSE(read_chaos_log(path, nullptr, &err));
+  CHECK(err == path + ": no metrics event in it");
 }
 
 TEST_CASE("cost model: calibration files round-trip and bad ones are refused", "[sim]") {
