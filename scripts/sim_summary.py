@@ -63,7 +63,7 @@ def reality(folders):
     real, sim = {}, {}
     several = len(folders) > 1
     print(f"{'scenario':<16}{'real tokens/s':>15}{'sim tokens/s':>15}{'sim/real':>10}"
-          + (f"{'real runs':>24}{'real spread':>13}" if several else ""))
+          + (f"{'real spread':>13}  real runs" if several else ""))
     worst = 0.0
     for n in names:
         rs = [tokens_per_s(os.path.join(f, f"real-{n}.jsonl")) for f in folders
@@ -79,7 +79,7 @@ def reality(folders):
             worst = max(worst, abs(ratio - 1))
         line = f"{n:<16}{r or 0:>15,.0f}{s_ or 0:>15,.0f}{ratio or 0:>10.3f}"
         if several and rs:
-            line += f"{' / '.join(f'{x:,.0f}' for x in rs):>24}{100 * (max(rs) / min(rs) - 1):>12.1f}%"
+            line += f"{100 * (max(rs) / min(rs) - 1):>12.1f}%  " + " / ".join(f"{x:,.0f}" for x in rs)
         print(line)
     print(f"largest difference: {100 * worst:.1f}% (target: within 15%)")
     agree = 0

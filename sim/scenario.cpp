@@ -126,7 +126,8 @@ parse_result parse_scenario(int argc, char** argv) {
                           "(exponential: mtbf up, churn-down down) | trace (--trace FILE) | replay (--churn-log FILE)")
       ->check(CLI::IsMember({"none", "kill", "rate", "trace", "replay"}));
   opt("--churn-log", s.churn_log, "replay: a swarm --role cluster metrics file; its chaos kills and restarts of "
-                                  "\"server S.I\" happen to the I-th initial server of stage S at the same times");
+                                  "\"server S.I\" happen to the I-th initial server of stage S at the same times, "
+                                  "and its initial servers start as far apart as they joined there");
   opt("--start-s", s.start_s, "seconds from a machine coming up to its server asking to join (process start-up)");
   opt("--start-cpu-s", s.start_cpu_s, "core-seconds a server's start-up burns on its machine");
   opt("--churn-every", s.churn_every, "kill: seconds between kills");
