@@ -68,9 +68,7 @@ void churn_main() {
         if (std::isfinite(l.end)) q.push({l.end, static_cast<int>(i), false});
       }
   } else if (cfg.churn == "replay") {
-    std::string error;
-    const auto log = read_chaos_log(cfg.churn_log, nullptr, &error);  // checked in main
-    for (const auto& a : *log)  // (first joins: start_initial)
+    for (const auto& a : w.replayed)  // (first joins: start_initial)
       if (a.stage < cfg.stages && !a.join) q.push({a.t, -2 - (a.stage * 1000000 + a.index), !a.kill});
   } else if (cfg.churn == "kill") {
     for (double t = cfg.churn_every; t < cfg.duration; t += cfg.churn_every) q.push({t, -1, false});
@@ -81,9 +79,8 @@ void churn_main() {
     if (e.t > w.now()) s4u::this_actor::sleep_until(e.t);
     if (e.peer <= -2) {  // replay: "server S.I" of the recorded cluster is the I-th peer started on stage S
       const int code = -2 - e.peer, stage = code / 1000000, index = code % 1000000;
-      int seen = 0;
       for (auto& p : w.peers) {
-        if (p.initial_stage != stage || seen++ != index) continue;
+        if (p.initial_stage != stage || p.initial_index != index) continue;
         if (e.up) {
           bring_up(w, p);
         } else {

@@ -57,20 +57,19 @@ void start_initial(world& w) {
   // first of a stage is the trainer's only choice, so which one is pinned
   // follows). "server S.I" is the I-th peer of stage S; unrecorded ones start at 0.
   std::map<std::pair<int, int>, double> joined;
-  if (c.churn == "replay")
-    if (auto log = read_chaos_log(c.churn_log, nullptr, nullptr)) {
-      double first = std::numeric_limits<double>::infinity();
-      for (const auto& a : *log)
-        if (a.join) first = std::min(first, a.t);
-      for (const auto& a : *log)
-        if (a.join) joined[{a.stage, a.index}] = a.t - first;
-    }
+  double first = std::numeric_limits<double>::infinity();
+  for (const auto& a : w.replayed)
+    if (a.join) first = std::min(first, a.t);
+  for (const auto& a : w.replayed)
+    if (a.join) joined[{a.stage, a.index}] = a.t - first;
   std::vector<std::pair<double, size_t>> starts;
-  std::map<int, int> seen;
+  std::map<int, int> started;  // stage -> peers started on it so far
   for (size_t i = 0; i < w.peers.size(); ++i) {
     if (stage_of[i] < 0) continue;  // a spare machine: --stage-servers used fewer than --peers
-    w.peers[i].initial_stage = stage_of[i];
-    const auto at = joined.find({stage_of[i], seen[stage_of[i]]++});
+    peer& p = w.peers[i];
+    p.initial_stage = stage_of[i];
+    p.initial_index = started[p.initial_stage]++;
+    const auto at = joined.find({p.initial_stage, p.initial_index});
     starts.push_back({at == joined.end() ? 0.0 : at->second, i});
   }
   std::stable_sort(starts.begin(), starts.end());
@@ -209,6 +208,7 @@ int main(int argc, char** argv) {
     if (skipped > 0)
       std::cerr << "swarm-sim: " << cfg.churn_log << ": " << skipped
                 << " chaos event(s) other than server kills and restarts are not replayed\n";
+    w.replayed = std::move(*log);
   }
   if (!cfg.metrics.empty()) {
     w.metrics.open(cfg.metrics, std::ios::out | std::ios::trunc);

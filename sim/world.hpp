@@ -20,6 +20,7 @@
 #include "actors/policy/routing.hpp"
 #include "models/cost_model.hpp"
 #include "sim/scenario.hpp"
+#include "sim/trace.hpp"
 
 namespace swarm::sim {
 
@@ -81,6 +82,7 @@ struct peer {
   int region = 0;
   int home_stage = -1;               ///< where it first served (kill churn without rebalancing returns it there)
   int initial_stage = -1;            ///< the stage it was started on at time 0 (-1: a later joiner)
+  int initial_index = -1;            ///< its place among the peers started on initial_stage ("server S.I": I)
   int life = 0;
   uint64_t epoch = 0;                ///< bumped when it dies or leaves a stage
   int stage = -1;                    ///< serving (or moving to / joining) this stage
@@ -144,6 +146,7 @@ struct world {
   std::vector<trainer_state> trainers;
   std::vector<uint64_t> stage_step;    ///< the stage's position (highest step reached)
   std::vector<bool> round_running;
+  std::vector<chaos_action> replayed;  ///< --churn replay: the recorded run's kills, restarts and first joins
   /// Notified when a server takes the stage: trainers with no server to call
   /// wait on it (swarm's load balancers route as soon as a JOIN arrives).
   std::vector<s4u::ConditionVariablePtr> server_joined;
