@@ -1,10 +1,11 @@
 #include "actors/averager.hpp"
+#include "base/clock.hpp"
 
 #include <algorithm>
 
 #include <caf/all.hpp>
 
-#include "actors/log.hpp"
+#include "base/log.hpp"
 #include "actors/stage_server.hpp"
 #include "messages/wire.hpp"
 
@@ -95,7 +96,7 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
   const int64_t agreeing = std::count_if(results.begin(), results.end(), [&](const policy::stage_position& p) {
     return p.step == agreed.step && p.hash == agreed.hash;
   });
-  const double secs = std::chrono::duration<double>(averager_state::clock::now() - r.started).count();
+  const double secs = seconds_since(r.started);
   get_logger("averager")->debug("stage {}: round {} done in {:.2f} s: {} of {} applied, step {}", stage, r.number, secs,
                                applied, r.members.size(), agreed.step);
   st.metrics->emit("round_end", {{"stage", int64_t{stage}},
@@ -271,17 +272,20 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
     sg.position = {};
     return;
   }
-  // Worth an error when a server died, not when the last one was stopped on purpose.
-  const bool stopped = reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal;
-  const auto cause = reason ? caf::to_string(reason) : std::string{why};
-  get_logger("averager")->log(stopped ? spdlog::level::info : spdlog::level::err,
-                              "stage {}: its last server is gone ({}): no live server holds its state at optimizer "
-                              "step {}; the next server of the stage loads its newest checkpoint (if there is one)",
-                              stage, cause, sg.position.step);
-  st.metrics->emit("stage_lost", {{"stage", int64_t{stage}},
-                                  {"step", static_cast<int64_t>(sg.position.step)},
-                                  {"hash", std::to_string(sg.position.hash)},
-                                  {"reason", cause}});
+  // A failure when a server died; the last one stopped on purpose (the end of a
+  // run) is a clean stop: its state is where its checkpoints are.
+  if (reason && stopped_on_purpose(reason)) {
+    get_logger("averager")->info("stage {}: its last server stopped at optimizer step {}", stage, sg.position.step);
+  } else {
+    const auto cause = reason ? caf::to_string(reason) : std::string{why};
+    get_logger("averager")->error("stage {}: its last server is gone ({}): no live server holds its state at optimizer "
+                                  "step {}; the next server of the stage loads its newest checkpoint (if there is one)",
+                                  stage, cause, sg.position.step);
+    st.metrics->emit("stage_lost", {{"stage", int64_t{stage}},
+                                    {"step", static_cast<int64_t>(sg.position.step)},
+                                    {"hash", std::to_string(sg.position.hash)},
+                                    {"reason", cause}});
+  }
   sg.position = {};
   sg.owed = 0;
   // Servers left behind on the stage (stopped, or turned reloads down) may be
@@ -334,7 +338,7 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
   st.started = averager_state::clock::now();
   // Round ids only need to differ from the previous averager's, whose rounds
   // may still be finishing among the servers: start from the clock.
-  st.next_round = static_cast<uint64_t>(unix_now() * 1000.0) << 8;
+  st.next_round = static_cast<uint64_t>(unix_seconds() * 1000.0) << 8;
   self->set_down_handler([self](caf::down_msg& msg) { forget(self, msg.source, "down", msg.reason); });
   return {
       [self](progress_atom, const std::string& bytes) { on_progress(self, bytes); },

@@ -50,7 +50,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_addr.hpp>
 
-#include "actors/metrics.hpp"
+#include "base/metrics.hpp"
 #include "actors/policy/averaging.hpp"
 #include "messages/protocol.hpp"
 

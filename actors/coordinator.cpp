@@ -2,7 +2,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/log.hpp"
+#include "base/log.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm {
@@ -72,11 +72,16 @@ void on_down(self_ptr self, const caf::down_msg& msg) {
     return;
   const auto reg = it->second;
   st.servers.erase(it);
-  get_logger("coordinator")->warn("stage {}: server {} down ({})", reg.stage(), reg.server_id(),
-                                  caf::to_string(msg.reason));
-  st.metrics->emit("server_down", {{"stage", int64_t{reg.stage()}},
-                                   {"server", reg.server_id()},
-                                   {"reason", caf::to_string(msg.reason)}});
+  if (stopped_on_purpose(msg.reason)) {
+    get_logger("coordinator")->info("stage {}: server {} stopped", reg.stage(), reg.server_id());
+    st.metrics->emit("server_stop", {{"stage", int64_t{reg.stage()}}, {"server", reg.server_id()}});
+  } else {
+    get_logger("coordinator")->warn("stage {}: server {} down ({})", reg.stage(), reg.server_id(),
+                                    caf::to_string(msg.reason));
+    st.metrics->emit("server_down", {{"stage", int64_t{reg.stage()}},
+                                     {"server", reg.server_id()},
+                                     {"reason", caf::to_string(msg.reason)}});
+  }
   notify(self, reg, proto::membership_update::DOWN);
 }
 

@@ -24,8 +24,8 @@
 #include <caf/actor_addr.hpp>
 
 #include "actors/averager.hpp"
-#include "actors/metrics.hpp"
-#include "actors/status_board.hpp"
+#include "base/metrics.hpp"
+#include "observe/status_board.hpp"
 #include "actors/rebalancer.hpp"
 #include "messages/protocol.hpp"
 #include "swarm.pb.h"

@@ -1,13 +1,14 @@
 #include "actors/load_balancer.hpp"
+#include "base/clock.hpp"
 
 #include <algorithm>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
-#include "actors/log.hpp"
+#include "base/log.hpp"
 #include "actors/stage_server.hpp"
-#include "messages/tls.hpp"
+#include "net/tls.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm {
@@ -104,7 +105,7 @@ void deliver_error(request& req, caf::error err) {
 void on_attempt_failed(self_ptr self, request req, const caf::error& err, const char* reason) {
   auto& st = self->state;
   const auto& server = req.server_id;
-  const double waited = std::chrono::duration<double>(clock_type::now() - req.sent_at).count();
+  const double waited = seconds_since(req.sent_at);
   auto log = get_logger("load_balancer");
   const auto code = code_of(err);
   if (!is_retryable(err)) {
@@ -154,7 +155,7 @@ void on_reply_payload(self_ptr self, uint64_t attempt, caf::expected<bulk_parts>
     on_attempt_failed(self, std::move(req), whole.error(), "error");
     return;
   }
-  const double secs = std::chrono::duration<double>(clock_type::now() - req.sent_at).count();
+  const double secs = seconds_since(req.sent_at);
   st.router.on_success(req.server_id, static_cast<double>(req.samples), secs);
   req.promise.deliver(std::move(*whole), req.server_id, int32_t{req.attempts});
 }
@@ -199,7 +200,7 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
   req.server_id = server_id;
   req.sent_at = clock_type::now();
   const double timeout = req.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s;
-  const double deadline = unix_now() + timeout * (1.0 - st.cfg.commit_grace);
+  const double deadline = unix_seconds() + timeout * (1.0 - st.cfg.commit_grace);
   auto head = with_deadline(req.head, req.forward, deadline);
   cut_payload piece;
   if (st.cfg.bulk && st.cfg.bulk_min_bytes > 0 && req.bytes >= st.cfg.bulk_min_bytes) {

@@ -47,10 +47,10 @@
 #include <caf/response_promise.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/metrics.hpp"
+#include "base/metrics.hpp"
 #include "actors/policy/routing.hpp"
-#include "messages/bulk.hpp"
-#include "messages/chunks.hpp"
+#include "net/bulk.hpp"
+#include "net/chunks.hpp"
 #include "messages/protocol.hpp"
 
 namespace swarm {
@@ -66,7 +66,7 @@ struct load_balancer_config {
   int max_attempts = 5;                ///< attempts per request before its error goes back
   bool static_routing = false;         ///< pin one server (GPipe-style) instead of SWARM routing
   int64_t chunk_bytes = 16 << 20;      ///< largest request payload per message, bytes
-  /// The bulk data plane (messages/bulk.hpp): requests of at least
+  /// The bulk data plane (net/bulk.hpp): requests of at least
   /// bulk_min_bytes go over it, and replies may come over it; null = CAF only.
   std::shared_ptr<bulk_endpoint> bulk;
   int64_t bulk_min_bytes = 64 << 10;

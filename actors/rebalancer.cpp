@@ -1,4 +1,5 @@
 #include "actors/rebalancer.hpp"
+#include "base/clock.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +7,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/log.hpp"
+#include "base/log.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm {
@@ -16,7 +17,7 @@ namespace {
 using self_ptr = rebalancer_actor::stateful_pointer<rebalancer_state>;
 
 double now_s(self_ptr self) {
-  return std::chrono::duration<double>(rebalancer_state::clock::now() - self->state.started).count();
+  return seconds_since(self->state.started);
 }
 
 /// A rate measured on stage `from`, as predicted on stage `to` (NaN stays NaN).
@@ -200,7 +201,7 @@ rebalancer_actor::behavior_type rebalancer(self_ptr self, rebalancer_settings cf
         servers.erase(it);
         // A crash is answered at once; a server stopped on purpose at the next
         // tick, so a whole swarm shutting down does not shuffle its last servers.
-        if (msg.reason != caf::exit_reason::user_shutdown && msg.reason != caf::exit_reason::normal)
+        if (!stopped_on_purpose(msg.reason))
           evaluate(self, false);
         return;
       }

@@ -34,7 +34,7 @@
 
 #include <caf/actor.hpp>
 
-#include "actors/metrics.hpp"
+#include "base/metrics.hpp"
 #include "actors/policy/rebalancing.hpp"
 #include "messages/protocol.hpp"
 
@@ -42,7 +42,7 @@ namespace swarm {
 
 struct rebalancer_settings {
   int num_stages = 2;
-  std::vector<double> stage_cost;  ///< work per sample of each stage (models/partition.hpp stage_costs)
+  std::vector<double> stage_cost;  ///< work per sample of each stage (models/shape/partition.hpp stage_costs)
   bool enabled = true;             ///< false: place joiners, never move anyone
   double period_s = 30;            ///< load moves at most once per period, seconds
   double move_timeout_s = 120;     ///< an ordered move or a placement not registered by then is forgotten, seconds

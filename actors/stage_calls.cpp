@@ -43,7 +43,7 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, const pr
   }
   auto r = worker.forward(*inputs, targets ? &*targets : nullptr, gate);
   if (!r)
-    return r.error();
+    return to_caf(r.error());
   proto::forward_reply reply;
   if (r->outputs.defined())
     *reply.mutable_outputs() = encode_tensor(r->outputs, *codec);
@@ -68,7 +68,7 @@ caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, const 
     return output_grad.error();
   auto r = worker.backward(*inputs, *output_grad, gate);
   if (!r)
-    return r.error();
+    return to_caf(r.error());
   proto::backward_reply reply;
   if (r->input_grad.defined())
     *reply.mutable_input_grad() = encode_tensor(r->input_grad, *codec);

@@ -8,8 +8,9 @@
 
 #include <caf/all.hpp>
 
-#include "actors/freeze_watch.hpp"
-#include "actors/log.hpp"
+#include "base/clock.hpp"
+#include "base/freeze_watch.hpp"
+#include "base/log.hpp"
 #include "actors/stage_server_averaging.hpp"
 #include "actors/stage_server_checkpoint.hpp"
 #include "actors/stage_server_move.hpp"
@@ -17,10 +18,6 @@
 #include "messages/wire.hpp"
 
 namespace swarm {
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& reply, const std::string& server_id,
                        const std::string& from, std::chrono::steady_clock::time_point started,
@@ -31,10 +28,10 @@ caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& r
   if (!rep)
     return rep.error();
   if (auto err = worker.import_state(rep->state()))
-    return err;
+    return to_caf(err);
   if (worker.parameter_hash() != rep->parameter_hash())
     return make_error(errc::INTERNAL, "imported parameters hash differently from the peer's");
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double secs = seconds_since(started);
   const int64_t stage = worker.span().stage;
   get_logger("stage_server")->info("stage {}: copied the state at step {} from {} ({} bytes, {:.2f} s)", stage,
                                    rep->step(), from, rep->state().size(), secs);
@@ -91,7 +88,7 @@ void slow_down(self_ptr self, clock_type::time_point started, bool& done) {
 /// Whether `req`'s commit deadline (0 = none) has passed.
 template <class Req>
 bool past_deadline(const Req& req) {
-  return req.commit_deadline() > 0 && unix_now() > req.commit_deadline();
+  return req.commit_deadline() > 0 && unix_seconds() > req.commit_deadline();
 }
 
 /// Test hook: hang while holding the `seen`-th request of `op` (see stage_server_config::fault).
@@ -123,7 +120,7 @@ commit_decision decide_commit(self_ptr self, const Req& req, const char* directi
   auto& st = self->state;
   if (past_deadline(req)) {
     ++st.counters->late;
-    return {false, make_error(errc::TIMEOUT, "finished after the commit deadline; gradients discarded")};
+    return {false, error{errc::TIMEOUT, "finished after the commit deadline; gradients discarded"}};
   }
   auto key = req.trainer_id() + "/" + std::to_string(req.microbatch_id()) + "/" + direction;
   if (!st.committed.insert(key).second) {
@@ -169,7 +166,7 @@ caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf:
   };
   auto rep = run(*req, gate);
   slow_down(self, started, slept);
-  st.busy_s += std::chrono::duration<double>(clock_type::now() - started).count();
+  st.busy_s += seconds_since(started);
   if (!rep)
     return reject(self, requester, op, rep.error());
   ++st.counters->served;

@@ -13,7 +13,7 @@
 // the stage's servers; the round all-reduces the gradients server to server and
 // every member applies the same optimizer step. Microbatches that arrive while
 // a round runs are computed on the parameters before the step and count towards
-// the next one (staleness: at most one step, see README).
+// the next one (staleness: at most one step, see docs/design.md).
 //
 // Exactly once: gradients of a microbatch (key: trainer, microbatch, direction)
 // are added at most once per server: a request already past its commit deadline
@@ -42,11 +42,11 @@
 #include <string>
 #include <unordered_set>
 
-#include "actors/metrics.hpp"
+#include "base/metrics.hpp"
 #include "actors/policy/butterfly.hpp"
 #include "config/config.hpp"
-#include "messages/bulk.hpp"
-#include "messages/chunks.hpp"
+#include "net/bulk.hpp"
+#include "net/chunks.hpp"
 #include "messages/protocol.hpp"
 #include "models/checkpoint.hpp"
 #include "models/stage_worker.hpp"
@@ -70,14 +70,14 @@ struct stage_server_config {
   int num_stages = 2;
   std::string device = "cpu";
   std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: how its all-reduce pieces travel
-  /// The bulk data plane (messages/bulk.hpp): replies and pieces of at least
+  /// The bulk data plane (net/bulk.hpp): replies and pieces of at least
   /// bulk_min_bytes go over it; null = everything through CAF.
   std::shared_ptr<bulk_endpoint> bulk;
   int64_t bulk_min_bytes = 64 << 10;
   double bulk_wait_s = 60;        ///< a claim on bytes that have not come fails after this (PEER_GONE)
   checkpoint_settings checkpoints;
   /// A process that stood still this long (its peers' connection timeout) gives up
-  /// the round it was in (actors/freeze_watch.hpp); 0 = never.
+  /// the round it was in (base/freeze_watch.hpp); 0 = never.
   double freeze_s = 0;
   /// False while the node knows the coordinator is gone (set by the node; null: always up).
   std::shared_ptr<std::atomic<bool>> coordinator_up;
@@ -163,8 +163,5 @@ struct stage_server_state {
 [[nodiscard]] caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& reply,
                                      const std::string& server_id, const std::string& from,
                                      std::chrono::steady_clock::time_point started, metrics_sink& metrics);
-
-/// Wall-clock now in unix seconds: the clock commit deadlines are written in.
-[[nodiscard]] double unix_now();
 
 } // namespace swarm

@@ -1,4 +1,5 @@
 #include "actors/stage_server_averaging.hpp"
+#include "base/clock.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -8,13 +9,13 @@
 
 #include <caf/all.hpp>
 
-#include "actors/freeze_watch.hpp"
-#include "actors/log.hpp"
+#include "base/freeze_watch.hpp"
+#include "base/log.hpp"
 #include "actors/stage_server_checkpoint.hpp"
 #include "actors/stage_server_move.hpp"
 #include "config/config.hpp"
 #include "messages/float_codec.hpp"
-#include "messages/tls.hpp"
+#include "net/tls.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm::averaging {
@@ -100,7 +101,7 @@ void finish(server_ptr self, const char* why) {
       why = "averaged gradient refused";
     }
   }
-  const double secs = std::chrono::duration<double>(clock_type::now() - r.started).count();
+  const double secs = seconds_since(r.started);
   if (applied) {
     ++st.counters->rounds;
     st.hash = st.worker->parameter_hash();

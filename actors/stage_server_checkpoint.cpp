@@ -1,10 +1,11 @@
 #include "actors/stage_server_checkpoint.hpp"
+#include "base/clock.hpp"
 
 #include <chrono>
 
 #include <caf/all.hpp>
 
-#include "actors/log.hpp"
+#include "base/log.hpp"
 #include "messages/errors.hpp"
 
 namespace swarm::checkpointing {
@@ -31,7 +32,7 @@ void write_now(stage_actor::stateful_pointer<stage_server_state> self) {
   checkpoint_header h{checkpoint_header::kind::stage, stage, static_cast<uint32_t>(st.cfg.num_stages),
                       st.cfg.model.hash(), step};
   auto written = st.cfg.checkpoints.store->write(h, state);
-  const double secs = std::chrono::duration<double>(clock_type::now() - started).count();
+  const double secs = seconds_since(started);
   if (!written) {
     // Training goes on: a full disk must not stop the swarm, but it must be seen.
     get_logger("stage_server")->error("stage {}: checkpoint at step {} failed: {}", stage, step,
@@ -55,7 +56,7 @@ void after_round(stage_actor::stateful_pointer<stage_server_state> self) {
   const auto& ck = st.cfg.checkpoints;
   if (!ck.store || !st.round || !writes(*st.round))
     return;
-  const double since_s = std::chrono::duration<double>(clock_type::now() - st.serving_since).count();
+  const double since_s = seconds_since(st.serving_since);
   if (checkpoint_due(st.worker->steps(), ck.store->latest_written(checkpoint_header::kind::stage,
                                                                   st.worker->span().stage),
                      ck.every_steps, ck.every_s, since_s))
@@ -90,13 +91,13 @@ caf::expected<bool> load_newest(const checkpoint_settings& settings, int num_sta
   auto found = settings.store->newest(checkpoint_header::kind::stage, stage, static_cast<uint32_t>(num_stages),
                                       config_hash);
   if (!found)
-    return found.error();
+    return to_caf(found.error());
   if (!*found || (*found)->header.step <= after_step)
     return false;
   const auto& data = **found;
   if (auto err = worker.import_state(data.payload))
-    return make_error(code_of(err), "checkpoint " + data.path + " does not load: " + describe(err));
-  const double secs = std::chrono::duration<double>(clock_type::now() - started).count();
+    return make_error(err.code(), "checkpoint " + data.path + " does not load: " + describe(err));
+  const double secs = seconds_since(started);
   const auto hash = worker.parameter_hash();
   get_logger("stage_server")->info("stage {}: loaded checkpoint {} (step {}, {:.2f} s){}", stage, data.path,
                                    data.header.step, secs,

@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/metrics.hpp"
+#include "base/metrics.hpp"
 #include "actors/stage_server.hpp"
 #include "models/checkpoint.hpp"
 #include "models/stage_worker.hpp"

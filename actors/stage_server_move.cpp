@@ -1,12 +1,13 @@
 #include "actors/stage_server_move.hpp"
+#include "base/clock.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
-#include "actors/log.hpp"
+#include "base/log.hpp"
 #include "actors/stage_server_averaging.hpp"
 #include "actors/stage_server_checkpoint.hpp"
-#include "messages/tls.hpp"
+#include "net/tls.hpp"
 #include "messages/wire.hpp"
 
 namespace swarm::moving {
@@ -116,7 +117,7 @@ void move_now(server_ptr self) {
     if (auto err = register_now(self))
       log->warn("stage {}: registering failed: {}; its node registers it when the coordinator is back", to,
                 describe(err));
-  const double secs = std::chrono::duration<double>(clock_type::now() - st.move_ordered).count();
+  const double secs = seconds_since(st.move_ordered);
   log->info("stage {}: serving it now, moved from stage {} in {:.2f} s (state from {})", to, from, secs,
             to_string(source));
   st.metrics->emit("rebalance", {{"server", st.cfg.server_id},

@@ -1,10 +1,11 @@
 #include "actors/trainer.hpp"
+#include "base/clock.hpp"
 
 #include <sstream>
 
 #include <caf/all.hpp>
 
-#include "actors/log.hpp"
+#include "base/log.hpp"
 #include "messages/errors.hpp"
 #include "messages/protocol.hpp"
 #include "messages/wire.hpp"
@@ -38,7 +39,7 @@ void save_position(self_ptr self, bool due_only) {
   if (!ck.store)
     return;
   const auto newest = ck.store->latest_written(checkpoint_header::kind::trainer, st.cfg.slot);
-  const double since_s = std::chrono::duration<double>(clock::now() - st.started).count();
+  const double since_s = seconds_since(st.started);
   if (due_only ? !checkpoint_due(st.step, newest, ck.every_steps, ck.every_s, since_s)
                : st.step <= 0 || (newest && newest->step == st.step))
     return;
@@ -58,7 +59,7 @@ void save_position(self_ptr self, bool due_only) {
                                   {"step", st.step},
                                   {"file", *written},
                                   {"bytes", static_cast<int64_t>(position.size())},
-                                  {"seconds", std::chrono::duration<double>(clock::now() - started).count()}});
+                                  {"seconds", seconds_since(started)}});
 }
 
 /// trainer_exit, once: when done, or when told to stop (then with what was in flight).

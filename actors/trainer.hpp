@@ -30,7 +30,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/metrics.hpp"
+#include "base/metrics.hpp"
 #include "config/config.hpp"
 #include "models/checkpoint.hpp"
 #include "models/corpus.hpp"

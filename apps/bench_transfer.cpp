@@ -4,7 +4,7 @@
 //
 // For 1, 16 and 64 MiB float32 tensors it measures, in one run and on the same
 // machine, the throughput of:
-//   bulk request: the bytes over the bulk connection (messages/bulk.hpp), a
+//   bulk request: the bytes over the bulk connection (net/bulk.hpp), a
 //                 CAF request naming their key; the receiver pairs them;
 //   bulk reply:   the same for replies: a small CAF request, the bytes back
 //                 over the bulk connection to the requester;
@@ -41,8 +41,10 @@
 #include <caf/io/all.hpp>
 
 #include "apps/huge_pages.hpp"
-#include "messages/bulk.hpp"
-#include "messages/chunks.hpp"
+#include "base/clock.hpp"
+#include "net/bulk.hpp"
+#include "net/chunks.hpp"
+#include "messages/types.hpp"
 #include "messages/wire.hpp"
 
 using namespace swarm;
@@ -184,12 +186,12 @@ proto::forward_request make_request(size_t bytes) {
 
 void configure(caf::actor_system_config& cfg) {
   cfg.load<caf::io::middleman>();
-  register_error_category(cfg);
+  register_types(cfg);
   cfg.set("logger.console", caf::atom("none"));
 }
 
 double mb_per_s(size_t bytes, int reps, std::chrono::steady_clock::time_point start) {
-  const double secs = std::chrono::duration<double>(clock_type::now() - start).count();
+  const double secs = seconds_since(start);
   return static_cast<double>(bytes) * reps / secs / 1e6;
 }
 
@@ -341,7 +343,7 @@ double tcp_throughput(int fd, size_t bytes, int reps) {
     write_all(fd, payload.data(), n);
     read_all(fd, &ack, 1);
   }
-  const double secs = std::chrono::duration<double>(clock_type::now() - start).count();
+  const double secs = seconds_since(start);
   return static_cast<double>(bytes) * reps / secs / 1e6;
 }
 

@@ -1,7 +1,7 @@
 // `swarm --role calibrate`: measures what one request of each stage costs on
 // this machine with the config's model (one torch thread unless --threads says
 // otherwise, as a server of a local cluster runs), fits the cost model of
-// models/cost_model.hpp and writes the file swarm-sim reads.
+// models/shape/cost_model.hpp and writes the file swarm-sim reads.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -11,10 +11,11 @@
 #include <thread>
 
 #include "apps/roles.hpp"
+#include "base/clock.hpp"
 #include "messages/errors.hpp"
 #include "messages/tensor_codec.hpp"
 #include "messages/wire.hpp"
-#include "models/cost_model.hpp"
+#include "models/shape/cost_model.hpp"
 #include "models/stage_worker.hpp"
 
 namespace swarm {
@@ -29,7 +30,7 @@ double median_seconds(int warmup, int reps, F&& f) {
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    s.push_back(seconds_since(t0));
   }
   std::sort(s.begin(), s.end());
   return s[s.size() / 2];

@@ -34,9 +34,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "actors/log.hpp"
-#include "actors/metrics.hpp"
-#include "actors/run_summary.hpp"
+#include "base/log.hpp"
+#include "base/metrics.hpp"
+#include "observe/run_summary.hpp"
 #include "apps/huge_pages.hpp"
 #include "apps/roles.hpp"
 

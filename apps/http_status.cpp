@@ -5,7 +5,7 @@
 
 #include <httplib.h>
 
-#include "actors/status_page.hpp"
+#include "observe/status_page.hpp"
 
 namespace swarm {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/status_board.hpp"
+#include "observe/status_board.hpp"
 
 namespace swarm {
 

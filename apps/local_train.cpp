@@ -8,7 +8,7 @@
 #include <random>
 #include <sstream>
 
-#include "actors/metrics.hpp"
+#include "base/metrics.hpp"
 #include "apps/roles.hpp"
 #include "messages/errors.hpp"
 #include "models/checkpoint.hpp"
@@ -20,10 +20,6 @@ namespace swarm {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 at::Tensor to_tensor(const std::vector<int64_t>& values, int64_t batch, int64_t seq_len) {
   return torch::tensor(values, torch::kLong).reshape({batch, seq_len});
@@ -42,7 +38,7 @@ struct local_checkpoints {
       return true;
     store.emplace(cfg.checkpoint.dir, cfg.checkpoint.keep);
     const auto hash = cfg.model.hash();
-    auto fail = [](const caf::error& err) {
+    auto fail = [](const error& err) {
       std::cerr << "local: " << describe(err) << "\n";
       return false;
     };

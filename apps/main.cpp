@@ -6,16 +6,16 @@
 //   swarm --role server --coordinator host:7000 --stage 1
 //   swarm --role trainer --coordinator host:7000
 //
-// Every option: swarm --help. Config files: config/. Metrics: README.md.
+// Every option: swarm --help. Config files: config/. Metrics: docs/metrics.md.
 
 #include <iostream>
 
-#include "actors/log.hpp"
-#include "actors/metrics.hpp"
+#include "base/log.hpp"
+#include "base/metrics.hpp"
 #include "apps/local_train.hpp"
 #include "apps/roles.hpp"
 #include "messages/errors.hpp"
-#include "messages/tls.hpp"
+#include "net/tls.hpp"
 
 int main(int argc, char** argv) {
   auto parsed = swarm::parse_config(argc, argv);

@@ -17,20 +17,22 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/load_balancer.hpp"
-#include "actors/log.hpp"
+#include "base/clock.hpp"
+#include "base/log.hpp"
 #include "actors/stage_server.hpp"
 #include "actors/stage_server_move.hpp"
-#include "actors/status_board.hpp"
+#include "observe/status_board.hpp"
 #include "actors/trainer.hpp"
 #include "apps/http_status.hpp"
 #include "apps/roles.hpp"
-#include "messages/basp_guard.hpp"
-#include "messages/bulk.hpp"
-#include "messages/chunks.hpp"
-#include "messages/tls.hpp"
+#include "net/basp_guard.hpp"
+#include "net/bulk.hpp"
+#include "net/chunks.hpp"
+#include "net/tls.hpp"
+#include "messages/types.hpp"
 #include "messages/wire.hpp"
 #include "models/checkpoint.hpp"
-#include "models/partition.hpp"
+#include "models/shape/partition.hpp"
 
 namespace swarm {
 
@@ -89,9 +91,7 @@ void configure(caf::actor_system_config& sys_cfg, const app_config& cfg) {
     sys_cfg.openssl_certificate = cfg.net.tls_cert;
     sys_cfg.openssl_key = cfg.net.tls_key;
   }
-  sys_cfg.add_message_type<stage_actor>("stage_actor");
-  sys_cfg.add_message_type<averager_actor>("averager_actor");
-  register_error_category(sys_cfg);
+  register_types(sys_cfg);
   sys_cfg.set("middleman.heartbeat-interval", seconds(cfg.net.heartbeat_s));
   sys_cfg.set("middleman.connection-timeout", seconds(cfg.net.connection_timeout_s));
   // Compute runs on detached actors; the scheduler only shuffles messages.
@@ -163,7 +163,7 @@ void emit_bulk(metrics_sink& metrics, const std::string& who, const bulk_endpoin
 
 /// Publishes `handle` on loopback only, behind a guard that listens on `port`
 /// (any interface) and passes peers' BASP frames one by one after checking
-/// them (messages/basp_guard.hpp): CAF 0.17.6 itself can be crashed or
+/// them (net/basp_guard.hpp): CAF 0.17.6 itself can be crashed or
 /// stalled by a single header. The guard is the public port; null when either
 /// cannot listen (said on stderr).
 template <class Handle>
@@ -190,7 +190,7 @@ std::unique_ptr<basp_guard> publish_guarded(caf::actor_system& sys, const Handle
   return std::move(*guard);
 }
 
-/// This process's end of the bulk data plane (messages/bulk.hpp), listening on
+/// This process's end of the bulk data plane (net/bulk.hpp), listening on
 /// --host; null, after saying why on stderr, when it cannot listen.
 std::shared_ptr<bulk_endpoint> start_bulk(caf::actor_system& sys, const app_config& cfg, const char* who) {
   bulk_options opts;
@@ -582,7 +582,7 @@ int run_server(const app_config& cfg) {
                                 {"to", int64_t{stage}},
                                 {"reason", std::string{"join"}},
                                 {"predicted_gain", placed.predicted_gain()},
-                                {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - asked_at).count()}});
+                                {"seconds", seconds_since(asked_at)}});
   worker.reset();  // the actor owns it now, and replaces it when it moves
   phase = "serving (or moving between stages)";
   // Serve until done; whenever the coordinator connection drops (a coordinator

@@ -1,5 +1,7 @@
 #include "config/config.hpp"
 
+#include "base/hash.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -28,12 +30,10 @@ uint64_t model_config::hash() const {
   std::ostringstream s;
   s << d_model << ' ' << n_heads << ' ' << n_layers << ' ' << seq_len << ' ' << microbatch << ' ' << vocab << ' '
     << lr << ' ' << weight_decay << ' ' << beta1 << ' ' << beta2 << ' ' << grad_clip << ' ' << seed;
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s.str()) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+  // This basis is one digit short of FNV's; it stays, or every checkpoint
+  // written so far would belong to "another model config".
+  const auto text = s.str();
+  return fnv1a64(text.data(), text.size(), 1469598103934665603ull);
 }
 
 std::optional<std::pair<std::string, uint16_t>> split_host_port(const std::string& s) {

@@ -72,14 +72,4 @@ const std::array<float, 256>& wire_codebook() {
   return code;
 }
 
-uint64_t fnv1a64(const void* data, size_t n) {
-  uint64_t h = 14695981039346656037ULL;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 } // namespace swarm

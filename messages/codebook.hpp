@@ -20,7 +20,4 @@ namespace swarm {
 /// FNV-1a f02be9abae46842c.
 [[nodiscard]] const std::array<float, 256>& wire_codebook();
 
-/// 64-bit FNV-1a over `n` bytes.
-[[nodiscard]] uint64_t fnv1a64(const void* data, size_t n);
-
 } // namespace swarm

@@ -1,7 +1,9 @@
 #include "messages/errors.hpp"
 
 #include <caf/message.hpp>
+#include <caf/exit_reason.hpp>
 #include <caf/sec.hpp>
+
 
 namespace swarm {
 
@@ -9,11 +11,17 @@ caf::error make_error(errc code, std::string what) {
   return caf::error{static_cast<uint8_t>(code), error_category, caf::make_message(std::move(what))};
 }
 
+caf::error to_caf(const error& err) {
+  if (!err)
+    return caf::none;
+  return make_error(err.code(), err.what());
+}
+
 errc code_of(const caf::error& err) {
   if (!err)
     return errc::OK;
   if (err.category() == error_category)
-    return proto::status_IsValid(err.code()) ? static_cast<errc>(err.code()) : errc::INTERNAL;
+    return err.code() < errc_count ? static_cast<errc>(err.code()) : errc::INTERNAL;
   if (err.category() == caf::atom("system")) {
     switch (static_cast<caf::sec>(err.code())) {
       case caf::sec::request_timeout:
@@ -36,17 +44,12 @@ errc code_of(const caf::error& err) {
   return errc::INTERNAL;
 }
 
+bool stopped_on_purpose(const caf::error& reason) {
+  return reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal;
+}
+
 bool is_retryable(const caf::error& err) {
-  switch (code_of(err)) {
-    case errc::TIMEOUT:
-    case errc::PEER_GONE:
-    case errc::NO_SERVER:
-    case errc::LEAVING:
-    case errc::INTERNAL:  // a failure inside one peer says nothing about the others
-      return true;
-    default:
-      return false;
-  }
+  return is_retryable(code_of(err));
 }
 
 std::string describe(const caf::error& err) {
@@ -56,7 +59,7 @@ std::string describe(const caf::error& err) {
   if (err.context().match_elements<std::string>())
     what = err.context().get_as<std::string>(0);
   if (err.category() == error_category)
-    return proto::status_Name(code_of(err)) + (what.empty() ? "" : ": " + what);
+    return describe(error{code_of(err), what});
   return caf::to_string(err);
 }
 

@@ -9,7 +9,7 @@
 // carries the same transfer_id and the last piece. transfer_id 0 = all inline.
 // CAF keeps messages between two actors in order, which the reassembly relies on.
 // Payloads of at least net_config::bulk_min_bytes skip CAF instead: their bytes
-// go over the bulk connection (messages/bulk.hpp) and the request, reply or
+// go over the bulk connection (net/bulk.hpp) and the request, reply or
 // piece names their key (a transfer_id with bulk_flag set, or bulk_key).
 
 #include <chrono>
@@ -55,7 +55,7 @@ using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using place_atom = caf::atom_constant<caf::atom("place")>;
 using report_atom = caf::atom_constant<caf::atom("report")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
-/// (bulk, key, bytes): a payload's bytes from the bulk connection (messages/bulk.hpp);
+/// (bulk, key, bytes): a payload's bytes from the bulk connection (net/bulk.hpp);
 /// (bulk, key): the receiver's own timer, its claim on those bytes is late.
 using bulk_atom = caf::atom_constant<caf::atom("bulk")>;
 

@@ -32,7 +32,7 @@ template <class Proto>
 /// The data of every tensor set in `msg` (its tensor fields, in field order),
 /// moved out. On the bulk plane they travel beside the message's encoding, so
 /// a tensor's bytes are never copied into a serialized message nor parsed out
-/// of one (messages/bulk.hpp).
+/// of one (net/bulk.hpp).
 [[nodiscard]] std::vector<std::string> take_tensor_data(google::protobuf::Message& msg);
 
 /// {msg encoded without its tensors' bytes, those bytes...}: what a bulk frame carries.

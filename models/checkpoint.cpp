@@ -17,9 +17,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include "actors/log.hpp"
-#include "messages/codebook.hpp"
-#include "messages/errors.hpp"
+#include "base/log.hpp"
+#include "base/hash.hpp"
 
 namespace swarm {
 
@@ -90,8 +89,8 @@ void remove_dead_partials(const fs::path& folder) {
   }
 }
 
-caf::error io_error(const std::string& what, const std::string& path) {
-  return make_error(errc::INTERNAL, what + " " + path + ": " + std::strerror(errno));
+error io_error(const std::string& what, const std::string& path) {
+  return error(errc::INTERNAL, what + " " + path + ": " + std::strerror(errno));
 }
 
 bool write_all(int fd, const char* data, size_t n) {
@@ -117,29 +116,29 @@ bool fsync_dir(const fs::path& folder) {
 }
 
 /// Reads and checks one file; the reason it is unusable otherwise.
-caf::expected<checkpoint_data> read_checked(const fs::path& path, int64_t named_step) {
+result<checkpoint_data> read_checked(const fs::path& path, int64_t named_step) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    return make_error(errc::INTERNAL, "cannot open: " + std::string{std::strerror(errno)});
+    return error(errc::INTERNAL, "cannot open: " + std::string{std::strerror(errno)});
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   raw_header h;
   if (bytes.size() < sizeof h)
-    return make_error(errc::BAD_REQUEST, "torn: " + std::to_string(bytes.size()) + " bytes, shorter than a header");
+    return error(errc::BAD_REQUEST, "torn: " + std::to_string(bytes.size()) + " bytes, shorter than a header");
   std::memcpy(&h, bytes.data(), sizeof h);
   if (std::memcmp(h.magic, magic, sizeof magic) != 0)
-    return make_error(errc::BAD_REQUEST, "not a swarm checkpoint (bad magic)");
+    return error(errc::BAD_REQUEST, "not a swarm checkpoint (bad magic)");
   if (h.header_fnv != header_checksum(h))
-    return make_error(errc::BAD_REQUEST, "header checksum does not match (corrupt)");
+    return error(errc::BAD_REQUEST, "header checksum does not match (corrupt)");
   if (h.version != format_version)
-    return make_error(errc::BAD_REQUEST, "format version " + std::to_string(h.version) + ", this build reads " +
+    return error(errc::BAD_REQUEST, "format version " + std::to_string(h.version) + ", this build reads " +
                                              std::to_string(format_version));
   if (bytes.size() - sizeof h != h.payload_bytes)
-    return make_error(errc::BAD_REQUEST, "torn: " + std::to_string(bytes.size() - sizeof h) + " payload bytes of " +
+    return error(errc::BAD_REQUEST, "torn: " + std::to_string(bytes.size() - sizeof h) + " payload bytes of " +
                                              std::to_string(h.payload_bytes));
   if (fnv1a64(bytes.data() + sizeof h, h.payload_bytes) != h.payload_fnv)
-    return make_error(errc::BAD_REQUEST, "payload checksum does not match (corrupt)");
+    return error(errc::BAD_REQUEST, "payload checksum does not match (corrupt)");
   if (h.step != named_step)
-    return make_error(errc::BAD_REQUEST, "holds step " + std::to_string(h.step) + ", its name says " +
+    return error(errc::BAD_REQUEST, "holds step " + std::to_string(h.step) + ", its name says " +
                                              std::to_string(named_step));
   checkpoint_data out;
   out.path = path.string();
@@ -148,11 +147,11 @@ caf::expected<checkpoint_data> read_checked(const fs::path& path, int64_t named_
   return out;
 }
 
-caf::error misfit(const checkpoint_data& d, uint32_t num_stages, uint64_t config_hash) {
+error misfit(const checkpoint_data& d, uint32_t num_stages, uint64_t config_hash) {
   const auto& h = d.header;
   if (h.config_hash == config_hash && h.num_stages == num_stages)
-    return caf::none;
-  return make_error(errc::BAD_CONFIG,
+    return error{};
+  return error(errc::BAD_CONFIG,
                     "checkpoint " + d.path + " was written by a model of config hash " +
                         std::to_string(h.config_hash) + " cut into " + std::to_string(h.num_stages) +
                         " stages; this process has config hash " + std::to_string(config_hash) + " and " +
@@ -173,12 +172,12 @@ std::string checkpoint_store::folder(checkpoint_header::kind what, int index) co
   return (fs::path(dir_) / (prefix(what) + std::to_string(index))).string();
 }
 
-caf::expected<std::string> checkpoint_store::write(const checkpoint_header& h, const std::string& payload) const {
+result<std::string> checkpoint_store::write(const checkpoint_header& h, const std::string& payload) const {
   const fs::path folder_path = folder(h.what, h.index);
   std::error_code ec;
   fs::create_directories(folder_path, ec);
   if (ec)
-    return make_error(errc::INTERNAL, "cannot create " + folder_path.string() + ": " + ec.message());
+    return error(errc::INTERNAL, "cannot create " + folder_path.string() + ": " + ec.message());
   remove_dead_partials(folder_path);
   raw_header raw{};
   std::memcpy(raw.magic, magic, sizeof magic);
@@ -197,7 +196,7 @@ caf::expected<std::string> checkpoint_store::write(const checkpoint_header& h, c
     std::strcpy(partial_path, tmp.c_str());
     partial_pending = true;
   }
-  auto done = [&](caf::error err) -> caf::expected<std::string> {
+  auto done = [&](error err) -> result<std::string> {
     partial_pending = false;
     if (err) {
       std::error_code ignored;
@@ -211,7 +210,7 @@ caf::expected<std::string> checkpoint_store::write(const checkpoint_header& h, c
     return done(io_error("cannot create", tmp.string()));
   const bool written = write_all(fd, reinterpret_cast<const char*>(&raw), sizeof raw) &&
                        write_all(fd, payload.data(), payload.size()) && ::fsync(fd) == 0;
-  auto err = written ? caf::error{} : io_error("cannot write", tmp.string());
+  auto err = written ? error{} : io_error("cannot write", tmp.string());
   ::close(fd);
   if (err)
     return done(std::move(err));
@@ -221,10 +220,10 @@ caf::expected<std::string> checkpoint_store::write(const checkpoint_header& h, c
   const auto files = list_steps(folder_path);
   for (size_t i = static_cast<size_t>(keep_); i < files.size(); ++i)
     fs::remove(files[i].second, ec);
-  return done(caf::none);
+  return done(error{});
 }
 
-caf::expected<std::optional<checkpoint_data>> checkpoint_store::newest(checkpoint_header::kind what, int index,
+result<std::optional<checkpoint_data>> checkpoint_store::newest(checkpoint_header::kind what, int index,
                                                                        uint32_t num_stages,
                                                                        uint64_t config_hash) const {
   const fs::path folder_path = folder(what, index);
@@ -240,7 +239,7 @@ caf::expected<std::optional<checkpoint_data>> checkpoint_store::newest(checkpoin
     if (auto err = misfit(*data, num_stages, config_hash))
       return err;
     if (data->header.what != what || data->header.index != index)
-      return make_error(errc::BAD_CONFIG, "checkpoint " + data->path + " belongs to another folder (" +
+      return error(errc::BAD_CONFIG, "checkpoint " + data->path + " belongs to another folder (" +
                                               prefix(data->header.what) + std::to_string(data->header.index) +
                                               "): move it back");
     data->skipped = skipped;
@@ -261,7 +260,7 @@ std::optional<checkpoint_store::latest> checkpoint_store::latest_written(checkpo
   return latest{files.front().first, age};
 }
 
-caf::error checkpoint_store::check_all(uint32_t num_stages, uint64_t config_hash) const {
+error checkpoint_store::check_all(uint32_t num_stages, uint64_t config_hash) const {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const auto name = entry.path().filename().string();
@@ -275,7 +274,7 @@ caf::error checkpoint_store::check_all(uint32_t num_stages, uint64_t config_hash
         return found.error();
     }
   }
-  return caf::none;
+  return error{};
 }
 
 void checkpoint_store::abandon_partial_write() {
@@ -288,7 +287,7 @@ std::string encode_position(const trainer_position& p) {
          "\nrng " + p.rng + "\n";
 }
 
-caf::expected<trainer_position> decode_position(const std::string& text) {
+result<trainer_position> decode_position(const std::string& text) {
   std::istringstream in(text);
   std::string magic, version, key_step, key_samples, key_rng;
   trainer_position p;
@@ -296,15 +295,15 @@ caf::expected<trainer_position> decode_position(const std::string& text) {
   std::getline(in, p.rng);
   if (!in || magic != "swarm-trainer-position" || version != "1" || key_step != "step" ||
       key_samples != "samples" || key_rng != "rng" || p.step < 0 || p.samples < 0 || p.rng.empty())
-    return make_error(errc::BAD_REQUEST, "not a trainer position");
+    return error(errc::BAD_REQUEST, "not a trainer position");
   return p;
 }
 
-caf::expected<int> claim_trainer_slot(const checkpoint_store& store) {
+result<int> claim_trainer_slot(const checkpoint_store& store) {
   std::error_code ec;
   fs::create_directories(store.dir(), ec);
   if (ec)
-    return make_error(errc::INTERNAL, "cannot create " + store.dir() + ": " + ec.message());
+    return error(errc::INTERNAL, "cannot create " + store.dir() + ": " + ec.message());
   for (int slot = 0; slot < 4096; ++slot) {
     const auto lock = (fs::path(store.dir()) / ("trainer-" + std::to_string(slot) + ".lock")).string();
     const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -314,7 +313,7 @@ caf::expected<int> claim_trainer_slot(const checkpoint_store& store) {
       return slot;  // fd stays open: the lock lives as long as the process
     ::close(fd);
   }
-  return make_error(errc::INTERNAL, "every trainer slot of " + store.dir() + " is held");
+  return error(errc::INTERNAL, "every trainer slot of " + store.dir() + " is held");
 }
 
 bool checkpoint_due(int64_t step, const std::optional<checkpoint_store::latest>& newest, int64_t every_steps,

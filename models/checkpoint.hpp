@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include <caf/expected.hpp>
+#include "base/error.hpp"
 
 namespace swarm {
 
@@ -50,12 +50,12 @@ public:
 
   /// Writes atomically (see above) and removes all but the newest `keep`; the
   /// path written, or an INTERNAL error naming the file and errno's reason.
-  [[nodiscard]] caf::expected<std::string> write(const checkpoint_header& h, const std::string& payload) const;
+  [[nodiscard]] result<std::string> write(const checkpoint_header& h, const std::string& payload) const;
 
   /// The newest whole, uncorrupted checkpoint of a folder (nullopt when none),
   /// each bad file skipped with a warning. BAD_CONFIG when that newest one was
   /// written by another model config or stage count: never loaded.
-  [[nodiscard]] caf::expected<std::optional<checkpoint_data>>
+  [[nodiscard]] result<std::optional<checkpoint_data>>
   newest(checkpoint_header::kind what, int index, uint32_t num_stages, uint64_t config_hash) const;
 
   /// Step of the newest file by name alone (no reading) and its age in seconds;
@@ -68,7 +68,7 @@ public:
 
   /// Start-up check: the newest valid checkpoint of every stage-* and trainer-*
   /// folder fits the model config and stage count; BAD_CONFIG naming the file otherwise.
-  [[nodiscard]] caf::error check_all(uint32_t num_stages, uint64_t config_hash) const;
+  [[nodiscard]] error check_all(uint32_t num_stages, uint64_t config_hash) const;
 
   /// Removes the temporary file a write of this process is in the middle of,
   /// if any: called just before the process exits without unwinding.
@@ -94,12 +94,12 @@ struct trainer_position {
 };
 [[nodiscard]] std::string encode_position(const trainer_position& p);
 /// BAD_REQUEST when the text is not one encode_position() wrote.
-[[nodiscard]] caf::expected<trainer_position> decode_position(const std::string& text);
+[[nodiscard]] result<trainer_position> decode_position(const std::string& text);
 
 /// Claims the lowest trainer slot of `store` that no running process holds (an
 /// flock on dir/trainer-N.lock, released when the process ends, however it
 /// ends), so trainers started again on the same folder each resume one slot.
-[[nodiscard]] caf::expected<int> claim_trainer_slot(const checkpoint_store& store);
+[[nodiscard]] result<int> claim_trainer_slot(const checkpoint_store& store);
 
 /// Whether a checkpoint is due after `step` given the newest on disk (none: the
 /// first is due once `every_steps` steps or `every_s` seconds since `since_s`

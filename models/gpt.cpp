@@ -198,7 +198,7 @@ torch::Device usable_device(const std::string& name) {
   if (!torch::cuda::is_available())
     throw std::invalid_argument("device '" + name +
                                 "' is not available: this libtorch has no CUDA or no GPU is visible (Debian's "
-                                "libtorch is CPU-only; see the README, \"Running on a GPU\"); use --device cpu");
+                                "libtorch is CPU-only; see docs/deploy.md, \"Running on a GPU\"); use --device cpu");
   const auto count = static_cast<int64_t>(torch::cuda::device_count());
   if (d->has_index() && d->index() >= count)
     throw std::invalid_argument("device '" + name + "' is not available: " + std::to_string(count) +

@@ -10,7 +10,7 @@
 #include <torch/torch.h>
 
 #include "config/config.hpp"
-#include "models/partition.hpp"
+#include "models/shape/partition.hpp"
 
 namespace swarm {
 

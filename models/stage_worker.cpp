@@ -8,7 +8,8 @@
 
 #include <optional>
 
-#include "messages/errors.hpp"
+#include "base/error.hpp"
+#include "base/hash.hpp"
 #include "models/gpt.hpp"
 
 namespace swarm {
@@ -24,55 +25,55 @@ std::string shape_of(const torch::Tensor& t) {
   return s + "] " + std::string{c10::toString(t.scalar_type())};
 }
 
-caf::error wrong_shape(const torch::Tensor& t, const char* name, const std::string& expected) {
-  return make_error(errc::WRONG_SHAPE, std::string{name} + " " + shape_of(t) + " expected " + expected);
+error wrong_shape(const torch::Tensor& t, const char* name, const std::string& expected) {
+  return error(errc::WRONG_SHAPE, std::string{name} + " " + shape_of(t) + " expected " + expected);
 }
 
 /// Token ids: int64 [B, T], 1 <= B, 1 <= T <= seq_len, ids in [0, vocab).
-caf::error check_tokens(const torch::Tensor& t, const char* name, const model_config& cfg) {
+error check_tokens(const torch::Tensor& t, const char* name, const model_config& cfg) {
   const bool ok = t.defined() && t.scalar_type() == torch::kLong && t.dim() == 2 && t.size(0) >= 1 &&
                   t.size(1) >= 1 && t.size(1) <= cfg.seq_len;
   if (!ok)
     return t.defined() ? wrong_shape(t, name, "[B, T<=" + std::to_string(cfg.seq_len) + "] Long")
-                       : make_error(errc::BAD_REQUEST, std::string{name} + " missing");
+                       : error(errc::BAD_REQUEST, std::string{name} + " missing");
   const auto lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
   if (lo < 0 || hi >= cfg.vocab)
-    return make_error(errc::BAD_REQUEST, std::string{name} + " hold token ids outside [0, " +
+    return error(errc::BAD_REQUEST, std::string{name} + " hold token ids outside [0, " +
                                              std::to_string(cfg.vocab) + "): min " + std::to_string(lo) + ", max " +
                                              std::to_string(hi));
-  return caf::none;
+  return error{};
 }
 
 bool all_finite(const torch::Tensor& t) {
   return !t.defined() || !t.is_floating_point() || torch::isfinite(t).all().item<bool>();
 }
 
-caf::error check_finite(const torch::Tensor& t, const char* name) {
-  return all_finite(t) ? caf::none : make_error(errc::NON_FINITE, std::string{name} + " hold NaN or Inf");
+error check_finite(const torch::Tensor& t, const char* name) {
+  return all_finite(t) ? error{} : error(errc::NON_FINITE, std::string{name} + " hold NaN or Inf");
 }
 
 /// Hidden states: float32 [B, T, d_model], 1 <= B, 1 <= T <= seq_len, finite.
-caf::error check_hidden(const torch::Tensor& t, const char* name, const model_config& cfg) {
+error check_hidden(const torch::Tensor& t, const char* name, const model_config& cfg) {
   const bool ok = t.defined() && t.scalar_type() == torch::kFloat32 && t.dim() == 3 && t.size(0) >= 1 &&
                   t.size(1) >= 1 && t.size(1) <= cfg.seq_len && t.size(2) == cfg.d_model;
   if (!ok)
     return t.defined() ? wrong_shape(t, name,
                                      "[B, T<=" + std::to_string(cfg.seq_len) + ", " + std::to_string(cfg.d_model) +
                                          "] Float")
-                       : make_error(errc::BAD_REQUEST, std::string{name} + " missing");
+                       : error(errc::BAD_REQUEST, std::string{name} + " missing");
   return check_finite(t, name);
 }
 
-caf::error check_inputs(const torch::Tensor& t, const stage_span& span, const model_config& cfg) {
+error check_inputs(const torch::Tensor& t, const stage_span& span, const model_config& cfg) {
   return span.has_embedding() ? check_tokens(t, "inputs", cfg) : check_hidden(t, "inputs", cfg);
 }
 
 /// `t` must be [B, T(, d_model)] of the batch and length of `inputs`.
-caf::error check_same_batch(const torch::Tensor& t, const char* name, const torch::Tensor& inputs,
+error check_same_batch(const torch::Tensor& t, const char* name, const torch::Tensor& inputs,
                             const std::string& expected) {
   if (t.size(0) != inputs.size(0) || t.size(1) != inputs.size(1))
     return wrong_shape(t, name, expected + " (the inputs are " + shape_of(inputs) + ")");
-  return caf::none;
+  return error{};
 }
 
 stage_span checked_span(const model_config& cfg, int stage, int num_stages) {
@@ -134,7 +135,7 @@ struct stage_worker::impl {
   /// Runs `fn` (which backpropagates one microbatch into .grad) and adds its
   /// gradients to the sums only when the loss and every gradient are finite.
   template <class Fn>
-  caf::expected<loss_and_grad> accumulate(int64_t batch, const commit_gate& gate, bool& duplicate, Fn&& fn) {
+  result<loss_and_grad> accumulate(int64_t batch, const commit_gate& gate, bool& duplicate, Fn&& fn) {
     clear_param_grads();
     loss_and_grad r = fn();
     bool finite = std::isfinite(r.loss) && all_finite(r.input_grad);
@@ -142,7 +143,7 @@ struct stage_worker::impl {
       finite = all_finite(params[i].grad());
     if (!finite) {
       clear_param_grads();
-      return make_error(errc::NON_FINITE, "stage " + std::to_string(span().stage) +
+      return error(errc::NON_FINITE, "stage " + std::to_string(span().stage) +
                                               ": loss or gradients are NaN or Inf for these inputs; dropped");
     }
     const auto decision = gate ? gate() : commit_decision{};
@@ -171,7 +172,7 @@ stage_worker::~stage_worker() = default;
 stage_worker::stage_worker(stage_worker&&) noexcept = default;
 stage_worker& stage_worker::operator=(stage_worker&&) noexcept = default;
 
-caf::expected<forward_result> stage_worker::forward(const torch::Tensor& inputs_in, const torch::Tensor* targets_in,
+result<forward_result> stage_worker::forward(const torch::Tensor& inputs_in, const torch::Tensor* targets_in,
                                                    const commit_gate& gate) {
   auto& m = *impl_;
   try {
@@ -181,7 +182,7 @@ caf::expected<forward_result> stage_worker::forward(const torch::Tensor& inputs_
     forward_result result;
     if (!m.span().has_head()) {
       if (targets_in)
-        return make_error(errc::BAD_REQUEST, "targets given to stage " + std::to_string(m.span().stage) +
+        return error(errc::BAD_REQUEST, "targets given to stage " + std::to_string(m.span().stage) +
                                                  ", which is not the last");
       torch::NoGradGuard no_grad;
       result.outputs = m.module->forward(inputs);
@@ -190,7 +191,7 @@ caf::expected<forward_result> stage_worker::forward(const torch::Tensor& inputs_
       return result;
     }
     if (!targets_in)
-      return make_error(errc::BAD_REQUEST, "the last stage needs targets");
+      return error(errc::BAD_REQUEST, "the last stage needs targets");
     const auto targets = targets_in->defined() ? targets_in->to(m.device) : *targets_in;
     if (auto err = check_tokens(targets, "targets", m.cfg))
       return err;
@@ -205,15 +206,15 @@ caf::expected<forward_result> stage_worker::forward(const torch::Tensor& inputs_
     return result;
   } catch (const std::exception& e) {
     m.clear_param_grads();
-    return make_error(errc::INTERNAL, std::string{"forward of stage "} + std::to_string(m.span().stage) + ": " + e.what());
+    return error(errc::INTERNAL, std::string{"forward of stage "} + std::to_string(m.span().stage) + ": " + e.what());
   }
 }
 
-caf::expected<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, const torch::Tensor& grad_in,
+result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, const torch::Tensor& grad_in,
                                                      const commit_gate& gate) {
   auto& m = *impl_;
   if (m.span().has_head())
-    return make_error(errc::BAD_REQUEST, "backward on the last stage (its forward already ran backward)");
+    return error(errc::BAD_REQUEST, "backward on the last stage (its forward already ran backward)");
   try {
     const auto inputs = inputs_in.defined() ? inputs_in.to(m.device) : inputs_in;
     const auto output_grad = grad_in.defined() ? grad_in.to(m.device) : grad_in;
@@ -235,7 +236,7 @@ caf::expected<backward_result> stage_worker::backward(const torch::Tensor& input
     return result;
   } catch (const std::exception& e) {
     m.clear_param_grads();
-    return make_error(errc::INTERNAL, std::string{"backward of stage "} + std::to_string(m.span().stage) + ": " + e.what());
+    return error(errc::INTERNAL, std::string{"backward of stage "} + std::to_string(m.span().stage) + ": " + e.what());
   }
 }
 
@@ -272,15 +273,15 @@ local_gradient stage_worker::take_gradient() {
   return g;
 }
 
-caf::error stage_worker::apply_gradient(const std::vector<float>& mean_grad) {
+error stage_worker::apply_gradient(const std::vector<float>& mean_grad) {
   auto& m = *impl_;
   const auto expected = static_cast<size_t>(parameter_count());
   if (mean_grad.size() != expected)
-    return make_error(errc::WRONG_SHAPE, "gradient of " + std::to_string(mean_grad.size()) + " values for stage " +
+    return error(errc::WRONG_SHAPE, "gradient of " + std::to_string(mean_grad.size()) + " values for stage " +
                                              std::to_string(m.span().stage) + " expected " + std::to_string(expected));
   for (size_t i = 0; i < mean_grad.size(); ++i)
     if (!std::isfinite(mean_grad[i]))
-      return make_error(errc::NON_FINITE, "gradient for stage " + std::to_string(m.span().stage) + " holds " +
+      return error(errc::NON_FINITE, "gradient for stage " + std::to_string(m.span().stage) + " holds " +
                                               std::to_string(mean_grad[i]) + " at index " + std::to_string(i));
   try {
     size_t offset = 0;
@@ -294,23 +295,18 @@ caf::error stage_worker::apply_gradient(const std::vector<float>& mean_grad) {
     m.optimizer->step();
   } catch (const std::exception& e) {
     m.clear_param_grads();
-    return make_error(errc::INTERNAL, "optimizer step of stage " + std::to_string(m.span().stage) + ": " + e.what());
+    return error(errc::INTERNAL, "optimizer step of stage " + std::to_string(m.span().stage) + ": " + e.what());
   }
   m.clear_param_grads();
   ++m.steps;
-  return caf::none;
+  return error{};
 }
 
 uint64_t stage_worker::parameter_hash() const {
-  uint64_t h = 14695981039346656037ULL;  // FNV-1a 64 offset basis
+  uint64_t h = fnv1a64_basis;
   for (const auto& p : impl_->params) {
     const auto c = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
-    const auto n = static_cast<size_t>(c.numel()) * sizeof(float);
-    for (size_t i = 0; i < n; ++i) {
-      h ^= bytes[i];
-      h *= 1099511628211ULL;  // FNV-1a 64 prime
-    }
+    h = fnv1a64(c.data_ptr(), static_cast<size_t>(c.numel()) * sizeof(float), h);
   }
   return h;
 }
@@ -404,7 +400,7 @@ std::string stage_worker::export_state() const {
   return os.str();
 }
 
-caf::error stage_worker::import_state(const std::string& bytes) {
+error stage_worker::import_state(const std::string& bytes) {
   auto& m = *impl_;
   const std::string here = span_string(m.span());
   parsed_state st;
@@ -415,17 +411,17 @@ caf::error stage_worker::import_state(const std::string& bytes) {
     in.load_from(is);
     c10::IValue format, names;
     if (!in.try_read("format", format) || !format.isString() || format.toStringRef() != state_format)
-      return make_error(errc::BAD_REQUEST, "state for " + here + " is not a " + state_format + " archive");
+      return error(errc::BAD_REQUEST, "state for " + here + " is not a " + state_format + " archive");
     const auto span = read_tensor(in, "span").to(torch::kLong);
     st.span.assign(span.data_ptr<int64_t>(), span.data_ptr<int64_t>() + span.numel());
     st.steps = read_tensor(in, "steps").item<int64_t>();
     in.read("names", names);
     st.names = names.toStringRef();
     if (st.span.size() != 4 || st.steps < 0)
-      return make_error(errc::BAD_REQUEST, "state for " + here + " has a malformed span or step count");
+      return error(errc::BAD_REQUEST, "state for " + here + " has a malformed span or step count");
     const std::string there = span_string(st.span[0], st.span[1], st.span[2], st.span[3]);
     if (st.names != join(m.names))
-      return make_error(errc::WRONG_SHAPE, "state of " + there + " does not fit " + here +
+      return error(errc::WRONG_SHAPE, "state of " + there + " does not fit " + here +
                                                ": its parameters are named differently (another stage or model)");
     for (size_t i = 0; i < m.params.size(); ++i) {
       const auto idx = std::to_string(i);
@@ -442,17 +438,17 @@ caf::error stage_worker::import_state(const std::string& bytes) {
         if (t == &st.max_exp_avg_sq[i] && !t->defined())
           continue;
         if (!t->defined() || t->scalar_type() != torch::kFloat32 || t->sizes() != p.sizes())
-          return make_error(errc::WRONG_SHAPE, "state of " + there + " does not fit " + here + ": " + m.names[i] +
+          return error(errc::WRONG_SHAPE, "state of " + there + " does not fit " + here + ": " + m.names[i] +
                                                    " is " + (t->defined() ? shape_of(*t) : "missing") + " expected " +
                                                    shape_of(p));
         if (!all_finite(*t))
-          return make_error(errc::NON_FINITE, "state of " + there + ": " + m.names[i] + " holds NaN or Inf");
+          return error(errc::NON_FINITE, "state of " + there + ": " + m.names[i] + " holds NaN or Inf");
       }
       if (st.param_steps[i] < 0)
-        return make_error(errc::BAD_REQUEST, "state of " + there + ": negative AdamW step for " + m.names[i]);
+        return error(errc::BAD_REQUEST, "state of " + there + ": negative AdamW step for " + m.names[i]);
     }
   } catch (const std::exception& e) {
-    return make_error(errc::BAD_REQUEST, "unreadable state for " + here + ": " + first_line(e.what()));
+    return error(errc::BAD_REQUEST, "unreadable state for " + here + ": " + first_line(e.what()));
   }
   // 2. Install: copy_ keeps the parameters' TensorImpls, which key the optimizer state.
   torch::NoGradGuard no_grad;
@@ -470,7 +466,7 @@ caf::error stage_worker::import_state(const std::string& bytes) {
   m.steps = st.steps;
   m.clear_param_grads();
   m.clear_accumulator();
-  return caf::none;
+  return error{};
 }
 
 const stage_span& stage_worker::span() const { return impl_->span(); }

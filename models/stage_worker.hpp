@@ -28,10 +28,10 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
-#include <caf/expected.hpp>
+#include "base/error.hpp"
 
 #include "config/config.hpp"
-#include "models/partition.hpp"
+#include "models/shape/partition.hpp"
 
 namespace swarm {
 
@@ -39,7 +39,7 @@ namespace swarm {
 /// added to the accumulator: the caller's exactly-once rule (see stage_server).
 struct commit_decision {
   bool add = true;     ///< false: already added once; reply without adding again
-  caf::error reject;   ///< set: discard the gradients and fail the request with it
+  error reject;        ///< set: discard the gradients and fail the request with it
 };
 using commit_gate = std::function<commit_decision()>;
 
@@ -79,12 +79,12 @@ public:
   /// (WRONG_SHAPE, NON_FINITE, BAD_REQUEST); never throws. Inputs may live on
   /// any device. Runs the stage; on the last stage (`targets` given, int64
   /// [B, T]) also the loss and backward, adding the gradients when `gate` agrees.
-  [[nodiscard]] caf::expected<forward_result> forward(const at::Tensor& inputs, const at::Tensor* targets = nullptr,
+  [[nodiscard]] result<forward_result> forward(const at::Tensor& inputs, const at::Tensor* targets = nullptr,
                                                       const commit_gate& gate = {});
 
   /// Stateless backward (not for the last stage): recomputes the forward from
   /// `inputs`, backpropagates `output_grad`; same validation as forward.
-  [[nodiscard]] caf::expected<backward_result> backward(const at::Tensor& inputs, const at::Tensor& output_grad,
+  [[nodiscard]] result<backward_result> backward(const at::Tensor& inputs, const at::Tensor& output_grad,
                                                         const commit_gate& gate = {});
 
   /// Samples whose gradients are accumulated since the last step.
@@ -101,7 +101,7 @@ public:
   /// One optimizer step with `mean_grad` (flat, parameter_count() long): clip to
   /// cfg.grad_clip, AdamW, ++steps. WRONG_SHAPE / NON_FINITE leave the parameters untouched.
   /// Leaves the accumulator alone. Deterministic: equal state + equal vector -> equal result.
-  [[nodiscard]] caf::error apply_gradient(const std::vector<float>& mean_grad);
+  [[nodiscard]] error apply_gradient(const std::vector<float>& mean_grad);
 
   /// 64-bit FNV-1a over the float32 bytes of every parameter in flat order.
   [[nodiscard]] uint64_t parameter_hash() const;
@@ -110,7 +110,7 @@ public:
   /// Replaces parameters, AdamW state and step count with an export_state() of the
   /// same stage and model, and empties the accumulator. BAD_REQUEST (unreadable) or
   /// WRONG_SHAPE (another stage or model) leave the worker unchanged.
-  [[nodiscard]] caf::error import_state(const std::string& bytes);
+  [[nodiscard]] error import_state(const std::string& bytes);
 
   [[nodiscard]] const stage_span& span() const;
   /// The device parameters, optimizer state and results live on.

@@ -7,7 +7,7 @@
 # SETTINGS: the swarm runs, each "compression/averaging-compression"
 #   (default: "none/none fp16/fp16 blockwise8/fp16 blockwise8/blockwise8").
 # in-flight: the trainer's microbatches in the pipeline; those in flight when a
-# stage steps are computed partly on the old parameters (see README, Staleness).
+# stage steps are computed partly on the old parameters (see docs/design.md, Staleness).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config=${1:-config/small}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# swarm-sim experiments (README "Simulator"), each printing its table:
+# swarm-sim experiments (docs/simulator.md), each printing its table:
 #   scripts/bench_sim.sh rebalance   the SWARM paper's rebalancing experiment redone: config/sim-t4
 #                                    on peers that come and go as the g4dn (T4) trace says, rebalancing
 #                                    every 60 s, every 300 s, only placing joiners (--rebalance off),

@@ -61,7 +61,7 @@ for line in open(out):
         k, v = line.split("=", 1)
         cal[k.strip()] = v.strip()
 stages = int(cal["stages"])
-per_microbatch = float(cal["microbatch-s"])  # model and codec, as models/cost_model.cpp counts them
+per_microbatch = float(cal["microbatch-s"])  # model and codec, as models/shape/cost_model.cpp counts them
 per_stage = [float(x) for x in cal["stage-microbatch-s"].split(",")]
 
 def run(name, servers_per_stage):

@@ -4,7 +4,7 @@
 Usage: plot_metrics.py METRICS.jsonl [MORE.jsonl ...] -o out.png [--title TEXT]
                        [--detail N]
 
-Four panels (fields as in README.md, "Metrics"):
+Four panels (fields as in docs/metrics.md):
   1. Loss against samples seen, one line per file (labelled by the file name
      without .jsonl), raw values faint, a centred moving average solid.
      y: `step.loss`; x: samples completed by all trainers of the file, summed

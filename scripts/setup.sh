@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libcaf-dev                       # C++ Actor Framework 0.17.6: core, io, openssl
-  libssl-dev openssl               # mutual TLS (messages/tls.*) and the certificate script
+  libssl-dev openssl               # mutual TLS (net/tls.*) and the certificate script
   libtorch-dev                     # libtorch 1.13.1, CPU
   libopenblas0-pthread             # without it libtorch runs on the reference BLAS (10-20x slower)
   libprotobuf-dev protobuf-compiler

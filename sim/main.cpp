@@ -88,7 +88,7 @@ namespace swarm::sim {
 /// workers, rounds in flight) need no teardown.
 [[noreturn]] void finish(world& w) {
   const auto& cfg = w.cfg;
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w.wall_start).count();
+  const double wall = seconds_since(w.wall_start);
 
   int64_t issued = 0, completed = 0, dropped = 0, reroutes = 0;
   for (const auto& t : w.trainers) {

@@ -133,7 +133,7 @@ std::vector<slot_plan> replay(const std::vector<lifetime>& trace, int peers, dou
 
 namespace {
 
-/// The value of "key" in one JSON line written by actors/metrics (no nesting).
+/// The value of "key" in one JSON line written by base/metrics (no nesting).
 std::optional<std::string> field(const std::string& line, const std::string& key) {
   const auto at = line.find("\"" + key + "\": ");
   if (at == std::string::npos) return std::nullopt;

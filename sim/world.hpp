@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/metrics.hpp"
+#include "base/metrics.hpp"
 #include "actors/policy/rebalancing.hpp"
 #include "actors/policy/routing.hpp"
-#include "models/cost_model.hpp"
+#include "models/shape/cost_model.hpp"
 #include "sim/scenario.hpp"
 #include "sim/trace.hpp"
 

@@ -20,25 +20,13 @@
 #include "actors/load_balancer.hpp"
 #include "actors/stage_server.hpp"
 #include "messages/wire.hpp"
+#include "fixtures.hpp"
 
 using namespace swarm;
+using swarm::testing::system_fixture;
 using namespace std::chrono_literals;
 
 namespace {
-
-struct system_fixture {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-
-  system_fixture() {
-    cfg.load<caf::io::middleman>();
-    cfg.add_message_type<stage_actor>("stage_actor");
-    cfg.add_message_type<averager_actor>("averager_actor");
-    register_error_category(cfg);
-    cfg.set("logger.console", caf::atom("none"));
-    sys = std::make_unique<caf::actor_system>(cfg);
-  }
-};
 
 model_config tiny_model() {
   model_config m;

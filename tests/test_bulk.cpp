@@ -17,9 +17,9 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
-#include "messages/bulk.hpp"
+#include "net/bulk.hpp"
 #include "messages/errors.hpp"
-#include "messages/tcp.hpp"
+#include "net/tcp.hpp"
 
 using namespace swarm;
 using namespace std::chrono_literals;
@@ -32,7 +32,7 @@ int connect_local(uint16_t port) {
   return fd;
 }
 
-/// A frame of `parts` as messages/bulk.hpp lays it out; `size` overrides the total.
+/// A frame of `parts` as net/bulk.hpp lays it out; `size` overrides the total.
 std::string frame(uint64_t dest, uint64_t key, const bulk_parts& parts, uint32_t magic = 0x32425753,
                   std::optional<uint64_t> size = std::nullopt) {
   std::string f(32, '\0');

@@ -12,8 +12,9 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
-#include "messages/bulk.hpp"
+#include "net/bulk.hpp"
 #include "messages/protocol.hpp"
+#include "fixtures.hpp"
 #include "process_util.hpp"
 
 using namespace swarm;
@@ -27,10 +28,7 @@ TEST_CASE("frames for a frozen peer are dropped in time, and it does not hold th
   const int port = swarm.port;
 
   caf::actor_system_config cfg;
-  cfg.load<caf::io::middleman>();
-  cfg.add_message_type<stage_actor>("stage_actor");
-  cfg.add_message_type<averager_actor>("averager_actor");
-  cfg.set("logger.console", caf::atom("none"));
+  swarm::testing::configure_node(cfg);
   caf::actor_system sys{cfg};
   auto coordinator = sys.middleman().remote_actor<coordinator_actor>("127.0.0.1", static_cast<uint16_t>(port));
   REQUIRE(coordinator);

@@ -12,9 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "actors/freeze_watch.hpp"
+#include "base/freeze_watch.hpp"
 #include "corrupt.hpp"
-#include "messages/errors.hpp"
 #include "models/checkpoint.hpp"
 
 namespace fs = std::filesystem;
@@ -102,11 +101,11 @@ TEST_CASE("a checkpoint of another model config or stage count is refused", "[ch
   REQUIRE(store.write(stage_header(0, 5, 42), payload_of(5)));
   auto other_model = store.newest(kind::stage, 0, 2, 43);
   REQUIRE_FALSE(other_model);
-  CHECK(swarm::code_of(other_model.error()) == swarm::errc::BAD_CONFIG);
+  CHECK(other_model.error().code() == swarm::errc::BAD_CONFIG);
   CHECK_THAT(swarm::describe(other_model.error()), Catch::Contains("config hash 42"));
   CHECK_FALSE(store.newest(kind::stage, 0, 3, 42));
   auto all = store.check_all(2, 43);
-  CHECK(swarm::code_of(all) == swarm::errc::BAD_CONFIG);
+  CHECK(all.code() == swarm::errc::BAD_CONFIG);
   CHECK_FALSE(store.check_all(2, 42));
   // Trainer folders are checked as well.
   REQUIRE(store.write({kind::trainer, 0, 2, 99, 3}, "position"));

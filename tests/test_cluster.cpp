@@ -38,10 +38,17 @@ TEST_CASE("a multi-process swarm trains config/tiny below the unigram entropy", 
   const std::string metrics = "/tmp/swarm-test-cluster-" + std::to_string(getpid()) + ".jsonl";
   std::remove(metrics.c_str());
   const int steps = 450;  // trainer steps; averaging rounds overshoot the batch, so ~half as many optimizer steps
-  const int code = run_swarm({"--role", "cluster", "--config", SWARM_SOURCE_DIR "/config/tiny", "--max-steps",
-                              std::to_string(steps), "--metrics", metrics, "--log-level", "warn"},
-                             240);
+  const auto [code, output] = run_swarm_output({"--role", "cluster", "--config", SWARM_SOURCE_DIR "/config/tiny",
+                                                "--max-steps", std::to_string(steps), "--metrics", metrics},
+                                               240);
   REQUIRE(code == 0);
+  // The run's own end is a clean stop, reported as one: each server stopped
+  // (info), no failure event, no warning of a down server or a lost stage.
+  CHECK(events(metrics, "server_stop").size() == 4);
+  CHECK(events(metrics, "server_down").empty());
+  CHECK(events(metrics, "stage_lost").empty());
+  CHECK_THAT(output, Catch::Contains("server downs 0") && !Catch::Contains(" down (") &&
+                         !Catch::Contains("last server is gone") && Catch::Contains("its last server stopped"));
 
   const auto lines = read_lines(metrics);
   std::vector<double> losses;

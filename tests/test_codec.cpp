@@ -5,6 +5,7 @@
 #include "messages/errors.hpp"
 #include "messages/wire.hpp"
 #include "messages/codebook.hpp"
+#include "base/hash.hpp"
 #include "messages/float_codec.hpp"
 #include "messages/tensor_codec.hpp"
 

@@ -1,4 +1,4 @@
-// Tier (c): the guard (messages/basp_guard.hpp) in front of a real
+// Tier (c): the guard (net/basp_guard.hpp) in front of a real
 // coordinator process's CAF port. A peer reaches the coordinator through it;
 // probes that crash or stall CAF 0.17.6 when they reach it directly (an empty
 // client handshake, a 4 GiB length field, random bytes, truncated and slow
@@ -21,9 +21,10 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
-#include "messages/basp_guard.hpp"
+#include "net/basp_guard.hpp"
 #include "messages/protocol.hpp"
-#include "messages/tcp.hpp"
+#include "net/tcp.hpp"
+#include "fixtures.hpp"
 #include "process_util.hpp"
 
 using namespace swarm;
@@ -83,10 +84,7 @@ TEST_CASE("garbage at the guard never reaches the coordinator behind it", "[faul
   const uint16_t port = (*guard)->port();
 
   caf::actor_system_config cfg;
-  cfg.load<caf::io::middleman>();
-  cfg.add_message_type<stage_actor>("stage_actor");
-  cfg.add_message_type<averager_actor>("averager_actor");
-  cfg.set("logger.console", caf::atom("none"));
+  swarm::testing::configure_node(cfg);
   // As every node: the coordinator drops a link silent for 5 s.
   cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::seconds(1)});
   caf::actor_system sys{cfg};

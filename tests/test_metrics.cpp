@@ -4,7 +4,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "actors/metrics.hpp"
+#include "base/metrics.hpp"
 #include "models/corpus.hpp"
 
 using swarm::metrics_sink;

@@ -2,7 +2,7 @@
 // torch before catch.hpp: glog's CHECK would otherwise replace Catch2's.
 #include <torch/torch.h>
 
-#include "actors/metrics.hpp"
+#include "base/metrics.hpp"
 #include "models/gpt.hpp"
 #include "apps/local_train.hpp"
 

@@ -1,7 +1,7 @@
 // The stage cut: exact expectations, including the degenerate ones.
 #include <catch2/catch.hpp>
 
-#include "models/partition.hpp"
+#include "models/shape/partition.hpp"
 
 using swarm::partition_blocks;
 using swarm::stage_costs;

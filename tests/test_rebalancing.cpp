@@ -23,15 +23,12 @@ std::string first_of(const std::string& metrics, const std::string& name, const 
   return {};
 }
 
-/// Stages lost before `before` by a failure. Servers stop by themselves at
-/// --max-steps, and the last one of a stage to stop writes a stage_lost too
-/// (user_shutdown), sometimes before the test has seen the trainer exit.
+/// Stages lost before `before` (only failures write stage_lost; a stage's
+/// last server stopped at the end of a run does not).
 size_t lost_before(const std::string& metrics, double before) {
   const auto lost = events(metrics, "stage_lost");
-  return static_cast<size_t>(std::count_if(lost.begin(), lost.end(), [&](const auto& l) {
-    const auto why = text(l, "reason");
-    return number(l, "t") < before && why != "exit_reason(user_shutdown)" && why != "exit_reason(normal)";
-  }));
+  return static_cast<size_t>(
+      std::count_if(lost.begin(), lost.end(), [&](const auto& l) { return number(l, "t") < before; }));
 }
 
 /// Every join, down, move, loss and exit, for the report of a failed check.

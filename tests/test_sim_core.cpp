@@ -6,7 +6,7 @@
 #include <fstream>
 #include <tuple>
 
-#include "models/cost_model.hpp"
+#include "models/shape/cost_model.hpp"
 #include "sim/optimal.hpp"
 #include "sim/trace.hpp"
 

@@ -8,7 +8,7 @@
 #include "messages/errors.hpp"
 #include "messages/wire.hpp"
 #include "models/gpt.hpp"
-#include "models/cost_model.hpp"
+#include "models/shape/cost_model.hpp"
 #include "models/stage_worker.hpp"
 #include "messages/tensor_codec.hpp"
 #include "actors/stage_calls.hpp"
@@ -74,9 +74,17 @@ template <class T>
 errc code(const caf::expected<T>& r) {
   return r ? errc::OK : code_of(r.error());
 }
+template <class T>
+errc code(const result<T>& r) {
+  return r ? errc::OK : r.error().code();
+}
 
 template <class T>
 std::string message(const caf::expected<T>& r) {
+  return r ? "OK" : describe(r.error());
+}
+template <class T>
+std::string message(const result<T>& r) {
   return r ? "OK" : describe(r.error());
 }
 
@@ -105,6 +113,7 @@ void feed(stage_worker& w, uint64_t seed, int64_t b = batch) {
 }
 
 errc code(const caf::error& err) { return err ? code_of(err) : errc::OK; }
+errc code(const error& err) { return err.code(); }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
@@ -357,7 +366,7 @@ TEST_CASE("impossible configurations are refused with a fix", "[worker]") {
 }
 
 TEST_CASE("tensors go to the worker's device and come back from it encoded", "[worker]") {
-  // Only the CPU here; on a CUDA build the same path runs with "cuda" (see README, Running on a GPU).
+  // Only the CPU here; on a CUDA build the same path runs with "cuda" (see docs/deploy.md, Running on a GPU).
   const auto cfg = small_config();
   stage_worker w(cfg, 0, 2, "cpu");
   REQUIRE(w.device() == torch::Device("cpu"));
@@ -578,7 +587,7 @@ TEST_CASE("import_state refuses garbage and other stages' states untouched", "[w
 }
 
 TEST_CASE("cost model: parameter counts equal the real stages'", "[model][sim]") {
-  // swarm-sim sizes state copies and all-reduces from models/cost_model's
+  // swarm-sim sizes state copies and all-reduces from models/shape/cost_model's
   // formula; it must count what models/gpt.cpp builds.
   for (int stages : {1, 2, 3}) {
     model_config m;

@@ -1,14 +1,14 @@
-// The status board (actors/status_board.*) and the run summary
-// (actors/run_summary.*) from synthetic events: what the page, /metrics,
+// The status board (observe/status_board.*) and the run summary
+// (observe/run_summary.*) from synthetic events: what the page, /metrics,
 // `--role status` and the cluster's last lines say.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <fstream>
 
-#include "actors/metrics.hpp"
-#include "actors/run_summary.hpp"
-#include "actors/status_board.hpp"
+#include "base/metrics.hpp"
+#include "observe/run_summary.hpp"
+#include "observe/status_board.hpp"
 
 using namespace swarm;
 
@@ -74,6 +74,27 @@ TEST_CASE("the status board shows servers, trainers, rounds and events", "[statu
   CHECK_THAT(b.summary_line(), Catch::Contains("since the last line: 0 rounds, 0 joins, 0 downs"));
 }
 
+TEST_CASE("a server stopped on purpose is shown stopped, not down, and counts as no down", "[status]") {
+  status_board b(0);
+  for (int64_t stage : {0, 1})  // the coordinator's periodic stage_load makes the stages known
+    b.on_event(1, "stage_load", {{"stage", stage}, {"servers", int64_t{0}}});
+  for (const char* id : {"s-1", "s-2"})
+    b.on_event(1, "server_join", {{"stage", int64_t{0}}, {"server", std::string{id}}, {"host", std::string{"h"}},
+                                  {"port", int64_t{1}}});
+  b.on_event(2, "server_stop", {{"stage", int64_t{0}}, {"server", std::string{"s-1"}}});
+  CHECK_THAT(b.prometheus(3), Catch::Contains("swarm_stage_servers{stage=\"0\"} 1\n"));
+  CHECK_THAT(b.json(3), Catch::Contains("\"id\": \"s-1\", \"host\": \"h\", \"port\": 1, \"state\": \"stopped\""));
+  CHECK_THAT(b.json(3), Catch::Contains("stage 0: s-1 stopped"));
+  CHECK_THAT(b.summary_line(), Catch::Contains("0 downs"));
+  CHECK_THAT(b.prometheus(3), Catch::Contains("swarm_server_events_total{kind=\"down\"} 0\n"));
+  // Joining again serves again; a stopped server that joins another stage is no move.
+  b.on_event(4, "server_join", {{"stage", int64_t{1}}, {"server", std::string{"s-1"}}, {"host", std::string{"h"}},
+                                {"port", int64_t{1}}});
+  CHECK_THAT(b.prometheus(5), Catch::Contains("swarm_stage_servers{stage=\"0\"} 1\n"));
+  CHECK_THAT(b.prometheus(5), Catch::Contains("swarm_stage_servers{stage=\"1\"} 1\n"));
+  CHECK_THAT(b.summary_line(), Catch::Contains("0 moves"));
+}
+
 TEST_CASE("the status board keeps a bounded history and event list", "[status]") {
   status_board b(0);
   for (int i = 0; i < 5000; ++i) {
@@ -101,6 +122,8 @@ TEST_CASE("the run summary reads a run's metrics file", "[status]") {
         << "{\"t\": 102.0, \"role\": \"coordinator\", \"event\": \"round_end\", \"stage\": 0, \"applied\": 2}\n"
         << "{\"t\": 103.0, \"role\": \"coordinator\", \"event\": \"round_end\", \"stage\": 0, \"applied\": 0}\n"
         << "{\"t\": 104.0, \"role\": \"trainer\", \"event\": \"reroute\", \"stage\": 1}\n"
+        << "{\"t\": 104.5, \"role\": \"coordinator\", \"event\": \"server_down\", \"stage\": 1}\n"
+        << "{\"t\": 104.6, \"role\": \"coordinator\", \"event\": \"server_stop\", \"stage\": 1}\n"
         << "{\"t\": 105.0, \"role\": \"server\", \"event\": \"rebalance\", \"from\": 0, \"to\": 1}\n"
         << "{\"t\": 105.5, \"role\": \"server\", \"event\": \"rebalance\", \"from\": -1, \"to\": 1}\n"
         << "not json at all\n"
@@ -112,7 +135,7 @@ TEST_CASE("the run summary reads a run's metrics file", "[status]") {
   CHECK_THAT(s, Catch::Contains("trainer t1: 2 steps, 16 samples, 102 tokens/s on average, loss 5.500 -> 4.250, "
                                 "1 dropped, 3 retries"));
   CHECK_THAT(s, Catch::Contains("stage 0 1 applied (1 failed)"));
-  CHECK_THAT(s, Catch::Contains("reroutes 1, moves 1"));
+  CHECK_THAT(s, Catch::Contains("reroutes 1, moves 1, server downs 1,"));
   CHECK_THAT(run_summary("/nonexistent/metrics.jsonl", 0), Catch::Contains("cannot read"));
   std::remove(path.c_str());
 }

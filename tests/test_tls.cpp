@@ -1,4 +1,4 @@
-// Tier (c): a swarm with mutual TLS (messages/tls.hpp). Certificates are made
+// Tier (c): a swarm with mutual TLS (net/tls.hpp). Certificates are made
 // by scripts/make_certs.sh for each run: the cluster's CA and node, and a
 // second CA with a node of its own (a stranger with a valid-looking
 // certificate).
@@ -10,8 +10,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#include "messages/basp_guard.hpp"
-#include "messages/tcp.hpp"
+#include "net/basp_guard.hpp"
+#include "net/tcp.hpp"
 #include "process_util.hpp"
 
 using namespace swarm;

@@ -5,10 +5,12 @@
 #include <array>
 #include <cstring>
 
-#include "messages/basp_guard.hpp"
-#include "messages/chunks.hpp"
+#include "base/hash.hpp"
 #include "messages/codebook.hpp"
 #include "messages/wire.hpp"
+#include "models/shape/cost_model.hpp"
+#include "net/basp_guard.hpp"
+#include "net/chunks.hpp"
 
 using namespace swarm;
 
@@ -31,6 +33,24 @@ errc code(const caf::error& e) {
 }
 
 } // namespace
+
+TEST_CASE("the project's error codes are proto::status's, name for name", "[wire]") {
+  for (int i = 0; i < errc_count; ++i) {
+    INFO(i);
+    REQUIRE(proto::status_IsValid(i));
+    CHECK(proto::status_Name(static_cast<proto::status>(i)) == to_string(static_cast<errc>(i)));
+  }
+  CHECK_FALSE(proto::status_IsValid(errc_count));
+  // A CAF error carries the code as its number and comes back as the same code.
+  const auto back = to_caf(error{errc::LEAVING, "moving"});
+  CHECK(code_of(back) == errc::LEAVING);
+  CHECK(describe(back) == "LEAVING: moving");
+  CHECK_FALSE(to_caf(error{}));
+}
+
+TEST_CASE("the cost model's blockwise8 block is the codec's", "[wire]") {
+  CHECK(blockwise8_block_values == blockwise8_block);
+}
 
 TEST_CASE("check_tensor accepts consistent tensors of every size", "[wire]") {
   CHECK_FALSE(check_tensor(float_tensor({}), "scalar"));

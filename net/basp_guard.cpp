@@ -1,0 +1,289 @@
+#include "net/basp_guard.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/log.hpp"
+#include "messages/errors.hpp"
+#include "net/tcp.hpp"
+#include "net/tls.hpp"
+
+namespace swarm {
+
+namespace {
+
+enum basp_op : unsigned char { server_handshake = 0, client_handshake = 1, heartbeat = 6 };
+
+using clock_type = std::chrono::steady_clock;
+
+/// Reads exactly `n` bytes unless the peer closes, `deadline` passes, or
+/// nothing arrives for `idle` (the last two set `timed_out`).
+bool read_exact(int fd, char* p, size_t n, clock_type::time_point deadline, std::chrono::milliseconds idle,
+                bool* timed_out = nullptr) {
+  while (n > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+    const auto wait = std::min(idle, left);
+    pollfd pfd{fd, POLLIN, 0};
+    if (wait.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(wait.count())) != 1) {
+      if (timed_out)
+        *timed_out = true;
+      return false;
+    }
+    const auto r = ::recv(fd, p, n, 0);
+    if (r <= 0)
+      return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+std::string peer_name(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  char host[NI_MAXHOST] = "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST);
+  return host;
+}
+
+/// One relayed connection; the last of its two threads closes both sockets.
+struct link {
+  int peer = -1, backend = -1;
+  uint16_t relay_port = 0;  ///< backend's local port, known to net/tls.cpp
+  ~link() {
+    if (relay_port != 0)
+      note_relayed_peer(relay_port, {});
+    ::close(peer);
+    if (backend >= 0)
+      ::close(backend);
+  }
+  void cut() {
+    ::shutdown(peer, SHUT_RDWR);
+    if (backend >= 0)
+      ::shutdown(backend, SHUT_RDWR);
+  }
+};
+
+} // namespace
+
+uint32_t basp_payload_size(const unsigned char* h) {
+  return (uint32_t{h[4]} << 24) | (uint32_t{h[5]} << 16) | (uint32_t{h[6]} << 8) | uint32_t{h[7]};
+}
+
+std::string judge_basp_header(const unsigned char* h, bool first, const basp_limits& limits) {
+  const unsigned op = h[0];
+  const uint32_t size = basp_payload_size(h);
+  if (first) {
+    if (op != client_handshake)
+      return "the first frame is not a client handshake (operation " + std::to_string(op) + ")";
+    if (size == 0 || size > limits.max_handshake)
+      return "a client handshake of " + std::to_string(size) + " bytes";
+    return {};
+  }
+  if (op == heartbeat)
+    return size == 0 ? std::string{} : "a heartbeat with a payload";
+  if (op == server_handshake || op > heartbeat)
+    return "operation " + std::to_string(op) + " from a connecting peer";
+  if (size == 0 || size > limits.max_payload)
+    return "a payload of " + std::to_string(size) + " bytes (operation " + std::to_string(op) + ")";
+  return {};
+}
+
+std::string judge_tls_header(const unsigned char* h, bool first) {
+  enum : unsigned { change_cipher_spec = 20, alert = 21, handshake = 22, application_data = 23 };
+  const unsigned type = h[0];
+  const uint32_t size = tls_record_size(h);
+  if (first && type != handshake)
+    return "not TLS (first bytes " + std::to_string(h[0]) + " " + std::to_string(h[1]) + ")";
+  if (type < change_cipher_spec || type > application_data || h[1] != 3)
+    return "not a TLS record (type " + std::to_string(type) + ", version " + std::to_string(h[1]) + ")";
+  if (size == 0 || size > max_tls_record)
+    return "a TLS record of " + std::to_string(size) + " bytes";
+  return {};
+}
+
+struct basp_guard::impl {
+  guard_options opts;
+  int listen_fd = -1;
+  uint16_t port = 0;
+  std::thread acceptor;
+
+  mutable std::mutex m;  // everything below
+  bool stopping = false;
+  std::set<std::shared_ptr<link>> links;
+  std::condition_variable threads_done;
+  int threads = 0;
+  std::set<std::string> warned;  ///< peers whose refusal was logged: once each
+  guard_stats stats;
+
+  explicit impl(guard_options o) : opts(std::move(o)) {}
+
+  void refuse(const std::string& peer, const std::string& why) {
+    std::lock_guard<std::mutex> lock(m);
+    ++stats.refused;
+    if (warned.size() < 1024 && warned.insert(peer).second)
+      get_logger("guard")->warn("closed a connection from {}: {} (further ones from it are not logged)", peer, why);
+  }
+
+  /// Peer to CAF: frame by frame (TLS: record by record), each header judged
+  /// before anything passes.
+  void upstream(const std::shared_ptr<link>& l, const std::string& who) {
+    unsigned char h[basp_header_size];
+    const size_t header_size = opts.tls ? tls_header_size : basp_header_size;
+    std::vector<char> buf(64 << 10);
+    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(opts.idle_timeout);
+    auto deadline = clock_type::now() + opts.handshake_timeout;
+    // A BASP server speaks first; a TLS client does, so CAF is dialed only
+    // once a first record passed and never starts a session for garbage.
+    if (!opts.tls && !open_backend(l, who)) {
+      l->cut();
+      return;
+    }
+    for (bool first = true, shook = false;; first = false) {
+      if (shook)
+        deadline = clock_type::time_point::max();
+      bool late = false;
+      if (!read_exact(l->peer, reinterpret_cast<char*>(h), header_size, deadline, idle, &late)) {
+        if (!shook && late)  // else it hung up, or CAF refused it
+          refuse(who, "no complete handshake within " + std::to_string(opts.handshake_timeout.count()) + " s");
+        break;
+      }
+      const auto why = opts.tls ? judge_tls_header(h, first) : judge_basp_header(h, first, opts.limits);
+      if (!why.empty()) {
+        refuse(who, why);
+        break;
+      }
+      // BASP: the first frame is the handshake. TLS 1.3: the client's first
+      // encrypted record carries the end of its handshake.
+      shook = !opts.tls || h[0] == 23;
+      if (first && opts.tls && !open_backend(l, who))
+        break;
+      size_t left = opts.tls ? tls_record_size(h) : basp_payload_size(h);
+      bool ok = write_all(l->backend, reinterpret_cast<const char*>(h), header_size);
+      while (ok && left > 0) {
+        const size_t n = std::min(left, buf.size());
+        ok = read_exact(l->peer, buf.data(), n, deadline, idle) && write_all(l->backend, buf.data(), n);
+        left -= n;
+      }
+      if (!ok)
+        break;
+      std::lock_guard<std::mutex> lock(m);
+      ++stats.frames_passed;
+    }
+    l->cut();
+  }
+
+  /// CAF to peer: as it comes.
+  static void downstream(const std::shared_ptr<link>& l) {
+    std::vector<char> buf(64 << 10);
+    for (;;) {
+      const auto r = ::recv(l->backend, buf.data(), buf.size(), 0);
+      if (r <= 0 || !write_all(l->peer, buf.data(), static_cast<size_t>(r)))
+        break;
+    }
+    l->cut();
+  }
+
+  /// Dials CAF for a peer and starts the thread that copies CAF's bytes back.
+  bool open_backend(const std::shared_ptr<link>& l, const std::string& who) {
+    const int fd = connect_loopback(opts.backend_port);
+    if (fd < 0) {
+      get_logger("guard")->warn("cannot reach the local CAF port {}: {}", opts.backend_port, std::strerror(errno));
+      return false;
+    }
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      l->relay_port = ntohs(local.sin_port);
+      note_relayed_peer(l->relay_port, who);
+    }
+    std::lock_guard<std::mutex> lock(m);
+    l->backend = fd;
+    if (stopping) {
+      l->cut();
+      return false;
+    }
+    ++threads;
+    std::thread([this, l] { run(l, false); }).detach();
+    return true;
+  }
+
+  void run(std::shared_ptr<link> l, bool up) {
+    if (up)
+      upstream(l, peer_name(l->peer));
+    else
+      downstream(l);
+    std::lock_guard<std::mutex> lock(m);
+    links.erase(l);  // the other thread's reference keeps it open until that one ends too
+    --threads;
+    threads_done.notify_all();
+  }
+
+  void accept_loop() {
+    accept_until_stopped(listen_fd, m, stopping, [this](int fd) {
+      auto l = std::make_shared<link>();
+      l->peer = fd;
+      if (static_cast<int>(links.size()) >= opts.max_connections) {
+        ++stats.refused;
+        return;  // `l` closes it
+      }
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      ++stats.accepted;
+      links.insert(l);
+      ++threads;
+      std::thread([this, l] { run(l, true); }).detach();
+    });
+  }
+};
+
+caf::expected<std::unique_ptr<basp_guard>> basp_guard::start(guard_options opts) {
+  auto p = std::make_unique<impl>(std::move(opts));
+  auto listening = listen_tcp(p->opts.host, p->opts.port, "guard");
+  if (!listening)
+    return listening.error();
+  std::tie(p->listen_fd, p->port) = *listening;
+  auto* raw = p.get();
+  p->acceptor = std::thread([raw] { raw->accept_loop(); });
+  return std::unique_ptr<basp_guard>(new basp_guard(std::move(p)));
+}
+
+basp_guard::basp_guard(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+basp_guard::~basp_guard() {
+  auto& p = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(p.m);
+    p.stopping = true;
+    for (const auto& l : p.links)
+      l->cut();
+  }
+  ::shutdown(p.listen_fd, SHUT_RDWR);
+  p.acceptor.join();
+  ::close(p.listen_fd);
+  std::unique_lock<std::mutex> lock(p.m);
+  p.threads_done.wait(lock, [&] { return p.threads == 0; });
+}
+
+uint16_t basp_guard::port() const { return impl_->port; }
+
+guard_stats basp_guard::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->m);
+  return impl_->stats;
+}
+
+} // namespace swarm

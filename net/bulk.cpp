@@ -1,0 +1,571 @@
+#include "net/bulk.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <caf/io/basp_broker.hpp>
+#include <caf/io/middleman.hpp>
+
+#include "base/log.hpp"
+#include "messages/errors.hpp"
+#include "net/tcp.hpp"
+#include "net/tls.hpp"
+
+namespace swarm {
+
+namespace {
+
+constexpr uint32_t frame_magic = 0x32425753;  // "SWB2" little-endian
+const auto lookup_name = caf::atom("swarmbulk");
+
+struct frame_header {
+  uint32_t magic = frame_magic;
+  uint32_t parts = 0;
+  uint64_t dest = 0;
+  uint64_t key = 0;
+  uint64_t size = 0;
+  uint64_t part_size[max_bulk_parts] = {};  ///< only the first `parts` travel
+};
+constexpr size_t fixed_header = 32;
+
+/// The header's bytes on the wire: the fixed part and `parts` sizes.
+size_t header_bytes(const frame_header& h) { return fixed_header + h.parts * sizeof(uint64_t); }
+
+/// Connects `fd` to `a` within `timeout`; false when refused, unreachable or late.
+bool connect_within(int fd, const addrinfo* a, std::chrono::milliseconds timeout) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+  if (!ok && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    ok = ::poll(&p, 1, static_cast<int>(timeout.count())) == 1 &&
+         ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+  }
+  ::fcntl(fd, F_SETFL, flags);
+  return ok;
+}
+
+/// A connected TCP socket to host:port, or -1; writes that move nothing for
+/// `write_timeout` fail (a peer that stopped reading must not hold a writer).
+int connect_to(const std::string& host, uint16_t port, std::chrono::seconds connect_timeout,
+               std::chrono::seconds write_timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
+    return -1;
+  int fd = -1;
+  for (auto* a = found; a && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd >= 0 && !connect_within(fd, a, connect_timeout)) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd >= 0) {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    timeval tv{static_cast<time_t>(write_timeout.count()), 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
+  return fd;
+}
+
+/// Large buffers are fresh memory every time (glibc maps them anew), and
+/// faulting them in 4 KiB pages cost more than copying into them: ask for huge
+/// pages where the kernel grants them on request (THP "madvise" mode).
+void advise_huge_pages(void* p, size_t n) {
+  constexpr uintptr_t huge = uintptr_t{2} << 20;
+  if (n < 2 * huge)
+    return;
+  const auto begin = (reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(p) + n) & ~(huge - 1);
+  if (end > begin)
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+/// Whether the other end of `fd` closed it (without reading: a writer's peer sends nothing).
+bool peer_hung_up(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+struct job {
+  caf::actor_id dest = 0;
+  uint64_t key = 0;
+  std::string head;
+  std::shared_ptr<const bulk_parts> data;
+};
+
+} // namespace
+
+/// One peer process: its queue and the writer thread that owns its connection.
+struct peer_link {
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<job> queue;
+  bool stop = false;
+  bool done = false;  ///< the writer gave up on the peer and ended: join and replace
+  int fd = -1;        ///< the writer's connection, for shutdown to break
+  std::thread writer;
+
+  bool stopped() {
+    std::lock_guard<std::mutex> lock(m);
+    return stop;
+  }
+};
+
+struct bulk_endpoint::impl {
+  caf::actor_system& sys;
+  bulk_options opts;
+  int listen_fd = -1;
+  uint16_t port = 0;
+  caf::actor info;
+  std::thread acceptor;
+
+  mutable std::mutex m;  // everything below
+  bool stopping = false;
+  std::map<caf::actor_id, caf::actor_addr> receivers;
+  std::map<caf::node_id, std::unique_ptr<peer_link>> links;
+  std::set<int> reader_fds;
+  std::condition_variable readers_done;
+  std::mt19937_64 rng{std::random_device{}()};
+  bulk_stats stats;
+
+  std::chrono::steady_clock::time_point last_sweep{};
+
+  impl(caf::actor_system& s, bulk_options o) : sys(s), opts(std::move(o)) {}
+
+  /// Links whose writer ended (its peer hung up or could not be reached), taken
+  /// out of `links` for the caller to join; looked for at most once a second.
+  std::vector<std::unique_ptr<peer_link>> sweep_ended() {
+    std::vector<std::unique_ptr<peer_link>> ended;
+    std::lock_guard<std::mutex> lock(m);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_sweep < std::chrono::seconds(1))
+      return ended;
+    last_sweep = now;
+    for (auto it = links.begin(); it != links.end();) {
+      bool done = false;
+      {
+        std::lock_guard<std::mutex> link_lock(it->second->m);
+        done = it->second->done;
+      }
+      if (done) {
+        ended.push_back(std::move(it->second));
+        it = links.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return ended;
+  }
+
+  void deliver(caf::actor_id dest, uint64_t key, bulk_parts parts) {
+    caf::actor target;
+    {
+      std::lock_guard<std::mutex> lock(m);
+      if (auto it = receivers.find(dest); it != receivers.end())
+        target = caf::actor_cast<caf::actor>(it->second);
+      if (!target)
+        ++stats.undeliverable;
+    }
+    if (target)
+      caf::anon_send(target, bulk_atom::value, key, std::move(parts));
+  }
+
+  /// The node's lookup entry, or null after opts.connect_timeout or once the
+  /// link is stopped. What middleman::remote_lookup does, but that one waits
+  /// 5 minutes for a node that died, holding the writer, every frame queued
+  /// behind it and the process's exit (which joins the writer).
+  caf::strong_actor_ptr lookup(const caf::node_id& node, peer_link& link) {
+    auto basp = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+    caf::strong_actor_ptr found;
+    caf::scoped_actor self{sys, true};
+    // Asked again every second: BASP drops a forward to a node it has no route
+    // to at that moment (a link that just dropped and is being dialed again,
+    // seen after a peer was SIGSTOPped), and nothing tells us.
+    const auto start = std::chrono::steady_clock::now();
+    const auto give_up = start + opts.connect_timeout;
+    auto next_ask = start;
+    bool answered = false;
+    while (!answered && std::chrono::steady_clock::now() < give_up && !link.stopped()) {
+      if (std::chrono::steady_clock::now() >= next_ask) {
+        self->send(basp, caf::forward_atom::value, node, caf::atom("ConfigServ"),
+                   caf::make_message(caf::get_atom::value, lookup_name));
+        next_ask += std::chrono::seconds(1);
+      }
+      self->receive([&](caf::strong_actor_ptr& entry) { found = std::move(entry), answered = true; },
+                    caf::after(std::chrono::milliseconds(100)) >> [] {});
+    }
+    return found;
+  }
+
+  /// Asks the peer node where its bulk endpoint listens (through CAF), then connects.
+  int connect_peer(const caf::node_id& node, peer_link& link) {
+    auto entry = lookup(node, link);
+    if (!entry)
+      return -1;
+    std::string host;
+    uint16_t peer_port = 0;
+    caf::scoped_actor self{sys};
+    self->request(caf::actor_cast<caf::actor>(entry), opts.connect_timeout, caf::get_atom::value)
+        .receive([&](const std::string& h, uint16_t p) { host = h, peer_port = p; }, [](caf::error&) {});
+    return peer_port == 0 ? -1 : connect_to(host, peer_port, opts.connect_timeout, opts.write_timeout);
+  }
+
+  static bool write_frame(tls_link& out, const job& j, frame_header& h) {
+    if (!out.write_all(reinterpret_cast<const char*>(&h), header_bytes(h), true) ||
+        !out.write_all(j.head.data(), j.head.size(), j.data && !j.data->empty()))
+      return false;
+    if (j.data)
+      for (size_t i = 0; i < j.data->size(); ++i)
+        if (!out.write_all((*j.data)[i].data(), (*j.data)[i].size(), i + 1 < j.data->size()))
+          return false;
+    return true;
+  }
+
+  /// The connection on `fd` as a stream: plain, or after a TLS handshake (null when it fails).
+  std::unique_ptr<tls_link> secure(int fd, bool server) const {
+    if (fd < 0)
+      return nullptr;
+    if (!opts.tls)
+      return std::make_unique<tls_link>(fd);
+    return tls_link::handshake(*opts.tls, fd, server, static_cast<int>(opts.connect_timeout.count()));
+  }
+
+  /// Sends the link's frames in order until stopped, or until the peer cannot
+  /// be reached or its connection breaks: then the frames queued for it are
+  /// dropped (their receivers' claims time out, like a dead peer's) and the
+  /// thread ends, so a dead peer holds neither a thread nor memory.
+  void write_loop(const caf::node_id node, peer_link* link) {
+    int fd = -1;
+    std::unique_ptr<tls_link> out;
+    for (;;) {
+      job j;
+      {
+        std::unique_lock<std::mutex> lock(link->m);
+        // Idle, it looks once a second whether the peer hung up: a peer that
+        // died (a restarted one comes back as another node) would otherwise
+        // keep this thread and its connection for the life of the process.
+        while (!link->cv.wait_for(lock, std::chrono::seconds(1), [&] { return link->stop || !link->queue.empty(); }))
+          if (fd >= 0 && peer_hung_up(fd))
+            link->stop = link->done = true;
+        if (link->stop)
+          break;
+        j = std::move(link->queue.front());
+        link->queue.pop_front();
+      }
+      if (fd < 0) {
+        fd = connect_peer(node, *link);
+        {
+          std::lock_guard<std::mutex> lock(link->m);
+          link->fd = fd;
+        }
+        out = secure(fd, false);
+      }
+      frame_header h;
+      h.dest = j.dest;
+      h.key = j.key;
+      h.parts = static_cast<uint32_t>(1 + (j.data ? j.data->size() : 0));
+      h.part_size[0] = j.head.size();
+      for (size_t i = 1; i < h.parts; ++i)
+        h.part_size[i] = (*j.data)[i - 1].size();
+      for (size_t i = 0; i < h.parts; ++i)
+        h.size += h.part_size[i];
+      const bool ok = out && write_frame(*out, j, h);
+      size_t dropped = 0;
+      if (!ok) {
+        std::lock_guard<std::mutex> lock(link->m);
+        dropped = link->queue.size();
+        link->queue.clear();
+        link->done = true;
+      }
+      std::lock_guard<std::mutex> lock(m);
+      if (ok) {
+        ++stats.frames_sent;
+        stats.bytes_sent += h.size;
+        continue;
+      }
+      stats.send_failures += 1 + dropped;
+      get_logger("bulk")->warn("cannot send {} bytes to {}: {}; {} more frames for it dropped", h.size,
+                               caf::to_string(node),
+                               fd < 0 ? "its bulk endpoint cannot be reached"
+                               : !out ? "the TLS handshake failed"
+                                      : "the connection broke",
+                               dropped);
+      break;
+    }
+    out.reset();
+    std::lock_guard<std::mutex> lock(link->m);
+    if (fd >= 0)
+      ::close(fd);
+    link->fd = -1;
+  }
+
+  void read_loop(int fd) {
+    std::vector<char> scratch(size_t{256} << 10);
+    auto in = secure(fd, true);  // a refused handshake is logged where it fails (net/tls.cpp)
+    while (in) {
+      frame_header h;
+      if (!in->read_all(reinterpret_cast<char*>(&h), fixed_header))
+        break;
+      const bool framed = h.magic == frame_magic && h.parts >= 1 && h.parts <= max_bulk_parts;
+      uint64_t sum = 0;
+      if (framed && in->read_all(reinterpret_cast<char*>(h.part_size), h.parts * sizeof(uint64_t)))
+        for (size_t i = 0; i < h.parts; ++i)
+          sum += std::min(h.part_size[i], opts.max_frame + 1);  // no wrap-around
+      else if (framed)
+        break;
+      const std::string why = !framed                 ? "not a swarm bulk frame"
+                              : h.size > opts.max_frame ? "frame of " + std::to_string(h.size) + " bytes, more than allowed"
+                              : sum != h.size           ? "its parts do not add up to its size"
+                                                        : "";
+      if (!why.empty()) {
+        std::lock_guard<std::mutex> lock(m);
+        ++stats.bad_frames;
+        get_logger("bulk")->warn("closed a bulk connection: {}", why);
+        break;
+      }
+      bulk_parts parts(h.parts);
+      bool whole = true;
+      for (size_t i = 0; i < h.parts && whole; ++i) {
+        auto& bytes = parts[i];
+        try {
+          bytes.reserve(h.part_size[i]);
+          advise_huge_pages(bytes.data(), h.part_size[i]);
+        } catch (const std::bad_alloc&) {
+          whole = false;
+          break;
+        }
+        // Through a scratch buffer that stays in cache: a std::string cannot
+        // grow without zeroing, and zeroing a fresh buffer first cost one more
+        // pass over memory than the copy out of the scratch.
+        while (whole && bytes.size() < h.part_size[i]) {
+          const size_t n = std::min<uint64_t>(scratch.size(), h.part_size[i] - bytes.size());
+          whole = in->read_all(scratch.data(), n);
+          if (whole)
+            bytes.append(scratch.data(), n);
+        }
+      }
+      if (!whole)
+        break;  // half a frame: dropped, never delivered
+      {
+        std::lock_guard<std::mutex> lock(m);
+        ++stats.frames_received;
+        stats.bytes_received += h.size;
+      }
+      deliver(h.dest, h.key, std::move(parts));
+    }
+    in.reset();
+    ::close(fd);
+    std::lock_guard<std::mutex> lock(m);
+    reader_fds.erase(fd);
+    readers_done.notify_all();
+  }
+
+  void accept_loop() {
+    accept_until_stopped(listen_fd, m, stopping, [this](int fd) {
+      if (static_cast<int>(reader_fds.size()) >= opts.max_connections) {
+        ::close(fd);
+        return;
+      }
+      reader_fds.insert(fd);
+      std::thread([this, fd] { read_loop(fd); }).detach();
+    });
+  }
+};
+
+caf::expected<std::shared_ptr<bulk_endpoint>> bulk_endpoint::start(caf::actor_system& sys, bulk_options opts) {
+  auto p = std::make_unique<impl>(sys, std::move(opts));
+  auto listening = listen_tcp(p->opts.host, 0, "bulk endpoint");
+  if (!listening)
+    return listening.error();
+  std::tie(p->listen_fd, p->port) = *listening;
+  const auto host = p->opts.host;
+  const auto port = p->port;
+  // Hidden: a process must not wait for it when it shuts down.
+  p->info = sys.spawn<caf::hidden>([host, port](caf::event_based_actor*) -> caf::behavior {
+    return {[host, port](caf::get_atom) { return caf::make_message(host, port); }};
+  });
+  sys.registry().put(lookup_name, caf::actor_cast<caf::strong_actor_ptr>(p->info));
+  auto* raw = p.get();
+  p->acceptor = std::thread([raw] { raw->accept_loop(); });
+  return std::shared_ptr<bulk_endpoint>(new bulk_endpoint(std::move(p)));
+}
+
+bulk_endpoint::bulk_endpoint(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+bulk_endpoint::~bulk_endpoint() {
+  auto& p = *impl_;
+  std::map<caf::node_id, std::unique_ptr<peer_link>> links;
+  {
+    std::lock_guard<std::mutex> lock(p.m);
+    p.stopping = true;
+    links.swap(p.links);
+    for (int fd : p.reader_fds)
+      ::shutdown(fd, SHUT_RDWR);  // unblocks their reads; they close and leave
+  }
+  ::shutdown(p.listen_fd, SHUT_RDWR);
+  p.acceptor.join();
+  ::close(p.listen_fd);
+  for (auto& [node, link] : links) {
+    {
+      std::lock_guard<std::mutex> lock(link->m);
+      link->stop = true;
+      if (link->fd >= 0)
+        ::shutdown(link->fd, SHUT_RDWR);  // a write to a peer that stopped reading ends now
+    }
+    link->cv.notify_all();
+    link->writer.join();
+  }
+  std::unique_lock<std::mutex> lock(p.m);
+  p.readers_done.wait(lock, [&] { return p.reader_fds.empty(); });
+  p.sys.registry().erase(lookup_name);
+  caf::anon_send_exit(p.info, caf::exit_reason::user_shutdown);
+}
+
+uint16_t bulk_endpoint::port() const { return impl_->port; }
+
+void bulk_endpoint::attach(const caf::actor& receiver) {
+  std::lock_guard<std::mutex> lock(impl_->m);
+  impl_->receivers[receiver.id()] = receiver.address();
+}
+
+void bulk_endpoint::detach(caf::actor_id id) {
+  std::lock_guard<std::mutex> lock(impl_->m);
+  impl_->receivers.erase(id);
+}
+
+uint64_t bulk_endpoint::push(const caf::actor& dest, std::string head, std::shared_ptr<const bulk_parts> data) {
+  auto& p = *impl_;
+  if (data && data->size() + 1 > max_bulk_parts)
+    throw std::invalid_argument("bulk_endpoint::push: more than " + std::to_string(max_bulk_parts) + " parts");
+  uint64_t key = 0;
+  peer_link* link = nullptr;
+  std::unique_ptr<peer_link> ended;
+  {
+    std::lock_guard<std::mutex> lock(p.m);
+    key = p.rng() | bulk_flag;
+    if (dest.node() != p.sys.node() && !p.stopping) {
+      auto& slot = p.links[dest.node()];
+      if (slot) {
+        std::lock_guard<std::mutex> link_lock(slot->m);
+        if (slot->done)
+          ended = std::move(slot);  // its writer gave up on the peer; a fresh one tries again
+      }
+      if (!slot) {
+        slot = std::make_unique<peer_link>();
+        auto* l = slot.get();
+        l->writer = std::thread([&p, node = dest.node(), l] { p.write_loop(node, l); });
+      }
+      link = slot.get();
+    }
+  }
+  if (ended)
+    ended->writer.join();  // it has ended already
+  for (auto& gone : p.sweep_ended())
+    gone->writer.join();
+  if (!link) {  // in this process: hand it over
+    bulk_parts parts{std::move(head)};
+    if (data)
+      parts.insert(parts.end(), data->begin(), data->end());
+    caf::anon_send(dest, bulk_atom::value, key, std::move(parts));
+    return key;
+  }
+  {
+    std::lock_guard<std::mutex> lock(link->m);
+    link->queue.push_back({dest.id(), key, std::move(head), std::move(data)});
+  }
+  link->cv.notify_one();
+  return key;
+}
+
+bulk_stats bulk_endpoint::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->m);
+  return impl_->stats;
+}
+
+// --- bulk_inbox
+
+bulk_inbox::bulk_inbox(std::chrono::seconds ttl, uint64_t max_bytes) : ttl_(ttl), max_bytes_(max_bytes) {}
+
+void bulk_inbox::arrived(uint64_t key, bulk_parts bytes, clock::time_point now) {
+  if (auto it = claims_.find(key); it != claims_.end()) {
+    auto k = std::move(it->second);
+    claims_.erase(it);
+    k(std::move(bytes));
+    return;
+  }
+  uint64_t size = 0;
+  for (const auto& part : bytes)
+    size += part.size();
+  total_ += size;
+  auto& slot = bytes_[key];
+  total_ -= slot.size;  // a repeated key replaces (never happens between honest peers)
+  slot = {std::move(bytes), size, now};
+  evict(now);
+}
+
+bool bulk_inbox::claim(uint64_t key, continuation k, clock::time_point now) {
+  evict(now);
+  if (auto it = bytes_.find(key); it != bytes_.end()) {
+    auto bytes = std::move(it->second.bytes);
+    total_ -= it->second.size;
+    bytes_.erase(it);
+    k(std::move(bytes));
+    return true;
+  }
+  claims_[key] = std::move(k);
+  return false;
+}
+
+void bulk_inbox::expire(uint64_t key) {
+  auto it = claims_.find(key);
+  if (it == claims_.end())
+    return;
+  auto k = std::move(it->second);
+  claims_.erase(it);
+  k(make_error(errc::PEER_GONE, "the payload's bytes did not arrive over the bulk connection in time"));
+}
+
+void bulk_inbox::evict(clock::time_point now) {
+  for (auto it = bytes_.begin(); it != bytes_.end();) {
+    if (now - it->second.at > ttl_) {
+      total_ -= it->second.size;
+      it = bytes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  while (total_ > max_bytes_ && !bytes_.empty()) {
+    auto oldest = std::min_element(bytes_.begin(), bytes_.end(),
+                                   [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
+    total_ -= oldest->second.size;
+    bytes_.erase(oldest);
+  }
+}
+
+} // namespace swarm

@@ -1,0 +1,57 @@
+#pragma once
+// Plain TCP pieces shared by the bulk plane (net/bulk.*) and the guard in
+// front of CAF ports (net/basp_guard.*).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <caf/expected.hpp>
+
+namespace swarm {
+
+/// A listening socket on host:port (empty host: every IPv4 interface; port 0:
+/// any free one) and the port it got; BAD_CONFIG naming `who` when it cannot.
+[[nodiscard]] caf::expected<std::pair<int, uint16_t>> listen_tcp(const std::string& host, uint16_t port,
+                                                                 const std::string& who);
+
+/// A connection to 127.0.0.1:port with TCP_NODELAY, or -1.
+[[nodiscard]] int connect_loopback(uint16_t port);
+
+/// Accepts on `listen_fd` until it fails with `stopping` set (read under `m`;
+/// the owner sets it, then shuts the socket down), handing each connection to
+/// `admit(fd)` with `m` held; admit owns the fd from then on. A failing accept
+/// (out of descriptors under a flood of connections) waits 10 ms before the
+/// next rather than spinning.
+template <class Admit>
+void accept_until_stopped(int listen_fd, std::mutex& m, const bool& stopping, Admit admit) {
+  for (;;) {
+    const int fd = ::accept(listen_fd, nullptr, nullptr);
+    if (fd < 0) {
+      {
+        std::lock_guard<std::mutex> lock(m);
+        if (stopping)
+          return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(m);
+    if (stopping)
+      ::close(fd);
+    else
+      admit(fd);
+  }
+}
+
+/// Writes all `n` bytes; false when the peer is gone or a write timed out.
+bool write_all(int fd, const char* p, size_t n, int flags = 0);
+
+} // namespace swarm

@@ -1,0 +1,302 @@
+#include "net/tls.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <csignal>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
+
+#include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "base/log.hpp"
+#include "messages/errors.hpp"
+#include "net/tcp.hpp"
+
+namespace swarm {
+
+namespace {
+
+std::atomic<uint64_t> refusals{0};
+
+struct peer_book {
+  std::mutex m;
+  std::map<uint16_t, std::string> relayed;  ///< guard's loopback port -> the peer it relays
+  std::set<std::string> warned;             ///< peers whose refusal was logged
+};
+
+peer_book& book() {
+  static peer_book b;
+  return b;
+}
+
+/// "ip:port" of the other end of `fd`; for a connection from the guard, the
+/// peer it relays. `ip` alone goes to `host`.
+std::string peer_of(int fd, std::string& host) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sin_family != AF_INET)
+    return host = "an unknown peer";
+  char ip[INET_ADDRSTRLEN] = "?";
+  ::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+  if (ntohl(a.sin_addr.s_addr) == INADDR_LOOPBACK) {
+    auto& b = book();
+    std::lock_guard<std::mutex> lock(b.m);
+    if (auto i = b.relayed.find(ntohs(a.sin_port)); i != b.relayed.end())
+      return host = i->second;
+  }
+  host = ip;
+  return host + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+/// OpenSSL's reason for the newest error on this thread's queue, if any.
+std::string openssl_reason() {
+  const unsigned long code = ERR_peek_last_error();
+  const char* reason = code != 0 ? ERR_reason_error_string(code) : nullptr;
+  return reason ? reason : "";
+}
+
+/// Who is at the other end of a handshake, noted at its first step: once
+/// the peer hung up, its socket no longer says. Freed with the SSL object.
+struct handshake_peer {
+  std::string name, host;
+};
+
+int peer_slot() {
+  static const int slot = SSL_get_ex_new_index(
+      0, nullptr, nullptr, nullptr,
+      [](void*, void* p, CRYPTO_EX_DATA*, int, long, void*) { delete static_cast<handshake_peer*>(p); });
+  return slot;
+}
+
+/// A handshake call returned `r`: a refusal (not a "try again") is counted
+/// and logged, once per peer address.
+void note_handshake(SSL* ssl, int r, bool accepting) {
+  auto* peer = static_cast<handshake_peer*>(SSL_get_ex_data(ssl, peer_slot()));
+  if (!peer) {
+    peer = new handshake_peer;
+    peer->name = peer_of(SSL_get_fd(ssl), peer->host);
+    SSL_set_ex_data(ssl, peer_slot(), peer);
+  }
+  if (r > 0)
+    return;
+  const int e = SSL_get_error(ssl, r);  // reads the queue, leaves it for the caller
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+    return;
+  ++refusals;
+  std::string why = openssl_reason();
+  if (why.empty() || why == "unexpected eof while reading")
+    why = "the connection closed during the handshake (the peer may have refused this node's certificate)";
+  const auto& host = peer->host;
+  auto& b = book();
+  std::lock_guard<std::mutex> lock(b.m);
+  if (b.warned.size() < 1024 && b.warned.insert(host).second)
+    get_logger("tls")->warn("refused a TLS handshake {} {}: {} (further ones from it are not logged)",
+                            accepting ? "from" : "with", peer->name, why);
+}
+
+/// One step of a handshake through OpenSSL's own `step`, on a clean error queue.
+int handshake_step(int (*step)(SSL*), SSL* ssl, bool accepting) {
+  ERR_clear_error();
+  const int r = step(ssl);
+  note_handshake(ssl, r, accepting);
+  return r;
+}
+
+template <class F>
+F next_definition(const char* name) {
+  return reinterpret_cast<F>(::dlsym(RTLD_NEXT, name));
+}
+
+/// The OpenSSL error as a BAD_CONFIG naming the flag and file it concerns.
+caf::error bad_file(const char* flag, const std::string& file, const std::string& what) {
+  auto reason = openssl_reason();
+  ERR_clear_error();
+  return make_error(errc::BAD_CONFIG, std::string{flag} + " " + file + ": " + what +
+                                          (reason.empty() ? std::string{} : " (" + reason + ")"));
+}
+
+/// No prompt for an encrypted key's passphrase: a node runs unattended.
+int no_passphrase(char*, int, int, void*) { return 0; }
+
+} // namespace
+
+caf::expected<std::shared_ptr<tls_context>> tls_context::load(const tls_files& f) {
+  const std::pair<const char*, const std::string*> files[] = {{"--tls-ca", &f.ca}, {"--tls-cert", &f.cert},
+                                                              {"--tls-key", &f.key}};
+  for (const auto& [flag, path] : files)
+    if (path->empty() || ::access(path->c_str(), R_OK) != 0)
+      return make_error(errc::BAD_CONFIG, std::string{flag} + " " + (path->empty() ? "is missing" : *path) +
+                                              (path->empty() ? "" : ": cannot read it: " + std::string{std::strerror(errno)}) +
+                                              " (--tls-ca, --tls-cert and --tls-key go together)");
+  ERR_clear_error();
+  SSL_CTX* ctx = SSL_CTX_new(TLS_method());
+  if (!ctx)
+    return make_error(errc::BAD_CONFIG, "cannot create a TLS context: " + openssl_reason());
+  std::shared_ptr<tls_context> result{new tls_context(ctx)};
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
+  if (SSL_CTX_load_verify_locations(ctx, f.ca.c_str(), nullptr) != 1)
+    return bad_file("--tls-ca", f.ca, "not a PEM certificate");
+  if (SSL_CTX_use_certificate_chain_file(ctx, f.cert.c_str()) != 1)
+    return bad_file("--tls-cert", f.cert, "not a PEM certificate");
+  if (SSL_CTX_use_PrivateKey_file(ctx, f.key.c_str(), SSL_FILETYPE_PEM) != 1)
+    return bad_file("--tls-key", f.key, openssl_reason() == "key values mismatch"
+                                             ? "does not match the certificate in " + f.cert
+                                             : "not an unencrypted PEM private key");
+  if (SSL_CTX_check_private_key(ctx) != 1)
+    return bad_file("--tls-key", f.key, "does not match the certificate in " + f.cert);
+  // The node's own certificate must pass what its peers will check: signed by
+  // the CA, valid now, usable as client and as server.
+  for (int purpose : {X509_PURPOSE_SSL_CLIENT, X509_PURPOSE_SSL_SERVER}) {
+    X509_STORE_CTX* check = X509_STORE_CTX_new();
+    const bool ok = check && X509_STORE_CTX_init(check, SSL_CTX_get_cert_store(ctx), SSL_CTX_get0_certificate(ctx),
+                                                 nullptr) == 1 &&
+                    X509_STORE_CTX_set_purpose(check, purpose) == 1 && X509_verify_cert(check) == 1;
+    const std::string why = check ? X509_verify_cert_error_string(X509_STORE_CTX_get_error(check)) : "out of memory";
+    X509_STORE_CTX_free(check);
+    if (!ok)
+      return bad_file("--tls-cert", f.cert, "does not verify against --tls-ca " + f.ca + ": " + why);
+  }
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  // A peer gone mid-write must be an error, not a signal that ends the process.
+  std::signal(SIGPIPE, SIG_IGN);
+  return result;
+}
+
+tls_context::~tls_context() { SSL_CTX_free(ctx_); }
+
+std::unique_ptr<tls_link> tls_link::handshake(const tls_context& ctx, int fd, bool server, int timeout_s) {
+  SSL* ssl = SSL_new(ctx.native());
+  if (!ssl || SSL_set_fd(ssl, fd) != 1) {
+    SSL_free(ssl);
+    return nullptr;
+  }
+  timeval saved_rcv{}, saved_snd{};
+  socklen_t len = sizeof(timeval);
+  ::getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &saved_rcv, &len);
+  len = sizeof(timeval);
+  ::getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &saved_snd, &len);
+  timeval bound{timeout_s, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
+  const int r = server ? SSL_accept(ssl) : SSL_connect(ssl);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &saved_rcv, sizeof saved_rcv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &saved_snd, sizeof saved_snd);
+  if (r != 1) {
+    SSL_free(ssl);
+    return nullptr;
+  }
+  return std::unique_ptr<tls_link>(new tls_link(fd, ssl));
+}
+
+tls_link::~tls_link() { SSL_free(ssl_); }
+
+long tls_link::read_some(char* p, size_t n) {
+  if (!ssl_)
+    return ::recv(fd_, p, n, 0);
+  return SSL_read(ssl_, p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+}
+
+bool tls_link::read_all(char* p, size_t n) {
+  while (n > 0) {
+    const long r = read_some(p, n);
+    if (r <= 0)
+      return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool tls_link::write_all(const char* p, size_t n, bool more) {
+  if (!ssl_)
+    return swarm::write_all(fd_, p, n, more ? MSG_MORE : 0);
+  while (n > 0) {
+    // Without partial writes, SSL_write sends all it was given or fails.
+    const int chunk = static_cast<int>(std::min<size_t>(n, size_t{1} << 20));
+    if (SSL_write(ssl_, p, chunk) != chunk)
+      return false;
+    p += chunk;
+    n -= static_cast<size_t>(chunk);
+  }
+  return true;
+}
+
+caf::io::middleman_actor dialer(caf::actor_system& sys) {
+  return sys.has_openssl_manager() ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
+}
+
+caf::expected<caf::strong_actor_ptr> dial(caf::actor_system& sys, const std::string& host, uint16_t port,
+                                          caf::timespan timeout) {
+  caf::expected<caf::strong_actor_ptr> result{caf::error{}};
+  caf::scoped_actor self{sys};
+  self->request(dialer(sys), timeout, caf::connect_atom::value, host, port)
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            if (ptr)
+              result = std::move(ptr);
+            else
+              result = make_error(errc::PEER_GONE, "nothing published at " + host + ":" + std::to_string(port));
+          },
+          [&](caf::error& err) { result = std::move(err); });
+  return result;
+}
+
+void note_relayed_peer(uint16_t local_port, const std::string& peer) {
+  auto& b = book();
+  std::lock_guard<std::mutex> lock(b.m);
+  if (peer.empty())
+    b.relayed.erase(local_port);
+  else
+    b.relayed[local_port] = peer;
+}
+
+uint64_t tls_refusals() { return refusals.load(); }
+
+} // namespace swarm
+
+// The interposed OpenSSL calls (see tls.hpp): this executable's definitions
+// come first in the dynamic symbol lookup, so CAF's openssl module calls
+// these; each clears the thread's error queue and calls OpenSSL's own.
+extern "C" {
+
+int SSL_accept(SSL* ssl) {
+  static const auto next = swarm::next_definition<int (*)(SSL*)>("SSL_accept");
+  return swarm::handshake_step(next, ssl, true);
+}
+
+int SSL_connect(SSL* ssl) {
+  static const auto next = swarm::next_definition<int (*)(SSL*)>("SSL_connect");
+  return swarm::handshake_step(next, ssl, false);
+}
+
+int SSL_read(SSL* ssl, void* buf, int num) {
+  static const auto next = swarm::next_definition<int (*)(SSL*, void*, int)>("SSL_read");
+  ERR_clear_error();
+  return next(ssl, buf, num);
+}
+
+int SSL_write(SSL* ssl, const void* buf, int num) {
+  static const auto next = swarm::next_definition<int (*)(SSL*, const void*, int)>("SSL_write");
+  ERR_clear_error();
+  return next(ssl, buf, num);
+}
+
+} // extern "C"

@@ -1,0 +1,122 @@
+#include "observe/run_summary.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+
+namespace swarm {
+
+namespace {
+
+/// Field `key` of one metrics line (flat JSON written by metrics_sink): the
+/// text after `"key": `, up to the next comma or brace; empty when absent.
+std::string raw_field(const std::string& line, const char* key) {
+  const std::string needle = std::string{"\""} + key + "\": ";
+  const auto at = line.find(needle);
+  if (at == std::string::npos)
+    return {};
+  const auto begin = at + needle.size();
+  if (begin < line.size() && line[begin] == '"') {
+    const auto end = line.find('"', begin + 1);
+    return end == std::string::npos ? std::string{} : line.substr(begin + 1, end - begin - 1);
+  }
+  const auto end = line.find_first_of(",}", begin);
+  return line.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+double num(const std::string& line, const char* key) {
+  const auto raw = raw_field(line, key);
+  if (raw.empty())
+    return NAN;
+  char* end = nullptr;
+  const double v = std::strtod(raw.c_str(), &end);
+  return end == raw.c_str() ? NAN : v;
+}
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+} // namespace
+
+std::string run_summary(const std::string& metrics_path, double since) {
+  std::ifstream in(metrics_path);
+  if (!in)
+    return "no summary: cannot read " + metrics_path + "\n";
+  struct trainer {
+    double first_loss = NAN, last_loss = NAN, first_t = NAN, last_t = NAN;
+    double steps = 0, samples = 0, tokens = 0, dropped = 0, retries = 0;
+  };
+  std::map<std::string, trainer> trainers;
+  std::map<int, std::pair<int64_t, int64_t>> rounds;  // stage -> applied, failed
+  int64_t reroutes = 0, moves = 0, downs = 0, chaos = 0, reloads = 0, checkpoint_loads = 0;
+  double first_t = NAN, last_t = NAN;
+  std::string line;
+  while (std::getline(in, line)) {
+    const double t = num(line, "t");
+    if (!(t >= since))
+      continue;
+    if (std::isnan(first_t))
+      first_t = t;
+    last_t = t;
+    const auto event = raw_field(line, "event");
+    if (event == "step") {
+      auto& tr = trainers[raw_field(line, "trainer")];
+      if (std::isnan(tr.first_loss))
+        tr.first_loss = num(line, "loss"), tr.first_t = t;
+      tr.last_loss = num(line, "loss");
+      tr.last_t = t;
+      tr.steps = num(line, "step");
+      tr.samples = num(line, "samples");
+      tr.tokens = num(line, "tokens");
+      tr.dropped = num(line, "dropped");
+      tr.retries = num(line, "retries");
+    } else if (event == "round_end") {
+      auto& r = rounds[static_cast<int>(num(line, "stage"))];
+      (num(line, "applied") > 0 ? r.first : r.second) += 1;
+    } else if (event == "reroute") {
+      ++reroutes;
+    } else if (event == "rebalance") {
+      moves += num(line, "from") >= 0;
+    } else if (event == "server_down") {
+      ++downs;  // failures only: a server stopped on purpose writes server_stop
+    } else if (event == "chaos") {
+      ++chaos;
+    } else if (event == "reload") {
+      ++reloads;
+    } else if (event == "checkpoint_load") {
+      ++checkpoint_loads;
+    }
+  }
+  if (std::isnan(first_t))
+    return "no summary: no events in " + metrics_path + "\n";
+  std::string o = "run summary (" + metrics_path + ")\n";
+  o += "  time " + fmt("%.0f", last_t - first_t) + " s\n";
+  for (const auto& [id, tr] : trainers) {
+    const double secs = tr.last_t - tr.first_t;
+    o += "  trainer " + id + ": " + fmt("%.0f", tr.steps) + " steps, " + fmt("%.0f", tr.samples) + " samples, " +
+         (secs > 0 ? fmt("%.0f", tr.tokens / (tr.last_t - first_t)) : std::string{"-"}) +
+         " tokens/s on average, loss " + fmt("%.3f", tr.first_loss) + " -> " + fmt("%.3f", tr.last_loss) + ", " +
+         fmt("%.0f", tr.dropped) + " dropped, " + fmt("%.0f", tr.retries) + " retries\n";
+  }
+  if (trainers.empty())
+    o += "  no trainer made a step\n";
+  o += "  rounds:";
+  for (const auto& [stage, r] : rounds)
+    o += " stage " + std::to_string(stage) + " " + std::to_string(r.first) + " applied" +
+         (r.second > 0 ? " (" + std::to_string(r.second) + " failed)" : std::string{}) + ";";
+  if (rounds.empty())
+    o += " none;";
+  o += " reroutes " + std::to_string(reroutes) + ", moves " + std::to_string(moves) + ", server downs " +
+       std::to_string(downs) + ", reloads " + std::to_string(reloads) + ", checkpoint loads " +
+       std::to_string(checkpoint_loads) + (chaos > 0 ? ", chaos actions " + std::to_string(chaos) : "") + "\n";
+  return o;
+}
+
+} // namespace swarm

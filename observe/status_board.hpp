@@ -1,0 +1,84 @@
+#pragma once
+// What the coordinator knows of the swarm, for people: the status page, its
+// /api/status JSON, Prometheus' /metrics and `swarm --role status`.
+//
+// It is fed the coordinator's own event stream (metrics_sink::observe): the
+// events it writes to the metrics file (server_join, server_down, round_end,
+// reload, stage_lost, stage_load, rebalance) and two it only tells the board
+// (server_progress from the averager, trainer_report from trainers). So the
+// page shows what the metrics file says, and nothing on the data path waits
+// for it: an event costs one short lock. Readers (HTTP threads, the
+// coordinator actor) take the same lock to render.
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/metrics.hpp"
+
+namespace swarm {
+
+class status_board {
+public:
+  /// `started`: unix seconds the coordinator started (for uptime).
+  explicit status_board(double started);
+
+  /// One event of the coordinator's stream; unknown events are ignored.
+  void on_event(double t, const char* event, std::initializer_list<metrics_sink::field> fields);
+
+  /// /api/status (schema in docs/operations.md, "Live status"), as of unix time `now`.
+  [[nodiscard]] std::string json(double now) const;
+  /// Prometheus text exposition 0.0.4: counters and gauges with HELP and TYPE.
+  [[nodiscard]] std::string prometheus(double now) const;
+  /// One terminal screen (swarm --role status).
+  [[nodiscard]] std::string text(double now) const;
+  /// One log line: each stage's servers, step and rounds, and what happened
+  /// since the previous call (the coordinator logs it every 30 s instead of a
+  /// line per round, join and reroute).
+  [[nodiscard]] std::string summary_line();
+
+  static constexpr size_t max_events = 50;
+  static constexpr size_t max_history = 1000;  ///< points per trainer; halved (every other dropped) when full
+
+private:
+  struct server {
+    std::string id, host, state = "serving";
+    int64_t port = 0, stage = 0, step = 0, committed = 0;
+    uint64_t hash = 0;
+    double samples_per_s = 0, last_report = 0, rate_t = 0;
+    int64_t rate_committed = -1;  ///< committed samples at rate_t, for samples_per_s
+  };
+  struct stage {
+    int64_t step = 0, applied = 0, failed = 0, servers = 0;
+    double round_seconds_sum = 0, last_round_seconds = 0;
+  };
+  struct trainer {
+    std::string id;
+    int64_t step = 0, max_steps = 0, samples = 0, tokens = 0, dropped = 0, retries = 0, reroutes = 0, bans = 0,
+            wire_bytes = 0;
+    double loss = 0, tokens_per_s = 0, elapsed_s = 0, last_report = 0;
+    std::vector<std::array<double, 4>> history;  ///< t, step, loss, tokens_per_s
+  };
+  struct event {
+    double t;
+    std::string name, text;
+  };
+
+  stage& stage_at(int64_t s);
+  [[nodiscard]] int64_t live_servers(int64_t stage) const;
+  void note(double t, std::string name, std::string text);
+
+  double started_;
+  mutable std::mutex m_;
+  std::map<std::string, server> servers_;  ///< by id; gone ones stay (state "down" or "stopped") until they join again
+  std::map<int64_t, stage> stages_;
+  std::map<std::string, trainer> trainers_;
+  std::deque<event> events_;
+  int64_t joins_ = 0, downs_ = 0, reloads_ = 0, moves_ = 0;
+  std::array<int64_t, 5> summarized_{};  ///< joins, downs, reloads, moves, rounds at the last summary_line
+};
+
+} // namespace swarm
