@@ -21,6 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/clock.hpp"
+
 namespace swarm::test {
 
 /// Starts `args` (a command looked up in PATH, then its arguments) and returns
@@ -49,9 +51,14 @@ inline pid_t spawn_swarm(std::vector<std::string> args, const std::string& outpu
   return spawn_command(std::move(args), output);
 }
 
-/// Now in unix seconds, the clock of the metrics' "t".
-inline double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+using swarm::unix_seconds;  // the clock of the metrics' "t"
+
+/// The size of a long case: `quick` in the README's test command, `full` with
+/// SWARM_TEST_FULL=1 (scripts/test_full.sh), so the suite keeps to its time
+/// and the full sizes still run.
+inline int test_size(int quick, int full) {
+  const char* v = std::getenv("SWARM_TEST_FULL");
+  return v != nullptr && std::string{v} == "1" ? full : quick;
 }
 
 /// Exit code of `pid` once it ends, or nullopt (process left running) after `timeout_s`.

@@ -1,0 +1,179 @@
+// --role server: serves one pipeline stage (placed by the coordinator with
+// --stage auto), starting from the stage's state, and moves between stages
+// when the rebalancer says so (the stage server actor does the moving).
+
+#include <iostream>
+#include <thread>
+
+#include <unistd.h>
+
+#include <caf/all.hpp>
+
+#include "actors/stage_server.hpp"
+#include "actors/stage_server_move.hpp"
+#include "apps/node.hpp"
+#include "apps/roles.hpp"
+#include "messages/errors.hpp"
+#include "messages/wire.hpp"
+
+namespace swarm {
+
+namespace {
+
+/// Has `server` (re)register with the coordinator, as the stage it serves now; the refusal, if any.
+caf::error register_with(caf::actor_system& sys, const coordinator_actor& coord, const proto::register_server& reg,
+                         const stage_actor& server) {
+  caf::error refused;
+  caf::scoped_actor self{sys};
+  self->request(server, std::chrono::seconds(30), register_atom::value, encode(reg), caf::actor_cast<caf::actor>(coord))
+      .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
+  return refused;
+}
+
+/// Asks the coordinator where a server started with --stage auto should go.
+caf::expected<proto::placement> ask_placement(caf::actor_system& sys, const coordinator_actor& coord,
+                                              const std::string& server_id, uint64_t config_hash) {
+  proto::placement_request req;
+  req.set_server_id(server_id);
+  req.set_config_hash(config_hash);
+  caf::expected<proto::placement> answer{caf::error{}};
+  caf::scoped_actor self{sys};
+  self->request(coord, std::chrono::seconds(10), place_atom::value, encode(req))
+      .receive([&](const std::string& bytes) { answer = decode<proto::placement>(bytes, "placement"); },
+               [&](caf::error& err) { answer = std::move(err); });
+  return answer;
+}
+
+/// The stage server actor's settings from the process's config.
+stage_server_config stage_server_settings(const app_config& cfg, const std::string& server_id,
+                                  std::shared_ptr<bulk_endpoint> bulk, const checkpoint_settings& checkpoints) {
+  stage_server_config scfg{server_id, cfg.net.chunk_bytes, cfg.server.slowdown};
+  if (cfg.server.fault == "hang-forward")
+    scfg.fault = stage_server_config::fault_kind::hang_forward;
+  else if (cfg.server.fault == "hang-backward")
+    scfg.fault = stage_server_config::fault_kind::hang_backward;
+  else if (cfg.server.fault == "hang-round")
+    scfg.fault = stage_server_config::fault_kind::hang_round;
+  else if (cfg.server.fault == "hang-state")
+    scfg.fault = stage_server_config::fault_kind::hang_state;
+  scfg.fault_after = cfg.server.fault_after;
+  scfg.model = cfg.model;
+  scfg.num_stages = cfg.stages;
+  scfg.device = cfg.device;
+  scfg.averaging_compression = cfg.server.averaging_compression;
+  scfg.bulk = std::move(bulk);
+  scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
+  scfg.checkpoints = checkpoints;
+  scfg.coordinator_up = std::make_shared<std::atomic<bool>>(true);
+  scfg.freeze_s = cfg.net.connection_timeout_s;
+  return scfg;
+}
+
+proto::register_server registration(const app_config& cfg, const std::string& server_id, int stage, uint16_t port) {
+  proto::register_server reg;
+  reg.set_stage(static_cast<uint32_t>(stage));
+  reg.set_server_id(server_id);
+  reg.set_host(cfg.server.host);
+  reg.set_port(port);
+  reg.set_num_stages(static_cast<uint32_t>(cfg.stages));
+  reg.set_config_hash(cfg.model.hash());
+  return reg;
+}
+
+} // namespace
+
+int run_server(const app_config& cfg) {
+  // Names no stage: a server may serve several in its life (--stage auto, moves).
+  const std::string server_id = "s-" + std::to_string(::getpid()) +
+                                (cfg.server.host == "127.0.0.1" ? std::string{} : "@" + cfg.server.host);
+  node n{cfg, "server " + server_id, "server", "server"};
+  auto log = get_logger("stage_server");
+  set_torch_threads(cfg.threads);
+  std::shared_ptr<stage_worker> worker;
+  auto build = [&](int stage) {
+    try {
+      worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.stages, cfg.device);
+      return true;
+    } catch (const std::exception& e) {
+      std::cerr << "swarm: server: " << e.what() << "\n";
+      return false;
+    }
+  };
+  // A bad config should fail before anything connects: build an explicit stage first.
+  if (cfg.server.stage >= 0 && !build(cfg.server.stage))
+    return 2;
+  auto checkpoints = checkpoints_of(cfg, "server");
+  if (!checkpoints)
+    return 2;
+  auto& sys = n.start();
+  auto coord = n.connect(cfg.server.coordinator);
+  auto bulk = n.bulk();
+  const auto asked_at = std::chrono::steady_clock::now();
+  proto::placement placed;
+  if (cfg.server.stage < 0) {
+    n.phase("asking the coordinator for a stage");
+    auto answer = ask_placement(sys, coord, server_id, cfg.model.hash());
+    if (!answer || static_cast<int>(answer->stage()) >= cfg.stages) {
+      std::cerr << "swarm: server " << server_id << " got no stage from the coordinator: "
+                << (answer ? "stage " + std::to_string(answer->stage()) + " out of range" : describe(answer.error()))
+                << "\n";
+      n.end(answer || code_of(answer.error()) == errc::BAD_CONFIG ? 2 : 1);
+    }
+    placed = *answer;
+    log->info("the coordinator placed this server on stage {}", placed.stage());
+    if (!build(static_cast<int>(placed.stage())))
+      n.end(2);
+  }
+  const int stage = worker->span().stage;
+  // Before serving anything: start where the stage is (a live peer's state, or
+  // the newest checkpoint when none holds it), not from scratch.
+  n.phase("downloading the stage's state");
+  (void)moving::download_state(sys, coord, stage, cfg.model.hash(), server_id, *worker, *n.metrics(), *checkpoints,
+                               cfg.stages);
+  const auto scfg = stage_server_settings(cfg, server_id, bulk, *checkpoints);
+  auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, n.metrics(),
+                                         std::make_shared<stage_server_counters>());
+  auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
+  auto guard = n.publish(server, cfg.server.port, false);
+  if (!guard) {
+    stop_server();
+    n.end(1);
+  }
+  const auto reg = registration(cfg, server_id, stage, guard->port());
+  n.phase("registering with the coordinator");
+  if (auto refused = register_with(sys, coord, reg, server)) {
+    std::cerr << "swarm: coordinator refused server " << server_id << ": " << describe(refused) << "\n";
+    stop_server();
+    n.end(code_of(refused) == errc::BAD_CONFIG || code_of(refused) == errc::UNKNOWN_STAGE ? 2 : 1);
+  }
+  log->info("serving stage {} (blocks {}..{}, {} parameters) on port {}", stage, worker->span().first_block,
+            worker->span().end_block, worker->parameter_count(), guard->port());
+  if (cfg.server.stage < 0)
+    n.metrics()->emit("rebalance", {{"server", server_id},
+                                    {"from", int64_t{-1}},
+                                    {"to", int64_t{stage}},
+                                    {"reason", std::string{"join"}},
+                                    {"predicted_gain", placed.predicted_gain()},
+                                    {"seconds", seconds_since(asked_at)}});
+  worker.reset();  // the actor owns it now, and replaces it when it moves
+  n.phase("serving (or moving between stages)");
+  // Serve until done; whenever the coordinator connection drops (a coordinator
+  // restart, or this process was stopped long enough for peers to give up on
+  // it), register again so trainers find this server anew. The server writes
+  // its own server_exit when it stops.
+  const auto reason = n.run_with_coordinator(caf::actor_cast<caf::actor>(server), coord, cfg.server.coordinator,
+                                             [&](const coordinator_actor& fresh) {
+                                               auto err = register_with(sys, fresh, reg, server);
+                                               if (err)
+                                                 log->warn("registering again failed: {}; retrying", describe(err));
+                                               return !err;
+                                             },
+                                             scfg.coordinator_up.get());
+  // Let the middleman deliver the server's down notices (user_shutdown: a
+  // server stopped on purpose, not a lost link) before the process ends.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  n.emit_bulk(server_id);
+  n.end(exit_code_of(reason));
+}
+
+} // namespace swarm
