@@ -319,6 +319,14 @@ const std::vector<std::string> every_key_set = {
     "--chaos-stage", "1", "--chaos-seed", "9", "--chaos-coordinator-every", "40", "--chaos-wipe-at", "15",
     "--server-slowdowns", "1,3", "--stage-servers", "3,1,1"};
 
+swarm::sim::parse_result parse_sim(std::vector<std::string> args) {
+  args.insert(args.begin(), "swarm-sim");
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  return swarm::sim::parse_scenario(static_cast<int>(argv.size()), argv.data());
+}
+
 /// Values a row's check refuses: just outside each bound of a range, a word
 /// not in the list, text no custom check takes.
 std::vector<std::string> bad_values(const keys::row& r) {
@@ -424,7 +432,25 @@ TEST_CASE("a bad value for each checked key exits 2 naming the flag", "[config][
   CHECK(tried >= 60);
 }
 
-TEST_CASE("the markdown table has one row per key", "[config][keys]") {
+TEST_CASE("swarm-sim: a bad value for each checked key exits 2 naming the flag", "[config][keys][sim]") {
+  swarm::sim::scenario s;
+  int tried = 0;
+  for (const auto& b : swarm::sim::bind_keys(s)) {
+    if (!b.key->rule.checks_anything())
+      continue;
+    for (const auto& bad : bad_values(*b.key)) {
+      auto result = parse_sim({"--" + b.key->flag, bad});
+      INFO("--" << b.key->flag << " " << bad << " -> " << result.message);
+      CHECK_FALSE(result.config);
+      CHECK(result.exit_code == 2);
+      CHECK_THAT(result.message, Catch::Contains("--" + b.key->flag));
+      ++tried;
+    }
+  }
+  CHECK(tried >= 40);
+}
+
+TEST_CASE("the markdown tables have one row per key", "[config][keys]") {
   const auto count_rows = [](const std::string& md, const std::string& flag) {
     int n = 0;
     for (size_t pos = md.find("| `--" + flag + "` |"); pos != std::string::npos;
@@ -455,9 +481,16 @@ TEST_CASE("the markdown table has one row per key", "[config][keys]") {
   const auto md = parse({"--help-markdown"}).message;
   CHECK(rows_of(md) == static_cast<int>(swarm_keys().size()));
   CHECK(check_help(parse({"--help"}).message, md) == static_cast<int>(swarm_keys().size()));
+
+  swarm::sim::scenario s;
+  const auto sim_keys = swarm::sim::bind_keys(s).size();
+  const auto sim_md = parse_sim({"--help-markdown"}).message;
+  CHECK(rows_of(sim_md) == static_cast<int>(sim_keys));
+  CHECK(check_help(parse_sim({"--help"}).message, sim_md) == static_cast<int>(sim_keys));
+  CHECK(sim_keys > 50);
 }
 
-TEST_CASE("the README's flag table is the generated one", "[config][keys][readme]") {
+TEST_CASE("the README's flag tables are the generated ones", "[config][keys][readme]") {
   const auto readme = file_text(SWARM_SOURCE_DIR "/README.md");
   const auto block = [&](const std::string& program) {
     const auto begin = "<!-- " + program + " --help-markdown: begin -->\n";
@@ -466,7 +499,8 @@ TEST_CASE("the README's flag table is the generated one", "[config][keys][readme
     return b == std::string::npos || e == std::string::npos ? std::string{}
                                                             : readme.substr(b + begin.size(), e - b - begin.size());
   };
-  const std::pair<std::string, std::string> tables[] = {{"swarm", parse({"--help-markdown"}).message}};
+  const std::pair<std::string, std::string> tables[] = {{"swarm", parse({"--help-markdown"}).message},
+                                                        {"swarm-sim", parse_sim({"--help-markdown"}).message}};
   for (const auto& [program, generated] : tables) {
     const auto fresh = "/tmp/" + program + "-flags.md";
     INFO("README's table of " << program << " flags is stale: paste " << fresh << " (`" << program
