@@ -6,17 +6,23 @@ namespace swarm {
 
 namespace {
 
-constexpr std::pair<const char*, role> roles[] = {
-    {"coordinator", role::coordinator}, {"server", role::server}, {"trainer", role::trainer},    {"local", role::local},
-    {"cluster", role::cluster},         {"status", role::status}, {"calibrate", role::calibrate}};
+/// Every role, in --help order; to_string() names them.
+constexpr role roles[] = {role::coordinator, role::server, role::trainer,  role::local,
+                          role::cluster,     role::status, role::calibrate};
+
+std::vector<std::string> role_names() {
+  std::vector<std::string> out;
+  for (role r : roles) out.emplace_back(to_string(r));
+  return out;
+}
 
 std::string role_text(const app_config& c) {
   return to_string(c.which);
 }
 
 std::string set_role(app_config& c, const std::string& text) {
-  for (const auto& [name, r] : roles)
-    if (text == name) {
+  for (role r : roles)
+    if (text == to_string(r)) {
       c.which = r;
       return {};
     }
@@ -92,8 +98,7 @@ const std::vector<keys::row>& swarm_keys() {
   const auto compressions = one_of({"none", "fp16", "blockwise8"});
   // flag, member, unit, check, help[, own]; the unit ends the help text ("..., seconds").
   static const std::vector<keys::row> rows = {
-      keys::text_key<app>("role", role_text, set_role,
-                          one_of({"coordinator", "server", "trainer", "local", "cluster", "status", "calibrate"}),
+      keys::text_key<app>("role", role_text, set_role, one_of(role_names()),
                           "what this process is: coordinator | server | trainer | local | cluster | status (print a "
                           "running swarm's overview: --coordinator HOST:PORT) | calibrate (measure this machine's "
                           "stage costs for swarm-sim: --out FILE)",
