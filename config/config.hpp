@@ -2,7 +2,8 @@
 // Configuration of every role: one struct per role, each field with its unit and
 // default. Every field is also a command-line flag and a key of the config files
 // in this folder (`key = value`, key spelled like the flag without dashes in
-// front); flags override the file. parse_config() is the only parser.
+// front); flags override the file. The flags are declared once, in the table of
+// config/keys.cpp; parse_config() is the only parser.
 
 #include <cstdint>
 #include <optional>
@@ -162,8 +163,9 @@ struct parse_result {
 /// Checks ranges and cross-field rules; returns an empty string when valid.
 [[nodiscard]] std::string validate(const app_config& cfg);
 
-/// Renders a config back to flags (for the cluster launcher's children).
-[[nodiscard]] std::vector<std::string> to_flags(const app_config& cfg);
+/// Renders a config back to flags: for the cluster launcher's children the keys
+/// every process of a swarm shares; with `every_key`, every key (--role too).
+[[nodiscard]] std::vector<std::string> to_flags(const app_config& cfg, bool every_key = false);
 
 /// Splits "host:port"; nullopt when malformed.
 [[nodiscard]] std::optional<std::pair<std::string, uint16_t>> split_host_port(const std::string& s);

@@ -21,9 +21,9 @@ namespace {
 
 policy::rebalance_config rebalance_cfg(const scenario& c) {
   policy::rebalance_config r;
-  r.min_gain = c.rebalance_min_gain;
-  r.min_replicas = c.min_replicas;
-  r.cooldown_s = 2 * c.rebalance_period;  // swarm: a server that moved stays put for two periods
+  r.min_gain = c.coordinator.rebalance_min_gain;
+  r.min_replicas = c.coordinator.min_replicas;
+  r.cooldown_s = 2 * c.coordinator.rebalance_period_s;  // swarm: a server that moved stays put for two periods
   return r;
 }
 
@@ -43,10 +43,10 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
   for (peer* m : members) epochs.push_back(m->epoch);
   const auto& c = w.costs[static_cast<size_t>(stage)];
   const auto shards = policy::partition_shards(c.parameters, n);
-  const double vb = nominal_bytes_per_value(w.cfg.averaging_compression);
+  const double vb = nominal_bytes_per_value(w.cfg.server.averaging_compression);
   // Each member's flows run on its machine's two flow ends (peer::near_end,
   // hub_end); they are cut at swarm's round deadline.
-  const double deadline = t0 + 3 * w.cfg.averaging_timeout;
+  const double deadline = t0 + 3 * w.cfg.coordinator.averaging_timeout_s;
   const auto done = s4u::Semaphore::create(0);
   const int flows = n > 1 ? n : 0;  // a lone member has nothing to exchange
   for (int i = 0; i < flows; ++i) {
@@ -93,7 +93,7 @@ void maybe_start_rounds(world& w, int64_t& rounds) {
       live.push_back(p);
       views.push_back({p->name, true, p->step, static_cast<uint64_t>(p->accumulated), p->step});
     }
-    const auto plan = policy::plan_round(views, {pos, pos}, w.cfg.batch_size);
+    const auto plan = policy::plan_round(views, {pos, pos}, w.cfg.server.batch_size);
     if (!plan.start) continue;
     std::vector<peer*> members;
     for (size_t i : plan.members) {
@@ -159,7 +159,7 @@ int place(peer& p) {
   auto& w = the_world();
   // swarm --role cluster restarts a killed server on its stage when rebalancing is off.
   const bool cluster_churn = w.cfg.churn == "kill" || w.cfg.churn == "replay";
-  if (w.cfg.rebalance == "off" && cluster_churn && p.home_stage >= 0) return p.home_stage;
+  if (w.cfg.coordinator.rebalance == "off" && cluster_churn && p.home_stage >= 0) return p.home_stage;
   if (w.cfg.join == "random") return std::uniform_int_distribution<int>(0, w.cfg.stages - 1)(w.rng);
   return policy::place_joiner(w.rebalance_cost, server_loads(w), rebalance_cfg(w.cfg)).to;
 }
@@ -167,7 +167,7 @@ int place(peer& p) {
 void coordinator_main() {
   auto& w = the_world();
   const auto& cfg = w.cfg;
-  const double tick = 1.0, load_every = std::min(cfg.rebalance_period, 5.0);
+  const double tick = 1.0, load_every = std::min(cfg.coordinator.rebalance_period_s, 5.0);
   double last_periodic = 0, last_load = 0, last_report = 0;
   int64_t rounds = 0, report_samples = 0;
   double report_optimal = 0;
@@ -199,8 +199,8 @@ void coordinator_main() {
     // swarm's rebalancer is an actor of its own woken by a timer: it decides at
     // the tick, not after the averager's work below (a kill 0.2 s after a
     // periodic check is not seen by that check).
-    if (cfg.rebalance == "on" && now >= std::min(cfg.rebalance_period, 10.0)) {
-      const bool periodic = now - last_periodic >= cfg.rebalance_period - 1e-9;  // ticks are sums of floats
+    if (cfg.coordinator.rebalance == "on" && now >= std::min(cfg.coordinator.rebalance_period_s, 10.0)) {
+      const bool periodic = now - last_periodic >= cfg.coordinator.rebalance_period_s - 1e-9;  // ticks are sums of floats
       if (periodic) last_periodic = now;
       maybe_move(w, periodic);
     }
@@ -224,8 +224,8 @@ void coordinator_main() {
     if (now - last_report >= cfg.report_every - 1e-9 || now >= cfg.duration) {
       const double span = std::max(now - last_report, 1e-9);
       const int64_t samples = w.samples();
-      const double tps = static_cast<double>(samples - report_samples) * static_cast<double>(cfg.seq_len) / span;
-      const double opt = (w.total.optimal_samples - report_optimal) * static_cast<double>(cfg.seq_len) / span;
+      const double tps = static_cast<double>(samples - report_samples) * static_cast<double>(cfg.model.seq_len) / span;
+      const double opt = (w.total.optimal_samples - report_optimal) * static_cast<double>(cfg.model.seq_len) / span;
       w.timeline.push_back({now, tps, opt});
       w.emit("sim_throughput", {{"tokens_per_s", tps}, {"optimal_tokens_per_s", opt},
                                 {"share", opt > 0 ? tps / opt : std::nan("")}, {"alive", int64_t{alive}},

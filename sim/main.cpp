@@ -1,6 +1,6 @@
 // swarm-sim: the swarm simulated with SimGrid, running swarm's own policies
 // (actors/policy/*) over peers, trainers and a coordinator on a generated
-// platform. See README "Simulator".
+// platform. See docs/simulator.md.
 //   swarm-sim --config config/sim-small --duration 300
 //   swarm-sim --peers 1000 --stages 16 --churn trace --trace ../shared/data/traces/g4dn-trace.csv
 #include <simgrid/s4u.hpp>
@@ -44,8 +44,8 @@ void start_initial(world& w) {
   const auto& c = w.cfg;
   if (c.churn == "trace") return;  // churn_main brings up every machine when its trace says
   std::vector<int> stage_of(w.peers.size(), -1);
-  if (!c.stage_servers.empty()) {
-    const auto counts = *number_list(c.stage_servers);
+  if (!c.cluster.stage_servers.empty()) {
+    const auto counts = *number_list(c.cluster.stage_servers);
     size_t next = 0;
     for (int s = 0; s < c.stages; ++s)
       for (int k = 0; k < static_cast<int>(counts[static_cast<size_t>(s)]); ++k) stage_of[next++] = s;
@@ -104,7 +104,7 @@ namespace swarm::sim {
   const auto& tot = w.total;
   // After the warm-up: the pipeline is full.
   const auto counted = static_cast<double>(w.samples() - tot.warm_samples);
-  const double tps = counted * static_cast<double>(cfg.seq_len) / (cfg.duration - cfg.warmup);
+  const double tps = counted * static_cast<double>(cfg.model.seq_len) / (cfg.duration - cfg.warmup);
   const double opt = tot.optimal_samples - tot.warm_optimal, flu = tot.fluid_samples - tot.warm_fluid;
   const double share = opt > 0 ? counted / opt : std::nan("");
   const double fluid = flu > 0 ? counted / flu : std::nan("");
@@ -134,7 +134,7 @@ namespace swarm::sim {
   w.emit("cluster_exit", {{"code", int64_t{0}}}, "sim");
   w.metrics.flush();
   std::printf("swarm-sim: %.0f simulated s, %d peers (%.1f up on average), %d stages, %d trainers\n", cfg.duration,
-              cfg.peers, mean_alive, cfg.stages, cfg.trainers);
+              cfg.peers, mean_alive, cfg.stages, cfg.cluster.trainers);
   std::printf("  throughput  %.0f tokens/s after the %.0f s warm-up, %.1f%% of the best assignment's (%.1f%% of the "
               "fluid bound)\n", tps, cfg.warmup, 100 * share, 100 * fluid);
   // Throughput over time, in at most 10 spans of equal length.
@@ -186,11 +186,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   w.cal = *cal;
-  const model_shape shape{cfg.d_model, cfg.seq_len, 256, static_cast<int>(cfg.n_layers), cfg.stages, cfg.microbatch,
-                          cfg.compression};
+  const auto& m = cfg.model;
+  const model_shape shape{m.d_model, m.seq_len, m.vocab, static_cast<int>(m.n_layers), cfg.stages, m.microbatch,
+                          cfg.trainer.compression};
   w.costs = request_costs(shape, w.cal);
   if (w.costs.empty()) {
-    std::cerr << "swarm-sim: bad config: cannot cut " << cfg.n_layers << " layers into " << cfg.stages << " stages\n";
+    std::cerr << "swarm-sim: bad config: cannot cut " << m.n_layers << " layers into " << cfg.stages << " stages\n";
     return 2;
   }
   for (const auto& c : w.costs) w.rebalance_cost.push_back(c.madds_per_sample);
@@ -243,16 +244,16 @@ int main(int argc, char** argv) {
   for (auto& t : w.trainers) {
     t.rng.seed(cfg.seed * 1000003 + static_cast<uint64_t>(t.index));
     policy::routing_config rc;
-    rc.alpha = cfg.ema_alpha;
-    rc.backward_cost = cfg.backward_cost;
-    rc.ban_base_s = cfg.ban_base;
-    rc.ban_max_s = cfg.ban_max;
+    rc.alpha = cfg.trainer.ema_alpha;
+    rc.backward_cost = cfg.trainer.backward_cost;
+    rc.ban_base_s = cfg.trainer.ban_base_s;
+    rc.ban_max_s = cfg.trainer.ban_max_s;
     t.routers.assign(static_cast<size_t>(cfg.stages), policy::stage_router(rc));
     t.pins.assign(static_cast<size_t>(cfg.stages), policy::static_pin{});
   }
   w.emit("cluster_start", {{"stages", int64_t{cfg.stages}}, {"peers", int64_t{cfg.peers}},
-                           {"trainers", int64_t{cfg.trainers}}, {"microbatch", cfg.microbatch},
-                           {"seq_len", cfg.seq_len}, {"simulated", true}}, "sim");
+                           {"trainers", int64_t{cfg.cluster.trainers}}, {"microbatch", cfg.model.microbatch},
+                           {"seq_len", cfg.model.seq_len}, {"simulated", true}}, "sim");
   for (size_t k = 0; k < w.costs.size(); ++k) {
     const auto& c = w.costs[k];
     w.emit("stage_cost", {{"stage", static_cast<int64_t>(k)}, {"forward_s", c.forward_s}, {"backward_s", c.backward_s},
@@ -264,7 +265,7 @@ int main(int argc, char** argv) {
   s4u::Actor::create("churn", w.coordinator_host, churn_main);
   s4u::Actor::create("start", w.coordinator_host, [&w] { start_initial(w); });
   for (auto& t : w.trainers)
-    for (int k = 0; k < cfg.in_flight; ++k)
+    for (int k = 0; k < cfg.trainer.in_flight; ++k)
       s4u::Actor::create(t.name + "/" + std::to_string(k), t.host, [i = t.index, k] { trainer_worker(i, k); });
   engine.run();  // finish() ends the process when the coordinator reaches --duration
   return 1;

@@ -65,7 +65,7 @@ void build_platform(world& w) {
     p.inbox = s4u::Mailbox::by_name("peer" + std::to_string(i));
     w.peers.push_back(p);
   }
-  for (int i = 0; i < c.trainers; ++i) {
+  for (int i = 0; i < c.cluster.trainers; ++i) {
     trainer_state t;
     t.index = i;
     t.name = "t" + std::to_string(i);

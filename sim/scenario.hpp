@@ -1,7 +1,7 @@
 #pragma once
-// Everything one swarm-sim run is: the model (as swarm's flags spell it), the
-// swarm, the platform, the churn and the policies' knobs. One struct, every
-// field a flag and a key of a --config file (the syntax of swarm's config
+// Everything one swarm-sim run is: the model and the roles' knobs (swarm's own
+// config structs and keys), the swarm, the platform, the churn. One struct,
+// every key a flag and a key of a --config file (the syntax of swarm's config
 // files); parse_scenario() is the only parser and checks every value.
 
 #include <cstdint>
@@ -9,46 +9,30 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
+#include "config/key_table.hpp"
+
 namespace swarm::sim {
 
 struct scenario {
-  // The model (swarm's flags of the same names).
-  int64_t d_model = 128;
-  int64_t n_layers = 4;
-  int64_t seq_len = 128;
-  int64_t microbatch = 8;
-  int stages = 2;
-  std::string compression = "blockwise8";            ///< activations on the wire
-  std::string averaging_compression = "fp16";        ///< all-reduce pieces
-  int64_t batch_size = 64;                           ///< samples per stage-wide optimizer step
-  double averaging_timeout = 30;                     ///< rounds end by 3x this, as swarm's
-  std::string calibration;                           ///< file from `swarm --role calibrate`; empty = the source tree's
+  // swarm's own structs: their keys (d-model, routing, rebalance-period, ...)
+  // are swarm's rows of config/keys.cpp, registered by scenario.cpp with the
+  // same names, defaults, help and checks. Only the keys scenario.cpp lists
+  // are flags here; the other members keep swarm's defaults and are not read.
+  model_config model;              ///< d-model, n-layers, seq-len, microbatch
+  int stages = app_config{}.stages; ///< swarm's --stages (app_config holds it outside its sections)
+  server_config server;            ///< batch-size, averaging-compression
+  trainer_config trainer;          ///< in-flight, routing, compression, timeouts, retries, commit-grace, EMA, bans
+  coordinator_config coordinator;  ///< averaging-timeout, rebalance, rebalance-period, -min-gain, min-replicas
+  cluster_config cluster;          ///< trainers; stage_servers is swarm-sim's own --stage-servers
+  std::string calibration;         ///< file from `swarm --role calibrate`; empty = the source tree's
   // The swarm.
   int peers = 4;                  ///< server machines (trace: slots the trace is laid over)
-  std::string stage_servers;      ///< initial servers per stage, e.g. "3,1"; empty: peers dealt round-robin
   std::string slowdowns;          ///< per-peer slowdown (swarm's --server-slowdowns), cycled; empty: 1
   double speed = 1;               ///< compute speed of a peer relative to this machine's calibrated core
   double speed_spread = 0;        ///< peers' speeds drawn log-normal with this sigma around `speed`
-  int trainers = 1;
-  int in_flight = 4;              ///< microbatches in the pipeline per trainer
   double ramp_s = 0;              ///< each trainer slot starts at a random time in [0, ramp_s): no start-up wave
-  // Routing (swarm's trainer flags).
-  std::string routing = "swarm";  ///< swarm | static
-  double forward_timeout = 30;
-  double backward_timeout = 75;
-  int max_retries = 5;
-  double commit_grace = 0.1;      ///< servers refuse work they reach later than (1 - this) x its timeout
-  double no_server_wait = 600;
-  double ema_alpha = 0.1;
-  double backward_cost = 2.5;
-  double ban_base = 1;
-  double ban_max = 60;
-  // Rebalancing (the coordinator's flags).
-  std::string rebalance = "on";   ///< on | off
   std::string join = "placed";    ///< placed: the rebalancer's placement (swarm --stage auto) | random: any stage
-  double rebalance_period = 30;
-  double rebalance_min_gain = 0.1;
-  int min_replicas = 2;
   // The platform.
   std::string platform = "wan";   ///< wan: a host per peer in regions | local: one machine of `cores` cores on loopback
   int cores = 2;                  ///< local: cores shared by every process
@@ -70,7 +54,7 @@ struct scenario {
   double start_cpu_s = 0;         ///< core-seconds its start-up burns on its machine's cores
   // The run.
   double duration = 600;          ///< simulated seconds
-  uint64_t seed = 1;
+  uint64_t seed = 1;              ///< of every random choice (model.seed is swarm's, not read here)
   std::string metrics;            ///< JSON-lines events (swarm's vocabulary); empty = none
   double warmup = -1;             ///< simulated seconds left out of the summary's tokens/s and shares; < 0: 10% of duration
   double report_every = 60;       ///< simulated seconds between progress lines and `sim_throughput` events
@@ -80,11 +64,15 @@ struct scenario {
 
 struct parse_result {
   std::optional<scenario> config;
-  int exit_code = 0;    ///< 0: --help; 2: bad flags or config
+  int exit_code = 0;    ///< 0: --help or --help-markdown; 2: bad flags or config
   std::string message;
 };
 
 [[nodiscard]] parse_result parse_scenario(int argc, char** argv);
+
+/// Every key of swarm-sim bound into `s`, in --help order: swarm's shared keys
+/// (config/keys.cpp), then swarm-sim's own.
+[[nodiscard]] std::vector<keys::binding> bind_keys(scenario& s);
 
 /// Comma-separated numbers; nullopt when one is not a number.
 [[nodiscard]] std::optional<std::vector<double>> number_list(const std::string& text);

@@ -19,10 +19,10 @@ enum class outcome { done, dropped };
 std::string choose(world& w, trainer_state& t, int stage, bool backward, const std::string& preferred,
                    const std::vector<std::string>& tried) {
   auto& router = t.routers[static_cast<size_t>(stage)];
-  const double give_up = w.now() + w.cfg.no_server_wait;
+  const double give_up = w.now() + w.cfg.trainer.no_server_wait_s;
   for (;;) {
     const double now = w.now();
-    if (w.cfg.routing == "static") {
+    if (w.cfg.trainer.routing == "static") {
       auto& pin = t.pins[static_cast<size_t>(stage)];
       if (!pin.pinned().empty()) return pin.pinned();
       std::vector<std::string> candidates;
@@ -32,7 +32,7 @@ std::string choose(world& w, trainer_state& t, int stage, bool backward, const s
       // As swarm's load balancer: a backward goes back to its forward's server while eligible.
       const bool keep = !preferred.empty() && router.contains(preferred) && !router.banned(preferred, now) &&
                         std::find(tried.begin(), tried.end(), preferred) == tried.end();
-      const double size = static_cast<double>(w.cfg.microbatch);
+      const double size = static_cast<double>(w.cfg.model.microbatch);
       auto pick = keep ? router.choose_only(preferred, size, backward, now)
                        : router.choose(size, backward, now, t.rng, tried);
       if (!pick && !keep && !tried.empty()) pick = router.choose(size, backward, now, t.rng);
@@ -55,13 +55,13 @@ peer* find_peer(world& w, const std::string& name) {
 
 /// One stage call with retries; the server that answered, or empty (dropped).
 std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool backward, const std::string& preferred) {
-  const auto microbatch = static_cast<double>(w.cfg.microbatch);
+  const auto microbatch = static_cast<double>(w.cfg.model.microbatch);
   const auto& c = w.costs[static_cast<size_t>(stage)];
-  const double timeout = backward ? w.cfg.backward_timeout : w.cfg.forward_timeout;
+  const double timeout = backward ? w.cfg.trainer.backward_timeout_s : w.cfg.trainer.forward_timeout_s;
   const char* op = backward ? "backward" : "forward";
   std::vector<std::string> tried;
   std::string last, why = "down";
-  for (int attempt = 0; attempt < w.cfg.max_retries; ++attempt) {
+  for (int attempt = 0; attempt < w.cfg.trainer.max_retries; ++attempt) {
     const std::string name = choose(w, t, stage, backward, preferred, tried);
     if (name.empty()) break;
     peer* p = find_peer(w, name);
@@ -80,11 +80,11 @@ std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool 
       continue;
     }
     const uint64_t id = t.next_attempt++;
-    auto* r = new request{backward ? request::backward : request::forward, stage, p->epoch, w.cfg.microbatch,
+    auto* r = new request{backward ? request::backward : request::forward, stage, p->epoch, w.cfg.model.microbatch,
                           backward ? c.backward_out_bytes : c.forward_out_bytes, box, id};
     p->waiters.emplace_back(box, id);
     const double sent = w.now();
-    r->commit_by = sent + (1 - w.cfg.commit_grace) * timeout;
+    r->commit_by = sent + (1 - w.cfg.trainer.commit_grace) * timeout;
     // The trainer's CPU per request (its codec, messages), measured by
     // scripts/calibrate.sh on this machine: charged where it competes, on the
     // local platform's one machine.
@@ -160,7 +160,7 @@ outcome run_microbatch(world& w, trainer_state& t, s4u::Mailbox* box) {
 }
 
 void count_step(world& w, trainer_state& t) {
-  const int64_t batch = w.cfg.batch_size;
+  const int64_t batch = w.cfg.server.batch_size;  // one --batch-size for servers and trainers, as in swarm
   while (t.samples >= t.next_step_samples + batch) {
     t.next_step_samples += batch;
     ++t.steps;
@@ -169,8 +169,8 @@ void count_step(world& w, trainer_state& t) {
     w.emit("step", {{"trainer", t.name},
                     {"step", t.steps},
                     {"samples", t.samples},
-                    {"tokens", t.samples * w.cfg.seq_len},
-                    {"tokens_per_s", static_cast<double>(batch * w.cfg.seq_len) / took},
+                    {"tokens", t.samples * w.cfg.model.seq_len},
+                    {"tokens_per_s", static_cast<double>(batch * w.cfg.model.seq_len) / took},
                     {"elapsed_s", w.now()},
                     {"issued", t.issued},
                     {"completed", t.completed},
@@ -192,7 +192,7 @@ void trainer_worker(int trainer, int slot) {
     ++t.issued;
     if (run_microbatch(w, t, box) == outcome::done) {
       ++t.completed;
-      t.samples += w.cfg.microbatch;
+      t.samples += w.cfg.model.microbatch;
       count_step(w, t);
     } else {
       ++t.dropped;

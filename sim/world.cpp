@@ -46,7 +46,7 @@ peer* world::state_source(int stage, const peer* except) {
 
 double world::seconds_per_sample(int stage) const {
   const auto& c = costs[static_cast<size_t>(stage)];
-  return (c.forward_s + c.backward_s) / static_cast<double>(cfg.microbatch);
+  return (c.forward_s + c.backward_s) / static_cast<double>(cfg.model.microbatch);
 }
 
 void send(outbox& out, s4u::Mailbox* box, reply* r, double bytes) {

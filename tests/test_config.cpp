@@ -1,13 +1,20 @@
-// Config parsing: files, flags overriding files, validation messages, to_flags round trip.
+// Config parsing: files, flags overriding files, validation messages, to_flags round
+// trip; the table of keys and what is generated from it (options, checks, flags, docs).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
+#include <memory>
+#include <set>
 
 #include <unistd.h>
 
 #include "config/config.hpp"
+#include "config/keys.hpp"
 #include "sim/scenario.hpp"
 
 using namespace swarm;
@@ -298,4 +305,263 @@ TEST_CASE("the docs document every swarm-sim flag", "[config][readme][sim]") {
     ++flags;
   }
   CHECK(flags > 40);
+}
+
+// --- the table of keys (config/keys.cpp) and what is generated from it ---------
+
+namespace {
+
+/// Every key of swarm set to a valid value other than its default (valid
+/// together: the cross-field rules hold). A new key needs a value here: the
+/// first test below fails until it has one.
+const std::vector<std::string> every_key_set = {
+    "--role", "server", "--out", "/tmp/calibration.txt", "--stages", "3", "--threads", "2", "--device", "cuda:1",
+    "--metrics", "/tmp/m.jsonl", "--log-level", "debug",
+    "--d-model", "96", "--n-heads", "6", "--n-layers", "6", "--seq-len", "32", "--microbatch", "4", "--lr", "0.0012345678901234",
+    "--weight-decay", "0.05", "--beta1", "0.8", "--beta2", "0.99", "--grad-clip", "0.5", "--seed", "7",
+    "--heartbeat", "0.5", "--connection-timeout", "3", "--chunk-bytes", "1048576", "--bulk-min-bytes", "0",
+    "--tls-ca", "ca.pem", "--tls-cert", "node.pem", "--tls-key", "node.key",
+    "--port", "7001", "--port-file", "/tmp/port", "--http-port", "8080", "--http-host", "0.0.0.0",
+    "--averaging-timeout", "12.5", "--rebalance", "off", "--rebalance-period", "7", "--rebalance-min-gain", "0.123456789",
+    "--min-replicas", "3",
+    "--coordinator", "example.org:7000", "--stage", "1", "--host", "10.0.0.2", "--server-port", "7002",
+    "--batch-size", "32", "--slowdown", "2.5", "--averaging-compression", "blockwise8", "--fault", "hang-round",
+    "--fault-after", "3",
+    "--corpus", "/tmp/corpus", "--in-flight", "2", "--max-steps", "9", "--forward-timeout", "11",
+    "--backward-timeout", "22", "--max-retries", "2", "--no-server-wait", "33", "--routing", "static",
+    "--compression", "fp16", "--ema-alpha", "0.3", "--backward-cost", "3", "--ban-base", "2", "--ban-max", "20",
+    "--commit-grace", "0.2",
+    "--checkpoint-dir", "/tmp/ckpt", "--checkpoint-every", "90s", "--checkpoint-keep", "5",
+    "--servers-per-stage", "3", "--trainers", "2", "--chaos", "mixed", "--chaos-every", "5", "--chaos-down", "2",
+    "--chaos-stage", "1", "--chaos-seed", "9", "--chaos-coordinator-every", "40", "--chaos-wipe-at", "15",
+    "--server-slowdowns", "1,3", "--stage-servers", "3,1,1"};
+
+swarm::sim::parse_result parse_sim(std::vector<std::string> args) {
+  args.insert(args.begin(), "swarm-sim");
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  return swarm::sim::parse_scenario(static_cast<int>(argv.size()), argv.data());
+}
+
+/// Values a row's check refuses: just outside each bound of a range, a word
+/// not in the list, text no custom check takes.
+std::vector<std::string> bad_values(const keys::row& r) {
+  const auto& c = r.rule;
+  if (!c.is_range())
+    return {"no such value"};
+  const bool whole = !std::holds_alternative<double>(r.fallback);
+  const auto text = [whole](double x) {
+    return whole ? std::to_string(static_cast<long long>(x)) : keys::show(keys::value{x});
+  };
+  std::vector<std::string> out;
+  if (std::isfinite(c.lo()))
+    out.push_back(text(c.lo_open() ? c.lo() : c.lo() - 1));
+  if (std::isfinite(c.hi()))
+    out.push_back(text(c.hi_open() ? c.hi() : c.hi() + 1));
+  return out;
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+} // namespace
+
+TEST_CASE("every key round-trips through to_flags and the parser", "[config][keys]") {
+  const auto defaults_config = std::make_unique<app_config>();
+  const auto defaults = bind_keys(*defaults_config);
+  auto set = parse(every_key_set);
+  INFO(set.message);
+  REQUIRE(set.config);
+  const auto original = bind_keys(*set.config);
+  REQUIRE(original.size() == swarm_keys().size());
+  for (size_t i = 0; i < original.size(); ++i) {
+    INFO("--" << original[i].key->flag << " is not set to a value of its own in every_key_set");
+    CHECK(keys::current(original[i]) != keys::current(defaults[i]));
+  }
+
+  // Every key, --role included: the parsed config equals the original.
+  auto all = to_flags(*set.config, true);
+  auto back = parse(all);
+  INFO(back.message);
+  REQUIRE(back.config);
+  const auto round = bind_keys(*back.config);
+  for (size_t i = 0; i < round.size(); ++i) {
+    INFO("--" << round[i].key->flag);
+    CHECK(keys::current(round[i]) == keys::current(original[i]));
+  }
+  CHECK(back.config->checkpoint.every_s == 90);
+  CHECK(back.config->trainer.batch_size == 32);
+  CHECK(back.config->trainer.coordinator == "example.org:7000");
+  CHECK(back.config->server.stage == 1);
+  CHECK(back.config->which == role::server);
+
+  // A cluster's child gets exactly the keys that reach the whole swarm: not the
+  // launcher's own, nor one process's port, address, stage or test hook.
+  auto common = to_flags(*set.config);
+  for (const char* own : {"--role", "--out", "--port", "--port-file", "--http-port", "--http-host", "--coordinator",
+                          "--stage", "--host", "--server-port", "--slowdown", "--fault", "--fault-after", "--trainers",
+                          "--servers-per-stage", "--chaos", "--stage-servers", "--server-slowdowns"}) {
+    INFO(own);
+    CHECK(std::find(common.begin(), common.end(), own) == common.end());
+  }
+  common.insert(common.begin(), {"--role", "local"});
+  auto child = parse(common);
+  INFO(child.message);
+  REQUIRE(child.config);
+  const auto inherited = bind_keys(*child.config);
+  for (size_t i = 0; i < inherited.size(); ++i) {
+    INFO("--" << inherited[i].key->flag);
+    const bool passed = inherited[i].key->scope == keys::reach::swarm;
+    CHECK(keys::current(inherited[i]) == keys::current(passed ? original[i] : defaults[i]));
+  }
+}
+
+TEST_CASE("no two keys share a flag or a value", "[config][keys]") {
+  app_config c;
+  std::set<std::string> flags;
+  std::set<const void*> places;
+  for (const auto& b : bind_keys(c)) {
+    INFO("--" << b.key->flag);
+    CHECK(flags.insert(b.key->flag).second);
+    if (!b.text)
+      CHECK(places.insert(std::visit([](auto* p) -> const void* { return p; }, b.where)).second);
+  }
+  CHECK(flags.size() == swarm_keys().size());
+}
+
+TEST_CASE("a bad value for each checked key exits 2 naming the flag", "[config][keys]") {
+  int tried = 0;
+  for (const auto& r : swarm_keys()) {
+    if (!r.rule.checks_anything())
+      continue;
+    for (const auto& bad : bad_values(r)) {
+      auto result = parse({"--role", "local", "--" + r.flag, bad});
+      INFO("--" << r.flag << " " << bad << " -> " << result.message);
+      CHECK_FALSE(result.config);
+      CHECK(result.exit_code == 2);
+      CHECK_THAT(result.message, Catch::Contains("--" + r.flag));
+      ++tried;
+    }
+  }
+  CHECK(tried >= 60);
+}
+
+TEST_CASE("swarm-sim: a bad value for each checked key exits 2 naming the flag", "[config][keys][sim]") {
+  swarm::sim::scenario s;
+  int tried = 0;
+  for (const auto& b : swarm::sim::bind_keys(s)) {
+    if (!b.key->rule.checks_anything())
+      continue;
+    for (const auto& bad : bad_values(*b.key)) {
+      auto result = parse_sim({"--" + b.key->flag, bad});
+      INFO("--" << b.key->flag << " " << bad << " -> " << result.message);
+      CHECK_FALSE(result.config);
+      CHECK(result.exit_code == 2);
+      CHECK_THAT(result.message, Catch::Contains("--" + b.key->flag));
+      ++tried;
+    }
+  }
+  CHECK(tried >= 40);
+}
+
+TEST_CASE("the markdown tables have one row per key", "[config][keys]") {
+  const auto count_rows = [](const std::string& md, const std::string& flag) {
+    int n = 0;
+    for (size_t pos = md.find("| `--" + flag + "` |"); pos != std::string::npos;
+         pos = md.find("| `--" + flag + "` |", pos + 1))
+      ++n;
+    return n;
+  };
+  const auto rows_of = [](const std::string& md) {
+    int n = 0;
+    for (size_t pos = md.find("\n| `--"); pos != std::string::npos; pos = md.find("\n| `--", pos + 1))
+      ++n;
+    return n;
+  };
+  /// Every flag --help lists (but --help, --config and --help-markdown) has one row.
+  const auto check_help = [&](const std::string& help, const std::string& md) {
+    int flags = 0;
+    for (size_t pos = help.find("  --"); pos != std::string::npos; pos = help.find("  --", pos + 1)) {
+      const auto end = help.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-", pos + 4);
+      const auto flag = help.substr(pos + 4, end - pos - 4);
+      if (flag == "help" || flag == "config")
+        continue;
+      INFO("--" << flag);
+      CHECK(count_rows(md, flag) == 1);
+      ++flags;
+    }
+    return flags;
+  };
+  const auto md = parse({"--help-markdown"}).message;
+  CHECK(rows_of(md) == static_cast<int>(swarm_keys().size()));
+  CHECK(check_help(parse({"--help"}).message, md) == static_cast<int>(swarm_keys().size()));
+
+  swarm::sim::scenario s;
+  const auto sim_keys = swarm::sim::bind_keys(s).size();
+  const auto sim_md = parse_sim({"--help-markdown"}).message;
+  CHECK(rows_of(sim_md) == static_cast<int>(sim_keys));
+  CHECK(check_help(parse_sim({"--help"}).message, sim_md) == static_cast<int>(sim_keys));
+  CHECK(sim_keys > 50);
+}
+
+TEST_CASE("the docs' flag tables are the generated ones", "[config][keys][readme]") {
+  const auto block = [&](const std::string& doc, const std::string& program) {
+    const auto text = file_text(SWARM_SOURCE_DIR "/docs/" + doc);
+    const auto begin = "<!-- " + program + " --help-markdown: begin -->\n";
+    const auto b = text.find(begin);
+    const auto e = text.find("<!-- " + program + " --help-markdown: end -->");
+    return b == std::string::npos || e == std::string::npos ? std::string{}
+                                                            : text.substr(b + begin.size(), e - b - begin.size());
+  };
+  const std::tuple<std::string, std::string, std::string> tables[] = {
+      {"flags.md", "swarm", parse({"--help-markdown"}).message},
+      {"simulator.md", "swarm-sim", parse_sim({"--help-markdown"}).message}};
+  for (const auto& [doc, program, generated] : tables) {
+    const auto fresh = "/tmp/" + program + "-flags.md";
+    INFO("docs/" << doc << "'s table of " << program << " flags is stale: paste " << fresh << " (`" << program
+                 << " --help-markdown`) between its markers");
+    const bool same = block(doc, program) == generated;
+    if (!same)
+      std::ofstream(fresh) << generated;
+    CHECK(same);
+  }
+}
+
+TEST_CASE("checks: ranges as they read, word lists, custom tests", "[config][keys]") {
+  const auto unit = keys::check::range("(0, 1]");
+  CHECK(unit.lo() == 0);
+  CHECK(unit.hi() == 1);
+  CHECK(unit.lo_open());
+  CHECK_FALSE(unit.hi_open());
+  CHECK(unit.message() == "must be in (0, 1]");
+  CHECK(unit(keys::value{1.0}).empty());
+  CHECK(unit(keys::value{0.0}) == "must be in (0, 1]");
+  CHECK_FALSE(unit(keys::value{std::nan("")}).empty());
+  const auto positive = keys::check::range("> 0");
+  CHECK(positive(keys::value{int64_t{1}}).empty());
+  CHECK(positive(keys::value{0}) == "must be > 0");
+  CHECK(positive(keys::value{HUGE_VAL}) == "must be > 0");  // a double must be finite too
+  CHECK(keys::check::range(">= -1")(keys::value{-1}).empty());
+  CHECK(keys::check::range("[0, 65535]").says("port")(keys::value{65536}) == "port");
+  for (const char* bad : {"", "x", ">= one", "[1, 0]", "[0, 1", "0..1"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(keys::check::range(bad), std::invalid_argument);
+  }
+  const auto words = keys::check::one_of({"on", "off"});
+  CHECK(words(keys::value{std::string{"on"}}).empty());
+  CHECK(words(keys::value{std::string{""}}) == "must be one of on, off");
+  const auto device = keys::check::custom(valid_device, "must be cpu, cuda or cuda:N");
+  CHECK(device(keys::value{std::string{"cuda:0"}}).empty());
+  CHECK_FALSE(device(keys::value{std::string{"cuda:"}}).empty());
+  // A check that cannot check the key's type is a mistake in the table, found when it is built.
+  struct section {
+    std::string name;
+    int count = 0;
+  };
+  CHECK_THROWS_AS(keys::key("name", &section::name, "", positive, "?"), std::logic_error);
+  CHECK_THROWS_AS(keys::key("count", &section::count, "", words, "?"), std::logic_error);
+  CHECK_NOTHROW(keys::key("count", &section::count, "", positive, "?"));
 }

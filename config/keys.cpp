@@ -1,0 +1,242 @@
+#include "config/keys.hpp"
+
+#include <sstream>
+
+namespace swarm {
+
+namespace {
+
+/// Every role, in --help order; to_string() names them.
+constexpr role roles[] = {role::coordinator, role::server, role::trainer,  role::local,
+                          role::cluster,     role::status, role::calibrate};
+
+std::vector<std::string> role_names() {
+  std::vector<std::string> out;
+  for (role r : roles) out.emplace_back(to_string(r));
+  return out;
+}
+
+std::string role_text(const app_config& c) {
+  return to_string(c.which);
+}
+
+std::string set_role(app_config& c, const std::string& text) {
+  for (role r : roles)
+    if (text == to_string(r)) {
+      c.which = r;
+      return {};
+    }
+  return "no such role";  // CLI11's word list refuses it first
+}
+
+std::string stage_text(const server_config& s) {
+  return s.stage < 0 ? "auto" : std::to_string(s.stage);
+}
+
+std::string set_stage(server_config& s, const std::string& text) {
+  if (text == "auto") {
+    s.stage = -1;
+    return {};
+  }
+  const auto index = int_list(text);
+  if (!index || index->size() != 1)
+    return "must be auto or a stage index (0-based)";
+  s.stage = index->front();
+  return {};
+}
+
+bool valid_interval(const std::string& every) {
+  const auto [steps, seconds] = checkpoint_interval(every);
+  return steps > 0 || seconds > 0;
+}
+
+}  // namespace
+
+bool valid_device(const std::string& d) {
+  if (d == "cpu" || d == "cuda")
+    return true;
+  const std::string index = d.rfind("cuda:", 0) == 0 ? d.substr(5) : "";
+  return !index.empty() && index.size() <= 3 && index.find_first_not_of("0123456789") == std::string::npos;
+}
+
+std::pair<int64_t, double> checkpoint_interval(const std::string& s) {
+  const bool secs = !s.empty() && s.back() == 's';
+  const auto number = secs ? s.substr(0, s.size() - 1) : s;
+  if (number.empty() || number.find_first_not_of(secs ? "0123456789." : "0123456789") != std::string::npos ||
+      number.size() > 12)
+    return {0, 0};
+  if (secs)
+    return {0, std::strtod(number.c_str(), nullptr)};
+  return {std::stoll(number), 0};
+}
+
+std::optional<std::vector<int>> int_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty() || item.size() > 6 || item.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    out.push_back(std::stoi(item));
+  }
+  return out;
+}
+
+const std::vector<keys::row>& swarm_keys() {
+  using keys::check;
+  using keys::key;
+  using app = app_config;
+  using model = model_config;
+  using net = net_config;
+  using coord = coordinator_config;
+  using server = server_config;
+  using trainer = trainer_config;
+  using ckpt = checkpoint_config;
+  using cluster = cluster_config;
+  const auto own = keys::reach::process;  // not passed on to a cluster's children
+  const auto range = [](const char* spec) { return check::range(spec); };
+  const auto one_of = [](std::vector<std::string> words) { return check::one_of(std::move(words)); };
+  const auto compressions = one_of({"none", "fp16", "blockwise8"});
+  // flag, member, unit, check, help[, own]; the unit ends the help text ("..., seconds").
+  static const std::vector<keys::row> rows = {
+      keys::text_key<app>("role", role_text, set_role, one_of(role_names()),
+                          "what this process is: coordinator | server | trainer | local | cluster | status (print a "
+                          "running swarm's overview: --coordinator HOST:PORT) | calibrate (measure this machine's "
+                          "stage costs for swarm-sim: --out FILE)",
+                          own)
+          .must_be_given(),
+      key("out", &app::out, "", {}, "calibrate: file to write the calibration to (- = standard output)", own),
+      key("stages", &app::stages, "", range(">= 1"), "pipeline stages the model is cut into (1..n-layers)"),
+      key("threads", &app::threads, "", range(">= 0"),
+          "torch intra-op threads per process; 0 = all cores (cluster: cores / servers)"),
+      key("device", &app::device, "", check::custom(valid_device, "must be cpu, cuda or cuda:N"),
+          "server, local: torch device: cpu | cuda | cuda:N (needs a CUDA build of libtorch)"),
+      key("metrics", &app::metrics, "", {}, "append JSON-lines metrics to this file (see docs/metrics.md)"),
+      key("log-level", &app::log_level, "", one_of({"trace", "debug", "info", "warn", "error"}),
+          "trace | debug | info | warn | error"),
+
+      key("d-model", &model::d_model, "features", range(">= 1"), "hidden width"),
+      key("n-heads", &model::n_heads, "", range(">= 1"), "attention heads (must divide d-model)"),
+      key("n-layers", &model::n_layers, "", range(">= 1"), "transformer blocks in the whole model"),
+      key("seq-len", &model::seq_len, "bytes per sample", range(">= 1"), "context length"),
+      key("microbatch", &model::microbatch, "", range(">= 1"), "samples per microbatch"),
+      key("lr", &model::lr, "", range("(0, 1)"), "AdamW learning rate"),
+      key("weight-decay", &model::weight_decay, "", range(">= 0"), "AdamW weight decay on 2-D weights"),
+      key("beta1", &model::beta1, "", range("[0, 1)"), "AdamW first-moment decay"),
+      key("beta2", &model::beta2, "", range("[0, 1)"), "AdamW second-moment decay"),
+      key("grad-clip", &model::grad_clip, "", range(">= 0"), "clip the gradient norm per step to this; 0 = off"),
+      key("seed", &model::seed, "", {}, "seed of parameter initialisation and data sampling"),
+
+      key("heartbeat", &net::heartbeat_s, "seconds", range("> 0"), "CAF heartbeat interval"),
+      key("connection-timeout", &net::connection_timeout_s, "seconds", range("> 0"),
+          "drop a connection silent this long"),
+      key("chunk-bytes", &net::chunk_bytes, "bytes", range(">= 1024"), "largest single message payload"),
+      key("bulk-min-bytes", &net::bulk_min_bytes, "bytes", range(">= 0"),
+          "payloads at least this large go over a dedicated bulk connection (0 = all through CAF)"),
+      key("tls-ca", &net::tls_ca, "", {},
+          "mutual TLS: PEM certificate of the cluster CA (with --tls-cert and --tls-key)"),
+      key("tls-cert", &net::tls_cert, "", {}, "mutual TLS: PEM certificate of this node, signed by the cluster CA"),
+      key("tls-key", &net::tls_key, "", {}, "mutual TLS: PEM private key of this node's certificate (unencrypted)"),
+
+      key("port", &coord::port, "", range("[0, 65535]"), "coordinator: TCP port to listen on; 0 = any free port", own),
+      key("port-file", &coord::port_file, "", {}, "coordinator: write the bound port to this file", own),
+      key("http-port", &coord::http_port, "",
+          range("[-1, 65535]").says("must be in [0, 65535] (-1: none, for the cluster)"),
+          "coordinator: serve the status page, /api/status and /metrics on this port; 0 = none (cluster: any "
+          "free port, -1 = none)",
+          own),
+      key("http-host", &coord::http_host, "", {},
+          "coordinator: address the HTTP port binds to (127.0.0.1: this machine only; 0.0.0.0: every interface)", own),
+      key("averaging-timeout", &coord::averaging_timeout_s, "seconds", range("> 0"),
+          "coordinator: averaging rounds find late servers after this and exclude them at 1.5x"),
+      key("rebalance", &coord::rebalance, "", one_of({"on", "off"}),
+          "coordinator: on | off (servers stay on their stage; cluster restarts go back to theirs)"),
+      key("rebalance-period", &coord::rebalance_period_s, "seconds", range("> 0"),
+          "coordinator: time between load moves (one server each; empty or thin stages are served at once)"),
+      key("rebalance-min-gain", &coord::rebalance_min_gain, "", range(">= 0"),
+          "coordinator: move only when the slowest stage's predicted capacity rises by more than this fraction"),
+      key("min-replicas", &coord::min_replicas, "", range(">= 1"),
+          "coordinator: servers per stage kept before optimising throughput, where other stages can spare them"),
+
+      key("coordinator", &server::coordinator, "", {}, "server, trainer: HOST:PORT of the coordinator", own),
+      keys::text_key<server>("stage", stage_text, set_stage, {},
+                             "server: pipeline stage to serve, 0-based, or auto: where the coordinator needs it", own),
+      key("host", &server::host, "", {},
+          "server, trainer: address peers use to reach this process (its actors and its bulk connection)", own),
+      key("server-port", &server::port, "", range("[0, 65535]"), "server: TCP port to listen on; 0 = any free port",
+          own),
+      key("batch-size", &server::batch_size, "", range(">= 1"),
+          "samples per optimizer step: stage-wide target batch (coordinator), batch (local), reported step "
+          "(trainer)"),
+      key("slowdown", &server::slowdown, "", range(">= 1"), "server: emulate a device this many times slower (>= 1)",
+          own),
+      key("averaging-compression", &server::averaging_compression, "", compressions,
+          "server: encoding of the all-reduce pieces it sends: none | fp16 | blockwise8"),
+      key("fault", &server::fault, "", one_of({"none", "hang-forward", "hang-backward", "hang-round", "hang-state"}),
+          "server, test hook: none | hang-forward | hang-backward | hang-round | hang-state", own),
+      key("fault-after", &server::fault_after, "", range(">= 1"),
+          "server, test hook: the Nth request (or round) of that kind hangs", own),
+
+      key("corpus", &trainer::corpus, "", {}, "training text: a file, or a folder of text files"),
+      key("in-flight", &trainer::in_flight, "", range(">= 1"), "trainer: microbatches in the pipeline at once"),
+      key("max-steps", &trainer::max_steps, "", range(">= 0"), "stop after this many steps; 0 = until Ctrl-C"),
+      key("forward-timeout", &trainer::forward_timeout_s, "seconds", range("> 0"),
+          "trainer: deadline of one forward request"),
+      key("backward-timeout", &trainer::backward_timeout_s, "seconds", range("> 0"),
+          "trainer: deadline of one backward request"),
+      key("max-retries", &trainer::max_retries, "", range(">= 1"),
+          "trainer: attempts per stage request before a microbatch is dropped"),
+      key("no-server-wait", &trainer::no_server_wait_s, "seconds", range("> 0"),
+          "trainer: how long a request waits for a stage without servers"),
+      key("routing", &trainer::routing, "", one_of({"swarm", "static"}),
+          "trainer: swarm (throughput-weighted, rerouting) | static (pinned)"),
+      key("compression", &trainer::compression, "", compressions,
+          "trainer: encoding of activations and gradients between stages (all four directions): none | fp16 | "
+          "blockwise8"),
+      key("ema-alpha", &trainer::ema_alpha, "", range("(0, 1]"),
+          "trainer: weight of the newest sample in the throughput average"),
+      key("backward-cost", &trainer::backward_cost, "", range("> 0"),
+          "trainer: a backward counts as this many forwards"),
+      key("ban-base", &trainer::ban_base_s, "seconds", range("> 0"),
+          "trainer: first ban of a failing server (doubles per repeat)"),
+      key("ban-max", &trainer::ban_max_s, "seconds", range("> 0"), "trainer: longest ban"),
+      key("commit-grace", &trainer::commit_grace, "", range("[0, 1)"),
+          "trainer: servers must commit this fraction of a request's deadline before it ends"),
+
+      key("checkpoint-dir", &ckpt::dir, "", {},
+          "server, trainer, local: keep checkpoints in this folder and resume from them; empty = none"),
+      key("checkpoint-every", &ckpt::every, "",
+          check::custom(valid_interval, "must be a number of steps (e.g. 100) or of seconds (e.g. 60s), above 0"),
+          "checkpoint every N optimizer steps (N) or every N seconds (Ns)"),
+      key("checkpoint-keep", &ckpt::keep, "", range(">= 1"), "newest checkpoints kept per stage and per trainer"),
+
+      key("servers-per-stage", &cluster::servers_per_stage, "", range(">= 1"), "cluster: server processes per stage",
+          own),
+      key("trainers", &cluster::trainers, "", range(">= 1"), "cluster: trainer processes", own),
+      key("chaos", &cluster::chaos, "", one_of({"none", "kill", "stop", "mixed"}),
+          "cluster: none | kill (SIGKILL, fresh process later) | stop (SIGSTOP/SIGCONT) | mixed (either)", own),
+      key("chaos-every", &cluster::chaos_every_s, "seconds", range("> 0"), "cluster: hit one random server this often",
+          own),
+      key("chaos-down", &cluster::chaos_down_s, "seconds", range(">= 0"),
+          "cluster: restart (kill) or continue (stop) it after", own),
+      key("chaos-stage", &cluster::chaos_stage, "", range(">= -1"), "cluster: only hit servers of this stage; -1 = any",
+          own),
+      key("chaos-seed", &cluster::chaos_seed, "", {}, "cluster: seed of the victim choice", own),
+      key("chaos-coordinator-every", &cluster::chaos_coordinator_every_s, "seconds", range(">= 0"),
+          "cluster: SIGKILL the coordinator this often (restarted at once on its port; 0 = never)", own),
+      key("chaos-wipe-at", &cluster::chaos_wipe_at_s, "seconds", range(">= 0"),
+          "cluster: once, this long after the start, SIGKILL every server of one stage (--chaos-stage, or random; "
+          "0 = never)",
+          own),
+      key("server-slowdowns", &cluster::server_slowdowns, "", {},
+          "cluster: per-server --slowdown, comma-separated, stage-major launch order (e.g. 1,3,1,1)", own),
+      key("stage-servers", &cluster::stage_servers, "", {},
+          "cluster: servers per stage in stage order (e.g. 3,1); overrides servers-per-stage", own),
+  };
+  return rows;
+}
+
+std::vector<keys::binding> bind_keys(app_config& c) {
+  return keys::bind_all(swarm_keys(), c, c.model, c.net, c.coordinator, c.server, c.trainer, c.checkpoint, c.cluster);
+}
+
+}  // namespace swarm
