@@ -94,6 +94,7 @@ TEST_CASE("a server killed with kill -9 mid-round: survivors finish it identical
               static_cast<long long>(last_step(swarm.metrics, 0)), static_cast<long long>(fault_step));
 }
 
+// Also the guard against a joiner starting from scratch (step >= 15, the peer's hash at that step).
 TEST_CASE("a server joining mid-training downloads the stage's state and averages with its peers", "[averaging]") {
   manual_swarm swarm({"--rebalance", "off"}, "averaging");
   REQUIRE_FALSE(swarm.address.empty());

@@ -20,7 +20,7 @@ TEST_CASE("training goes on when servers die holding a forward and a backward", 
   const pid_t hangs_in_backward = swarm.server(0, {"--fault", "hang-backward", "--fault-after", "40"});
   swarm.server(1);
   const pid_t hangs_in_forward = swarm.server(1, {"--fault", "hang-forward", "--fault-after", "40"});
-  const int steps = 200;
+  const int steps = 100;  // the faults hit the 40th requests
   const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
 
   // kill -9 each faulty server as soon as it holds its request.
@@ -65,7 +65,7 @@ TEST_CASE("a stopped server is routed around and no sample counts twice", "[faul
   swarm.server(0);
   swarm.server(1);
   swarm.server(1);
-  const int steps = 200;
+  const int steps = 120;  // the stop comes at step 40
   const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
   REQUIRE(wait_for_metrics(
       swarm.metrics, [](const std::vector<std::string>& lines) {
@@ -118,35 +118,4 @@ TEST_CASE("a stage with servers at slowdown 1 and 3 splits work about 3:1", "[fa
   CHECK(ratio > 2.0);
   CHECK(ratio < 5.5);
   std::remove(metrics.c_str());
-}
-
-TEST_CASE("a joining server starts from its stage's state, not from scratch", "[faults]") {
-  manual_swarm swarm({});
-  REQUIRE_FALSE(swarm.address.empty());
-  swarm.server(0);
-  swarm.server(1);
-  REQUIRE(wait_exit(swarm.trainer({"--max-steps", "40"}), 120) == 0);
-  // The stage is idle now, so its state stands still while the joiner copies it.
-  swarm.server(0);  // the joiner
-  REQUIRE(wait_for_metrics(
-      swarm.metrics, [](const auto& lines) {
-        return std::count_if(lines.begin(), lines.end(), [](const auto& l) { return is_event(l, "state_download"); }) >= 1;
-      },
-      60));
-  swarm.shutdown();  // stops the servers, each reporting its parameter hash
-
-  const auto downloads = events(swarm.metrics, "state_download");
-  REQUIRE(downloads.size() == 1);
-  std::printf("state download: %.0f bytes in %.3f s at step %.0f\n", number(downloads[0], "bytes"),
-              number(downloads[0], "seconds"), number(downloads[0], "step"));
-  CHECK(number(downloads[0], "step") > 0);  // the peer had trained: not the initial state
-  std::map<std::string, std::string> hash_at_exit;
-  for (const auto& l : events(swarm.metrics, "server_exit"))
-    if (number(l, "stage") == 0)
-      hash_at_exit[text(l, "server")] = text(l, "hash");
-  REQUIRE(hash_at_exit.size() == 2);
-  const auto peer = text(downloads[0], "from");
-  const auto me = text(downloads[0], "server");
-  CHECK(hash_at_exit.at(peer) == text(downloads[0], "hash"));
-  CHECK(hash_at_exit.at(me) == hash_at_exit.at(peer));
 }
