@@ -111,7 +111,7 @@ std::optional<checkpoint_settings> checkpoints_of(const app_config& cfg, const c
 node::node(const app_config& cfg, const std::string& tag, const char* who, const char* metrics_role)
     : cfg_(cfg), who_(who) {
   setup_logging(tag, cfg.log_level);
-  metrics_ = open_metrics(cfg.metrics, metrics_role);
+  metrics_ = open_metrics(metrics_role ? cfg.metrics : std::string{}, metrics_role ? metrics_role : "");
 }
 
 caf::actor_system& node::start() {

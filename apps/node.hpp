@@ -55,7 +55,8 @@ void install_signal_handlers();
 class node {
 public:
   /// Logging as `tag` ("server s-123"); metrics appended as `metrics_role`
-  /// (dropped without --metrics); `who` names the process in its messages.
+  /// (dropped without --metrics; nullptr: a role that writes no events opens
+  /// no file, as --role status); `who` names the process in its messages.
   node(const app_config& cfg, const std::string& tag, const char* who, const char* metrics_role);
 
   /// The actor system and the stop watchdog.

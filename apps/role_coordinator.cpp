@@ -83,7 +83,7 @@ int run_coordinator(const app_config& cfg) {
 }
 
 int run_status(const app_config& cfg) {
-  node n{cfg, "status", "status", "status"};  // --coordinator was checked with the config
+  node n{cfg, "status", "status", nullptr};  // --coordinator was checked with the config
   n.start();
   auto coord = n.connect(cfg.trainer.coordinator);
   n.phase("asking the coordinator");
