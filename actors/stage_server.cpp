@@ -109,9 +109,9 @@ void maybe_hang(self_ptr self, bool forward) {
   using kind = stage_server_config::fault_kind;
   auto& st = self->state;
   if (forward)
-    maybe_hang(self, kind::hang_forward, ++st.forwards_seen, "forward");
+    maybe_hang(self, kind::hang_forward, ++st.serving.forwards_seen, "forward");
   else
-    maybe_hang(self, kind::hang_backward, ++st.backwards_seen, "backward");
+    maybe_hang(self, kind::hang_backward, ++st.serving.backwards_seen, "backward");
 }
 
 /// The exactly-once rule (see the header), asked after compute, before adding.
@@ -123,14 +123,14 @@ commit_decision decide_commit(self_ptr self, const Req& req, const char* directi
     return {false, error{errc::TIMEOUT, "finished after the commit deadline; gradients discarded"}};
   }
   auto key = req.trainer_id() + "/" + std::to_string(req.microbatch_id()) + "/" + direction;
-  if (!st.committed.insert(key).second) {
+  if (!st.serving.committed.insert(key).second) {
     ++st.counters->duplicates;
     return {false, {}};
   }
-  st.committed_order.push_back(std::move(key));
-  if (st.committed_order.size() > stage_server_state::committed_window) {
-    st.committed.erase(st.committed_order.front());
-    st.committed_order.pop_front();
+  st.serving.committed_order.push_back(std::move(key));
+  if (st.serving.committed_order.size() > serving_state::committed_window) {
+    st.serving.committed.erase(st.serving.committed_order.front());
+    st.serving.committed_order.pop_front();
   }
   st.counters->committed_samples += samples;
   return {};
@@ -148,7 +148,7 @@ caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf:
   if (!req)
     return reject(self, requester, op, req.error());
   const auto stage = static_cast<uint32_t>(st.worker->span().stage);
-  if (st.move || (req->stage() != stage && st.left_stages.count(req->stage()) > 0))
+  if (st.member.draining() || (req->stage() != stage && st.member.left_stages.count(req->stage()) > 0))
     return reject(self, requester, op,
                   make_error(errc::LEAVING, "this server left stage " + std::to_string(req->stage())));
   if (past_deadline(*req)) {
@@ -166,7 +166,7 @@ caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf:
   };
   auto rep = run(*req, gate);
   slow_down(self, started, slept);
-  st.busy_s += seconds_since(started);
+  st.serving.busy_s += seconds_since(started);
   if (!rep)
     return reject(self, requester, op, rep.error());
   ++st.counters->served;
@@ -215,7 +215,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   self->state.worker = std::move(worker);
   self->state.metrics = std::move(metrics);
   self->state.counters = std::move(counters);
-  self->state.hash = self->state.worker->parameter_hash();
+  self->state.avg.hash = self->state.worker->parameter_hash();
   if (self->state.cfg.freeze_s > 0)
     watch_freezes(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(self->state.cfg.freeze_s)));
@@ -226,7 +226,6 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   self->set_down_handler([self](caf::down_msg& msg) {
     self->state.chunks.forget(msg.source);
     self->state.chunk_senders.erase(msg.source);
-    self->state.round_peers.erase(msg.source);
     averaging::on_member_down(self, msg.source);
   });
   // Its node stops it with an exit message: report the stage it served last.
@@ -261,11 +260,11 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
                         make_error(errc::UNKNOWN_STAGE, "state of stage " + std::to_string(req->stage()) +
                                                             " asked of a server of stage " +
                                                             std::to_string(st.worker->span().stage)));
-        maybe_hang(self, stage_server_config::fault_kind::hang_state, ++st.states_seen, "state");
+        maybe_hang(self, stage_server_config::fault_kind::hang_state, ++st.serving.states_seen, "state");
         proto::state_reply rep;
         rep.set_stage(req->stage());
         rep.set_step(static_cast<uint64_t>(st.worker->steps()));
-        rep.set_parameter_hash(st.hash);
+        rep.set_parameter_hash(st.avg.hash);
         rep.set_state(st.worker->export_state());
         get_logger("stage_server")->debug("stage {}: sent state at step {} ({} bytes) to {}", req->stage(), rep.step(),
                                          rep.state().size(), req->server_id());

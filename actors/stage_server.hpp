@@ -112,43 +112,85 @@ struct server_round {
   std::vector<int> gone_early;            ///< ranks gone before it began, told to the exchange then
 };
 
-struct stage_server_state {
-  static inline const char* name = "stage_server";
+/// Requests and their exactly-once accounting; written by actors/stage_server.cpp only.
+struct serving_state {
   /// Keys of microbatches whose gradients were added, oldest first; bounded.
   static constexpr size_t committed_window = 1 << 16;
 
-  stage_server_config cfg;
-  std::shared_ptr<stage_worker> worker;
-  std::shared_ptr<metrics_sink> metrics;
-  std::shared_ptr<stage_server_counters> counters;
-  chunk_assembler chunks;
-  bulk_inbox inbox;                         ///< payloads from the bulk connection, paired with their messages
-  std::set<caf::actor_addr> chunk_senders;  ///< monitored so their unfinished payloads can be dropped
-  std::set<caf::actor_addr> round_peers;    ///< monitored so a round learns of their death (once each)
-  std::map<uint64_t, std::set<caf::actor_addr>> early_hellos;  ///< HELLOs of rounds not begun here yet
-  uint64_t next_transfer = 0;
   int64_t forwards_seen = 0, backwards_seen = 0, states_seen = 0;  ///< for the fault hook
   std::unordered_set<std::string> committed;
   std::deque<std::string> committed_order;
-  // Averaging:
-  averager_actor averaging;                ///< fetched on registering; again after a coordinator restart
+  double busy_s = 0;                        ///< seconds spent handling requests on this stage (the rebalancer's rate)
+
+  /// A new stage: its keys would collide with the old one's (keys name no stage).
+  void begin_stage() {
+    committed.clear();
+    committed_order.clear();
+    busy_s = 0;
+  }
+};
+
+/// Stage-wide averaging and reloads; written by actors/stage_server_averaging.cpp,
+/// except `begin_stage` (a move) and the parameter hash after a start or a move.
+struct averaging_state {
   uint64_t hash = 0;                       ///< parameter hash, cached: it changes only with a step or a reload
   int64_t reported_samples = -1;           ///< accumulated samples in the last progress report
   std::optional<server_round> round;
   std::map<uint64_t, std::vector<std::pair<caf::actor_addr, std::string>>> early_pieces;  ///< for rounds not begun here yet
+  std::map<uint64_t, std::set<caf::actor_addr>> early_hellos;  ///< HELLOs of rounds not begun here yet
+  std::set<caf::actor_addr> round_peers;   ///< monitored so a round learns of their death (once each)
   int64_t rounds_seen = 0;                 ///< for the fault hook
   bool reloading = false;
   uint64_t reloads = 0;                    ///< reload orders finished or turned down (see progress_report)
-  double busy_s = 0;                       ///< seconds spent handling requests on this stage (the rebalancer's rate)
-  std::chrono::steady_clock::time_point serving_since = std::chrono::steady_clock::now();  ///< first checkpoint due from here
-  // Membership and moving:
+
+  [[nodiscard]] bool in_round() const { return round && !round->finished; }
+  /// In a round not finished yet, or copying a peer's state: a move waits for either.
+  [[nodiscard]] bool busy() const { return in_round() || reloading; }
+  /// A new stage with parameters that hash to `parameters`: nothing of the old one's rounds counts.
+  void begin_stage(uint64_t parameters) {
+    hash = parameters;
+    round.reset();
+    early_pieces.clear();
+    reported_samples = -1;
+  }
+};
+
+/// Registration and moving (the drawn states serving -> draining -> moving);
+/// written by actors/stage_server_move.cpp only.
+struct membership_state {
   coordinator_actor coordinator;           ///< set by the node's register message; again after a coordinator restart
+  averager_actor averager;                 ///< fetched on registering; again after a coordinator restart
   proto::register_server registration;     ///< as last sent; its stage is the one served now
   bool registered = false;                 ///< registered at least once (server_exit is owed)
   std::chrono::steady_clock::time_point registered_at;  ///< last registration: rounds after a later freeze are given up
-  std::optional<proto::move_order> move;   ///< ordered, not done: requests are refused meanwhile
+  std::optional<proto::move_order> move;   ///< ordered, not done: draining, requests are refused meanwhile
   std::chrono::steady_clock::time_point move_ordered;
   std::set<uint32_t> left_stages;          ///< stages it served before: their late requests get LEAVING, not an error
+  std::chrono::steady_clock::time_point serving_since = std::chrono::steady_clock::now();  ///< first checkpoint due from here
+
+  [[nodiscard]] bool draining() const { return move.has_value(); }
+};
+
+/// The actor's state, one sub-struct per file that writes it, so a reader sees
+/// who may change what. The drawn states are fields, not CAF behaviors: a typed
+/// actor's every behavior must handle its whole interface (10 handlers here),
+/// and draining differs from serving in one line of one handler; moving blocks
+/// the (detached) actor and is never seen by a handler.
+struct stage_server_state {
+  static inline const char* name = "stage_server";
+
+  stage_server_config cfg;
+  std::shared_ptr<stage_worker> worker;    ///< replaced on a move
+  std::shared_ptr<metrics_sink> metrics;
+  std::shared_ptr<stage_server_counters> counters;  ///< reset on a move
+  // Payloads in pieces, of requests and of rounds alike:
+  chunk_assembler chunks;
+  bulk_inbox inbox;                         ///< payloads from the bulk connection, paired with their messages
+  std::set<caf::actor_addr> chunk_senders;  ///< monitored so their unfinished payloads can be dropped
+  uint64_t next_transfer = 0;
+  serving_state serving;
+  averaging_state avg;
+  membership_state member;
 };
 
 [[nodiscard]] stage_actor::behavior_type stage_server(stage_actor::stateful_pointer<stage_server_state> self,

@@ -28,7 +28,7 @@ int64_t stage_of(server_ptr self) { return self->state.worker->span().stage; }
 
 void send_done(server_ptr self, const server_round& r, bool applied) {
   auto& st = self->state;
-  if (!st.averaging)
+  if (!st.member.averager)
     return;
   proto::round_done done;
   done.set_stage(static_cast<uint32_t>(stage_of(self)));
@@ -36,18 +36,18 @@ void send_done(server_ptr self, const server_round& r, bool applied) {
   done.set_round(r.id);
   done.set_applied(applied);
   done.set_step(static_cast<uint64_t>(st.worker->steps()));
-  done.set_parameter_hash(st.hash);
+  done.set_parameter_hash(st.avg.hash);
   done.set_samples(static_cast<uint64_t>(st.worker->accumulated_samples()));
   done.set_taken(static_cast<uint64_t>(r.samples));
-  self->send(st.averaging, done_atom::value, encode(done));
-  st.reported_samples = st.worker->accumulated_samples();
+  self->send(st.member.averager, done_atom::value, encode(done));
+  st.avg.reported_samples = st.worker->accumulated_samples();
 }
 
 void emit_params(server_ptr self) {
   self->state.metrics->emit("params", {{"stage", stage_of(self)},
                                        {"server", self->state.cfg.server_id},
                                        {"step", self->state.worker->steps()},
-                                       {"hash", std::to_string(self->state.hash)}});
+                                       {"hash", std::to_string(self->state.avg.hash)}});
 }
 
 /// Dials `endpoint` ("host:port") unless CAF already holds a direct link to it
@@ -82,12 +82,12 @@ void dial_then(server_ptr self, const std::string& endpoint, F k, int tries = 3)
 /// Ends the round here: applied (every shard reduced) or given up (`why`).
 void finish(server_ptr self, const char* why) {
   auto& st = self->state;
-  auto& r = *st.round;
+  auto& r = *st.avg.round;
   if (r.finished)
     return;
   r.finished = true;
   if (why == nullptr && st.cfg.freeze_s > 0)
-    if (auto thaw = thawed_after(st.registered_at);
+    if (auto thaw = thawed_after(st.member.registered_at);
         thaw && clock_type::now() - *thaw < std::chrono::duration<double>(2 * st.cfg.freeze_s))
       why = "this process stood still longer than the connection timeout: its peers counted it out of its rounds "
             "until it registers again";
@@ -104,7 +104,7 @@ void finish(server_ptr self, const char* why) {
   const double secs = seconds_since(r.started);
   if (applied) {
     ++st.counters->rounds;
-    st.hash = st.worker->parameter_hash();
+    st.avg.hash = st.worker->parameter_hash();
     emit_params(self);
     checkpointing::after_round(self);
   } else {
@@ -137,7 +137,7 @@ void finish(server_ptr self, const char* why) {
 
 void send_pieces(server_ptr self, std::vector<policy::piece> out) {
   auto& st = self->state;
-  auto& r = *st.round;
+  auto& r = *st.avg.round;
   for (auto& p : out) {
     proto::allreduce_piece msg;
     msg.set_stage(static_cast<uint32_t>(stage_of(self)));
@@ -166,7 +166,7 @@ void send_pieces(server_ptr self, std::vector<policy::piece> out) {
 
 void feed(server_ptr self, const caf::actor_addr& from, const std::string& bytes) {
   auto& st = self->state;
-  auto& r = *st.round;
+  auto& r = *st.avg.round;
   auto msg = decode<proto::allreduce_piece>(bytes, "allreduce_piece");
   std::string why;
   if (msg && (msg->from_rank() >= r.members.size() || r.members[msg->from_rank()].address() != from))
@@ -203,9 +203,9 @@ void feed(server_ptr self, const caf::actor_addr& from, const std::string& bytes
 /// Test hook: hang in the round, parts sent, holding its shard (see stage_server_config::fault).
 void maybe_hang(server_ptr self) {
   auto& st = self->state;
-  if (st.cfg.fault != stage_server_config::fault_kind::hang_round || ++st.rounds_seen != st.cfg.fault_after)
+  if (st.cfg.fault != stage_server_config::fault_kind::hang_round || ++st.avg.rounds_seen != st.cfg.fault_after)
     return;
-  get_logger("stage_server")->warn("fault hook: hanging in round {} until killed", st.round->number);
+  get_logger("stage_server")->warn("fault hook: hanging in round {} until killed", st.avg.round->number);
   st.metrics->emit("fault", {{"server", st.cfg.server_id},
                              {"stage", stage_of(self)},
                              {"op", std::string{"round"}},
@@ -218,26 +218,26 @@ void maybe_hang(server_ptr self) {
 /// exclusions heard while dialing, pieces that overtook the round_begin.
 void start_exchange(server_ptr self) {
   auto& st = self->state;
-  auto& r = *st.round;
+  auto& r = *st.avg.round;
   r.begun = true;
   send_pieces(self, r.exchange->start());
   for (int gone : r.gone_early)
     if (!r.finished)
       send_pieces(self, r.exchange->gone(gone));
   maybe_hang(self);
-  auto early = st.early_pieces.find(r.id);
-  if (early != st.early_pieces.end()) {
+  auto early = st.avg.early_pieces.find(r.id);
+  if (early != st.avg.early_pieces.end()) {
     auto pieces = std::move(early->second);
     for (auto& [from, piece] : pieces)
       feed(self, from, piece);
   }
-  st.early_pieces.erase(st.early_pieces.begin(), st.early_pieces.upper_bound(r.id));
+  st.avg.early_pieces.erase(st.avg.early_pieces.begin(), st.avg.early_pieces.upper_bound(r.id));
 }
 
 /// Rank `i` of the running round is linked directly, or gone: the exchange
 /// starts once every member is.
 void linked(server_ptr self, int i) {
-  auto& r = *self->state.round;
+  auto& r = *self->state.avg.round;
   if (r.unready.erase(i) > 0 && r.unready.empty() && !r.begun && !r.finished)
     start_exchange(self);
 }
@@ -245,13 +245,13 @@ void linked(server_ptr self, int i) {
 /// A HELLO: its sender dialed this server for round `round`.
 void on_hello(server_ptr self, const caf::actor_addr& from, uint64_t round) {
   auto& st = self->state;
-  if (st.round && st.round->id == round) {
-    for (size_t i = 0; i < st.round->members.size(); ++i)
-      if (st.round->members[i].address() == from)
+  if (st.avg.round && st.avg.round->id == round) {
+    for (size_t i = 0; i < st.avg.round->members.size(); ++i)
+      if (st.avg.round->members[i].address() == from)
         linked(self, static_cast<int>(i));
-  } else if ((!st.round || round > st.round->id) &&
-             (st.early_hellos.size() < 4 || st.early_hellos.count(round) > 0)) {  // bounded, as early pieces
-    st.early_hellos[round].insert(from);
+  } else if ((!st.avg.round || round > st.avg.round->id) &&
+             (st.avg.early_hellos.size() < 4 || st.avg.early_hellos.count(round) > 0)) {  // bounded, as early pieces
+    st.avg.early_hellos[round].insert(from);
   }
 }
 
@@ -260,19 +260,19 @@ void on_hello(server_ptr self, const caf::actor_addr& from, uint64_t round) {
 void report_progress(server_ptr self, bool force) {
   auto& st = self->state;
   const int64_t samples = st.worker->accumulated_samples();
-  if (!st.averaging || (!force && samples == st.reported_samples))
+  if (!st.member.averager || (!force && samples == st.avg.reported_samples))
     return;
-  st.reported_samples = samples;
+  st.avg.reported_samples = samples;
   proto::progress_report rep;
   rep.set_stage(static_cast<uint32_t>(stage_of(self)));
   rep.set_server_id(st.cfg.server_id);
   rep.set_step(static_cast<uint64_t>(st.worker->steps()));
   rep.set_samples(static_cast<uint64_t>(samples));
-  rep.set_parameter_hash(st.hash);
-  rep.set_reloads(st.reloads);
-  rep.set_busy_seconds(st.busy_s);
+  rep.set_parameter_hash(st.avg.hash);
+  rep.set_reloads(st.avg.reloads);
+  rep.set_busy_seconds(st.serving.busy_s);
   rep.set_committed_samples(static_cast<uint64_t>(st.counters->committed_samples));
-  self->send(st.averaging, progress_atom::value, encode(rep));
+  self->send(st.member.averager, progress_atom::value, encode(rep));
 }
 
 void on_round_begin(server_ptr self, const std::string& bytes, const std::vector<caf::actor>& members) {
@@ -294,7 +294,7 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
       rank = static_cast<int>(i);
   if (rank < 0)
     return;
-  if (st.round && !st.round->finished)
+  if (st.avg.in_round())
     finish(self, "a newer round began");
   server_round r;
   r.id = begin->round();
@@ -304,10 +304,10 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
   for (int i = 0; i < begin->members_size(); ++i) {
     r.ids.push_back(begin->members(i));
     r.members.push_back(caf::actor_cast<stage_actor>(members[static_cast<size_t>(i)]));
-    if (i != rank && st.round_peers.insert(members[static_cast<size_t>(i)].address()).second)
+    if (i != rank && st.avg.round_peers.insert(members[static_cast<size_t>(i)].address()).second)
       self->monitor(members[static_cast<size_t>(i)]);
   }
-  const bool in_step = static_cast<uint64_t>(st.worker->steps()) == r.step && !st.reloading && !st.move;
+  const bool in_step = static_cast<uint64_t>(st.worker->steps()) == r.step && !st.avg.reloading && !st.member.draining();
   auto grad = in_step ? st.worker->take_gradient() : local_gradient{};
   r.samples = grad.samples;
   r.exchange = std::make_unique<policy::butterfly_round>(rank, static_cast<int>(members.size()), std::move(grad.values),
@@ -316,27 +316,27 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
                                                          [codec = codec_of(st.cfg.averaging_compression)](float* v, int64_t n) {
                                                            round_trip_floats(v, n, codec);
                                                          });
-  st.round = std::move(r);
+  st.avg.round = std::move(r);
   if (!in_step) {
-    finish(self, st.move ? "this server is leaving the stage" : "this server is not at the round's step");
+    finish(self, st.member.draining() ? "this server is leaving the stage" : "this server is not at the round's step");
     return;
   }
-  self->delayed_send(self, seconds(begin->timeout_s()), deadline_atom::value, st.round->id, int32_t{1});
-  self->delayed_send(self, seconds(3 * begin->timeout_s()), deadline_atom::value, st.round->id, int32_t{2});
+  self->delayed_send(self, seconds(begin->timeout_s()), deadline_atom::value, st.avg.round->id, int32_t{1});
+  self->delayed_send(self, seconds(3 * begin->timeout_s()), deadline_atom::value, st.avg.round->id, int32_t{2});
   if (begin->member_endpoints_size() != begin->members_size()) {
     start_exchange(self);  // an averager that sends no endpoints
     return;
   }
-  auto& r2 = *st.round;
-  const auto hellos = std::move(st.early_hellos[r2.id]);
-  st.early_hellos.erase(st.early_hellos.begin(), st.early_hellos.upper_bound(r2.id));
+  auto& r2 = *st.avg.round;
+  const auto hellos = std::move(st.avg.early_hellos[r2.id]);
+  st.avg.early_hellos.erase(st.avg.early_hellos.begin(), st.avg.early_hellos.upper_bound(r2.id));
   for (int i = 0; i < begin->members_size(); ++i) {
     if (i == rank || (r2.ids[static_cast<size_t>(i)] > r2.ids[static_cast<size_t>(rank)] && hellos.count(r2.members[static_cast<size_t>(i)].address()) > 0))
       continue;
     r2.unready.insert(i);
     if (r2.ids[static_cast<size_t>(i)] < r2.ids[static_cast<size_t>(rank)])
       dial_then(self, begin->member_endpoints(i), [self, id = r2.id, i] {
-        auto& r = self->state.round;
+        auto& r = self->state.avg.round;
         if (!r || r->id != id)
           return;
         proto::allreduce_piece hello;
@@ -356,12 +356,12 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
 void route_piece(server_ptr self, const caf::actor_addr& from, const proto::allreduce_piece& head,
                  const std::string& bytes) {
   auto& st = self->state;
-  if (st.round && head.round() == st.round->id && st.round->begun) {
+  if (st.avg.round && head.round() == st.avg.round->id && st.avg.round->begun) {
     feed(self, from, bytes);
-  } else if (!st.round || head.round() > st.round->id || head.round() == st.round->id) {
+  } else if (!st.avg.round || head.round() > st.avg.round->id || head.round() == st.avg.round->id) {
     // Bounded: a round that never begins here must not grow this forever.
-    if (st.early_pieces.size() < 4 || st.early_pieces.count(head.round()) > 0)
-      st.early_pieces[head.round()].emplace_back(from, bytes);
+    if (st.avg.early_pieces.size() < 4 || st.avg.early_pieces.count(head.round()) > 0)
+      st.avg.early_pieces[head.round()].emplace_back(from, bytes);
   }
 }
 
@@ -404,31 +404,32 @@ void on_piece(server_ptr self, const std::string& bytes) {
 void on_exclude(server_ptr self, const std::string& bytes) {
   auto& st = self->state;
   auto ex = decode<proto::round_exclude>(bytes, "round_exclude");
-  if (!ex || !st.round || ex->round() != st.round->id)
+  if (!ex || !st.avg.round || ex->round() != st.avg.round->id)
     return;
-  if (static_cast<int>(ex->rank()) == st.round->exchange->rank()) {
+  if (static_cast<int>(ex->rank()) == st.avg.round->exchange->rank()) {
     finish(self, "excluded by the averager");
     return;
   }
-  if (!st.round->begun) {
-    st.round->gone_early.push_back(static_cast<int>(ex->rank()));
+  if (!st.avg.round->begun) {
+    st.avg.round->gone_early.push_back(static_cast<int>(ex->rank()));
     linked(self, static_cast<int>(ex->rank()));
   } else {
-    send_pieces(self, st.round->exchange->gone(static_cast<int>(ex->rank())));
+    send_pieces(self, st.avg.round->exchange->gone(static_cast<int>(ex->rank())));
   }
 }
 
 bool on_member_down(server_ptr self, const caf::actor_addr& who) {
   auto& st = self->state;
-  if (!st.round)
+  st.avg.round_peers.erase(who);
+  if (!st.avg.round)
     return false;
-  for (size_t i = 0; i < st.round->members.size(); ++i)
-    if (st.round->members[i].address() == who) {
-      if (!st.round->begun) {
-        st.round->gone_early.push_back(static_cast<int>(i));
+  for (size_t i = 0; i < st.avg.round->members.size(); ++i)
+    if (st.avg.round->members[i].address() == who) {
+      if (!st.avg.round->begun) {
+        st.avg.round->gone_early.push_back(static_cast<int>(i));
         linked(self, static_cast<int>(i));
       } else {
-        send_pieces(self, st.round->exchange->gone(static_cast<int>(i)));
+        send_pieces(self, st.avg.round->exchange->gone(static_cast<int>(i)));
       }
       return true;
     }
@@ -437,46 +438,46 @@ bool on_member_down(server_ptr self, const caf::actor_addr& who) {
 
 void on_deadline(server_ptr self, uint64_t round, int32_t phase) {
   auto& st = self->state;
-  if (!st.round || st.round->id != round || st.round->finished)
+  if (!st.avg.round || st.avg.round->id != round || st.avg.round->finished)
     return;
   if (phase == 2) {
     finish(self, "round deadline passed");
     return;
   }
-  if (!st.averaging)
+  if (!st.member.averager)
     return;
   proto::round_waiting w;
   w.set_stage(static_cast<uint32_t>(stage_of(self)));
   w.set_server_id(st.cfg.server_id);
   w.set_round(round);
   std::string names;
-  for (int r : st.round->exchange->waiting_on()) {
+  for (int r : st.avg.round->exchange->waiting_on()) {
     w.add_waiting_on(static_cast<uint32_t>(r));
-    names += (names.empty() ? "" : ", ") + st.round->ids[static_cast<size_t>(r)];
+    names += (names.empty() ? "" : ", ") + st.avg.round->ids[static_cast<size_t>(r)];
   }
   get_logger("stage_server")->warn("stage {}: round {} not done after its timeout; waiting for {}", stage_of(self),
-                                   st.round->number, names);
-  self->send(st.averaging, waiting_atom::value, encode(w));
+                                   st.avg.round->number, names);
+  self->send(st.member.averager, waiting_atom::value, encode(w));
 }
 
 void abandon_round(server_ptr self) {
-  if (self->state.round && !self->state.round->finished)
+  if (self->state.avg.in_round())
     finish(self, "its link to the coordinator dropped; the round went on without it");
 }
 
 void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer) {
   auto& st = self->state;
   auto order = decode<proto::reload_order>(bytes, "reload_order");
-  if (!order || st.reloading)
+  if (!order || st.avg.reloading)
     return;
   if (!peer) {  // the stage's state was lost: its newest checkpoint, if ahead of this server
-    if ((st.round && !st.round->finished) || st.move || order->stage() != static_cast<uint32_t>(stage_of(self)))
+    if (st.avg.in_round() || st.member.draining() || order->stage() != static_cast<uint32_t>(stage_of(self)))
       return;
     const int64_t dropped = st.worker->accumulated_samples();
     auto loaded = checkpointing::load_if_ahead(self);
     if (loaded && *loaded) {
       st.counters->dropped_samples += dropped;
-      st.hash = st.worker->parameter_hash();
+      st.avg.hash = st.worker->parameter_hash();
       emit_params(self);
       report_progress(self, true);
     } else if (!loaded) {
@@ -484,12 +485,12 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
     }
     return;
   }
-  if ((st.round && !st.round->finished) || st.move) {
-    ++st.reloads;  // turned down: the averager may ask again after the round (a leaving server needs none)
+  if (st.avg.in_round() || st.member.draining()) {
+    ++st.avg.reloads;  // turned down: the averager may ask again after the round (a leaving server needs none)
     report_progress(self, true);
     return;
   }
-  st.reloading = true;
+  st.avg.reloading = true;
   proto::state_request req;
   req.set_stage(static_cast<uint32_t>(stage_of(self)));
   req.set_server_id(st.cfg.server_id);
@@ -501,12 +502,12 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
         .then(
             [self, handle, from, started](uint64_t transfer_id, std::string& tail) {
               auto& st = self->state;
-              st.reloading = false;
-              ++st.reloads;
+              st.avg.reloading = false;
+              ++st.avg.reloads;
               const int64_t dropped = st.worker->accumulated_samples();
               auto err = adopt_state(*st.worker, st.chunks.finish(handle.address(), transfer_id, std::move(tail)),
                                      st.cfg.server_id, from, started, *st.metrics);
-              st.hash = st.worker->parameter_hash();
+              st.avg.hash = st.worker->parameter_hash();
               if (err) {
                 get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
                                                  describe(err));
@@ -518,8 +519,8 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
               moving::resume(self);
             },
             [self, from](caf::error& err) {
-              self->state.reloading = false;
-              ++self->state.reloads;
+              self->state.avg.reloading = false;
+              ++self->state.avg.reloads;
               report_progress(self, true);
               get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
                                                describe(err));

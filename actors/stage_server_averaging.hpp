@@ -34,7 +34,7 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
 /// without it, so that round is given up (else it would wait for pieces that
 /// never come and turn reloads down meanwhile).
 void abandon_round(server_ptr self);
-/// A monitored actor went down; true when it was a member of the current round.
+/// A monitored actor went down (it is no round peer any more); true when it was a member of the current round.
 bool on_member_down(server_ptr self, const caf::actor_addr& who);
 
 } // namespace swarm::averaging

@@ -54,9 +54,9 @@ void write_now(stage_actor::stateful_pointer<stage_server_state> self) {
 void after_round(stage_actor::stateful_pointer<stage_server_state> self) {
   auto& st = self->state;
   const auto& ck = st.cfg.checkpoints;
-  if (!ck.store || !st.round || !writes(*st.round))
+  if (!ck.store || !st.avg.round || !writes(*st.avg.round))
     return;
-  const double since_s = seconds_since(st.serving_since);
+  const double since_s = seconds_since(st.member.serving_since);
   if (checkpoint_due(st.worker->steps(), ck.store->latest_written(checkpoint_header::kind::stage,
                                                                   st.worker->span().stage),
                      ck.every_steps, ck.every_s, since_s))
@@ -65,7 +65,7 @@ void after_round(stage_actor::stateful_pointer<stage_server_state> self) {
 
 void on_stop(stage_actor::stateful_pointer<stage_server_state> self) {
   auto& st = self->state;
-  if (!st.cfg.checkpoints.store || !st.registered || st.reloading || st.move || (st.round && !st.round->finished))
+  if (!st.cfg.checkpoints.store || !st.member.registered || st.avg.busy() || st.member.draining())
     return;
   const auto newest = st.cfg.checkpoints.store->latest_written(checkpoint_header::kind::stage, st.worker->span().stage);
   if (st.worker->steps() > (newest ? newest->step : 0))

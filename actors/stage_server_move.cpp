@@ -21,22 +21,22 @@ int stage_of(server_ptr self) { return self->state.worker->span().stage; }
 /// Registers as the stage served now and fetches the averager; the refusal, if any.
 caf::error register_now(server_ptr self) {
   auto& st = self->state;
-  st.registration.set_stage(static_cast<uint32_t>(stage_of(self)));
+  st.member.registration.set_stage(static_cast<uint32_t>(stage_of(self)));
   caf::error refused;
   caf::scoped_actor blocking{self->system()};
   blocking
-      ->request(st.coordinator, std::chrono::seconds(10), register_atom::value, encode(st.registration),
+      ->request(st.member.coordinator, std::chrono::seconds(10), register_atom::value, encode(st.member.registration),
                 caf::actor_cast<stage_actor>(self))
       .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
   if (refused)
     return refused;
-  blocking->request(st.coordinator, std::chrono::seconds(10), averager_atom::value)
-      .receive([&](averager_actor& handle) { st.averaging = std::move(handle); },
+  blocking->request(st.member.coordinator, std::chrono::seconds(10), averager_atom::value)
+      .receive([&](averager_actor& handle) { st.member.averager = std::move(handle); },
                [&](caf::error& err) { refused = std::move(err); });
   if (refused)
     return refused;
-  st.registered = true;
-  st.registered_at = clock_type::now();
+  st.member.registered = true;
+  st.member.registered_at = clock_type::now();
   averaging::report_progress(self, true);
   return caf::none;
 }
@@ -71,7 +71,7 @@ caf::error download_from(caf::actor_system& sys, const proto::membership_update&
 void move_now(server_ptr self) {
   auto& st = self->state;
   auto log = get_logger("stage_server");
-  const auto order = *st.move;
+  const auto order = *st.member.move;
   const int from = stage_of(self);
   const int to = static_cast<int>(order.to_stage());
   // The old stage: its gradient not averaged yet goes with it.
@@ -84,10 +84,10 @@ void move_now(server_ptr self) {
   note.set_stage(static_cast<uint32_t>(from));
   note.set_server_id(st.cfg.server_id);
   note.set_to_stage(static_cast<uint32_t>(to));
-  if (st.coordinator)
-    self->send(st.coordinator, leave_atom::value, encode(note));
-  st.left_stages.insert(static_cast<uint32_t>(from));
-  st.left_stages.erase(static_cast<uint32_t>(to));
+  if (st.member.coordinator)
+    self->send(st.member.coordinator, leave_atom::value, encode(note));
+  st.member.left_stages.insert(static_cast<uint32_t>(from));
+  st.member.left_stages.erase(static_cast<uint32_t>(to));
   // The new stage: its layers, then its state from a peer.
   std::shared_ptr<stage_worker> fresh;
   try {
@@ -99,25 +99,20 @@ void move_now(server_ptr self) {
   }
   // With the coordinator gone (its node noticed), asking it would block this
   // server, which serves nothing while moving, for the requests' timeouts.
-  const bool reachable = st.coordinator && (!st.cfg.coordinator_up || *st.cfg.coordinator_up);
-  const auto source = download_state(self->system(), reachable ? st.coordinator : coordinator_actor{}, to,
+  const bool reachable = st.member.coordinator && (!st.cfg.coordinator_up || *st.cfg.coordinator_up);
+  const auto source = download_state(self->system(), reachable ? st.member.coordinator : coordinator_actor{}, to,
                                      st.cfg.model.hash(), st.cfg.server_id, *fresh, *st.metrics, st.cfg.checkpoints,
                                      st.cfg.num_stages);
   st.worker = std::move(fresh);
-  st.hash = st.worker->parameter_hash();
   *st.counters = {};
-  st.busy_s = 0;
-  st.committed.clear();  // keys name no stage: the new stage's would collide with the old one's
-  st.committed_order.clear();
-  st.round.reset();
-  st.early_pieces.clear();
-  st.reported_samples = -1;
-  st.move.reset();
+  st.serving.begin_stage();
+  st.avg.begin_stage(st.worker->parameter_hash());
+  st.member.move.reset();
   if (reachable)
     if (auto err = register_now(self))
       log->warn("stage {}: registering failed: {}; its node registers it when the coordinator is back", to,
                 describe(err));
-  const double secs = seconds_since(st.move_ordered);
+  const double secs = seconds_since(st.member.move_ordered);
   log->info("stage {}: serving it now, moved from stage {} in {:.2f} s (state from {})", to, from, secs,
             to_string(source));
   st.metrics->emit("rebalance", {{"server", st.cfg.server_id},
@@ -138,8 +133,8 @@ caf::result<std::string> on_register(server_ptr self, const std::string& bytes, 
     return reg.error();
   if (!coordinator)
     return make_error(errc::BAD_REQUEST, "register without a coordinator handle");
-  self->state.registration = std::move(*reg);
-  self->state.coordinator = caf::actor_cast<coordinator_actor>(coordinator);
+  self->state.member.registration = std::move(*reg);
+  self->state.member.coordinator = caf::actor_cast<coordinator_actor>(coordinator);
   averaging::abandon_round(self);
   if (auto err = register_now(self))
     return err;
@@ -152,29 +147,29 @@ void on_move(server_ptr self, const std::string& bytes) {
   auto order = decode<proto::move_order>(bytes, "move_order");
   const auto here = static_cast<uint32_t>(stage_of(self));
   if (!order || order->stage() != here || order->to_stage() == here ||
-      order->to_stage() >= static_cast<uint32_t>(st.cfg.num_stages) || (st.move && st.move->to_stage() != order->to_stage())) {
+      order->to_stage() >= static_cast<uint32_t>(st.cfg.num_stages) || (st.member.move && st.member.move->to_stage() != order->to_stage())) {
     log->warn("stage {}: ignored a move order{}", here, order ? " that does not fit (stage, target or a move under way)" : "");
     return;
   }
-  if (!st.move) {
-    st.move = *order;
-    st.move_ordered = clock_type::now();
+  if (!st.member.move) {
+    st.member.move = *order;
+    st.member.move_ordered = clock_type::now();
     log->info("stage {}: told to move to stage {} ({}); taking no more requests", here, order->to_stage(),
               order->reason());
   }
-  if ((st.round && !st.round->finished) || st.reloading)
+  if (st.avg.busy())
     return;  // resume() brings the order back when that ends
   move_now(self);
 }
 
 void resume(server_ptr self) {
-  if (self->state.move)
-    self->send(self, move_atom::value, encode(*self->state.move));
+  if (self->state.member.move)
+    self->send(self, move_atom::value, encode(*self->state.member.move));
 }
 
 void report_exit(server_ptr self, int moved_to) {
   auto& st = self->state;
-  if (!st.registered)
+  if (!st.member.registered)
     return;
   const auto& c = *st.counters;
   st.metrics->emit("server_exit", {{"stage", int64_t{stage_of(self)}},
@@ -188,7 +183,7 @@ void report_exit(server_ptr self, int moved_to) {
                                    {"rounds_failed", c.rounds_failed},
                                    {"dropped_samples", c.dropped_samples},
                                    {"steps", st.worker->steps()},
-                                   {"hash", std::to_string(st.hash)},
+                                   {"hash", std::to_string(st.avg.hash)},
                                    {"moved_to", int64_t{moved_to}}});
 }
 

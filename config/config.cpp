@@ -1,6 +1,7 @@
 #include "config/config.hpp"
 
 #include "base/hash.hpp"
+#include "base/metrics_events.hpp"
 #include "config/keys.hpp"
 
 #include <CLI/CLI.hpp>
@@ -118,10 +119,15 @@ parse_result parse_config(int argc, const char* const* argv) {
     result.message = keys::markdown_table(bound);
     return result;
   }
+  if (keys::has_arg(argc, argv, "--help-metrics-markdown")) {
+    result.message = metrics_events_markdown();
+    return result;
+  }
   CLI::App app{"swarm: SWARM-parallel training of a byte-level GPT on CAF actors.\n"
                "One binary; --role picks what this process is. Every option is also a key of the\n"
                "--config file (`key = value`, the flag's name without dashes in front).\n"
-               "--help-markdown prints this list as docs/flags.md's table."};
+               "--help-markdown prints this list as docs/flags.md's table, --help-metrics-markdown\n"
+               "the metrics events as docs/metrics.md's."};
   // The last occurrence wins, so a launcher can append overrides to a full flag list.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
   app.set_config("--config", "", "read options from this file (see config/); flags override it");

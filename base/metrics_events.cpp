@@ -1,0 +1,130 @@
+#include "base/metrics_events.hpp"
+
+namespace swarm {
+
+// One row per event: its name, the roles that write it, its fields and when.
+// A test says when an emit("...") in the code has no row here, and when
+// docs/metrics.md's table is not this one (`swarm --help-metrics-markdown`).
+const std::vector<metrics_event_doc>& metrics_events() {
+  static const std::vector<metrics_event_doc> events{
+    {"step", "trainer, local",
+       "`step`, `loss` (mean next-byte cross-entropy of the step's microbatches, nats), `samples` and "
+       "`tokens` (completed so far), `tokens_per_s` (over this step), `elapsed_s`; trainer also `trainer`, "
+       "`issued`, `completed`, `dropped`, `retries` (counts so far), `step_retries` (re-sent attempts "
+       "during this step), `wire_bytes` (request and reply payload bytes to and from the servers so far, "
+       "all stages) and `wire_bytes_per_sample` (the same over samples completed)"},
+    {"dropped", "trainer",
+       "`trainer`, `microbatch`, `stage`, `op` (forward/backward), `reason`: a microbatch given up after "
+       "`max-retries` attempts or a fatal error"},
+    {"trainer_exit", "trainer",
+       "`trainer`, `steps`, `issued`, `completed`, `dropped`, `in_flight` (microbatches abandoned when it "
+       "was stopped by a signal; `issued = completed + dropped + in_flight`), `retries`, `samples`, "
+       "`wire_bytes` (as in `step`), `compression`, `acked` (per stage, comma-separated: samples whose "
+       "gradients the stage confirmed adding)"},
+    {"reroute", "trainer",
+       "`stage`, `trainer`, `op`, `from`, `to`, `reason` (`down`, `timeout`, `leaving`, `error`): an "
+       "attempt re-sent to another server"},
+    {"timeout", "trainer",
+       "`stage`, `trainer`, `server`, `op`, `seconds`: an attempt passed its deadline (no ban)"},
+    {"ban", "trainer",
+       "`stage`, `trainer`, `server`, `seconds` (ban length), `reason`: a server failed a request with an "
+       "error"},
+    {"server_join", "coordinator",
+       "`stage`, `server`, `host`, `port`: a server registered for a stage (on starting, after a move, "
+       "after a coordinator restart)"},
+    {"server_down", "coordinator",
+       "`stage`, `server`, `reason`: a server died, was killed, or its link was lost (a failure)"},
+    {"server_stop", "coordinator",
+       "`stage`, `server`: a server stopped on purpose (asked to stop, or the run ended): not a failure, so "
+       "no `server_down`, no mark in the plot, and no `stage_lost` when it was its stage's last"},
+    {"params", "server",
+       "`stage`, `server`, `step` (optimizer steps applied), `hash` (FNV-1a of its parameters, decimal "
+       "string): after every step and every reload; servers of a stage must agree at each step"},
+    {"averaging_round", "server",
+       "`stage`, `server`, `round`, `step` (after it), `applied` (false: gave up, no step), `peers`, "
+       "`excluded` (members gone: died, late or refused), `reassigned` (shards of a gone owner it had to "
+       "get elsewhere), `samples` (of its gradient), `compression` (its `--averaging-compression`), `bytes` "
+       "and `bytes_received` (encoded gradient values it sent and got), `raw_bytes` (what it sent as "
+       "float32), `ideal_bytes` (2 x (peers-1)/peers x float32 gradient bytes), `seconds`"},
+    {"round_end", "coordinator",
+       "`stage`, `round`, `step` (the stage's afterwards), `peers`, `applied`, `agreeing` (members with the "
+       "majority hash), `excluded`, `seconds` (start to last result)"},
+    {"reload", "coordinator",
+       "`stage`, `server`, `from`, `step`, `reason` (`behind`, `parameters differ`): a server told to copy "
+       "an up-to-date peer's state"},
+    {"server_exit", "server",
+       "`stage`, `server`, `served`, `rejected` (requests), `committed_samples` (samples whose gradients it "
+       "added), `duplicates` (repeats not added again), `late` (refused or discarded after the commit "
+       "deadline), `rounds` (applied), `rounds_failed`, `dropped_samples` (gradient samples lost with "
+       "failed rounds, reloads or a move), `steps`, `hash` (FNV-1a of its parameters, as a decimal string), "
+       "`moved_to` (-1: the server stopped; else the stage it left this one for). One per stage served: "
+       "when the server stops, and when it leaves a stage for another, with the totals of its time there"},
+    {"state_download", "server",
+       "`stage`, `server`, `from` (the peer), `step` (the state's optimizer steps), `bytes`, `seconds`, "
+       "`hash` (of the parameters, checked against the peer's): on joining, on moving and on every reload"},
+    {"rebalance", "server",
+       "`server`, `from` (-1 for a new server), `to`, `reason` (`load`: throughput; `redundancy`: the stage "
+       "had fewer than `min-replicas`; `empty`: it had none; `join`: a server started with `--stage auto` "
+       "placed there), `predicted_gain` (predicted relative rise of the slowest stage's capacity; `null` "
+       "when a stage was empty), `seconds` (from the order, or the placement question, until it served the "
+       "new stage), `state_copied` (moves: false when no live peer held the stage's state), `state_from` "
+       "(moves: `peer`, `checkpoint` or `initial`)"},
+    {"stage_load", "coordinator",
+       "`stage`, `servers` (a server on its way there counts), `capacity` (samples/s: the sum of its "
+       "servers' measured rates, see Rebalancing), `cost` (the stage's work per sample, multiply-adds): "
+       "every `min(rebalance-period, 5)` seconds"},
+    {"bulk", "server, trainer",
+       "`process`, `frames_sent`, `bytes_sent`, `frames_received`, `bytes_received`, `send_failures` "
+       "(frames dropped: peer unreachable or connection broken), `bad_frames` (connections closed for "
+       "garbage), `undeliverable` (frames for an actor gone): at exit, what the process moved over its bulk "
+       "connections"},
+    {"stage_lost", "coordinator",
+       "`stage`, `step` (optimizer steps of the state lost), `hash`, `reason`: the last server holding a "
+       "trained stage's state died (a clean stop writes none); the next server of the stage loads the "
+       "stage's newest checkpoint, or starts from initial parameters without one"},
+    {"fault", "server",
+       "`server`, `stage`, `op` (`forward`, `backward`, `round`, `state`), `pid`: the `--fault` test hook "
+       "now holds a request (or its shard of a round) and hangs until stopped"},
+    {"checkpoint", "server, trainer, local",
+       "`stage` (-1: a trainer's position), `server` or `trainer`, `step`, `file`, `bytes` (of the payload: "
+       "the state, or the position), `seconds` (export and write): a checkpoint written (see Checkpoints)"},
+    {"checkpoint_load", "server, trainer",
+       "server: `stage`, `server`, `step`, `file`, `skipped` (newer files of the stage that were torn or "
+       "corrupt), `hash` (of the parameters loaded), `seconds`; trainer: `stage` -1, `trainer`, `step`, "
+       "`samples`, `slot`: a process resumed from a checkpoint"},
+    {"chaos", "cluster",
+       "`action` (`kill`, `restart`, `stop`, `continue`, `wipe`), `process` (\"server 1.0\", "
+       "\"coordinator\", \"stage 1\" for a wipe), `pid`"},
+    {"process_start", "cluster",
+       "`process`, `pid`: the cluster started the coordinator again after it died"},
+    {"cluster_start", "cluster",
+       "`stages`, `stage_servers` (servers started per stage, comma-separated), `trainers`, "
+       "`coordinator_port`"},
+    {"process_exit", "cluster",
+       "`process` (\"trainer 0\", \"server 1.0\", ...), `pid`, `code` (128 + signal when killed)"},
+    {"cluster_exit", "cluster",
+       "`code`"},
+    {"stage_cost", "sim",
+       "`stage`, `forward_s`, `backward_s` (core-seconds of one request on the calibrated core), "
+       "`forward_in_bytes`, `forward_out_bytes`, `backward_in_bytes`, `backward_out_bytes`, `parameters`, "
+       "`state_bytes`: `swarm-sim`'s cost model of each stage, at the start"},
+    {"sim_throughput", "sim",
+       "`tokens_per_s` (since the last one), `optimal_tokens_per_s` (the best assignment of the peers up, "
+       "same span), `share`, `alive` (peers up), `samples`: every `--report-every` simulated seconds"},
+    {"sim_summary", "sim",
+       "`tokens_per_s` and `share_of_optimal`, `share_of_fluid` (after `warmup_s`), `samples`, `issued`, "
+       "`completed`, `dropped`, `reroutes`, `rounds_applied`, `rounds_failed`, `moves_load`, "
+       "`moves_redundancy`, `moves_empty`, `joins`, `downs`, `mean_peers_up`, `simulated_s`, `warmup_s`, "
+       "`wall_s`, `peak_rss_mib`, `seed`: the end of a `swarm-sim` run"},
+  };
+  return events;
+}
+
+std::string metrics_events_markdown() {
+  std::string out = "| event | role | fields |\n|---|---|---|\n";
+  for (const auto& e : metrics_events())
+    out += std::string{"| `"} + e.name + "` | " + e.roles + " | " + e.fields + " |\n";
+  return out;
+}
+
+} // namespace swarm
