@@ -43,42 +43,6 @@ void send_done(server_ptr self, const server_round& r, bool applied) {
   st.avg.reported_samples = st.worker->accumulated_samples();
 }
 
-void emit_params(server_ptr self) {
-  self->state.metrics->emit("params", {{"stage", stage_of(self)},
-                                       {"server", self->state.cfg.server_id},
-                                       {"step", self->state.worker->steps()},
-                                       {"hash", std::to_string(self->state.avg.hash)}});
-}
-
-/// Dials `endpoint` ("host:port") unless CAF already holds a direct link to it
-/// (the middleman answers from its cache then), and calls `k` either way once
-/// answered. Why: without automatic connections, CAF routes a message to a
-/// node it learnt of through the coordinator via the coordinator; that route
-/// dies with the coordinator, the peer's proxy stays, and every message on it
-/// is dropped without a word (soak: rounds stuck after a coordinator restart).
-/// A failed dial is tried `tries` times in all: in CI a dial between two
-/// servers starting at once timed out once (connection_timeout), and that
-/// stage's first round then never ended.
-template <class F>
-void dial_then(server_ptr self, const std::string& endpoint, F k, int tries = 3) {
-  const auto hp = split_host_port(endpoint);
-  if (!hp) {
-    k();
-    return;
-  }
-  self->request(dialer(self->system()), std::chrono::seconds(5), caf::connect_atom::value, hp->first, hp->second)
-      .then([k](const caf::node_id&, caf::strong_actor_ptr&, const std::set<std::string>&) mutable { k(); },
-            [self, endpoint, k, tries](caf::error& err) mutable {
-              get_logger("stage_server")->warn("stage {}: cannot dial peer {}: {}{}", stage_of(self), endpoint,
-                                               self->system().render(err),
-                                               tries > 1 ? "; dialing again" : "; giving up");
-              if (tries > 1)
-                dial_then(self, endpoint, std::move(k), tries - 1);
-              else
-                k();
-            });
-}
-
 /// Ends the round here: applied (every shard reduced) or given up (`why`).
 void finish(server_ptr self, const char* why) {
   auto& st = self->state;
@@ -256,6 +220,39 @@ void on_hello(server_ptr self, const caf::actor_addr& from, uint64_t round) {
 }
 
 } // namespace
+
+void emit_params(server_ptr self) {
+  self->state.metrics->emit("params", {{"stage", stage_of(self)},
+                                       {"server", self->state.cfg.server_id},
+                                       {"step", self->state.worker->steps()},
+                                       {"hash", std::to_string(self->state.avg.hash)}});
+}
+
+// Why dial: without automatic connections, CAF routes a message to a
+// node it learnt of through the coordinator via the coordinator; that route
+// dies with the coordinator, the peer's proxy stays, and every message on it
+// is dropped without a word (soak: rounds stuck after a coordinator restart).
+// Tried again: in CI a dial between two servers starting at once timed out
+// once (connection_timeout), and that stage's first round then never ended.
+void dial_then(server_ptr self, const std::string& endpoint, std::function<void()> k, int tries) {
+  const auto hp = split_host_port(endpoint);
+  if (!hp) {
+    k();
+    return;
+  }
+  self->request(dialer(self->system()), std::chrono::seconds(5), caf::connect_atom::value, hp->first, hp->second)
+      .then([k](const caf::node_id&, caf::strong_actor_ptr&, const std::set<std::string>&) mutable { k(); },
+            [self, endpoint, k, tries](caf::error& err) mutable {
+              get_logger("stage_server")->warn("stage {}: cannot dial peer {}: {}{}", stage_of(self), endpoint,
+                                               self->system().render(err),
+                                               tries > 1 ? "; dialing again" : "; giving up");
+              if (tries > 1)
+                dial_then(self, endpoint, std::move(k), tries - 1);
+              else
+                k();
+            });
+}
+
 
 void report_progress(server_ptr self, bool force) {
   auto& st = self->state;
@@ -463,70 +460,6 @@ void on_deadline(server_ptr self, uint64_t round, int32_t phase) {
 void abandon_round(server_ptr self) {
   if (self->state.avg.in_round())
     finish(self, "its link to the coordinator dropped; the round went on without it");
-}
-
-void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer) {
-  auto& st = self->state;
-  auto order = decode<proto::reload_order>(bytes, "reload_order");
-  if (!order || st.avg.reloading)
-    return;
-  if (!peer) {  // the stage's state was lost: its newest checkpoint, if ahead of this server
-    if (st.avg.in_round() || st.member.draining() || order->stage() != static_cast<uint32_t>(stage_of(self)))
-      return;
-    const int64_t dropped = st.worker->accumulated_samples();
-    auto loaded = checkpointing::load_if_ahead(self);
-    if (loaded && *loaded) {
-      st.counters->dropped_samples += dropped;
-      st.avg.hash = st.worker->parameter_hash();
-      emit_params(self);
-      report_progress(self, true);
-    } else if (!loaded) {
-      get_logger("stage_server")->error("stage {}: {}", stage_of(self), describe(loaded.error()));
-    }
-    return;
-  }
-  if (st.avg.in_round() || st.member.draining()) {
-    ++st.avg.reloads;  // turned down: the averager may ask again after the round (a leaving server needs none)
-    report_progress(self, true);
-    return;
-  }
-  st.avg.reloading = true;
-  proto::state_request req;
-  req.set_stage(static_cast<uint32_t>(stage_of(self)));
-  req.set_server_id(st.cfg.server_id);
-  // Dialed first: the averager's handle may carry a route through a coordinator that died.
-  dial_then(self, order->from_endpoint(), [self, req, from = order->from_server_id(), peer] {
-    const auto started = clock_type::now();
-    auto handle = caf::actor_cast<stage_actor>(peer);
-    self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
-        .then(
-            [self, handle, from, started](uint64_t transfer_id, std::string& tail) {
-              auto& st = self->state;
-              st.avg.reloading = false;
-              ++st.avg.reloads;
-              const int64_t dropped = st.worker->accumulated_samples();
-              auto err = adopt_state(*st.worker, st.chunks.finish(handle.address(), transfer_id, std::move(tail)),
-                                     st.cfg.server_id, from, started, *st.metrics);
-              st.avg.hash = st.worker->parameter_hash();
-              if (err) {
-                get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
-                                                 describe(err));
-              } else {
-                st.counters->dropped_samples += dropped;
-                emit_params(self);
-              }
-              report_progress(self, true);
-              moving::resume(self);
-            },
-            [self, from](caf::error& err) {
-              self->state.avg.reloading = false;
-              ++self->state.avg.reloads;
-              report_progress(self, true);
-              get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage_of(self), from,
-                                               describe(err));
-              moving::resume(self);
-            });
-  });
 }
 
 } // namespace swarm::averaging

@@ -54,8 +54,7 @@ int run_calibrate(const app_config& cfg) {
   set_torch_threads(cfg.threads > 0 ? cfg.threads : 1);
   const auto& m = cfg.model;
   calibration cal;
-  cal.shape = {m.d_model, m.seq_len, m.vocab, static_cast<int>(m.n_layers), cfg.stages, m.microbatch,
-               cfg.trainer.compression};
+  cal.shape = {m, cfg.stages, cfg.trainer.compression};
   torch::manual_seed(1);
   const auto acts = [&] { return torch::randn({m.microbatch, m.seq_len, m.d_model}); };
   const auto tokens = [&] { return torch::randint(0, m.vocab, {m.microbatch, m.seq_len}, torch::kLong); };
@@ -68,8 +67,7 @@ int run_calibrate(const app_config& cfg) {
   for (const int64_t width : {m.d_model, 2 * m.d_model}) {
     model_config mc = m;
     mc.d_model = width;
-    model_shape shape = cal.shape;
-    shape.d_model = width;
+    const model_shape shape{mc, cal.shape.stages, cal.shape.compression};
     for (int k = 0; k < cfg.stages; ++k) {
       stage_worker worker(mc, k, cfg.stages, cfg.device);
       const bool last = k == cfg.stages - 1;

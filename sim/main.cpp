@@ -187,8 +187,7 @@ int main(int argc, char** argv) {
   }
   w.cal = *cal;
   const auto& m = cfg.model;
-  const model_shape shape{m.d_model, m.seq_len, m.vocab, static_cast<int>(m.n_layers), cfg.stages, m.microbatch,
-                          cfg.trainer.compression};
+  const model_shape shape{m, cfg.stages, cfg.trainer.compression};
   w.costs = request_costs(shape, w.cal);
   if (w.costs.empty()) {
     std::cerr << "swarm-sim: bad config: cannot cut " << m.n_layers << " layers into " << cfg.stages << " stages\n";

@@ -93,9 +93,24 @@ TEST_CASE("optimal: the best assignment by hand", "[sim]") {
   CHECK(best_assignment({1}, {}).fluid == 0);
 }
 
+namespace {
+
+/// A two-stage model of `layers` blocks, vocabulary 256.
+swarm::model_shape shape_of(int64_t d_model, int64_t seq_len, int64_t layers, int64_t microbatch,
+                            const std::string& compression) {
+  swarm::model_config m;
+  m.d_model = d_model;
+  m.seq_len = seq_len;
+  m.n_layers = layers;
+  m.microbatch = microbatch;
+  return {m, 2, compression};
+}
+
+} // namespace
+
 TEST_CASE("cost model: measured config as measured, others extrapolated", "[sim]") {
   calibration cal;
-  cal.shape = {128, 128, 256, 4, 2, 8, "blockwise8"};
+  cal.shape = shape_of(128, 128, 4, 8, "blockwise8");
   cal.forward_s = {0.03, 0.05};
   cal.backward_s = {0.08, 0};
   cal.bytes_per_value = 1.01;
@@ -118,7 +133,7 @@ TEST_CASE("cost model: measured config as measured, others extrapolated", "[sim]
   CHECK(same[0].parameters == 256 * 128 + 128 * 128 + 2 * (12 * 128 * 128 + 13 * 128));
   CHECK(same[1].parameters == 2 * (12 * 128 * 128 + 13 * 128) + 2 * 128 + 128 * 256);
   auto wide = cal.shape;
-  wide.d_model = 256;
+  wide.model.d_model = 256;
   auto other = request_costs(wide, cal);
   CHECK(other[0].forward_s == Approx(0.002 + 3e-11 * request_madds(wide, 0, false)));
   CHECK(other[0].backward_s == Approx(0.002 + 3e-11 * 3 * forward_madds(wide, 0) * 8));
@@ -166,7 +181,7 @@ TEST_CASE("trace: a recorded cluster's kills, restarts and first joins, named by
 
 TEST_CASE("cost model: calibration files round-trip and bad ones are refused", "[sim]") {
   calibration cal;
-  cal.shape = {64, 32, 256, 2, 2, 4, "fp16"};
+  cal.shape = shape_of(64, 32, 2, 4, "fp16");
   cal.forward_s = {0.01, 0.02};
   cal.backward_s = {0.03, 0};
   cal.seconds_per_madd = 2e-11;

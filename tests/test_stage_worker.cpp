@@ -594,7 +594,7 @@ TEST_CASE("cost model: parameter counts equal the real stages'", "[model][sim]")
     m.d_model = 64;
     m.n_layers = 3;
     m.seq_len = 32;
-    const model_shape shape{m.d_model, m.seq_len, m.vocab, static_cast<int>(m.n_layers), stages, m.microbatch, "none"};
+    const model_shape shape{m, stages, "none"};
     for (int k = 0; k < stages; ++k)
       CHECK(stage_worker(m, k, stages, "cpu").parameter_count() == stage_parameters(shape, k));
   }

@@ -11,29 +11,30 @@
 namespace swarm {
 
 bool model_shape::operator==(const model_shape& o) const {
-  return d_model == o.d_model && seq_len == o.seq_len && vocab == o.vocab && n_layers == o.n_layers &&
-         stages == o.stages && microbatch == o.microbatch && compression == o.compression;
+  return model.d_model == o.model.d_model && model.seq_len == o.model.seq_len && model.vocab == o.model.vocab &&
+         model.n_layers == o.model.n_layers && model.microbatch == o.model.microbatch && stages == o.stages &&
+         compression == o.compression;
 }
 
 double forward_madds(const model_shape& s, int stage) {
-  const auto spans = partition_blocks(s.n_layers, s.stages);
+  const auto spans = partition_blocks(static_cast<int>(s.model.n_layers), s.stages);
   if (stage < 0 || stage >= static_cast<int>(spans.size())) return 0;
-  const auto d = static_cast<double>(s.d_model);
-  const auto t = static_cast<double>(s.seq_len);
+  const auto d = static_cast<double>(s.model.d_model);
+  const auto t = static_cast<double>(s.model.seq_len);
   const auto& span = spans[static_cast<size_t>(stage)];
-  const double head = span.has_head() ? d * static_cast<double>(s.vocab) : 0;
+  const double head = span.has_head() ? d * static_cast<double>(s.model.vocab) : 0;
   return t * (span.blocks() * (12 * d * d + 2 * t * d) + head);
 }
 
 int64_t stage_parameters(const model_shape& s, int stage) {
-  const auto spans = partition_blocks(s.n_layers, s.stages);
+  const auto spans = partition_blocks(static_cast<int>(s.model.n_layers), s.stages);
   if (stage < 0 || stage >= static_cast<int>(spans.size())) return 0;
   const auto& span = spans[static_cast<size_t>(stage)];
-  const int64_t d = s.d_model;
+  const int64_t d = s.model.d_model;
   // Block: two LayerNorms (2d each), qkv (3d^2 + 3d), projection (d^2 + d), MLP (4d^2 + 4d, 4d^2 + d).
   int64_t n = span.blocks() * (12 * d * d + 13 * d);
-  if (span.has_embedding()) n += (s.vocab + s.seq_len) * d;
-  if (span.has_head()) n += 2 * d + d * s.vocab;  // final LayerNorm, head without bias
+  if (span.has_embedding()) n += (s.model.vocab + s.model.seq_len) * d;
+  if (span.has_head()) n += 2 * d + d * s.model.vocab;  // final LayerNorm, head without bias
   return n;
 }
 
@@ -50,19 +51,19 @@ double wire_bytes_per_value(const std::string& compression, const calibration& c
 }
 
 double request_madds(const model_shape& s, int stage, bool backward) {
-  const double f = forward_madds(s, stage) * static_cast<double>(s.microbatch);
+  const double f = forward_madds(s, stage) * static_cast<double>(s.model.microbatch);
   const bool last = stage == s.stages - 1;
   if (backward) return last ? 0 : 3 * f;
   return last ? 3 * f : f;
 }
 
 std::vector<stage_cost> request_costs(const model_shape& s, const calibration& cal) {
-  const auto spans = partition_blocks(s.n_layers, s.stages);
+  const auto spans = partition_blocks(static_cast<int>(s.model.n_layers), s.stages);
   if (spans.empty()) return {};
-  const auto madd_cost = stage_costs(s.d_model, s.seq_len, s.vocab, s.n_layers, s.stages);
+  const auto madd_cost = stage_costs(s.model.d_model, s.model.seq_len, s.model.vocab, static_cast<int>(s.model.n_layers), s.stages);
   const bool measured = s == cal.shape && cal.forward_s.size() == spans.size() && cal.backward_s.size() == spans.size();
-  const double values = static_cast<double>(s.microbatch * s.seq_len * s.d_model);
-  const double tokens = static_cast<double>(s.microbatch * s.seq_len);
+  const double values = static_cast<double>(s.model.microbatch * s.model.seq_len * s.model.d_model);
+  const double tokens = static_cast<double>(s.model.microbatch * s.model.seq_len);
   const double act = values * wire_bytes_per_value(s.compression, cal);
   const double codec = values * cal.codec_s_per_value;
   std::vector<stage_cost> out;
@@ -162,8 +163,9 @@ std::string format_calibration(const calibration& c) {
   o.precision(6);
   o << "# swarm calibration: one torch thread, measured by `swarm --role calibrate`; read by swarm-sim\n"
     << "machine = " << c.machine << "\n"
-    << "d-model = " << c.shape.d_model << "\nseq-len = " << c.shape.seq_len << "\nvocab = " << c.shape.vocab
-    << "\nn-layers = " << c.shape.n_layers << "\nstages = " << c.shape.stages << "\nmicrobatch = " << c.shape.microbatch
+    << "d-model = " << c.shape.model.d_model << "\nseq-len = " << c.shape.model.seq_len
+    << "\nvocab = " << c.shape.model.vocab << "\nn-layers = " << c.shape.model.n_layers
+    << "\nstages = " << c.shape.stages << "\nmicrobatch = " << c.shape.model.microbatch
     << "\ncompression = " << c.shape.compression << "\n"
     << "forward-s = " << join(c.forward_s) << "   # per stage, one microbatch\n"
     << "backward-s = " << join(c.backward_s) << "\n"
@@ -239,9 +241,13 @@ std::optional<calibration> read_calibration(const std::string& path, std::string
         num("microbatch", mb);
     if (d < 1 || t < 1 || voc < 1 || layers < 1 || stages < 1 || mb < 1)
       return fail(0, "needs d-model, seq-len, vocab, n-layers, stages and microbatch, each >= 1");
-    c.shape = {static_cast<int64_t>(d), static_cast<int64_t>(t), static_cast<int64_t>(voc),
-               static_cast<int>(layers), static_cast<int>(stages), static_cast<int64_t>(mb),
-               kv.count("compression") ? kv["compression"] : "blockwise8"};
+    c.shape.model.d_model = static_cast<int64_t>(d);
+    c.shape.model.seq_len = static_cast<int64_t>(t);
+    c.shape.model.vocab = static_cast<int64_t>(voc);
+    c.shape.model.n_layers = static_cast<int64_t>(layers);
+    c.shape.model.microbatch = static_cast<int64_t>(mb);
+    c.shape.stages = static_cast<int>(stages);
+    c.shape.compression = kv.count("compression") ? kv["compression"] : "blockwise8";
     list("forward-s", c.forward_s);
     list("backward-s", c.backward_s);
     num("seconds-per-madd", c.seconds_per_madd);

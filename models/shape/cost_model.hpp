@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
+
 namespace swarm {
 
 /// Values per absmax block of the blockwise8 codec: messages/wire's
@@ -22,16 +24,15 @@ namespace swarm {
 /// below messages and cannot include it).
 constexpr int64_t blockwise8_block_values = 4096;
 
-/// The parts of a model config that set its cost.
+/// A model as the cost model sees it: the binary's own model config (its
+/// width, depth, context, vocabulary, microbatch), cut into `stages`, with its
+/// activations travelling as `compression`.
 struct model_shape {
-  int64_t d_model = 128;
-  int64_t seq_len = 128;
-  int64_t vocab = 256;
-  int n_layers = 4;
+  model_config model;
   int stages = 2;
-  int64_t microbatch = 8;
   std::string compression = "blockwise8";  ///< activations on the wire: none, fp16, blockwise8
 
+  /// Same cost: the fields above that set it (not lr, seed, heads, ...).
   bool operator==(const model_shape& o) const;
 };
 
