@@ -44,6 +44,7 @@
 #include "base/clock.hpp"
 #include "net/bulk.hpp"
 #include "net/chunks.hpp"
+#include "net/tcp.hpp"
 #include "messages/types.hpp"
 #include "messages/wire.hpp"
 
@@ -296,14 +297,10 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
   return ok ? mb_per_s(bytes, reps, start + building) : 0;
 }
 
-void write_all(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    const auto w = ::write(fd, p, n);
-    if (w <= 0)
-      throw std::runtime_error("tcp write failed");
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
+/// Raw TCP's reads and writes; a broken pipe ends the benchmark.
+void send_all(int fd, const char* p, size_t n) {
+  if (!write_all(fd, p, n))
+    throw std::runtime_error("tcp write failed");
 }
 
 void read_all(int fd, char* p, size_t n) {
@@ -329,7 +326,7 @@ void tcp_receiver(int listen_fd) {
     }
     buf.resize(n);
     read_all(fd, buf.data(), n);
-    write_all(fd, "k", 1);
+    send_all(fd, "k", 1);
   }
 }
 
@@ -339,36 +336,46 @@ double tcp_throughput(int fd, size_t bytes, int reps) {
   const auto start = clock_type::now();
   for (int r = 0; r < reps; ++r) {
     const uint64_t n = payload.size();
-    write_all(fd, reinterpret_cast<const char*>(&n), sizeof n);
-    write_all(fd, payload.data(), n);
+    send_all(fd, reinterpret_cast<const char*>(&n), sizeof n);
+    send_all(fd, payload.data(), n);
     read_all(fd, &ack, 1);
   }
   const double secs = seconds_since(start);
   return static_cast<double>(bytes) * reps / secs / 1e6;
 }
 
-int listen_socket(uint16_t& port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::listen(fd, 1);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  port = ntohs(addr.sin_port);
-  return fd;
-}
-
-int connect_socket(uint16_t port) {
+/// A loopback connection with the socket's defaults (Nagle on), as a user's
+/// own raw TCP would be: the baseline the figures in docs/benchmarks.md used.
+int connect_plain(uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(port);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    throw std::runtime_error("tcp connect failed");
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
   return fd;
+}
+
+/// The child process: the CAF receiver (its port told through `port_pipe`)
+/// and the raw TCP receiver on `listen_fd`, until the parent closes its socket.
+[[noreturn]] void run_receivers(int listen_fd, int port_pipe) {
+  caf::actor_system_config cfg;
+  configure(cfg);
+  caf::actor_system sys{cfg};
+  auto bulk = bulk_endpoint::start(sys);
+  if (!bulk)
+    std::_Exit(1);
+  auto recv = sys.spawn(receiver, *bulk);
+  auto port = sys.middleman().publish(recv, 0, "127.0.0.1");
+  const uint16_t p = port ? *port : 0;
+  if (::write(port_pipe, &p, sizeof p) != static_cast<ssize_t>(sizeof p))
+    std::_Exit(1);
+  tcp_receiver(listen_fd);
+  caf::anon_send_exit(recv, caf::exit_reason::user_shutdown);
+  std::_Exit(0);
 }
 
 } // namespace
@@ -384,27 +391,16 @@ int main(int argc, char** argv) {
       chunk = static_cast<size_t>(std::atoll(argv[i + 1]));
   }
   // The receivers live in a child process: a real process boundary, as in a swarm.
-  uint16_t tcp_port = 0;
-  const int listen_fd = listen_socket(tcp_port);
+  const auto listening = listen_tcp("127.0.0.1", 0, "raw TCP receiver");
+  if (!listening)
+    return 1;
+  const auto [listen_fd, tcp_port] = *listening;
   int pipe_fds[2];
   if (::pipe(pipe_fds) != 0)
     return 1;
   const pid_t child = ::fork();
-  if (child == 0) {
-    caf::actor_system_config cfg;
-    configure(cfg);
-    caf::actor_system sys{cfg};
-    auto bulk = bulk_endpoint::start(sys);
-    if (!bulk)
-      std::_Exit(1);
-    auto recv = sys.spawn(receiver, *bulk);
-    auto port = sys.middleman().publish(recv, 0, "127.0.0.1");
-    const uint16_t p = port ? *port : 0;
-    write_all(pipe_fds[1], reinterpret_cast<const char*>(&p), sizeof p);
-    tcp_receiver(listen_fd);  // returns when the parent closes its socket
-    caf::anon_send_exit(recv, caf::exit_reason::user_shutdown);
-    std::_Exit(0);
-  }
+  if (child == 0)
+    run_receivers(listen_fd, pipe_fds[1]);
   uint16_t caf_port = 0;
   read_all(pipe_fds[0], reinterpret_cast<char*>(&caf_port), sizeof caf_port);
   caf::actor_system_config cfg;
@@ -420,7 +416,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no bulk endpoint: %s\n", describe(bulk.error()).c_str());
     return 1;
   }
-  const int tcp_fd = connect_socket(tcp_port);
+  const int tcp_fd = connect_plain(tcp_port);
+  if (tcp_fd < 0)
+    return 1;
   std::printf("payloads between two processes on loopback, %d reps each, best of 3 rounds; MB/s, and ratios to raw\n"
               "TCP measured in the same run. Transport: the bytes reach the receiving actor (raw TCP: its reader).\n"
               "End to end: a forward request holding a float32 tensor (built beforehand, as the trainer's encode_tensor\n"

@@ -80,6 +80,22 @@ proto::register_server registration(const app_config& cfg, const std::string& se
   return reg;
 }
 
+/// --stage auto: the stage the coordinator places this server on; ends the
+/// process when it names none (2 for a config it refuses, else 1).
+proto::placement ask_stage(node& n, const coordinator_actor& coord, const app_config& cfg,
+                           const std::string& server_id) {
+  n.phase("asking the coordinator for a stage");
+  auto answer = ask_placement(n.sys(), coord, server_id, cfg.model.hash());
+  if (!answer || static_cast<int>(answer->stage()) >= cfg.stages) {
+    std::cerr << "swarm: server " << server_id << " got no stage from the coordinator: "
+              << (answer ? "stage " + std::to_string(answer->stage()) + " out of range" : describe(answer.error()))
+              << "\n";
+    n.end(answer || code_of(answer.error()) == errc::BAD_CONFIG ? 2 : 1);
+  }
+  get_logger("stage_server")->info("the coordinator placed this server on stage {}", answer->stage());
+  return *answer;
+}
+
 } // namespace
 
 int run_server(const app_config& cfg) {
@@ -111,16 +127,7 @@ int run_server(const app_config& cfg) {
   const auto asked_at = std::chrono::steady_clock::now();
   proto::placement placed;
   if (cfg.server.stage < 0) {
-    n.phase("asking the coordinator for a stage");
-    auto answer = ask_placement(sys, coord, server_id, cfg.model.hash());
-    if (!answer || static_cast<int>(answer->stage()) >= cfg.stages) {
-      std::cerr << "swarm: server " << server_id << " got no stage from the coordinator: "
-                << (answer ? "stage " + std::to_string(answer->stage()) + " out of range" : describe(answer.error()))
-                << "\n";
-      n.end(answer || code_of(answer.error()) == errc::BAD_CONFIG ? 2 : 1);
-    }
-    placed = *answer;
-    log->info("the coordinator placed this server on stage {}", placed.stage());
+    placed = ask_stage(n, coord, cfg, server_id);
     if (!build(static_cast<int>(placed.stage())))
       n.end(2);
   }
@@ -148,7 +155,7 @@ int run_server(const app_config& cfg) {
   }
   log->info("serving stage {} (blocks {}..{}, {} parameters) on port {}", stage, worker->span().first_block,
             worker->span().end_block, worker->parameter_count(), guard->port());
-  if (cfg.server.stage < 0)
+  if (cfg.server.stage < 0)  // placed by the rebalancer: its move from nowhere
     n.metrics()->emit("rebalance", {{"server", server_id},
                                     {"from", int64_t{-1}},
                                     {"to", int64_t{stage}},

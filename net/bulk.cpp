@@ -11,9 +11,6 @@
 #include <thread>
 #include <tuple>
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/mman.h>
@@ -49,50 +46,6 @@ constexpr size_t fixed_header = 32;
 /// The header's bytes on the wire: the fixed part and `parts` sizes.
 size_t header_bytes(const frame_header& h) { return fixed_header + h.parts * sizeof(uint64_t); }
 
-/// Connects `fd` to `a` within `timeout`; false when refused, unreachable or late.
-bool connect_within(int fd, const addrinfo* a, std::chrono::milliseconds timeout) {
-  const int flags = ::fcntl(fd, F_GETFL, 0);
-  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-  bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-  if (!ok && errno == EINPROGRESS) {
-    pollfd p{fd, POLLOUT, 0};
-    int err = 0;
-    socklen_t len = sizeof err;
-    ok = ::poll(&p, 1, static_cast<int>(timeout.count())) == 1 &&
-         ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
-  }
-  ::fcntl(fd, F_SETFL, flags);
-  return ok;
-}
-
-/// A connected TCP socket to host:port, or -1; writes that move nothing for
-/// `write_timeout` fail (a peer that stopped reading must not hold a writer).
-int connect_to(const std::string& host, uint16_t port, std::chrono::seconds connect_timeout,
-               std::chrono::seconds write_timeout) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
-    return -1;
-  int fd = -1;
-  for (auto* a = found; a && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd >= 0 && !connect_within(fd, a, connect_timeout)) {
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(found);
-  if (fd >= 0) {
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    timeval tv{static_cast<time_t>(write_timeout.count()), 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  }
-  return fd;
-}
-
 /// Large buffers are fresh memory every time (glibc maps them anew), and
 /// faulting them in 4 KiB pages cost more than copying into them: ask for huge
 /// pages where the kernel grants them on request (THP "madvise" mode).
@@ -104,12 +57,6 @@ void advise_huge_pages(void* p, size_t n) {
   const auto end = (reinterpret_cast<uintptr_t>(p) + n) & ~(huge - 1);
   if (end > begin)
     ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-}
-
-/// Whether the other end of `fd` closed it (without reading: a writer's peer sends nothing).
-bool peer_hung_up(int fd) {
-  pollfd p{fd, POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 struct job {
@@ -506,66 +453,6 @@ uint64_t bulk_endpoint::push(const caf::actor& dest, std::string head, std::shar
 bulk_stats bulk_endpoint::stats() const {
   std::lock_guard<std::mutex> lock(impl_->m);
   return impl_->stats;
-}
-
-// --- bulk_inbox
-
-bulk_inbox::bulk_inbox(std::chrono::seconds ttl, uint64_t max_bytes) : ttl_(ttl), max_bytes_(max_bytes) {}
-
-void bulk_inbox::arrived(uint64_t key, bulk_parts bytes, clock::time_point now) {
-  if (auto it = claims_.find(key); it != claims_.end()) {
-    auto k = std::move(it->second);
-    claims_.erase(it);
-    k(std::move(bytes));
-    return;
-  }
-  uint64_t size = 0;
-  for (const auto& part : bytes)
-    size += part.size();
-  total_ += size;
-  auto& slot = bytes_[key];
-  total_ -= slot.size;  // a repeated key replaces (never happens between honest peers)
-  slot = {std::move(bytes), size, now};
-  evict(now);
-}
-
-bool bulk_inbox::claim(uint64_t key, continuation k, clock::time_point now) {
-  evict(now);
-  if (auto it = bytes_.find(key); it != bytes_.end()) {
-    auto bytes = std::move(it->second.bytes);
-    total_ -= it->second.size;
-    bytes_.erase(it);
-    k(std::move(bytes));
-    return true;
-  }
-  claims_[key] = std::move(k);
-  return false;
-}
-
-void bulk_inbox::expire(uint64_t key) {
-  auto it = claims_.find(key);
-  if (it == claims_.end())
-    return;
-  auto k = std::move(it->second);
-  claims_.erase(it);
-  k(make_error(errc::PEER_GONE, "the payload's bytes did not arrive over the bulk connection in time"));
-}
-
-void bulk_inbox::evict(clock::time_point now) {
-  for (auto it = bytes_.begin(); it != bytes_.end();) {
-    if (now - it->second.at > ttl_) {
-      total_ -= it->second.size;
-      it = bytes_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  while (total_ > max_bytes_ && !bytes_.empty()) {
-    auto oldest = std::min_element(bytes_.begin(), bytes_.end(),
-                                   [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
-    total_ -= oldest->second.size;
-    bytes_.erase(oldest);
-  }
 }
 
 } // namespace swarm

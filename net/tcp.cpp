@@ -3,7 +3,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,6 +15,26 @@
 #include "messages/errors.hpp"
 
 namespace swarm {
+
+namespace {
+
+/// Connects `fd` to `a` within `timeout`; false when refused, unreachable or late.
+bool connect_within(int fd, const addrinfo* a, std::chrono::milliseconds timeout) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+  if (!ok && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    ok = ::poll(&p, 1, static_cast<int>(timeout.count())) == 1 &&
+         ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+  }
+  ::fcntl(fd, F_SETFL, flags);
+  return ok;
+}
+
+} // namespace
 
 caf::expected<std::pair<int, uint16_t>> listen_tcp(const std::string& host, uint16_t port, const std::string& who) {
   addrinfo hints{};
@@ -65,6 +87,38 @@ bool write_all(int fd, const char* p, size_t n, int flags) {
     n -= static_cast<size_t>(w);
   }
   return true;
+}
+
+int connect_to(const std::string& host, uint16_t port, std::chrono::seconds connect_timeout,
+               std::chrono::seconds write_timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
+    return -1;
+  int fd = -1;
+  for (auto* a = found; a && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd >= 0 && !connect_within(fd, a, connect_timeout)) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd >= 0) {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    timeval tv{static_cast<time_t>(write_timeout.count()), 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
+  return fd;
+}
+
+
+bool peer_hung_up(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 } // namespace swarm

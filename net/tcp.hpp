@@ -51,6 +51,14 @@ void accept_until_stopped(int listen_fd, std::mutex& m, const bool& stopping, Ad
   }
 }
 
+/// A connected TCP socket to host:port (TCP_NODELAY), or -1; writes that move
+/// nothing for `write_timeout` fail (a peer that stopped reading must not hold a writer).
+[[nodiscard]] int connect_to(const std::string& host, uint16_t port, std::chrono::seconds connect_timeout,
+                             std::chrono::seconds write_timeout);
+
+/// Whether the other end of `fd` closed it (without reading: a writer's peer sends nothing).
+[[nodiscard]] bool peer_hung_up(int fd);
+
 /// Writes all `n` bytes; false when the peer is gone or a write timed out.
 bool write_all(int fd, const char* p, size_t n, int flags = 0);
 

@@ -101,71 +101,83 @@ void status_board::note(double t, std::string name, std::string text) {
     events_.pop_front();
 }
 
+void status_board::on_server_progress(double t, fields_t f) {
+  auto it = servers_.find(get_string(f, "server"));
+  if (it == servers_.end())
+    return;
+  auto& s = it->second;
+  s.step = get_int(f, "step");
+  s.hash = static_cast<uint64_t>(get_int(f, "hash"));
+  s.committed = get_int(f, "committed_samples");
+  if (s.state == "reloading" && s.step >= stage_at(s.stage).step)
+    s.state = "serving";
+  // Samples per second over the last few seconds of reports.
+  if (s.rate_committed < 0 || s.committed < s.rate_committed) {
+    s.rate_committed = s.committed, s.rate_t = t;
+  } else if (t - s.rate_t >= 5) {
+    s.samples_per_s = static_cast<double>(s.committed - s.rate_committed) / (t - s.rate_t);
+    s.rate_committed = s.committed, s.rate_t = t;
+  }
+  s.last_report = t;
+}
+
+void status_board::on_trainer_report(double t, fields_t f) {
+  auto& tr = trainers_[get_string(f, "trainer")];
+  tr.id = get_string(f, "trainer");
+  const int64_t reroutes_before = tr.reroutes;
+  tr.step = get_int(f, "step");
+  tr.max_steps = get_int(f, "max_steps");
+  tr.loss = get_double(f, "loss");
+  tr.tokens_per_s = get_double(f, "tokens_per_s");
+  tr.samples = get_int(f, "samples");
+  tr.tokens = get_int(f, "tokens");
+  tr.dropped = get_int(f, "dropped");
+  tr.retries = get_int(f, "retries");
+  tr.reroutes = get_int(f, "reroutes");
+  tr.bans = get_int(f, "bans");
+  tr.wire_bytes = get_int(f, "wire_bytes");
+  tr.elapsed_s = get_double(f, "elapsed_s");
+  tr.last_report = t;
+  // Reports before the first step carry no loss: not a point of the curves.
+  if (tr.step > 0 && (tr.history.empty() || tr.history.back()[1] != static_cast<double>(tr.step))) {
+    if (tr.history.size() >= max_history) {  // keep the whole run, coarser
+      std::vector<std::array<double, 4>> half;
+      for (size_t i = 0; i < tr.history.size(); i += 2)
+        half.push_back(tr.history[i]);
+      tr.history = std::move(half);
+    }
+    tr.history.push_back({t, static_cast<double>(tr.step), tr.loss, tr.tokens_per_s});
+  }
+  if (tr.reroutes > reroutes_before && reroutes_before > 0)
+    note(t, "reroute", "trainer " + tr.id + ": " + std::to_string(tr.reroutes - reroutes_before) + " reroutes");
+}
+
+void status_board::on_server_join(double t, fields_t f) {
+  const auto id = get_string(f, "server");
+  auto& s = servers_[id];
+  const bool moved = !s.id.empty() && !gone(s.state) && s.stage != get_int(f, "stage");
+  s.id = id;
+  s.stage = get_int(f, "stage");
+  s.host = get_string(f, "host");
+  s.port = get_int(f, "port");
+  s.state = "serving";
+  s.last_report = t;
+  s.rate_committed = -1;
+  ++joins_;
+  moves_ += moved;
+  note(t, moved ? "move" : "server_join",
+       "stage " + std::to_string(s.stage) + ": " + id + (moved ? " moved here" : " joined"));
+}
+
 void status_board::on_event(double t, const char* event, fields_t f) {
   const std::string_view e{event};
   std::lock_guard<std::mutex> lock(m_);
   if (e == "server_progress") {
-    auto it = servers_.find(get_string(f, "server"));
-    if (it == servers_.end())
-      return;
-    auto& s = it->second;
-    s.step = get_int(f, "step");
-    s.hash = static_cast<uint64_t>(get_int(f, "hash"));
-    s.committed = get_int(f, "committed_samples");
-    if (s.state == "reloading" && s.step >= stage_at(s.stage).step)
-      s.state = "serving";
-    // Samples per second over the last few seconds of reports.
-    if (s.rate_committed < 0 || s.committed < s.rate_committed) {
-      s.rate_committed = s.committed, s.rate_t = t;
-    } else if (t - s.rate_t >= 5) {
-      s.samples_per_s = static_cast<double>(s.committed - s.rate_committed) / (t - s.rate_t);
-      s.rate_committed = s.committed, s.rate_t = t;
-    }
-    s.last_report = t;
+    on_server_progress(t, f);
   } else if (e == "trainer_report") {
-    auto& tr = trainers_[get_string(f, "trainer")];
-    tr.id = get_string(f, "trainer");
-    const int64_t reroutes_before = tr.reroutes;
-    tr.step = get_int(f, "step");
-    tr.max_steps = get_int(f, "max_steps");
-    tr.loss = get_double(f, "loss");
-    tr.tokens_per_s = get_double(f, "tokens_per_s");
-    tr.samples = get_int(f, "samples");
-    tr.tokens = get_int(f, "tokens");
-    tr.dropped = get_int(f, "dropped");
-    tr.retries = get_int(f, "retries");
-    tr.reroutes = get_int(f, "reroutes");
-    tr.bans = get_int(f, "bans");
-    tr.wire_bytes = get_int(f, "wire_bytes");
-    tr.elapsed_s = get_double(f, "elapsed_s");
-    tr.last_report = t;
-    // Reports before the first step carry no loss: not a point of the curves.
-    if (tr.step > 0 && (tr.history.empty() || tr.history.back()[1] != static_cast<double>(tr.step))) {
-      if (tr.history.size() >= max_history) {  // keep the whole run, coarser
-        std::vector<std::array<double, 4>> half;
-        for (size_t i = 0; i < tr.history.size(); i += 2)
-          half.push_back(tr.history[i]);
-        tr.history = std::move(half);
-      }
-      tr.history.push_back({t, static_cast<double>(tr.step), tr.loss, tr.tokens_per_s});
-    }
-    if (tr.reroutes > reroutes_before && reroutes_before > 0)
-      note(t, "reroute", "trainer " + tr.id + ": " + std::to_string(tr.reroutes - reroutes_before) + " reroutes");
+    on_trainer_report(t, f);
   } else if (e == "server_join") {
-    const auto id = get_string(f, "server");
-    auto& s = servers_[id];
-    const bool moved = !s.id.empty() && !gone(s.state) && s.stage != get_int(f, "stage");
-    s.id = id;
-    s.stage = get_int(f, "stage");
-    s.host = get_string(f, "host");
-    s.port = get_int(f, "port");
-    s.state = "serving";
-    s.last_report = t;
-    s.rate_committed = -1;
-    ++joins_;
-    moves_ += moved;
-    note(t, moved ? "move" : "server_join",
-         "stage " + std::to_string(s.stage) + ": " + id + (moved ? " moved here" : " joined"));
+    on_server_join(t, f);
   } else if (e == "server_down") {
     const auto id = get_string(f, "server");
     if (auto it = servers_.find(id); it != servers_.end())

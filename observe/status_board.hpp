@@ -70,6 +70,10 @@ private:
   stage& stage_at(int64_t s);
   [[nodiscard]] int64_t live_servers(int64_t stage) const;
   void note(double t, std::string name, std::string text);
+  // on_event's longer cases (m_ held):
+  void on_server_progress(double t, std::initializer_list<metrics_sink::field> f);
+  void on_trainer_report(double t, std::initializer_list<metrics_sink::field> f);
+  void on_server_join(double t, std::initializer_list<metrics_sink::field> f);
 
   double started_;
   mutable std::mutex m_;

@@ -163,21 +163,11 @@ namespace swarm::sim {
   std::_Exit(0);
 }
 
-} // namespace swarm::sim
-
-int main(int argc, char** argv) {
-  // Actor stacks (1 MiB each, see below) must come from mmap, touched page by
-  // page: glibc's dynamic threshold otherwise moves them onto the heap after
-  // the first large free, and 10,000 peers took 1.4 GB before a step.
-  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
-  auto parsed = parse_scenario(argc, argv);
-  if (!parsed.config) {
-    (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.message << "\n";
-    return parsed.exit_code;
-  }
-  auto& w = the_world();
-  w.cfg = *parsed.config;
+/// What the scenario names: the calibration and the stage costs it gives, a
+/// churn trace or chaos log, the metrics file. 0, or 2 with the reason said.
+int load_inputs(world& w) {
   const auto& cfg = w.cfg;
+  const auto& m = cfg.model;
   std::string error;
   const std::string cal_path = cfg.calibration.empty() ? SWARM_SOURCE_DIR "/config/calibration" : cfg.calibration;
   auto cal = read_calibration(cal_path, &error);
@@ -186,7 +176,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   w.cal = *cal;
-  const auto& m = cfg.model;
   const model_shape shape{m, cfg.stages, cfg.trainer.compression};
   w.costs = request_costs(shape, w.cal);
   if (w.costs.empty()) {
@@ -217,6 +206,26 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  return 0;
+}
+
+} // namespace swarm::sim
+
+int main(int argc, char** argv) {
+  // Actor stacks (1 MiB each, see below) must come from mmap, touched page by
+  // page: glibc's dynamic threshold otherwise moves them onto the heap after
+  // the first large free, and 10,000 peers took 1.4 GB before a step.
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  auto parsed = parse_scenario(argc, argv);
+  if (!parsed.config) {
+    (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.message << "\n";
+    return parsed.exit_code;
+  }
+  auto& w = the_world();
+  w.cfg = *parsed.config;
+  const auto& cfg = w.cfg;
+  if (const int bad = load_inputs(w); bad != 0)
+    return bad;
   w.rng.seed(cfg.seed);
   w.stage_step.assign(static_cast<size_t>(cfg.stages), 0);
   w.round_running.assign(static_cast<size_t>(cfg.stages), false);

@@ -29,6 +29,55 @@ s4u::Host* add_host(s4u::NetZone* zone, const std::string& name, double speed, d
   return h;
 }
 
+/// One end of a machine's all-reduce flows: the machine's end sends up and
+/// takes what comes down, the hub's end the reverse; both start both at once
+/// (links are full duplex) and give up at the round's deadline.
+void run_flows(const std::shared_ptr<flow_end>& end, s4u::Mailbox* out, s4u::Mailbox* in, bool near) {
+  static char token;
+  for (;;) {
+    end->ready->acquire();
+    const auto flow = end->rounds.front();
+    end->rounds.pop_front();
+    char* got = nullptr;
+    if (s4u::Engine::get_clock() < flow->deadline) {
+      try {
+        auto recv = in->get_async<char>(&got);
+        auto sent = out->put_async(&token, flow->bytes);
+        recv->wait_for(std::max(flow->deadline - s4u::Engine::get_clock(), 0.0));
+        sent->wait_for(std::max(flow->deadline - s4u::Engine::get_clock(), 0.0));
+      } catch (const simgrid::Exception&) {  // cut at the deadline, or the other end was
+      }
+    }
+    if (near) flow->done->release();
+  }
+}
+
+/// Each machine's permanent actors (machines never go off in SimGrid here,
+/// see peer_died): the two ends of its all-reduce flows and its receiver.
+void start_machine_actors(world& w) {
+  for (auto& p : w.peers) {
+    auto* up = s4u::Mailbox::by_name("up" + std::to_string(p.index));
+    auto* down = s4u::Mailbox::by_name("down" + std::to_string(p.index));
+    s4u::Actor::create("flows" + std::to_string(p.index), p.host, [end = p.near_end, up, down] {
+      run_flows(end, up, down, true);
+    });
+    s4u::Actor::create("hub" + std::to_string(p.index), w.hub, [end = p.hub_end, up, down] {
+      run_flows(end, down, up, false);
+    });
+    // The receiver takes every request as its bytes arrive (so transfers to one
+    // machine run side by side) and queues it for whichever server lives there.
+    s4u::Actor::create("nic" + std::to_string(p.index), p.host, [pp = &p] {
+      pp->inbox->set_receiver(s4u::Actor::self());
+      for (;;) {
+        try {
+          deliver(*pp, pp->inbox->get<request>());
+        } catch (const simgrid::Exception&) {  // its sender gave up on it mid-way (and deleted it)
+        }
+      }
+    });
+  }
+}
+
 } // namespace
 
 void build_platform(world& w) {
@@ -79,51 +128,7 @@ void build_platform(world& w) {
     w.trainers.push_back(std::move(t));
   }
   zone->seal();
-  // Each machine's permanent actors (machines never go off in SimGrid here,
-  // see peer_died): the two ends of its all-reduce flows and its receiver.
-  for (auto& p : w.peers) {
-    // Its all-reduce flows: the machine's end sends up and takes what comes
-    // down, the hub's end the reverse; both start both at once (links are
-    // full duplex) and give up at the round's deadline.
-    auto* up = s4u::Mailbox::by_name("up" + std::to_string(p.index));
-    auto* down = s4u::Mailbox::by_name("down" + std::to_string(p.index));
-    const auto flows = [](std::shared_ptr<flow_end> end, s4u::Mailbox* out, s4u::Mailbox* in, bool near) {
-      static char token;
-      for (;;) {
-        end->ready->acquire();
-        const auto flow = end->rounds.front();
-        end->rounds.pop_front();
-        char* got = nullptr;
-        if (s4u::Engine::get_clock() < flow->deadline) {
-          try {
-            auto recv = in->get_async<char>(&got);
-            auto sent = out->put_async(&token, flow->bytes);
-            recv->wait_for(std::max(flow->deadline - s4u::Engine::get_clock(), 0.0));
-            sent->wait_for(std::max(flow->deadline - s4u::Engine::get_clock(), 0.0));
-          } catch (const simgrid::Exception&) {  // cut at the deadline, or the other end was
-          }
-        }
-        if (near) flow->done->release();
-      }
-    };
-    s4u::Actor::create("flows" + std::to_string(p.index), p.host, [flows, end = p.near_end, up, down] {
-      flows(end, up, down, true);
-    });
-    s4u::Actor::create("hub" + std::to_string(p.index), w.hub, [flows, end = p.hub_end, up, down] {
-      flows(end, down, up, false);
-    });
-    // The receiver takes every request as its bytes arrive (so transfers to one
-    // machine run side by side) and queues it for whichever server lives there.
-    s4u::Actor::create("nic" + std::to_string(p.index), p.host, [pp = &p] {
-      pp->inbox->set_receiver(s4u::Actor::self());
-      for (;;) {
-        try {
-          deliver(*pp, pp->inbox->get<request>());
-        } catch (const simgrid::Exception&) {  // its sender gave up on it mid-way (and deleted it)
-        }
-      }
-    });
-  }
+  start_machine_actors(w);
   // The one machine's load, averaged over about a second, for the load-dependent
   // CPU per request (calibration light-scale): sampled 10 times a second.
   if (local)

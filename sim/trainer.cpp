@@ -4,6 +4,7 @@
 // (the same object swarm's load balancer holds), re-sending on down, leaving
 // and timeout as swarm does, and counting issued = completed + dropped.
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <mutex>
 
@@ -53,6 +54,39 @@ peer* find_peer(world& w, const std::string& name) {
   return p.name == name && p.state != peer::off ? &p : nullptr;
 }
 
+/// Sends `r` (attempt `id`, `bytes` on the wire) to `p` and waits for its
+/// reply on `box` until `deadline`: the status, reply::down when its server
+/// died with the reply on its way, or nullopt when the deadline passed.
+std::optional<reply::status_t> send_and_wait(world& w, peer& p, request* r, s4u::Mailbox* box, uint64_t id,
+                                             double deadline, double bytes) {
+  // Sent by this worker (not detached: SimGrid 3.32 scans one list of all
+  // detached activities at every completion); it returns once the bytes are
+  // on the server's machine, queued for the server.
+  try {
+    p.inbox->put(r, static_cast<uint64_t>(bytes), std::max(deadline - w.now(), 1e-9));
+  } catch (const simgrid::TimeoutException&) {
+    delete r;  // never delivered
+    return std::nullopt;
+  }
+  for (;;) {
+    const double left = deadline - w.now();
+    reply* rep = nullptr;
+    try {
+      rep = left > 0 ? box->get<reply>(left) : nullptr;
+    } catch (const simgrid::TimeoutException&) {
+    } catch (const simgrid::NetworkFailureException&) {
+      return reply::down;  // its server died while the reply was on its way
+    }
+    if (!rep)
+      return std::nullopt;
+    const bool mine = rep->attempt == id;
+    const auto status = rep->status;
+    delete rep;
+    if (mine)
+      return status;  // others are answers to attempts given up on
+  }
+}
+
 /// One stage call with retries; the server that answered, or empty (dropped).
 std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool backward, const std::string& preferred) {
   const auto microbatch = static_cast<double>(w.cfg.model.microbatch);
@@ -90,36 +124,10 @@ std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool 
     // local platform's one machine.
     if (w.cfg.platform == "local" && w.cal.trainer_s_per_request > 0)
       s4u::this_actor::exec_init(w.cal.trainer_s_per_request)->set_host(t.cpu)->wait();
-    reply::status_t status = reply::down;
-    bool timed_out = false;
-    // Sent by this worker (not detached: SimGrid 3.32 scans one list of all
-    // detached activities at every completion); it returns once the bytes are
-    // on the server's machine, queued for the server.
-    try {
-      p->inbox->put(r, static_cast<uint64_t>(backward ? c.backward_in_bytes : c.forward_in_bytes),
-                    std::max(sent + timeout - w.now(), 1e-9));
-    } catch (const simgrid::TimeoutException&) {
-      delete r;  // never delivered
-      timed_out = true;
-    }
-    while (!timed_out) {
-      const double left = sent + timeout - w.now();
-      reply* rep = nullptr;
-      try {
-        rep = left > 0 ? box->get<reply>(left) : nullptr;
-      } catch (const simgrid::TimeoutException&) {
-      } catch (const simgrid::NetworkFailureException&) {
-        break;  // its server died while the reply was on its way: down
-      }
-      if (!rep) {
-        timed_out = true;
-        break;
-      }
-      const bool mine = rep->attempt == id;
-      status = rep->status;
-      delete rep;
-      if (mine) break;  // others are answers to attempts given up on
-    }
+    const auto answer =
+        send_and_wait(w, *p, r, box, id, sent + timeout, backward ? c.backward_in_bytes : c.forward_in_bytes);
+    const bool timed_out = !answer;
+    const reply::status_t status = answer.value_or(reply::down);
     auto& ws = p->waiters;
     ws.erase(std::remove(ws.begin(), ws.end(), std::make_pair(box, id)), ws.end());
     const double took = w.now() - sent;

@@ -188,6 +188,47 @@ std::string format_calibration(const calibration& c) {
   return o.str();
 }
 
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto a = s.find_first_not_of(" \t\r");
+  const auto b = s.find_last_not_of(" \t\r");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+/// The `key = value` lines of `in` ('#' starts a comment); the first line that
+/// is neither blank nor one of those: its number in `bad_line`, nullopt.
+std::optional<std::map<std::string, std::string>> key_values(std::istream& in, int& bad_line, std::string& bad) {
+  std::map<std::string, std::string> kv;
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    if (trim(line).empty()) continue;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) {
+      bad_line = no, bad = trim(line);
+      return std::nullopt;
+    }
+    kv[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+  }
+  return kv;
+}
+
+/// `text` as a finite number >= 0, else invalid_argument naming it as `what`.
+double non_negative(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+  }
+  if (used == 0 || text.find_first_not_of(" \t", used) != std::string::npos || !std::isfinite(v) || v < 0)
+    throw std::invalid_argument(what + " is not a finite number >= 0");
+  return v;
+}
+
+} // namespace
+
 std::optional<calibration> read_calibration(const std::string& path, std::string* error) {
   const auto fail = [&](int line, const std::string& why) -> std::optional<calibration> {
     if (error) *error = path + (line > 0 ? ":" + std::to_string(line) : std::string()) + ": " + why;
@@ -195,45 +236,20 @@ std::optional<calibration> read_calibration(const std::string& path, std::string
   };
   std::ifstream in(path);
   if (!in) return fail(0, "cannot read the calibration file (make one with `swarm --role calibrate --out FILE`)");
-  std::map<std::string, std::string> kv;
-  std::string line;
-  for (int no = 1; std::getline(in, line); ++no) {
-    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    const auto first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos) continue;
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) return fail(no, "not key = value: " + line.substr(first));
-    const auto trim = [](std::string s) {
-      const auto a = s.find_first_not_of(" \t\r");
-      const auto b = s.find_last_not_of(" \t\r");
-      return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
-    };
-    kv[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
-  }
+  int bad_line = 0;
+  std::string bad;
+  auto read = key_values(in, bad_line, bad);
+  if (!read) return fail(bad_line, "not key = value: " + bad);
+  auto& kv = *read;
   calibration c;
   try {
     const auto num = [&](const char* key, double& into) {
-      if (auto it = kv.find(key); it != kv.end()) {
-        size_t used = 0;
-        into = std::stod(it->second, &used);
-        if (used != it->second.size() || !std::isfinite(into) || into < 0)
-          throw std::invalid_argument(std::string(key) + " = " + it->second + " is not a finite number >= 0");
-      }
+      if (auto it = kv.find(key); it != kv.end()) into = non_negative(it->second, std::string(key) + " = " + it->second);
     };
     const auto list = [&](const char* key, std::vector<double>& into) {
       if (auto it = kv.find(key); it != kv.end()) {
         std::stringstream ss(it->second);
-        for (std::string item; std::getline(ss, item, ',');) {
-          size_t used = 0;
-          double v = -1;
-          try {
-            v = std::stod(item, &used);
-          } catch (const std::exception&) {
-          }
-          if (used == 0 || item.find_first_not_of(" \t", used) != std::string::npos || !std::isfinite(v) || v < 0)
-            throw std::invalid_argument(std::string(key) + ": " + item + " is not a finite number >= 0");
-          into.push_back(v);
-        }
+        for (std::string item; std::getline(ss, item, ',');) into.push_back(non_negative(item, std::string(key) + ": " + item));
       }
     };
     double d = 0, t = 0, voc = 0, layers = 0, stages = 0, mb = 0;

@@ -1,0 +1,102 @@
+#pragma once
+// The stage worker's insides, shared by its two files: models/stage_worker.cpp
+// (compute and steps) and models/stage_worker_state.cpp (state transfer).
+// Not for other users: they see models/stage_worker.hpp.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "models/gpt.hpp"
+#include "models/stage_worker.hpp"
+
+namespace swarm {
+
+/// "[8, 64, 32] Float": a tensor's shape and type, for error messages.
+inline std::string shape_of(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d)
+    s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "] " + std::string{c10::toString(t.scalar_type())};
+}
+
+inline bool all_finite(const torch::Tensor& t) {
+  return !t.defined() || !t.is_floating_point() || torch::isfinite(t).all().item<bool>();
+}
+
+struct stage_worker::impl {
+  model_config cfg;
+  stage_module module;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::vector<torch::Tensor> params;  // registration order: the flat order of the header
+  std::vector<std::string> names;     // params' names ("block2.qkv.weight")
+  // Gradients are summed here rather than in .grad so that a microbatch whose
+  // gradients come out non-finite can be dropped without touching the good ones.
+  std::vector<torch::Tensor> accum;
+  int64_t samples = 0;
+  int64_t microbatches = 0;
+  int64_t steps = 0;
+
+  torch::Device device;
+
+  impl(const model_config& c, const stage_span& span, const torch::Device& d) : cfg(c), module(c, span), device(d) {
+    module->to(device);  // before the optimizer: it keys its state by the parameters it is given
+    optimizer = make_optimizer(*module, cfg);
+    for (const auto& item : module->named_parameters()) {
+      names.push_back(item.key());
+      params.push_back(item.value());
+      accum.push_back(torch::zeros_like(item.value()));
+    }
+  }
+
+  [[nodiscard]] const stage_span& span() const { return module->span(); }
+
+  void clear_param_grads() {
+    for (auto& p : params)
+      p.mutable_grad() = torch::Tensor{};
+  }
+
+  void clear_accumulator() {
+    torch::NoGradGuard no_grad;
+    for (auto& a : accum)
+      a.zero_();
+    samples = 0;
+    microbatches = 0;
+  }
+
+  /// Runs `fn` (which backpropagates one microbatch into .grad) and adds its
+  /// gradients to the sums only when the loss and every gradient are finite.
+  template <class Fn>
+  result<loss_and_grad> accumulate(int64_t batch, const commit_gate& gate, bool& duplicate, Fn&& fn) {
+    clear_param_grads();
+    loss_and_grad r = fn();
+    bool finite = std::isfinite(r.loss) && all_finite(r.input_grad);
+    for (size_t i = 0; finite && i < params.size(); ++i)
+      finite = all_finite(params[i].grad());
+    if (!finite) {
+      clear_param_grads();
+      return error(errc::NON_FINITE, "stage " + std::to_string(span().stage) +
+                                              ": loss or gradients are NaN or Inf for these inputs; dropped");
+    }
+    const auto decision = gate ? gate() : commit_decision{};
+    duplicate = !decision.add;
+    if (decision.reject || duplicate) {
+      clear_param_grads();
+      if (decision.reject)
+        return decision.reject;
+      return r;
+    }
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].grad().defined())
+        accum[i].add_(params[i].grad());
+    clear_param_grads();
+    samples += batch;
+    ++microbatches;
+    return r;
+  }
+};
+
+} // namespace swarm
