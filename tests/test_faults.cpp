@@ -20,6 +20,7 @@ TEST_CASE("training goes on when servers die holding a forward and a backward", 
   const pid_t hangs_in_backward = swarm.server(0, {"--fault", "hang-backward", "--fault-after", "40"});
   swarm.server(1);
   const pid_t hangs_in_forward = swarm.server(1, {"--fault", "hang-forward", "--fault-after", "40"});
+  REQUIRE(swarm.public_ports(4).size() == 5);  // all serving from the first step: a late one might see no 40th
   const int steps = 100;  // the faults hit the 40th requests
   const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
 
@@ -65,6 +66,7 @@ TEST_CASE("a stopped server is routed around and no sample counts twice", "[faul
   swarm.server(0);
   swarm.server(1);
   swarm.server(1);
+  REQUIRE(swarm.public_ports(4).size() == 5);  // the victim serving before the stop
   const int steps = 120;  // the stop comes at step 40
   const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
   REQUIRE(wait_for_metrics(
