@@ -1,5 +1,6 @@
 #include "apps/node.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -11,6 +12,7 @@
 #include <caf/openssl/all.hpp>
 
 #include "messages/errors.hpp"
+#include "models/shape/cost_model.hpp"
 #include "messages/types.hpp"
 #include "net/tls.hpp"
 
@@ -171,6 +173,12 @@ std::shared_ptr<bulk_endpoint> node::bulk() {
     return bulk_;
   bulk_options opts;
   opts.host = cfg_.server.host;
+  opts.port = static_cast<uint16_t>(cfg_.server.bulk_port);
+  opts.max_frame = largest_payload_bytes({cfg_.model, cfg_.stages, cfg_.trainer.compression});
+  // Never below one largest frame: a smaller budget would refuse peers' own frames.
+  opts.max_pending = std::max(opts.max_frame, cfg_.net.bulk_budget_mib > 0
+                                                  ? static_cast<uint64_t>(cfg_.net.bulk_budget_mib) << 20
+                                                  : std::max(uint64_t{256} << 20, 4 * opts.max_frame));
   if (!cfg_.net.tls_ca.empty()) {
     auto tls = tls_context::load({cfg_.net.tls_ca, cfg_.net.tls_cert, cfg_.net.tls_key});
     if (!tls) {  // checked at start-up already (main.cpp); a file changed since
@@ -185,7 +193,8 @@ std::shared_ptr<bulk_endpoint> node::bulk() {
     end(1);
   }
   bulk_ = *started;
-  get_logger(who_)->debug("bulk connections on {}:{}", opts.host, bulk_->port());
+  get_logger(who_)->info("bulk connections on {}:{} (frames up to {} MiB, {} MiB being received at once)", opts.host,
+                         bulk_->port(), opts.max_frame >> 20, opts.max_pending >> 20);
   return bulk_;
 }
 
@@ -270,7 +279,10 @@ void node::emit_bulk(const std::string& process) {
                           {"bytes_received", static_cast<int64_t>(s.bytes_received)},
                           {"send_failures", static_cast<int64_t>(s.send_failures)},
                           {"bad_frames", static_cast<int64_t>(s.bad_frames)},
-                          {"undeliverable", static_cast<int64_t>(s.undeliverable)}});
+                          {"undeliverable", static_cast<int64_t>(s.undeliverable)},
+                          {"frames_waited", static_cast<int64_t>(s.frames_waited)},
+                          {"stalled", static_cast<int64_t>(s.stalled)},
+                          {"peak_pending", static_cast<int64_t>(s.peak_pending)}});
 }
 
 } // namespace swarm

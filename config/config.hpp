@@ -47,6 +47,10 @@ struct net_config {
   /// go over the bulk connection, the CAF message naming them; 0 = never. Measured
   /// (scripts/bench_transfer.sh): CAF alone moves 16-64 MiB at 0.1-0.3 of raw TCP.
   int64_t bulk_min_bytes = 64 << 10;
+  /// Bytes of bulk frames being received at once, all peers together (what a
+  /// stranger can make a node hold), MiB; 0 = 4x the model's largest payload,
+  /// at least 256 MiB (apps/node.cpp).
+  int64_t bulk_budget_mib = 0;
   /// Mutual TLS with a cluster CA on every connection (CAF links and bulk):
   /// PEM files of the CA, this node's certificate and its unencrypted key. All
   /// three or none; none = plain TCP. scripts/make_certs.sh makes them.
@@ -77,6 +81,7 @@ struct server_config {
   int stage = -1;                ///< pipeline stage served, 0-based; -1: auto (the coordinator places it)
   std::string host = "127.0.0.1";///< address trainers use to reach this server
   int port = 0;                  ///< TCP port to publish on; 0 = any free port
+  int bulk_port = 0;             ///< TCP port of the bulk connection (server and trainer); 0 = any free port
   int64_t batch_size = 64;       ///< samples per stage-wide optimizer step (the coordinator's target batch size)
   double slowdown = 1.0;         ///< emulate a device this many times slower (>= 1)
   std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: the all-reduce pieces it sends

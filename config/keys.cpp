@@ -132,6 +132,9 @@ const std::vector<keys::row>& swarm_keys() {
       key("chunk-bytes", &net::chunk_bytes, "bytes", range(">= 1024"), "largest single message payload"),
       key("bulk-min-bytes", &net::bulk_min_bytes, "bytes", range(">= 0"),
           "payloads at least this large go over a dedicated bulk connection (0 = all through CAF)"),
+      key("bulk-budget", &net::bulk_budget_mib, "MiB", range(">= 0"),
+          "bulk frames being received at once, all peers together (what a stranger can make a node hold); "
+          "0 = 4x the model's largest payload, at least 256; never below one largest payload"),
       key("tls-ca", &net::tls_ca, "", {},
           "mutual TLS: PEM certificate of the cluster CA (with --tls-cert and --tls-key)"),
       key("tls-cert", &net::tls_cert, "", {}, "mutual TLS: PEM certificate of this node, signed by the cluster CA"),
@@ -163,6 +166,10 @@ const std::vector<keys::row>& swarm_keys() {
       key("host", &server::host, "", {},
           "server, trainer: address peers use to reach this process (its actors and its bulk connection)", own),
       key("server-port", &server::port, "", range("[0, 65535]"), "server: TCP port to listen on; 0 = any free port",
+          own),
+      key("bulk-port", &server::bulk_port, "", range("[0, 65535]"),
+          "server, trainer: TCP port of the bulk connection (activations, gradients, state) on --host; 0 = any free "
+          "port",
           own),
       key("batch-size", &server::batch_size, "", range(">= 1"),
           "samples per optimizer step: stage-wide target batch (coordinator), batch (local), reported step "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -100,6 +101,8 @@ struct bulk_endpoint::impl {
   std::condition_variable readers_done;
   std::mt19937_64 rng{std::random_device{}()};
   bulk_stats stats;
+  uint64_t pending = 0;  ///< bytes of frames being received (reserved at their header)
+  std::condition_variable room;
 
   std::chrono::steady_clock::time_point last_sweep{};
 
@@ -272,12 +275,78 @@ struct bulk_endpoint::impl {
     link->fd = -1;
   }
 
+  /// Room for a frame of `n` bytes within opts.max_pending, waiting up to
+  /// opts.read_timeout for frames being received to finish; false (said in
+  /// the log) when none came or the endpoint stops.
+  bool reserve(uint64_t n) {
+    std::unique_lock<std::mutex> lock(m);
+    if (pending + n > opts.max_pending) {
+      ++stats.frames_waited;
+      get_logger("bulk")->warn("a frame of {} bytes waits: frames being received hold {} of {} bytes", n, pending,
+                               opts.max_pending);
+      if (!room.wait_for(lock, opts.read_timeout, [&] { return stopping || pending + n <= opts.max_pending; }) ||
+          stopping) {
+        ++stats.stalled;
+        get_logger("bulk")->warn("closed a bulk connection: no room for its frame of {} bytes within {} s", n,
+                                 opts.read_timeout.count());
+        return false;
+      }
+    }
+    pending += n;
+    stats.peak_pending = std::max(stats.peak_pending, pending);
+    return true;
+  }
+
+  void release(uint64_t n) {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      pending -= n;
+    }
+    room.notify_all();
+  }
+
+  /// A frame's parts read from `in` into `parts`; false when the connection
+  /// broke or stalled mid-frame (said in the log), the half frame dropped.
+  bool read_parts(tls_link& in, const frame_header& h, bulk_parts& parts, std::vector<char>& scratch) {
+    for (size_t i = 0; i < h.parts; ++i) {
+      auto& bytes = parts[i];
+      try {
+        bytes.reserve(h.part_size[i]);
+        advise_huge_pages(bytes.data(), h.part_size[i]);
+      } catch (const std::bad_alloc&) {
+        return false;
+      }
+      // Through a scratch buffer that stays in cache: a std::string cannot
+      // grow without zeroing, and zeroing a fresh buffer first cost one more
+      // pass over memory than the copy out of the scratch.
+      while (bytes.size() < h.part_size[i]) {
+        const size_t n = std::min<uint64_t>(scratch.size(), h.part_size[i] - bytes.size());
+        errno = 0;  // a peer that hangs up leaves it alone
+        if (!in.read_all(scratch.data(), n)) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            std::lock_guard<std::mutex> lock(m);
+            ++stats.stalled;
+            get_logger("bulk")->warn("closed a bulk connection: nothing came for {} s in the middle of a frame",
+                                     opts.read_timeout.count());
+          }
+          return false;
+        }
+        bytes.append(scratch.data(), n);
+      }
+    }
+    return true;
+  }
+
   void read_loop(int fd) {
     std::vector<char> scratch(size_t{256} << 10);
     auto in = secure(fd, true);  // a refused handshake is logged where it fails (net/tls.cpp)
     while (in) {
       frame_header h;
-      if (!in->read_all(reinterpret_cast<char*>(&h), fixed_header))
+      set_receive_timeout(fd, std::chrono::seconds(0));  // between frames a peer keeps its connection idle
+      if (!in->read_all(reinterpret_cast<char*>(&h), 1))
+        break;
+      set_receive_timeout(fd, opts.read_timeout);  // a frame once begun must keep coming
+      if (!in->read_all(reinterpret_cast<char*>(&h) + 1, fixed_header - 1))
         break;
       const bool framed = h.magic == frame_magic && h.parts >= 1 && h.parts <= max_bulk_parts;
       uint64_t sum = 0;
@@ -296,27 +365,11 @@ struct bulk_endpoint::impl {
         get_logger("bulk")->warn("closed a bulk connection: {}", why);
         break;
       }
+      if (!reserve(h.size))
+        break;
       bulk_parts parts(h.parts);
-      bool whole = true;
-      for (size_t i = 0; i < h.parts && whole; ++i) {
-        auto& bytes = parts[i];
-        try {
-          bytes.reserve(h.part_size[i]);
-          advise_huge_pages(bytes.data(), h.part_size[i]);
-        } catch (const std::bad_alloc&) {
-          whole = false;
-          break;
-        }
-        // Through a scratch buffer that stays in cache: a std::string cannot
-        // grow without zeroing, and zeroing a fresh buffer first cost one more
-        // pass over memory than the copy out of the scratch.
-        while (whole && bytes.size() < h.part_size[i]) {
-          const size_t n = std::min<uint64_t>(scratch.size(), h.part_size[i] - bytes.size());
-          whole = in->read_all(scratch.data(), n);
-          if (whole)
-            bytes.append(scratch.data(), n);
-        }
-      }
+      const bool whole = read_parts(*in, h, parts, scratch);
+      release(h.size);  // delivered bytes are the receiver's inbox's to bound (bulk_inbox)
       if (!whole)
         break;  // half a frame: dropped, never delivered
       {
@@ -347,7 +400,7 @@ struct bulk_endpoint::impl {
 
 caf::expected<std::shared_ptr<bulk_endpoint>> bulk_endpoint::start(caf::actor_system& sys, bulk_options opts) {
   auto p = std::make_unique<impl>(sys, std::move(opts));
-  auto listening = listen_tcp(p->opts.host, 0, "bulk endpoint");
+  auto listening = listen_tcp(p->opts.host, p->opts.port, "bulk endpoint");
   if (!listening)
     return listening.error();
   std::tie(p->listen_fd, p->port) = *listening;
@@ -371,6 +424,7 @@ bulk_endpoint::~bulk_endpoint() {
   {
     std::lock_guard<std::mutex> lock(p.m);
     p.stopping = true;
+    p.room.notify_all();
     links.swap(p.links);
     for (int fd : p.reader_fds)
       ::shutdown(fd, SHUT_RDWR);  // unblocks their reads; they close and leave

@@ -70,7 +70,18 @@ constexpr uint64_t bulk_flag = uint64_t{1} << 63;
 
 struct bulk_options {
   std::string host = "127.0.0.1";  ///< address to listen on and to tell peers
-  uint64_t max_frame = uint64_t{4} << 30;  ///< larger frames close the connection
+  uint16_t port = 0;               ///< port to listen on; 0 = any free one
+  /// Larger frames close the connection at their header. A node sets it to
+  /// the largest payload its model can produce (models/shape: largest_payload_bytes).
+  uint64_t max_frame = uint64_t{4} << 30;
+  /// Bytes of frames being received, all connections together (the memory a
+  /// stranger can make this process hold): a frame whose header would pass it
+  /// waits for room, up to read_timeout, else its connection closes.
+  uint64_t max_pending = uint64_t{1} << 30;
+  /// A frame once begun must keep coming: a connection that sends nothing for
+  /// this long mid-frame closes (its frame dropped, its room freed). Between
+  /// frames a connection may idle for ever.
+  std::chrono::seconds read_timeout{30};
   int max_connections = 256;       ///< accepted connections at once; more are refused
   std::chrono::seconds connect_timeout{10};  ///< lookup and connect to a peer, each
   std::chrono::seconds write_timeout{60};    ///< a write that moves nothing this long breaks the connection
@@ -83,6 +94,9 @@ struct bulk_stats {
   uint64_t send_failures = 0;      ///< frames dropped because the peer could not be reached or the write failed
   uint64_t bad_frames = 0;         ///< connections closed for garbage
   uint64_t undeliverable = 0;      ///< frames for an actor not attached here (gone)
+  uint64_t frames_waited = 0;      ///< frames that waited for room under max_pending
+  uint64_t stalled = 0;            ///< connections closed mid-frame (no room in time, or no bytes)
+  uint64_t peak_pending = 0;       ///< most bytes held in frames being received at once
 };
 
 class bulk_endpoint {

@@ -121,4 +121,9 @@ bool peer_hung_up(int fd) {
   return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
+void set_receive_timeout(int fd, std::chrono::seconds timeout) {
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
 } // namespace swarm

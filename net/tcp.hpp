@@ -56,6 +56,9 @@ void accept_until_stopped(int listen_fd, std::mutex& m, const bool& stopping, Ad
 [[nodiscard]] int connect_to(const std::string& host, uint16_t port, std::chrono::seconds connect_timeout,
                              std::chrono::seconds write_timeout);
 
+/// Reads on `fd` fail with EAGAIN after `timeout` without bytes; 0 = never.
+void set_receive_timeout(int fd, std::chrono::seconds timeout);
+
 /// Whether the other end of `fd` closed it (without reading: a writer's peer sends nothing).
 [[nodiscard]] bool peer_hung_up(int fd);
 

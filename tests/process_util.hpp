@@ -17,7 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +62,20 @@ using swarm::unix_seconds;  // the clock of the metrics' "t"
 inline int test_size(int quick, int full) {
   const char* v = std::getenv("SWARM_TEST_FULL");
   return v != nullptr && std::string{v} == "1" ? full : quick;
+}
+
+/// A TCP port free on loopback now (bound and released: a later bind may race
+/// another process, which tests on one machine accept).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
 }
 
 /// Exit code of `pid` once it ends, or nullopt (process left running) after `timeout_s`.

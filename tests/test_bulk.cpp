@@ -8,6 +8,7 @@
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -204,4 +205,59 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   CHECK_THROWS_AS(bulk->push(caf::actor_cast<caf::actor>(self), "x",
                              std::make_shared<const bulk_parts>(max_bulk_parts, "y")),
                   std::invalid_argument);
+}
+
+TEST_CASE("frames being received stay within the budget; a stalled frame frees its room; legitimate ones get through",
+          "[bulk]") {
+  caf::actor_system_config cfg;
+  cfg.load<caf::io::middleman>();
+  cfg.set("logger.console", caf::atom("none"));
+  caf::actor_system sys{cfg};
+  bulk_options opts;
+  opts.max_frame = 1 << 20;
+  opts.max_pending = 1 << 20;
+  opts.read_timeout = 1s;
+  auto started = bulk_endpoint::start(sys, opts);
+  REQUIRE(started);
+  auto bulk = *started;
+  caf::scoped_actor self{sys};
+  bulk->attach(caf::actor_cast<caf::actor>(self));
+  const auto me = self->id();
+
+  // Three strangers each announce 600 KiB and send a sixth of it, then nothing:
+  // one holds room, the others wait for it; each is closed by the stall in turn.
+  const std::string announced(600 << 10, 's');
+  std::vector<int> strangers;
+  for (int i = 0; i < 3; ++i) {
+    strangers.push_back(connect_local(bulk->port()));
+    send_all(strangers.back(), frame(me, 100 + i, announced).substr(0, 40 + (100 << 10)));
+  }
+  // Meanwhile a frame larger than the budget is refused at its header.
+  const int greedy = connect_local(bulk->port());
+  send_all(greedy, frame(me, 99, std::string(2 << 20, 'g')).substr(0, 40));
+  CHECK(eventually([&] { return bulk->stats().bad_frames == 1; }));
+  CHECK(eventually([&] { return bulk->stats().frames_waited >= 1; }));
+  const auto held = bulk->stats().peak_pending;
+  CHECK(held <= opts.max_pending);
+  CHECK(held >= announced.size());
+
+  // After the stalls (about a second each) a peer's whole frame is delivered.
+  CHECK(eventually([&] { return bulk->stats().stalled >= 3; }));
+  const int peer = connect_local(bulk->port());
+  const std::string payload(900 << 10, 'p');
+  send_all(peer, frame(me, 7, payload));
+  std::string got;
+  self->receive([&](bulk_atom, uint64_t key, bulk_parts& b) { got = key == 7 && !b.empty() ? b.front() : ""; },
+                caf::after(5s) >> [] {});
+  CHECK(got == payload);
+  const auto s = bulk->stats();
+  std::printf("bulk budget %llu bytes: peak %llu held, %llu frames waited, %llu connections closed stalled\n",
+              static_cast<unsigned long long>(opts.max_pending), static_cast<unsigned long long>(s.peak_pending),
+              static_cast<unsigned long long>(s.frames_waited), static_cast<unsigned long long>(s.stalled));
+  CHECK(s.peak_pending <= opts.max_pending);
+  CHECK(s.frames_received == 1);  // only the peer's
+  for (int fd : strangers)
+    ::close(fd);
+  ::close(greedy);
+  ::close(peer);
 }

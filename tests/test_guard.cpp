@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <csignal>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -176,13 +177,13 @@ TEST_CASE("garbage at the guard never reaches the coordinator behind it", "[faul
 
 namespace {
 
-/// Peak resident memory of `pid` in MiB (VmHWM), or -1.
-double peak_rss_mib(pid_t pid) {
+/// Resident memory of `pid` in MiB: `field` VmHWM (the peak) or VmRSS (now); -1 when gone.
+double rss_mib(pid_t pid, const std::string& field = "VmHWM:") {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0)
-      return std::stod(line.substr(6)) / 1024.0;
+    if (line.rfind(field, 0) == 0)
+      return std::stod(line.substr(field.size())) / 1024.0;
   return -1;
 }
 
@@ -260,10 +261,10 @@ void train_through_storm(const std::vector<std::string>& flags, bool tls, int st
   CHECK(during_training >= inputs * 3 / 10);
   for (pid_t pid : servers)
     CHECK(kill(pid, 0) == 0);
-  const double coordinator_mib = peak_rss_mib(swarm.coordinator);
+  const double coordinator_mib = rss_mib(swarm.coordinator);
   double server_mib = 0;
   for (pid_t pid : servers)
-    server_mib = std::max(server_mib, peak_rss_mib(pid));
+    server_mib = std::max(server_mib, rss_mib(pid));
   std::printf("peak memory: coordinator %.0f MiB, servers %.0f MiB at most\n", coordinator_mib, server_mib);
   CHECK(coordinator_mib < 1024);  // a header that got through would have made CAF fill up to 4 GiB
   CHECK(server_mib < 1024);
@@ -312,10 +313,79 @@ TEST_CASE("a coordinator frozen past the connection timeout: every peer joins it
   kill(swarm.coordinator, SIGCONT);
   // Both servers register again with the coordinator they lost.
   CHECK(wait_for_metrics(swarm.metrics, [&](const auto&) { return joins() >= 4; }, 60));
-  const size_t rejoined_at = steps();
-  CHECK(wait_for_metrics(swarm.metrics, [&](const auto&) { return steps() >= rejoined_at + 100; }, 120));
+  // Then until both stages applied 80 rounds with the coordinator back: the
+  // trainer's own steps go on without rounds while the links are re-made.
+  const double rejoined_t = unix_seconds();
+  const auto applied_after = [&](int stage) {
+    int n = 0;
+    for (const auto& l : events(swarm.metrics, "round_end"))
+      n += number(l, "t") > rejoined_t && number(l, "stage") == stage && number(l, "applied") > 0;
+    return n;
+  };
+  CHECK(wait_for_metrics(swarm.metrics, [&](const auto&) { return applied_after(0) >= 80 && applied_after(1) >= 80; },
+                         120));
   REQUIRE(stop(trainer) == 0);
   swarm.shutdown();
   check_trainer_accounting(swarm.metrics, -1);
   std::printf("coordinator frozen 6 s: %zu server joins in all\n", joins());
+}
+
+TEST_CASE("strangers announcing 1 GiB frames on a server's bulk port cost it little memory; training goes on exactly",
+          "[faults][guard][bulk]") {
+  manual_swarm swarm({}, "bulk-budget");
+  REQUIRE_FALSE(swarm.address.empty());
+  const int bulk_port = free_port();
+  const pid_t target = swarm.server(0, {"--bulk-port", std::to_string(bulk_port)});
+  swarm.server(1);
+  REQUIRE(swarm.public_ports(2).size() == 3);
+  const double before_mib = rss_mib(target, "VmRSS:");
+  const int steps = 120;
+  const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
+  // 16 connections, each a valid header for a 1 GiB frame and then as many of
+  // its bytes as the server takes within 2 s; held open while the trainer runs.
+  std::vector<int> strangers;
+  std::string header(40, '\0');
+  const uint32_t magic = 0x32425753, parts = 1;
+  const uint64_t gib = uint64_t{1} << 30;
+  std::memcpy(&header[0], &magic, 4);
+  std::memcpy(&header[4], &parts, 4);
+  std::memcpy(&header[24], &gib, 8);
+  std::memcpy(&header[32], &gib, 8);
+  const std::string filler(1 << 20, 'x');
+  size_t sent = 0;
+  for (int i = 0; i < 16; ++i) {
+    const int fd = connect_loopback(static_cast<uint16_t>(bulk_port));
+    REQUIRE(fd >= 0);
+    timeval tv{0, 100000};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    ::send(fd, header.data(), header.size(), MSG_NOSIGNAL);
+    for (int k = 0; k < 20; ++k) {
+      const auto n = ::send(fd, filler.data(), filler.size(), MSG_NOSIGNAL);
+      if (n <= 0)
+        break;
+      sent += static_cast<size_t>(n);
+    }
+    strangers.push_back(fd);
+  }
+  const double during_mib = rss_mib(target, "VmRSS:");
+  REQUIRE(wait_exit(trainer, 180) == std::optional<int>{0});
+  const double after_mib = rss_mib(target, "VmRSS:");
+  for (int fd : strangers)
+    ::close(fd);
+  std::printf("16 strangers announced 1 GiB frames each and sent %.0f MiB: the server's RSS %.0f MiB before, "
+              "%.0f during, %.0f after training\n",
+              static_cast<double>(sent) / (1 << 20), before_mib, during_mib, after_mib);
+  CHECK(std::max(during_mib, after_mib) - before_mib < 256);
+  CHECK(kill(target, 0) == 0);
+  swarm.shutdown();
+  check_trainer_accounting(swarm.metrics, steps);
+  const auto committed = committed_per_stage(swarm.metrics);
+  const auto acked = acked_per_stage(swarm.metrics);
+  REQUIRE(acked.size() == 2);
+  for (int s = 0; s < 2; ++s)
+    CHECK(committed.at(s) == acked[static_cast<size_t>(s)]);
+  int64_t refused = 0;
+  for (const auto& l : events(swarm.metrics, "bulk"))
+    refused += static_cast<int64_t>(number(l, "bad_frames"));
+  CHECK(refused >= 16);  // each closed at its header: larger than any payload of this model
 }

@@ -595,7 +595,12 @@ TEST_CASE("cost model: parameter counts equal the real stages'", "[model][sim]")
     m.n_layers = 3;
     m.seq_len = 32;
     const model_shape shape{m, stages, "none"};
-    for (int k = 0; k < stages; ++k)
-      CHECK(stage_worker(m, k, stages, "cpu").parameter_count() == stage_parameters(shape, k));
+    for (int k = 0; k < stages; ++k) {
+      stage_worker worker(m, k, stages, "cpu");
+      CHECK(worker.parameter_count() == stage_parameters(shape, k));
+      // The bulk plane refuses frames above this (net/bulk.hpp max_frame): a
+      // state copy, the largest payload, must stay under it.
+      CHECK(worker.export_state().size() <= largest_payload_bytes(shape));
+    }
   }
 }

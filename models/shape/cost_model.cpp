@@ -38,6 +38,15 @@ int64_t stage_parameters(const model_shape& s, int stage) {
   return n;
 }
 
+uint64_t largest_payload_bytes(const model_shape& s) {
+  int64_t params = 0;
+  for (int k = 0; k < s.stages; ++k)
+    params = std::max(params, stage_parameters(s, k));
+  const int64_t values = s.model.microbatch * s.model.seq_len * s.model.d_model;
+  const int64_t largest = std::max(3 * 4 * params, 2 * 4 * values + 8 * s.model.microbatch * s.model.seq_len);
+  return static_cast<uint64_t>(largest + largest / 4) + (uint64_t{1} << 20);
+}
+
 double nominal_bytes_per_value(const std::string& compression) {
   if (compression == "none") return 4;
   if (compression == "fp16") return 2;

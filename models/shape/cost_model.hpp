@@ -36,6 +36,13 @@ struct model_shape {
   bool operator==(const model_shape& o) const;
 };
 
+/// The largest payload a swarm of this shape sends in one piece, bytes: a
+/// stage's state (parameters and two AdamW moments in float32, the largest
+/// stage), or a backward request's activations and their gradients
+/// uncompressed with the targets; a quarter more and 1 MiB for encodings. A
+/// bulk frame above it is no peer's (net/bulk.hpp max_frame).
+[[nodiscard]] uint64_t largest_payload_bytes(const model_shape& shape);
+
 /// Measured on one machine, one torch thread (a server's setting).
 struct calibration {
   model_shape shape;                 ///< the config measured
