@@ -81,6 +81,17 @@ bool answers(caf::actor_system& sys, const coordinator_actor& coord, caf::timesp
   return alive;
 }
 
+/// What to check when a dial failed in its handshake: in this project that
+/// is almost always the two ends disagreeing on TLS, which CAF reports only as
+/// disconnect_during_handshake. Empty for other errors.
+std::string tls_hint(const std::string& error, bool tls) {
+  if (error.find("handshake") == std::string::npos)
+    return {};
+  return tls ? " (if the coordinator uses TLS, its certificate must come from the same --tls-ca; if it does not, "
+               "no node may)"
+             : " (does the coordinator use TLS? then this node needs --tls-ca, --tls-cert and --tls-key too)";
+}
+
 } // namespace
 
 /// Nothing is left to do by then: metrics lines are written as they happen,
@@ -142,6 +153,8 @@ void node::phase(const char* what) {
 caf::expected<coordinator_actor> node::dial_coordinator(const std::string& address, const caf::actor_addr& lost) {
   const auto hp = split_host_port(address);  // validated by parse_config
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const bool tls = sys_->has_openssl_manager();
+  bool told = false;  // a person should not wait 30 s to learn that it is trying
   for (;;) {
     caf::expected<coordinator_actor> handle{caf::error{}};
     if (auto found = dial(*sys_, hp->first, hp->second, std::chrono::seconds(5)))
@@ -153,7 +166,12 @@ caf::expected<coordinator_actor> node::dial_coordinator(const std::string& addre
     const bool out_of_time = std::chrono::steady_clock::now() > deadline || stop_requested;
     if (!handle && out_of_time)
       std::cerr << "swarm: " << who_ << " cannot reach coordinator " << address << ": " << describe(handle.error())
-                << "\n";
+                << tls_hint(describe(handle.error()), tls) << "\n";
+    else if (!handle && !lost && !told) {
+      told = true;
+      get_logger(who_)->warn("cannot reach the coordinator at {} yet: {}{}; trying again for up to 30 s", address,
+                             describe(handle.error()), tls_hint(describe(handle.error()), tls));
+    }
     if (handle || out_of_time)
       return handle;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <csignal>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <optional>

@@ -106,6 +106,12 @@ TEST_CASE("a TLS swarm trains while strangers are refused again and again, its l
   CHECK(refused == probes);
   CHECK(wait_exit(stranger, 60) == std::optional<int>{1});
   CHECK(wait_exit(plain, 60) == std::optional<int>{1});
+  // Each said at once what it was trying, and its last line what to check.
+  std::ifstream said(swarm.output);
+  const std::string out((std::istreambuf_iterator<char>(said)), std::istreambuf_iterator<char>());
+  CHECK(out.find("cannot reach the coordinator at " + swarm.address + " yet") != std::string::npos);
+  CHECK(out.find("needs --tls-ca, --tls-cert and --tls-key too") != std::string::npos);  // the plain one
+  CHECK(out.find("must come from the same --tls-ca") != std::string::npos);               // the stranger
   CHECK(admitted(ports[1], c.cert, c.key));
   CHECK(kill(trainer, 0) == 0);  // all of it while the swarm trained
   const double probed_until = unix_seconds();
