@@ -368,4 +368,14 @@ inline void check_trainer_accounting(const std::string& metrics, int steps) {
   CHECK(tail < head - 1.0);
 }
 
+/// Each of the two stages added exactly the samples the trainer saw acknowledged:
+/// nothing lost, nothing twice (no server died holding any).
+inline void check_committed_is_acked(const std::string& metrics) {
+  const auto committed = committed_per_stage(metrics);
+  const auto acked = acked_per_stage(metrics);
+  REQUIRE(acked.size() == 2);
+  for (int s = 0; s < 2; ++s)
+    CHECK(committed.at(s) == acked[static_cast<size_t>(s)]);
+}
+
 } // namespace swarm::test
