@@ -5,6 +5,7 @@
 #include <iostream>
 #include <thread>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <caf/all.hpp>
@@ -72,6 +73,17 @@ void configure(caf::actor_system_config& sys_cfg, const app_config& cfg) {
   sys_cfg.set("logger.console", caf::atom("none"));
 }
 
+/// The soft limit on open descriptors raised to the hard one: the usual soft
+/// 1,024 would be spent by a crowd of idle HTTP or bulk clients before any of
+/// the process's own limits (--bulk-budget, the HTTP server's 2,048) apply.
+void raise_descriptor_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
 /// Whether `coord` answers a harmless request within `timeout`.
 bool answers(caf::actor_system& sys, const coordinator_actor& coord, caf::timespan timeout) {
   bool alive = false;
@@ -133,6 +145,7 @@ node::node(const app_config& cfg, const std::string& tag, const char* who, const
 }
 
 caf::actor_system& node::start() {
+  raise_descriptor_limit();
   configure(sys_cfg_, cfg_);
   sys_ = std::make_unique<caf::actor_system>(sys_cfg_);
   start_stop_watchdog(who_);

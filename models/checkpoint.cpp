@@ -115,12 +115,9 @@ bool fsync_dir(const fs::path& folder) {
   return ok;
 }
 
-/// Reads and checks one file; the reason it is unusable otherwise.
-result<checkpoint_data> read_checked(const fs::path& path, int64_t named_step) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return error(errc::INTERNAL, "cannot open: " + std::string{std::strerror(errno)});
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+} // namespace
+
+result<checkpoint_data> parse_checkpoint(const std::string& bytes, int64_t named_step) {
   raw_header h;
   if (bytes.size() < sizeof h)
     return error(errc::BAD_REQUEST, "torn: " + std::to_string(bytes.size()) + " bytes, shorter than a header");
@@ -141,10 +138,23 @@ result<checkpoint_data> read_checked(const fs::path& path, int64_t named_step) {
     return error(errc::BAD_REQUEST, "holds step " + std::to_string(h.step) + ", its name says " +
                                              std::to_string(named_step));
   checkpoint_data out;
-  out.path = path.string();
   out.header = {static_cast<checkpoint_header::kind>(h.kind), h.index, h.num_stages, h.config_hash, h.step};
   out.payload = bytes.substr(sizeof h);
   return out;
+}
+
+namespace {
+
+/// Reads and checks one file; the reason it is unusable otherwise.
+result<checkpoint_data> read_checked(const fs::path& path, int64_t named_step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return error(errc::INTERNAL, "cannot open: " + std::string{std::strerror(errno)});
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto data = parse_checkpoint(bytes, named_step);
+  if (data)
+    data->path = path.string();
+  return data;
 }
 
 error misfit(const checkpoint_data& d, uint32_t num_stages, uint64_t config_hash) {

@@ -80,6 +80,10 @@ private:
 };
 
 /// --checkpoint-dir and when to write, as a role hands it to its actors.
+/// One checkpoint file's bytes checked (magic, checksums, version, length, and
+/// the step its name says): its header and payload, or why it is unusable.
+[[nodiscard]] result<checkpoint_data> parse_checkpoint(const std::string& bytes, int64_t named_step);
+
 struct checkpoint_settings {
   std::shared_ptr<const checkpoint_store> store;  ///< null: no checkpoints
   int64_t every_steps = 0;                        ///< write every this many optimizer steps, or

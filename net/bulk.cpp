@@ -31,21 +31,7 @@ namespace swarm {
 
 namespace {
 
-constexpr uint32_t frame_magic = 0x32425753;  // "SWB2" little-endian
 const auto lookup_name = caf::atom("swarmbulk");
-
-struct frame_header {
-  uint32_t magic = frame_magic;
-  uint32_t parts = 0;
-  uint64_t dest = 0;
-  uint64_t key = 0;
-  uint64_t size = 0;
-  uint64_t part_size[max_bulk_parts] = {};  ///< only the first `parts` travel
-};
-constexpr size_t fixed_header = 32;
-
-/// The header's bytes on the wire: the fixed part and `parts` sizes.
-size_t header_bytes(const frame_header& h) { return fixed_header + h.parts * sizeof(uint64_t); }
 
 /// Large buffers are fresh memory every time (glibc maps them anew), and
 /// faulting them in 4 KiB pages cost more than copying into them: ask for huge
@@ -186,7 +172,7 @@ struct bulk_endpoint::impl {
     return peer_port == 0 ? -1 : connect_to(host, peer_port, opts.connect_timeout, opts.write_timeout);
   }
 
-  static bool write_frame(tls_link& out, const job& j, frame_header& h) {
+  static bool write_frame(tls_link& out, const job& j, bulk_frame_header& h) {
     if (!out.write_all(reinterpret_cast<const char*>(&h), header_bytes(h), true) ||
         !out.write_all(j.head.data(), j.head.size(), j.data && !j.data->empty()))
       return false;
@@ -236,7 +222,7 @@ struct bulk_endpoint::impl {
         }
         out = secure(fd, false);
       }
-      frame_header h;
+      bulk_frame_header h;
       h.dest = j.dest;
       h.key = j.key;
       h.parts = static_cast<uint32_t>(1 + (j.data ? j.data->size() : 0));
@@ -307,7 +293,7 @@ struct bulk_endpoint::impl {
 
   /// A frame's parts read from `in` into `parts`; false when the connection
   /// broke or stalled mid-frame (said in the log), the half frame dropped.
-  bool read_parts(tls_link& in, const frame_header& h, bulk_parts& parts, std::vector<char>& scratch) {
+  bool read_parts(tls_link& in, const bulk_frame_header& h, bulk_parts& parts, std::vector<char>& scratch) {
     for (size_t i = 0; i < h.parts; ++i) {
       auto& bytes = parts[i];
       try {
@@ -341,24 +327,17 @@ struct bulk_endpoint::impl {
     std::vector<char> scratch(size_t{256} << 10);
     auto in = secure(fd, true);  // a refused handshake is logged where it fails (net/tls.cpp)
     while (in) {
-      frame_header h;
+      bulk_frame_header h;
       set_receive_timeout(fd, std::chrono::seconds(0));  // between frames a peer keeps its connection idle
       if (!in->read_all(reinterpret_cast<char*>(&h), 1))
         break;
       set_receive_timeout(fd, opts.read_timeout);  // a frame once begun must keep coming
-      if (!in->read_all(reinterpret_cast<char*>(&h) + 1, fixed_header - 1))
+      if (!in->read_all(reinterpret_cast<char*>(&h) + 1, bulk_fixed_header - 1))
         break;
-      const bool framed = h.magic == frame_magic && h.parts >= 1 && h.parts <= max_bulk_parts;
-      uint64_t sum = 0;
-      if (framed && in->read_all(reinterpret_cast<char*>(h.part_size), h.parts * sizeof(uint64_t)))
-        for (size_t i = 0; i < h.parts; ++i)
-          sum += std::min(h.part_size[i], opts.max_frame + 1);  // no wrap-around
-      else if (framed)
+      const bool framed = is_frame_start(h);
+      if (framed && !in->read_all(reinterpret_cast<char*>(h.part_size), h.parts * sizeof(uint64_t)))
         break;
-      const std::string why = !framed                 ? "not a swarm bulk frame"
-                              : h.size > opts.max_frame ? "frame of " + std::to_string(h.size) + " bytes, more than allowed"
-                              : sum != h.size           ? "its parts do not add up to its size"
-                                                        : "";
+      const std::string why = judge_frame_header(h, opts.max_frame);
       if (!why.empty()) {
         std::lock_guard<std::mutex> lock(m);
         ++stats.bad_frames;

@@ -49,13 +49,13 @@
 #include <caf/expected.hpp>
 
 #include "messages/protocol.hpp"
+#include "net/bulk_frame.hpp"
 #include "net/tls.hpp"
 
 namespace swarm {
 
 /// What a bulk frame carries: parts[0] the head, then the bytes beside it.
 using bulk_parts = std::vector<std::string>;
-constexpr size_t max_bulk_parts = 8;
 
 /// A whole payload (e.g. reassembled from chunks) as parts.
 inline caf::expected<bulk_parts> one_part(caf::expected<std::string> whole) {

@@ -18,7 +18,7 @@ packages=(
   python3                          # benchmark and metrics scripts
   python3-matplotlib               # scripts/plot_metrics.py
   python3-prometheus-client        # the status test parses /metrics with the reference parser
-  libcpp-httplib-dev               # the coordinator's status page, /api/status and /metrics
+  libcpp-httplib-dev               # the tests' HTTP client for the status page
   chromium                         # headless browser of the status page test
   iproute2                         # ip/tc for scripts/regions.sh (namespaces, HTB shaping)
   iptables                         # NFQUEUE rule inside the regions router namespace
@@ -26,6 +26,11 @@ packages=(
   iputils-ping                     # RTT check in regions.sh selftest
   libsimgrid-dev                   # swarm-sim (optional target; SimGrid 3.32 via pkg-config)
 )
+# --fuzz: also what scripts/fuzz.sh builds with (the test suite replays the
+# fuzz corpora without them).
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang-14 libfuzzer-14-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

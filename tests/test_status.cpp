@@ -7,9 +7,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include <httplib.h>
 
@@ -32,15 +35,25 @@ std::pair<int, std::string> sh(const std::string& command) {
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-/// Sends `bytes` on a fresh connection to 127.0.0.1:port and returns what came
-/// back before the server closed it or `wait_s` passed; `closed` says which.
-std::string raw_exchange(int port, const std::string& bytes, double wait_s, bool& closed) {
+/// A connection to 127.0.0.1:port, or -1.
+int connect_loopback_port(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// Sends `bytes` on a fresh connection to 127.0.0.1:port and returns what came
+/// back before the server closed it or `wait_s` passed; `closed` says which.
+std::string raw_exchange(int port, const std::string& bytes, double wait_s, bool& closed) {
+  const int fd = connect_loopback_port(port);
+  REQUIRE(fd >= 0);
   ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   timeval tv{0, 200 * 1000};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -138,6 +151,54 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
   REQUIRE(again);
   CHECK(again->status == 200);
   CHECK(events(metrics, "step").size() > steps_before);
+
+  // 1,000 clients that connect and send nothing, or one byte a second, held
+  // open for 8 s (reconnecting when cut off, as a hostile client would): a
+  // scrape and the page's poll are still answered within 1 s.
+  const auto hold = std::chrono::seconds(8);
+  std::atomic<bool> holding{true};
+  std::atomic<int> reconnects{0};
+  std::thread crowd([&] {
+    std::vector<int> fds(1000, -1);
+    std::vector<char> last_byte(fds.size(), 0);
+    while (holding) {
+      for (size_t i = 0; i < fds.size(); ++i) {
+        pollfd p{fds[i], POLLIN | POLLRDHUP, 0};
+        if (fds[i] >= 0 && ::poll(&p, 1, 0) == 1) {
+          ::close(fds[i]);  // cut off: come back
+          fds[i] = -1;
+          ++reconnects;
+        }
+        if (fds[i] < 0)
+          fds[i] = connect_loopback_port(http);
+        else if (i % 10 == 0)
+          ::send(fds[i], "G", 1, MSG_NOSIGNAL);  // a slow one
+      }
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    for (int fd : fds)
+      if (fd >= 0)
+        ::close(fd);
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  double slowest = 0;
+  int answered = 0;
+  for (const auto until = std::chrono::steady_clock::now() + hold; std::chrono::steady_clock::now() < until;) {
+    for (const char* path : {"/api/status", "/metrics"}) {
+      httplib::Client scraper("127.0.0.1", http);
+      const auto t = std::chrono::steady_clock::now();
+      const auto r = scraper.Get(path);
+      slowest = std::max(slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+      answered += r && r->status == 200;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  holding = false;
+  crowd.join();
+  std::printf("1,000 idle and slow clients (%d reconnects): %d answers, the slowest in %.3f s\n", reconnects.load(),
+              answered, slowest);
+  CHECK(answered >= 20);
+  CHECK(slowest < 1.0);
 
   // The terminal view, asked of the coordinator's CAF port.
   const auto start = events(metrics, "cluster_start").at(0);

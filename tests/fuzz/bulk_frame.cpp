@@ -1,0 +1,27 @@
+// A bulk frame header from a peer (net/bulk_frame.hpp): whatever it says, an
+// accepted header names 1..8 parts whose sizes add up to a size within the limit.
+#include "fuzz.hpp"
+#include "net/bulk_frame.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  swarm::fuzz::reader in(data, size);
+  const auto max_frame = in.take<uint64_t>() >> (in.take<uint8_t>() % 64);
+  swarm::bulk_frame_header h;
+  const auto fixed = in.bytes(swarm::bulk_fixed_header);
+  std::memcpy(&h, fixed.data(), fixed.size());
+  if (swarm::is_frame_start(h)) {
+    const auto sizes = in.bytes(h.parts * sizeof(uint64_t));
+    std::memcpy(h.part_size, sizes.data(), sizes.size());
+  }
+  if (!swarm::judge_frame_header(h, max_frame).empty())
+    return 0;
+  SWARM_FUZZ_EXPECT(h.parts >= 1 && h.parts <= swarm::max_bulk_parts);
+  SWARM_FUZZ_EXPECT(h.size <= max_frame);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < h.parts; ++i) {
+    SWARM_FUZZ_EXPECT(h.part_size[i] <= h.size - sum);
+    sum += h.part_size[i];
+  }
+  SWARM_FUZZ_EXPECT(sum == h.size);
+  return 0;
+}
