@@ -4,6 +4,7 @@
 
 #include "base/log.hpp"
 #include "messages/wire.hpp"
+#include "net/tls.hpp"
 
 namespace swarm {
 
@@ -16,6 +17,35 @@ void notify(self_ptr self, const proto::register_server& reg, proto::membership_
   for (const auto& [addr, sub] : self->state.subscribers)
     if (sub.second == reg.stage())
       caf::unsafe_send_as(self, sub.first, membership_atom::value, bytes);
+}
+
+/// Admits a server whose registration passed every check: the stage's peers,
+/// the averager and the rebalancer hear of it.
+std::string admit(self_ptr self, const proto::register_server& reg, const std::string& bytes,
+                  const stage_actor& server) {
+  self->monitor(server);
+  self->state.servers[server.address()] = reg;
+  self->send(self->state.averaging, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
+  self->send(self->state.rebalancing, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
+  get_logger("coordinator")->debug("stage {}: server {} joined at {}:{}", reg.stage(), reg.server_id(), reg.host(),
+                                   reg.port());
+  self->state.metrics->emit("server_join", {{"stage", int64_t{reg.stage()}},
+                                            {"server", reg.server_id()},
+                                            {"host", reg.host()},
+                                            {"port", int64_t{reg.port()}}});
+  notify(self, reg, proto::membership_update::JOIN);
+  proto::register_reply rep;
+  rep.set_num_stages(static_cast<uint32_t>(self->state.cfg.num_stages));
+  return encode(rep);
+}
+
+/// The refusal of a server whose advertised address does not lead back to it.
+caf::error unreachable(const proto::register_server& reg, const std::string& why) {
+  return make_error(errc::BAD_CONFIG,
+                    "the coordinator cannot reach server " + reg.server_id() + " at " + reg.host() + ":" +
+                        std::to_string(reg.port()) + ", the address it registered (" + why +
+                        "): trainers and its stage's peers could not either. Start it with --host set to an "
+                        "address the other machines reach (not a loopback one across machines) and its port open");
 }
 
 caf::result<std::string> on_register(self_ptr self, const std::string& bytes, const stage_actor& server) {
@@ -31,19 +61,32 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
   }
   if (!server)
     return make_error(errc::BAD_REQUEST, "register_server without a server handle");
-  self->monitor(server);
-  self->state.servers[server.address()] = *reg;
-  self->send(self->state.averaging, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
-  self->send(self->state.rebalancing, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
-  log->debug("stage {}: server {} joined at {}:{}", reg->stage(), reg->server_id(), reg->host(), reg->port());
-  self->state.metrics->emit("server_join", {{"stage", int64_t{reg->stage()}},
-                                            {"server", reg->server_id()},
-                                            {"host", reg->host()},
-                                            {"port", int64_t{reg->port()}}});
-  notify(self, *reg, proto::membership_update::JOIN);
-  proto::register_reply rep;
-  rep.set_num_stages(static_cast<uint32_t>(self->state.cfg.num_stages));
-  return encode(rep);
+  if (server.node() == self->node())
+    return admit(self, *reg, bytes, server);  // in this process: no address to check
+  // Dial the address it gave, as a trainer would: it must lead to the very
+  // process that registered (a loopback --host from another machine leads
+  // nowhere, or to someone else), else nobody could use it and its stage's
+  // rounds would wait on it.
+  auto rp = self->make_response_promise<std::string>();
+  self->request(dialer(self->system()), std::chrono::seconds(5), caf::connect_atom::value, reg->host(),
+                static_cast<uint16_t>(reg->port()))
+      .then(
+          [self, rp, reg = *reg, bytes, server](const caf::node_id& node, caf::strong_actor_ptr&,
+                                                const std::set<std::string>&) mutable {
+            if (node == server.node()) {
+              rp.deliver(admit(self, reg, bytes, server));
+              return;
+            }
+            auto err = unreachable(reg, "another process answers there");
+            get_logger("coordinator")->warn("rejected registration: {}", describe(err));
+            rp.deliver(std::move(err));
+          },
+          [self, rp, reg = *reg](caf::error& failed) mutable {
+            auto err = unreachable(reg, self->system().render(failed));
+            get_logger("coordinator")->warn("rejected registration: {}", describe(err));
+            rp.deliver(std::move(err));
+          });
+  return rp;
 }
 
 caf::result<std::string> on_subscribe(self_ptr self, const std::string& bytes) {

@@ -14,6 +14,10 @@ namespace swarm {
 
 namespace {
 
+/// Steps another stage may take while one stands still before the trainer
+/// warns: between two steps of a healthy stage the others take one or two.
+constexpr int64_t stage_lag_allowed = 5;
+
 using self_ptr = caf::stateful_actor<trainer_state>*;
 using clock = trainer_state::clock;
 
@@ -73,9 +77,13 @@ void report_exit(self_ptr self) {
   for (auto n : st.acked)
     acked += (acked.empty() ? "" : ",") + std::to_string(n);
   get_logger("trainer")->info("{}: {} steps, {} microbatches issued, {} completed, {} dropped, {} in flight; acked "
-                              "samples per stage {}",
+                              "samples per stage {}; stage steps {}",
                               st.live.empty() ? "done" : "stopped", st.step, st.issued, st.completed, st.dropped,
-                              st.live.size(), acked);
+                              st.live.size(), acked, st.stages.steps_text());
+  if (const auto lag = st.stages.stalled(stage_lag_allowed))
+    get_logger("trainer")->warn("stage {} ended at optimizer step {}, where it stayed while stage {} took {} steps: "
+                                "it did not learn from those samples",
+                                lag->stage, lag->step, lag->leader, lag->gained);
   st.metrics->emit("trainer_exit", {{"trainer", st.cfg.trainer_id},
                                     {"steps", st.step},
                                     {"issued", st.issued},
@@ -86,7 +94,8 @@ void report_exit(self_ptr self) {
                                     {"samples", st.samples},
                                     {"wire_bytes", st.wire_bytes},
                                     {"compression", st.cfg.train.compression},
-                                    {"acked", acked}});
+                                    {"acked", acked},
+                                    {"stage_steps", st.stages.steps_text()}});
 }
 
 void maybe_finish(self_ptr self) {
@@ -127,9 +136,35 @@ void log_progress(self_ptr self, double loss, double tokens_per_s, trainer_state
     const auto eta = static_cast<int64_t>(per_step * static_cast<double>(max - st.step));
     line += fmt::format("  ETA {}:{:02d}", eta / 60, eta % 60);
   }
+  if (st.cfg.num_stages > 1)
+    line += "  stage steps " + st.stages.steps_text();
   if (st.dropped > 0 || st.retries > 0)
     line += fmt::format("  ({} dropped, {} retries)", st.dropped, st.retries);
   log->info("{}", line);
+}
+
+/// Says so when a stage has stopped stepping while the others go on
+/// (actors/policy/stage_lag.hpp), and again as it stays so.
+void check_stage_lag(self_ptr self) {
+  auto& st = self->state;
+  const auto lag = st.stages.stalled(stage_lag_allowed);
+  if (!lag) {
+    st.lag_warned = 0;
+    return;
+  }
+  if (!warn_about_lag(lag->gained, st.lag_warned, stage_lag_allowed))
+    return;
+  st.lag_warned = lag->gained;
+  get_logger("trainer")->warn("stage {} has stayed at optimizer step {} while stage {} took {} steps (stage steps {}): "
+                              "its averaging rounds are not completing, so its weights are not learning; the "
+                              "coordinator's log and status page say which member it waits on",
+                              lag->stage, lag->step, lag->leader, lag->gained, st.stages.steps_text());
+  st.metrics->emit("stage_lag", {{"trainer", st.cfg.trainer_id},
+                                 {"stage", int64_t{lag->stage}},
+                                 {"step", lag->step},
+                                 {"leader", int64_t{lag->leader}},
+                                 {"gained", lag->gained},
+                                 {"stage_steps", st.stages.steps_text()}});
 }
 
 void emit_step(self_ptr self) {
@@ -139,6 +174,7 @@ void emit_step(self_ptr self) {
   const double loss = st.step_loss_sum / static_cast<double>(std::max<int64_t>(st.step_microbatches, 1));
   const double tokens_per_s = static_cast<double>(st.step_samples * st.cfg.model.seq_len) / std::max(secs, 1e-9);
   ++st.step;
+  check_stage_lag(self);
   log_progress(self, loss, tokens_per_s, now);
   st.metrics->emit("step", {{"trainer", st.cfg.trainer_id},
                             {"step", st.step},
@@ -235,6 +271,7 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
               return;
             }
             on_success(self, id, stage, attempts, stage == last_stage(self));
+            self->state.stages.observe(stage, static_cast<int64_t>(rep->server_step()));
             auto& mb = self->state.live.at(id);
             mb.servers[stage] = server;
             if (stage != last_stage(self)) {
@@ -277,6 +314,7 @@ void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_g
               return;
             }
             on_success(self, id, stage, attempts, true);
+            self->state.stages.observe(stage, static_cast<int64_t>(rep->server_step()));
             if (stage == 0)
               complete(self, id, self->state.live.at(id).loss);
             else
@@ -324,6 +362,7 @@ caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const
   for (auto& lb : st.balancers)
     self->link_to(lb);
   st.acked.assign(static_cast<size_t>(st.cfg.num_stages), 0);
+  st.stages = stage_watch(st.cfg.num_stages);
   // SIGTERM (the node's exit message): report what was done, then go.
   self->set_exit_handler([self](caf::exit_msg& msg) {
     report_exit(self);

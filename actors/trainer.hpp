@@ -30,6 +30,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/policy/stage_lag.hpp"
 #include "base/metrics.hpp"
 #include "config/config.hpp"
 #include "models/checkpoint.hpp"
@@ -84,6 +85,8 @@ struct trainer_state {
   clock::time_point progress_logged;///< when the progress line was last printed
   bool progress_logged_once = false;
   bool reported = false;          ///< trainer_exit written
+  stage_watch stages{0};   ///< each stage's optimizer step as its replies report it
+  int64_t lag_warned = 0;  ///< the stall last warned about (actors/policy/stage_lag.hpp); 0 once it moves
 };
 
 [[nodiscard]] caf::behavior trainer(caf::stateful_actor<trainer_state>* self, trainer_settings cfg,

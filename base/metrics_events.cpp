@@ -20,7 +20,12 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`trainer`, `steps`, `issued`, `completed`, `dropped`, `in_flight` (microbatches abandoned when it "
        "was stopped by a signal; `issued = completed + dropped + in_flight`), `retries`, `samples`, "
        "`wire_bytes` (as in `step`), `compression`, `acked` (per stage, comma-separated: samples whose "
-       "gradients the stage confirmed adding)"},
+       "gradients the stage confirmed adding), `stage_steps` (each stage's optimizer step as its last "
+       "reply said, `/`-separated)"},
+    {"stage_lag", "trainer",
+       "`trainer`, `stage`, `step`, `leader`, `gained`, `stage_steps`: a stage that has stayed at `step` while "
+       "stage `leader` took `gained` (more than 5) steps: its rounds are not completing, its weights not "
+       "learning; again each 5 steps more while it stays"},
     {"reroute", "trainer",
        "`stage`, `trainer`, `op`, `from`, `to`, `reason` (`down`, `timeout`, `leaving`, `error`): an "
        "attempt re-sent to another server"},

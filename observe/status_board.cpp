@@ -196,6 +196,7 @@ void status_board::on_event(double t, const char* event, fields_t f) {
     if (get_int(f, "applied") > 0) {
       ++st.applied;
       st.step = std::max(st.step, get_int(f, "step"));
+      watch_.observe(static_cast<int>(get_int(f, "stage")), st.step);
     } else {
       ++st.failed;
       note(t, "round_failed",
@@ -218,6 +219,12 @@ void status_board::on_event(double t, const char* event, fields_t f) {
   }
 }
 
+int64_t status_board::stalled_by(int64_t stage) const {
+  constexpr int64_t allowed = 5;  // as the trainer's warning (actors/trainer.cpp)
+  const int64_t gained = watch_.gained_on(static_cast<int>(stage)).first;
+  return gained > allowed ? gained : 0;
+}
+
 std::string status_board::json(double now) const {
   std::lock_guard<std::mutex> lock(m_);
   std::string o = "{\"time\": " + fmt("%.3f", now) + ", \"uptime_s\": " + fmt("%.1f", now - started_);
@@ -225,7 +232,8 @@ std::string status_board::json(double now) const {
   bool first_stage = true;
   for (const auto& [index, st] : stages_) {
     o += std::string{first_stage ? "" : ", "} + "{\"stage\": " + std::to_string(index) +
-         ", \"step\": " + std::to_string(st.step) + ", \"servers\": [";
+         ", \"step\": " + std::to_string(st.step) + ", \"stalled_by\": " + std::to_string(stalled_by(index)) +
+         ", \"servers\": [";
     first_stage = false;
     bool first = true;
     for (const auto& [id, s] : servers_) {
@@ -303,6 +311,11 @@ std::string status_board::prometheus(double now) const {
   family("swarm_stage_step", "gauge", "Optimizer step the servers of a stage agreed on.");
   for (const auto& [index, st] : stages_)
     sample("swarm_stage_step", "stage=\"" + std::to_string(index) + "\"", static_cast<double>(st.step));
+  family("swarm_stage_stalled_steps", "gauge",
+         "Steps another stage took since this one last stepped, when more than 5 (it is not learning); else 0.");
+  for (const auto& [index, st] : stages_)
+    sample("swarm_stage_stalled_steps", "stage=\"" + std::to_string(index) + "\"",
+           static_cast<double>(stalled_by(index)));
   family("swarm_rounds_total", "counter", "Averaging rounds ended, by outcome.");
   for (const auto& [index, st] : stages_) {
     const auto s = "stage=\"" + std::to_string(index) + "\"";
@@ -382,7 +395,11 @@ std::string status_board::text(double now) const {
                   " stages, " + std::to_string(trainers_.size()) + " trainers\n\n";
   for (const auto& [index, st] : stages_) {
     const int64_t rounds = st.applied + st.failed;
-    o += "stage " + std::to_string(index) + "  step " + std::to_string(st.step) + "  rounds " +
+    const int64_t stalled = stalled_by(index);
+    o += "stage " + std::to_string(index) + "  step " + std::to_string(st.step) +
+         (stalled > 0 ? "  (NOT LEARNING: another stage took " + std::to_string(stalled) + " steps since its last)"
+                      : "") +
+         "  rounds " +
          std::to_string(st.applied) + " applied, " + std::to_string(st.failed) + " failed, mean " +
          fmt("%.2f", rounds > 0 ? st.round_seconds_sum / static_cast<double>(rounds) : 0.0) + " s\n";
     for (const auto& [id, s] : servers_)

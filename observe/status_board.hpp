@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/policy/stage_lag.hpp"
 #include "base/metrics.hpp"
 
 namespace swarm {
@@ -69,6 +70,9 @@ private:
 
   stage& stage_at(int64_t s);
   [[nodiscard]] int64_t live_servers(int64_t stage) const;
+  /// Steps another stage took since `stage` last stepped, when more than a
+  /// healthy stage allows (actors/policy/stage_lag.hpp); else 0.
+  [[nodiscard]] int64_t stalled_by(int64_t stage) const;
   void note(double t, std::string name, std::string text);
   // on_event's longer cases (m_ held):
   void on_server_progress(double t, std::initializer_list<metrics_sink::field> f);
@@ -79,6 +83,7 @@ private:
   mutable std::mutex m_;
   std::map<std::string, server> servers_;  ///< by id; gone ones stay (state "down" or "stopped") until they join again
   std::map<int64_t, stage> stages_;
+  stage_watch watch_{0};  ///< the stages' steps as their rounds end
   std::map<std::string, trainer> trainers_;
   std::deque<event> events_;
   int64_t joins_ = 0, downs_ = 0, reloads_ = 0, moves_ = 0;

@@ -23,7 +23,7 @@ LAYERS = {
     "models": ["models/shape", "config", "base"],
     "messages": ["base"],
     "net": ["messages", "base"],
-    "observe": ["base"],
+    "observe": ["actors/policy", "base"],
     "actors": ["actors/policy", "models", "models/shape", "messages", "net", "observe", "config", "base"],
     "apps": ["actors", "actors/policy", "models", "models/shape", "messages", "net", "observe", "config", "base"],
     "sim": ["actors/policy", "models/shape", "config", "base"],

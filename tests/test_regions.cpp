@@ -136,3 +136,50 @@ TEST_CASE("a TLS swarm across two regions at 100 Mbit/s and 50 ms trains and rou
   CHECK(after_kill >= 20);
   std::remove(metrics.c_str());
 }
+
+TEST_CASE("a server on another host that forgot --host is refused at once, naming --host", "[regions]") {
+  if (std::system(("bash " + regions_script + " check >/dev/null 2>&1").c_str()) != 0) {
+    WARN("skipped: scripts/regions.sh check failed (needs root and scripts/setup.sh's packages)");
+    return;
+  }
+  const regions net(2, "1gbit", 0);
+  REQUIRE(net.up);
+  const std::string base = "/tmp/swarm-test-slip-" + std::to_string(getpid());
+  const std::string metrics = base + ".jsonl", output = base + ".log", slip_output = base + ".slip.log";
+  for (const auto& f : {metrics, output, slip_output})
+    std::remove(f.c_str());
+  const std::vector<std::string> common{"--config", tiny, "--metrics", metrics, "--log-level", "warn"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), common.begin(), common.end());
+    return args;
+  };
+  const std::string coordinator = net.address(0) + ":7100";
+  const pid_t coord = net.spawn(0, with({"--role", "coordinator", "--port", "7100", "--host", net.address(0)}), output);
+  // Region 1's server without --host advertises 127.0.0.1, which from region 0
+  // is region 0's own loopback: nothing of it there.
+  const double started = unix_seconds();
+  const pid_t slip = net.spawn(1, with({"--role", "server", "--coordinator", coordinator, "--stage", "0"}), slip_output);
+  const auto slip_exit = wait_exit(slip, 60);
+  const double took = unix_seconds() - started;
+  // The same server with --host joins.
+  const pid_t good = net.spawn(1, with({"--role", "server", "--coordinator", coordinator, "--stage", "0", "--host",
+                                        net.address(1)}),
+                               output);
+  const bool joined = wait_for_metrics(metrics, [&](const auto&) { return !events(metrics, "server_join").empty(); }, 60);
+  stop(good);
+  stop(coord);
+  if (!slip_exit)
+    stop(slip);
+  std::string said;
+  for (const auto& l : read_lines(slip_output))
+    said += l + "\n";
+  std::printf("the server without --host exited with %d after %.1f s, saying:\n%s", slip_exit.value_or(-1), took,
+              said.c_str());
+  CHECK(slip_exit == std::optional<int>{2});
+  CHECK_THAT(said, Catch::Contains("127.0.0.1") && Catch::Contains("--host"));
+  CHECK(joined);
+  const auto joins = events(metrics, "server_join");
+  REQUIRE(joins.size() == 1);
+  CHECK(text(joins[0], "host") == net.address(1));
+  std::remove(metrics.c_str());
+}
