@@ -107,18 +107,29 @@ std::shared_ptr<trainer_tally> tally_of(metrics_sink& metrics) {
 caf::behavior status_reporter(caf::event_based_actor* self, std::string trainer_id, int64_t max_steps,
                               std::shared_ptr<trainer_tally> tally, coordinator_actor coord) {
   auto current = std::make_shared<coordinator_actor>(std::move(coord));
+  auto report = [=] {
+    proto::trainer_report r;
+    {
+      std::lock_guard<std::mutex> lock(tally->m);
+      r = tally->report;
+    }
+    r.set_trainer_id(trainer_id);
+    r.set_max_steps(max_steps);
+    return encode(r);
+  };
   self->send(self, tick_atom::value);
   return {
       [=](tick_atom) {
-        proto::trainer_report r;
-        {
-          std::lock_guard<std::mutex> lock(tally->m);
-          r = tally->report;
-        }
-        r.set_trainer_id(trainer_id);
-        r.set_max_steps(max_steps);
-        self->send(*current, report_atom::value, encode(r));
+        self->send(*current, report_atom::value, report());
         self->delayed_send(self, std::chrono::seconds(2), tick_atom::value);
+      },
+      // The last report, answered once the coordinator took it (or could not):
+      // without it the status page kept a finished trainer at a step up to 2 s old.
+      [=](report_atom) {
+        auto rp = self->make_response_promise();
+        self->request(*current, std::chrono::seconds(2), report_atom::value, report())
+            .then([rp]() mutable { rp.deliver(caf::unit); }, [rp](caf::error&) mutable { rp.deliver(caf::unit); });
+        return rp;
       },
       [=](subscribe_atom, const coordinator_actor& fresh) { *current = fresh; },
   };
@@ -181,6 +192,10 @@ int run_trainer(const app_config& cfg) {
                                              });
   for (auto& lb : balancers)
     caf::anon_send_exit(lb, caf::exit_reason::user_shutdown);
+  {
+    caf::scoped_actor self{sys};
+    self->request(reporter, std::chrono::seconds(3), report_atom::value).receive([] {}, [](caf::error&) {});
+  }
   caf::anon_send_exit(reporter, caf::exit_reason::user_shutdown);
   n.emit_bulk(trainer_id);
   if (exit_code_of(reason) != 0)

@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "base/clock.hpp"
@@ -36,8 +37,15 @@ inline pid_t spawn_command(std::vector<std::string> args, const std::string& out
   for (auto& a : args)
     argv.push_back(a.data());
   argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = fork();
   if (pid == 0) {
+    // A test that dies (a crash, a signal) takes its processes with it: a
+    // cluster left training ate the CPU of every later test. Spawn only from
+    // the thread that lives as long as the test (the signal follows the thread).
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent)
+      _exit(127);
     if (!output.empty()) {
       const int fd = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       ::dup2(fd, 1);
