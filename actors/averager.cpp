@@ -32,7 +32,7 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
   if (whom.reload_pending && now - whom.reload_sent < seconds(st.cfg.timeout_s))
     return;
   // A server turns an order down while a round of its own runs (it may wait
-  // up to 3 x timeout for a frozen member) and says so at once; asking again
+  // up to the timeout for a frozen member) and says so at once; asking again
   // at once made a storm of thousands of orders a second. Once a second is enough.
   if (now - whom.reload_sent < std::chrono::seconds(1))
     return;
@@ -167,7 +167,8 @@ void maybe_start(self_ptr self, uint32_t stage) {
   const auto bytes = encode(begin);
   for (const auto& h : handles)
     self->send(caf::actor_cast<stage_actor>(h), round_atom::value, bytes, handles);
-  self->delayed_send(self, seconds(1.5 * st.cfg.timeout_s), deadline_atom::value, stage, r.id, int32_t{1});
+  self->delayed_send(self, seconds(policy::round_clock::exclude * st.cfg.timeout_s), deadline_atom::value, stage,
+                     r.id, int32_t{1});
   sg.running = std::move(r);
 }
 
@@ -318,8 +319,9 @@ void on_deadline(self_ptr self, uint32_t stage, uint64_t round, int32_t phase) {
       if (auto it = self->state.servers.find(r.members[i]); it != self->state.servers.end())
         it->second.view.reported = false;  // not chosen again until it reports
     }
-    self->delayed_send(self, seconds(1.5 * self->state.cfg.timeout_s), deadline_atom::value, stage, round,
-                       int32_t{2});
+    using clock = policy::round_clock;
+    self->delayed_send(self, seconds((clock::end - clock::exclude) * self->state.cfg.timeout_s), deadline_atom::value,
+                       stage, round, int32_t{2});
     maybe_finish(self, stage, false);
   } else {
     maybe_finish(self, stage, true);

@@ -10,12 +10,12 @@
 //
 // averaging: members are the eligible servers in id order (policy::plan_round).
 // A member that dies or gives up is excluded at once (round_exclude to every
-// member, which the members treat like its death). Members not done timeout_s
-// after the start say whom they wait for (round_waiting, logged); at 1.5 x
-// timeout_s the averager excludes the members that did not say (hung) and does
-// not choose them again until they report. Members that all answer but still
-// cannot finish (a slow link) give up at 3 x timeout_s, when the round ends
-// whatever happened: nobody steps, so nobody differs.
+// member, which the members treat like its death). On policy::round_clock:
+// members not done at 0.5 x timeout_s say whom they wait for (round_waiting,
+// logged); at 0.75 x the averager excludes the members that did not say (hung)
+// and does not choose them again until they report. Members that all answer
+// but still cannot finish (a slow link) give up at timeout_s, when the round
+// ends whatever happened: nobody steps, so nobody differs.
 // At the end the stage moves to the majority result (step, hash); members with
 // another result, and any server behind the stage, are told to reload the state
 // of an up-to-date server (`reload` event); one order at a time per server,

@@ -1,4 +1,5 @@
 #include "actors/stage_server_averaging.hpp"
+#include "actors/policy/averaging.hpp"
 #include "base/clock.hpp"
 
 #include <cmath>
@@ -318,8 +319,11 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
     finish(self, st.member.draining() ? "this server is leaving the stage" : "this server is not at the round's step");
     return;
   }
-  self->delayed_send(self, seconds(begin->timeout_s()), deadline_atom::value, st.avg.round->id, int32_t{1});
-  self->delayed_send(self, seconds(3 * begin->timeout_s()), deadline_atom::value, st.avg.round->id, int32_t{2});
+  using clock = policy::round_clock;
+  self->delayed_send(self, seconds(clock::report * begin->timeout_s()), deadline_atom::value, st.avg.round->id,
+                     int32_t{1});
+  self->delayed_send(self, seconds(clock::end * begin->timeout_s()), deadline_atom::value, st.avg.round->id,
+                     int32_t{2});
   if (begin->member_endpoints_size() != begin->members_size()) {
     start_exchange(self);  // an averager that sends no endpoints
     return;
@@ -452,7 +456,7 @@ void on_deadline(server_ptr self, uint64_t round, int32_t phase) {
     w.add_waiting_on(static_cast<uint32_t>(r));
     names += (names.empty() ? "" : ", ") + st.avg.round->ids[static_cast<size_t>(r)];
   }
-  get_logger("stage_server")->warn("stage {}: round {} not done after its timeout; waiting for {}", stage_of(self),
+  get_logger("stage_server")->warn("stage {}: round {} not done after half its timeout; waiting for {}", stage_of(self),
                                    st.avg.round->number, names);
   self->send(st.member.averager, waiting_atom::value, encode(w));
 }

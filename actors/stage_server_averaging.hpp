@@ -3,8 +3,9 @@
 // the other side): progress reports, the butterfly round, reloads.
 //
 //   round: begun (gradient taken, parts sent) --(all shards reduced)--> applied
-//                                              --(excluded / 3 x timeout / step mismatch)--> given up
-// At 1 x timeout a member not done tells the averager whom it waits for.
+//                                              --(excluded / timeout / step mismatch)--> given up
+// At half the timeout a member not done tells the averager whom it waits for
+// (policy::round_clock).
 // Either way the server reports round_done, and keeps the round's exchange
 // until the next one begins so members still finishing can repair from it.
 // A server given up (or told its parameters differ) waits for the averager's
@@ -27,7 +28,7 @@ void report_progress(server_ptr self, bool force);
 void on_round_begin(server_ptr self, const std::string& bytes, const std::vector<caf::actor>& members);
 void on_piece(server_ptr self, const std::string& bytes);
 void on_exclude(server_ptr self, const std::string& bytes);
-/// phase 1 (timeout_s): tell the averager what it waits for; 2 (3 x timeout_s): give up.
+/// phase 1 (round_clock::report x timeout_s): tell the averager what it waits for; 2 (timeout_s): give up.
 void on_deadline(server_ptr self, uint64_t round, int32_t phase);
 /// A reload order (actors/stage_server_reload.cpp): copy an up-to-date peer's
 /// state, or with no peer named, load the stage's newest checkpoint if it is ahead.

@@ -62,7 +62,7 @@ struct coordinator_config {
   std::string port_file;  ///< write the bound port here once listening (for scripts)
   int http_port = 0;      ///< status page, /api/status and /metrics; 0 = none
   std::string http_host = "127.0.0.1";  ///< address the HTTP port binds to
-  double averaging_timeout_s = 30.0;  ///< late members of a round are found after this, excluded at 1.5x; rounds end by 3x
+  double averaging_timeout_s = 30.0;  ///< no round outlives this (hung members are excluded at 0.75x)
   std::string rebalance = "on";       ///< on: move servers between stages; off: servers stay where they started
   /// Seconds between load moves (one server at most each). The paper's 300 s suits
   /// stages of ~1B parameters whose download takes minutes at 200 Mb/s; ours

@@ -150,7 +150,8 @@ const std::vector<keys::row>& swarm_keys() {
       key("http-host", &coord::http_host, "", {},
           "coordinator: address the HTTP port binds to (127.0.0.1: this machine only; 0.0.0.0: every interface)", own),
       key("averaging-timeout", &coord::averaging_timeout_s, "seconds", range("> 0"),
-          "coordinator: averaging rounds find late servers after this and exclude them at 1.5x"),
+          "coordinator: an averaging round ends by this, whatever happened; members that do not answer are excluded at "
+          "0.75x"),
       key("rebalance", &coord::rebalance, "", one_of({"on", "off"}),
           "coordinator: on | off (servers stay on their stage; cluster restarts go back to theirs)"),
       key("rebalance-period", &coord::rebalance_period_s, "seconds", range("> 0"),

@@ -46,7 +46,7 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
   const double vb = nominal_bytes_per_value(w.cfg.server.averaging_compression);
   // Each member's flows run on its machine's two flow ends (peer::near_end,
   // hub_end); they are cut at swarm's round deadline.
-  const double deadline = t0 + 3 * w.cfg.coordinator.averaging_timeout_s;
+  const double deadline = t0 + policy::round_clock::end * w.cfg.coordinator.averaging_timeout_s;
   const auto done = s4u::Semaphore::create(0);
   const int flows = n > 1 ? n : 0;  // a lone member has nothing to exchange
   for (int i = 0; i < flows; ++i) {

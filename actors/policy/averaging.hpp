@@ -25,6 +25,19 @@ struct stage_position {
   uint64_t hash = 0;
 };
 
+/// A round's clock, in multiples of averaging-timeout T, so that no round
+/// outlives T: members not done at `report` say whom they wait for; at
+/// `exclude` the averager excludes the members that did not (hung; the others
+/// then cover their shards); at `end` every member gives up and the round ends
+/// whatever happened (no step, so nobody differs). Before, a hung member was
+/// excluded at 1.5 T and rounds ended by 3 T: a chaos run had one last 55 s
+/// with T = 30, its stage applying nothing meanwhile.
+struct round_clock {
+  static constexpr double report = 0.5;
+  static constexpr double exclude = 0.75;
+  static constexpr double end = 1.0;
+};
+
 struct round_plan {
   bool start = false;            ///< eligible servers hold at least the target batch
   std::vector<size_t> members;   ///< eligible servers, indices into the input, in rank order (by id)
