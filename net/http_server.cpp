@@ -139,15 +139,21 @@ struct http_server::impl {
     stats.open = conns.size();
   }
 
-  void close_conn(int fd) {
+  /// Closes a connection, counted under `why` if given: the counts change
+  /// before the client can see the close.
+  void close_conn(int fd, uint64_t http_stats::*why = nullptr) {
     auto it = conns.find(fd);
     if (it == conns.end())
       return;
     oldest.erase(it->second.order);
     conns.erase(it);
+    {
+      std::lock_guard<std::mutex> lock(stats_mutex);
+      if (why)
+        ++(stats.*why);
+      stats.open = conns.size();
+    }
     ::close(fd);
-    std::lock_guard<std::mutex> lock(stats_mutex);
-    stats.open = conns.size();
   }
 
   void waiting_for_request(int fd, conn& c) {
@@ -160,8 +166,7 @@ struct http_server::impl {
   void evict_oldest() {
     if (oldest.empty())
       return;
-    close_conn(oldest.begin()->second);
-    count(&http_stats::evicted);
+    close_conn(oldest.begin()->second, &http_stats::evicted);
     const auto now = clock::now();
     if (now - last_eviction_log > std::chrono::minutes(1)) {
       last_eviction_log = now;
@@ -298,10 +303,8 @@ struct http_server::impl {
     for (const auto& [fd, c] : conns)
       if (c.deadline < now)
         late.push_back(fd);
-    for (int fd : late) {
-      close_conn(fd);
-      count(&http_stats::timed_out);
-    }
+    for (int fd : late)
+      close_conn(fd, &http_stats::timed_out);
   }
 
   void run() {
