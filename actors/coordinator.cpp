@@ -67,8 +67,12 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
   // process that registered (a loopback --host from another machine leads
   // nowhere, or to someone else), else nobody could use it and its stage's
   // rounds would wait on it.
+  // Refused only on a definite answer: another process there, or nothing
+  // listening (connection refused). A dial that times out proves nothing (a
+  // loaded machine took over 5 s for a TLS handshake on loopback): admitted,
+  // said loudly, and the trainers' stage-lag warning is the backstop.
   auto rp = self->make_response_promise<std::string>();
-  self->request(dialer(self->system()), std::chrono::seconds(5), caf::connect_atom::value, reg->host(),
+  self->request(dialer(self->system()), std::chrono::seconds(8), caf::connect_atom::value, reg->host(),
                 static_cast<uint16_t>(reg->port()))
       .then(
           [self, rp, reg = *reg, bytes, server](const caf::node_id& node, caf::strong_actor_ptr&,
@@ -81,7 +85,17 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
             get_logger("coordinator")->warn("rejected registration: {}", describe(err));
             rp.deliver(std::move(err));
           },
-          [self, rp, reg = *reg](caf::error& failed) mutable {
+          [self, rp, reg = *reg, bytes, server](caf::error& failed) mutable {
+            const bool refused = failed.category() == caf::atom("system") &&
+                                 failed.code() == static_cast<uint8_t>(caf::sec::cannot_connect_to_node);
+            if (!refused) {
+              get_logger("coordinator")
+                  ->warn("stage {}: could not confirm that server {} is reachable at {}:{} ({}); admitted. If "
+                         "trainers cannot reach it either, check its --host and firewall",
+                         reg.stage(), reg.server_id(), reg.host(), reg.port(), self->system().render(failed));
+              rp.deliver(admit(self, reg, bytes, server));
+              return;
+            }
             auto err = unreachable(reg, self->system().render(failed));
             get_logger("coordinator")->warn("rejected registration: {}", describe(err));
             rp.deliver(std::move(err));
