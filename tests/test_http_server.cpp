@@ -13,16 +13,13 @@
 #include <catch2/catch.hpp>
 
 #include "net/http_server.hpp"
+#include "net/tcp.hpp"
 
 namespace {
 
 int dial(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int fd = swarm::connect_loopback(port);
+  REQUIRE(fd >= 0);
   return fd;
 }
 

@@ -16,6 +16,7 @@
 
 #include <httplib.h>
 
+#include "net/tcp.hpp"
 #include "process_util.hpp"
 
 using namespace swarm::test;
@@ -35,24 +36,10 @@ std::pair<int, std::string> sh(const std::string& command) {
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-/// A connection to 127.0.0.1:port, or -1.
-int connect_loopback_port(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 /// Sends `bytes` on a fresh connection to 127.0.0.1:port and returns what came
 /// back before the server closed it or `wait_s` passed; `closed` says which.
 std::string raw_exchange(int port, const std::string& bytes, double wait_s, bool& closed) {
-  const int fd = connect_loopback_port(port);
+  const int fd = swarm::connect_loopback(static_cast<uint16_t>(port));
   REQUIRE(fd >= 0);
   ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   timeval tv{0, 200 * 1000};
@@ -170,7 +157,7 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
           ++reconnects;
         }
         if (fds[i] < 0)
-          fds[i] = connect_loopback_port(http);
+          fds[i] = swarm::connect_loopback(static_cast<uint16_t>(http));
         else if (i % 10 == 0)
           ::send(fds[i], "G", 1, MSG_NOSIGNAL);  // a slow one
       }
