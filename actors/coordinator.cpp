@@ -66,11 +66,10 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
   // Dial the address it gave, as a trainer would: it must lead to the very
   // process that registered (a loopback --host from another machine leads
   // nowhere, or to someone else), else nobody could use it and its stage's
-  // rounds would wait on it.
-  // Refused only on a definite answer: another process there, or nothing
-  // listening (connection refused). A dial that times out proves nothing (a
-  // loaded machine took over 5 s for a TLS handshake on loopback): admitted,
-  // said loudly, and the trainers' stage-lag warning is the backstop.
+  // rounds would wait on it. Refused only on a definite answer: another
+  // process there, or nothing listening. A dial that times out proves nothing
+  // (a loaded machine took over 5 s for a TLS handshake on loopback): admitted,
+  // said loudly, with the trainers' stage-lag warning as the backstop.
   auto rp = self->make_response_promise<std::string>();
   self->request(dialer(self->system()), std::chrono::seconds(8), caf::connect_atom::value, reg->host(),
                 static_cast<uint16_t>(reg->port()))
