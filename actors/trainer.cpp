@@ -14,10 +14,6 @@ namespace swarm {
 
 namespace {
 
-/// Steps another stage may take while one stands still before the trainer
-/// warns: between two steps of a healthy stage the others take one or two.
-constexpr int64_t stage_lag_allowed = 5;
-
 using self_ptr = caf::stateful_actor<trainer_state>*;
 using clock = trainer_state::clock;
 

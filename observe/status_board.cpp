@@ -220,9 +220,8 @@ void status_board::on_event(double t, const char* event, fields_t f) {
 }
 
 int64_t status_board::stalled_by(int64_t stage) const {
-  constexpr int64_t allowed = 5;  // as the trainer's warning (actors/trainer.cpp)
   const int64_t gained = watch_.gained_on(static_cast<int>(stage)).first;
-  return gained > allowed ? gained : 0;
+  return gained > stage_lag_allowed ? gained : 0;
 }
 
 std::string status_board::json(double now) const {

@@ -21,6 +21,11 @@
 
 namespace swarm {
 
+/// Steps another stage may take while one stands still before it counts as
+/// stalled: between two steps of a healthy stage the others take one or two.
+/// The trainer's warning and the status board's mark both use it.
+constexpr int64_t stage_lag_allowed = 5;
+
 struct stage_lag {
   int stage = 0;      ///< the stalled stage
   int64_t step = 0;   ///< where it stays
