@@ -310,6 +310,7 @@ void node::emit_bulk(const std::string& process) {
                           {"bytes_received", static_cast<int64_t>(s.bytes_received)},
                           {"send_failures", static_cast<int64_t>(s.send_failures)},
                           {"bad_frames", static_cast<int64_t>(s.bad_frames)},
+                          {"strangers", static_cast<int64_t>(s.strangers)},
                           {"undeliverable", static_cast<int64_t>(s.undeliverable)},
                           {"frames_waited", static_cast<int64_t>(s.frames_waited)},
                           {"stalled", static_cast<int64_t>(s.stalled)},

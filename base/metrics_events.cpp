@@ -81,7 +81,8 @@ const std::vector<metrics_event_doc>& metrics_events() {
     {"bulk", "server, trainer",
        "`process`, `frames_sent`, `bytes_sent`, `frames_received`, `bytes_received`, `send_failures` "
        "(frames dropped: peer unreachable or connection broken), `bad_frames` (connections closed for "
-       "garbage), `undeliverable` (frames for an actor gone), `frames_waited` (frames that waited for room "
+       "garbage), `strangers` (connections closed before a hello naming this process's token: not a "
+       "member of the swarm's CAF network), `undeliverable` (frames for an actor gone), `frames_waited` (frames that waited for room "
        "under `--bulk-budget`), `stalled` (connections closed mid-frame: no room in time, or nothing came "
        "for 30 s), `peak_pending` (most bytes of frames being received at once): at exit, what the process "
        "moved over its bulk connections"},

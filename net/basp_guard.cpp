@@ -51,15 +51,6 @@ bool read_exact(int fd, char* p, size_t n, clock_type::time_point deadline, std:
   return true;
 }
 
-std::string peer_name(int fd) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  char host[NI_MAXHOST] = "?";
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    ::getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST);
-  return host;
-}
-
 /// One relayed connection; the last of its two threads closes both sockets.
 struct link {
   int peer = -1, backend = -1;
@@ -200,16 +191,15 @@ struct basp_guard::impl {
 
   /// Dials CAF for a peer and starts the thread that copies CAF's bytes back.
   bool open_backend(const std::shared_ptr<link>& l, const std::string& who) {
-    const int fd = connect_loopback(opts.backend_port);
+    // Noted before it connects: CAF starts a TLS handshake as soon as it
+    // accepts, and a refusal must name the peer, not this relay's port.
+    const int fd = connect_loopback(opts.backend_port, [&](uint16_t local) {
+      l->relay_port = local;
+      note_relayed_peer(local, who);
+    });
     if (fd < 0) {
       get_logger("guard")->warn("cannot reach the local CAF port {}: {}", opts.backend_port, std::strerror(errno));
       return false;
-    }
-    sockaddr_in local{};
-    socklen_t len = sizeof local;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      l->relay_port = ntohs(local.sin_port);
-      note_relayed_peer(l->relay_port, who);
     }
     std::lock_guard<std::mutex> lock(m);
     l->backend = fd;

@@ -76,6 +76,7 @@ struct bulk_endpoint::impl {
   bulk_options opts;
   int listen_fd = -1;
   uint16_t port = 0;
+  bulk_token token;  ///< what a peer's hello must name (bulk_frame.hpp)
   caf::actor info;
   std::thread acceptor;
 
@@ -84,6 +85,7 @@ struct bulk_endpoint::impl {
   std::map<caf::actor_id, caf::actor_addr> receivers;
   std::map<caf::node_id, std::unique_ptr<peer_link>> links;
   std::set<int> reader_fds;
+  std::set<std::string> warned;  ///< hosts whose missing or wrong hello was logged: once each
   std::condition_variable readers_done;
   std::mt19937_64 rng{std::random_device{}()};
   bulk_stats stats;
@@ -159,8 +161,9 @@ struct bulk_endpoint::impl {
     return found;
   }
 
-  /// Asks the peer node where its bulk endpoint listens (through CAF), then connects.
-  int connect_peer(const caf::node_id& node, peer_link& link) {
+  /// Asks the peer node where its bulk endpoint listens and the token its
+  /// hello must name (through CAF), then connects.
+  int connect_peer(const caf::node_id& node, peer_link& link, bulk_hello& hello) {
     auto entry = lookup(node, link);
     if (!entry)
       return -1;
@@ -168,7 +171,11 @@ struct bulk_endpoint::impl {
     uint16_t peer_port = 0;
     caf::scoped_actor self{sys};
     self->request(caf::actor_cast<caf::actor>(entry), opts.connect_timeout, caf::get_atom::value)
-        .receive([&](const std::string& h, uint16_t p) { host = h, peer_port = p; }, [](caf::error&) {});
+        .receive(
+            [&](const std::string& h, uint16_t p, uint64_t hi, uint64_t lo) {
+              host = h, peer_port = p, hello.token = {hi, lo};
+            },
+            [](caf::error&) {});
     return peer_port == 0 ? -1 : connect_to(host, peer_port, opts.connect_timeout, opts.write_timeout);
   }
 
@@ -215,12 +222,15 @@ struct bulk_endpoint::impl {
         link->queue.pop_front();
       }
       if (fd < 0) {
-        fd = connect_peer(node, *link);
+        bulk_hello hello;
+        fd = connect_peer(node, *link, hello);
         {
           std::lock_guard<std::mutex> lock(link->m);
           link->fd = fd;
         }
         out = secure(fd, false);
+        if (out && !out->write_all(reinterpret_cast<const char*>(&hello), sizeof hello, true))
+          out.reset();
       }
       bulk_frame_header h;
       h.dest = j.dest;
@@ -264,17 +274,17 @@ struct bulk_endpoint::impl {
   /// Room for a frame of `n` bytes within opts.max_pending, waiting up to
   /// opts.read_timeout for frames being received to finish; false (said in
   /// the log) when none came or the endpoint stops.
-  bool reserve(uint64_t n) {
+  bool reserve(uint64_t n, const std::string& who) {
     std::unique_lock<std::mutex> lock(m);
     if (pending + n > opts.max_pending) {
       ++stats.frames_waited;
-      get_logger("bulk")->warn("a frame of {} bytes waits: frames being received hold {} of {} bytes", n, pending,
-                               opts.max_pending);
+      get_logger("bulk")->warn("a frame of {} bytes from {} waits: frames being received hold {} of {} bytes", n,
+                               who, pending, opts.max_pending);
       if (!room.wait_for(lock, opts.read_timeout, [&] { return stopping || pending + n <= opts.max_pending; }) ||
           stopping) {
         ++stats.stalled;
-        get_logger("bulk")->warn("closed a bulk connection: no room for its frame of {} bytes within {} s", n,
-                                 opts.read_timeout.count());
+        get_logger("bulk")->warn("closed a bulk connection from {}: no room for its frame of {} bytes within {} s",
+                                 who, n, opts.read_timeout.count());
         return false;
       }
     }
@@ -293,7 +303,8 @@ struct bulk_endpoint::impl {
 
   /// A frame's parts read from `in` into `parts`; false when the connection
   /// broke or stalled mid-frame (said in the log), the half frame dropped.
-  bool read_parts(tls_link& in, const bulk_frame_header& h, bulk_parts& parts, std::vector<char>& scratch) {
+  bool read_parts(tls_link& in, const bulk_frame_header& h, bulk_parts& parts, std::vector<char>& scratch,
+                  const std::string& who) {
     for (size_t i = 0; i < h.parts; ++i) {
       auto& bytes = parts[i];
       try {
@@ -312,8 +323,8 @@ struct bulk_endpoint::impl {
           if (errno == EAGAIN || errno == EWOULDBLOCK) {
             std::lock_guard<std::mutex> lock(m);
             ++stats.stalled;
-            get_logger("bulk")->warn("closed a bulk connection: nothing came for {} s in the middle of a frame",
-                                     opts.read_timeout.count());
+            get_logger("bulk")->warn("closed a bulk connection from {}: nothing came for {} s in the middle of a frame",
+                                     who, opts.read_timeout.count());
           }
           return false;
         }
@@ -323,9 +334,36 @@ struct bulk_endpoint::impl {
     return true;
   }
 
+  /// Closes a connection that has not shown this endpoint's token in time:
+  /// false, said in the log once per peer address.
+  bool greeted(tls_link& in, int fd, const std::string& who) {
+    bulk_hello h;
+    h.magic = 0;
+    set_receive_timeout(fd, opts.connect_timeout);
+    errno = 0;
+    std::string why;
+    if (!in.read_all(reinterpret_cast<char*>(&h), sizeof h))
+      why = errno == EAGAIN || errno == EWOULDBLOCK
+                ? "no hello within " + std::to_string(opts.connect_timeout.count()) + " s"
+                : "it closed before its hello";
+    else
+      why = judge_hello(h, token);
+    if (why.empty())
+      return true;
+    std::lock_guard<std::mutex> lock(m);
+    ++stats.strangers;
+    if (warned.size() < 1024 && warned.insert(who).second)
+      get_logger("bulk")->warn("closed a bulk connection from {}: {} (further ones from it are not logged)", who,
+                               why);
+    return false;
+  }
+
   void read_loop(int fd) {
     std::vector<char> scratch(size_t{256} << 10);
+    const std::string who = peer_name(fd);
     auto in = secure(fd, true);  // a refused handshake is logged where it fails (net/tls.cpp)
+    if (in && !greeted(*in, fd, who))
+      in.reset();
     while (in) {
       bulk_frame_header h;
       set_receive_timeout(fd, std::chrono::seconds(0));  // between frames a peer keeps its connection idle
@@ -341,13 +379,13 @@ struct bulk_endpoint::impl {
       if (!why.empty()) {
         std::lock_guard<std::mutex> lock(m);
         ++stats.bad_frames;
-        get_logger("bulk")->warn("closed a bulk connection: {}", why);
+        get_logger("bulk")->warn("closed a bulk connection from {}: {}", who, why);
         break;
       }
-      if (!reserve(h.size))
+      if (!reserve(h.size, who))
         break;
       bulk_parts parts(h.parts);
-      const bool whole = read_parts(*in, h, parts, scratch);
+      const bool whole = read_parts(*in, h, parts, scratch, who);
       release(h.size);  // delivered bytes are the receiver's inbox's to bound (bulk_inbox)
       if (!whole)
         break;  // half a frame: dropped, never delivered
@@ -383,11 +421,14 @@ caf::expected<std::shared_ptr<bulk_endpoint>> bulk_endpoint::start(caf::actor_sy
   if (!listening)
     return listening.error();
   std::tie(p->listen_fd, p->port) = *listening;
+  std::random_device entropy;
+  p->token = {(uint64_t{entropy()} << 32) | entropy(), (uint64_t{entropy()} << 32) | entropy()};
   const auto host = p->opts.host;
   const auto port = p->port;
+  const auto token = p->token;
   // Hidden: a process must not wait for it when it shuts down.
-  p->info = sys.spawn<caf::hidden>([host, port](caf::event_based_actor*) -> caf::behavior {
-    return {[host, port](caf::get_atom) { return caf::make_message(host, port); }};
+  p->info = sys.spawn<caf::hidden>([host, port, token](caf::event_based_actor*) -> caf::behavior {
+    return {[host, port, token](caf::get_atom) { return caf::make_message(host, port, token.hi, token.lo); }};
   });
   sys.registry().put(lookup_name, caf::actor_cast<caf::strong_actor_ptr>(p->info));
   auto* raw = p.get();
@@ -428,6 +469,12 @@ bulk_endpoint::~bulk_endpoint() {
 }
 
 uint16_t bulk_endpoint::port() const { return impl_->port; }
+
+std::string bulk_endpoint::hello() const {
+  bulk_hello h;
+  h.token = impl_->token;
+  return {reinterpret_cast<const char*>(&h), sizeof h};
+}
 
 void bulk_endpoint::attach(const caf::actor& receiver) {
   std::lock_guard<std::mutex> lock(impl_->m);

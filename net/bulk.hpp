@@ -18,12 +18,16 @@
 // moved out of it (messages/wire.hpp: take_tensor_data, decode_parts): large
 // tensors are neither copied into a serialized message nor parsed out of one.
 //
+// Connection: a hello (u32 magic "SWH1" | u32 0 | the receiver's 128-bit
+// token, net/bulk_frame.hpp), then frames until it closes.
 // Frame: u32 magic "SWB2" | u32 parts (1..8) | u64 destination actor id | u64 key
 //        | u64 size (all parts) | parts x u64 part size | the parts' bytes.
 // A connection that breaks mid-frame loses that frame: the half-received bytes
 // are dropped, never delivered, and the waiting side fails the request after its
 // deadline with a retryable error (PEER_GONE), as if the peer had died. Bad
-// magic or an oversized frame closes the connection (garbage resistance).
+// magic or an oversized frame closes the connection (garbage resistance), and
+// so does a missing or wrong hello within connect_timeout: a stranger on the
+// bulk port holds 24 bytes of this process, not a frame's worth.
 //
 // With a TLS context every connection is mutual TLS (net/tls.hpp); a
 // handshake is bounded by connect_timeout on both ends.
@@ -93,6 +97,7 @@ struct bulk_stats {
   uint64_t frames_sent = 0, bytes_sent = 0, frames_received = 0, bytes_received = 0;
   uint64_t send_failures = 0;      ///< frames dropped because the peer could not be reached or the write failed
   uint64_t bad_frames = 0;         ///< connections closed for garbage
+  uint64_t strangers = 0;          ///< connections closed before a hello naming this endpoint's token
   uint64_t undeliverable = 0;      ///< frames for an actor not attached here (gone)
   uint64_t frames_waited = 0;      ///< frames that waited for room under max_pending
   uint64_t stalled = 0;            ///< connections closed mid-frame (no room in time, or no bytes)
@@ -109,6 +114,8 @@ public:
   bulk_endpoint& operator=(const bulk_endpoint&) = delete;
 
   [[nodiscard]] uint16_t port() const;
+  /// The hello a connection to this endpoint must begin with (tests speak raw frames).
+  [[nodiscard]] std::string hello() const;
 
   /// Frames for `receiver`'s id go to it (as bulk_atom, key, bytes) from now
   /// on. Held weakly: a receiver that died gets nothing. detach() stops it.

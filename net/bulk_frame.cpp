@@ -16,4 +16,13 @@ std::string judge_frame_header(const bulk_frame_header& h, uint64_t max_frame) {
   return left == 0 ? "" : "its parts do not add up to its size";
 }
 
+std::string judge_hello(const bulk_hello& h, const bulk_token& expected) {
+  if (h.magic != bulk_hello_magic)
+    return "no hello before its first frame (not a swarm bulk peer)";
+  // Compared in constant time: the time a wrong guess takes says nothing of the token.
+  if (((h.token.hi ^ expected.hi) | (h.token.lo ^ expected.lo)) != 0)
+    return "a hello with another token (a stranger to this swarm's CAF network, or a process that restarted)";
+  return "";
+}
+
 } // namespace swarm

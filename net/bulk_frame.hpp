@@ -1,7 +1,7 @@
 #pragma once
-// A bulk frame's header (layout in net/bulk.hpp) and the judgement of one
-// received from a peer, apart from the sockets so that a fuzzer can reach it
-// (tests/fuzz/bulk_frame.cpp).
+// A bulk frame's header (layout in net/bulk.hpp), the hello before a
+// connection's first frame, and the judgement of each received from a peer,
+// apart from the sockets so that a fuzzer can reach them (tests/fuzz/bulk_frame.cpp).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -34,5 +34,27 @@ constexpr size_t bulk_fixed_header = 32;
 /// Why a whole header is refused, or empty when its parts may follow: not a
 /// frame, more than `max_frame` bytes, or part sizes that do not add up.
 [[nodiscard]] std::string judge_frame_header(const bulk_frame_header& h, uint64_t max_frame);
+
+/// The receiving endpoint's secret, random per process and handed out only
+/// through CAF (its lookup entry): a process that knows it reached this one
+/// as a member of the swarm's CAF network (behind the guard, and with TLS a
+/// holder of the swarm's certificates), not as a stranger on its bulk port.
+struct bulk_token {
+  uint64_t hi = 0, lo = 0;
+};
+
+/// The first bytes on every bulk connection, before any frame: until they
+/// came and name the receiver's token, a connection may hold no more than
+/// these 24 bytes of the receiver's memory.
+constexpr uint32_t bulk_hello_magic = 0x31485753;  // "SWH1" little-endian
+struct bulk_hello {
+  uint32_t magic = bulk_hello_magic;
+  uint32_t reserved = 0;
+  bulk_token token;
+};
+static_assert(sizeof(bulk_hello) == 24, "a bulk hello is 24 bytes on the wire");
+
+/// Why a hello is refused, or empty when it names `expected`.
+[[nodiscard]] std::string judge_hello(const bulk_hello& h, const bulk_token& expected);
 
 } // namespace swarm

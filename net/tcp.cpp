@@ -63,13 +63,24 @@ caf::expected<std::pair<int, uint16_t>> listen_tcp(const std::string& host, uint
   return std::make_pair(fd, bound_port);
 }
 
-int connect_loopback(uint16_t port) {
+int connect_loopback(uint16_t port, const std::function<void(uint16_t)>& bound) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return -1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  socklen_t len = sizeof a;
+  if (bound) {
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    bound(ntohs(a.sin_port));
+  }
+  a.sin_port = htons(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     ::close(fd);
     return -1;
   }
@@ -115,6 +126,15 @@ int connect_to(const std::string& host, uint16_t port, std::chrono::seconds conn
   return fd;
 }
 
+
+std::string peer_name(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  char host[NI_MAXHOST] = "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST);
+  return host;
+}
 
 bool peer_hung_up(int fd) {
   pollfd p{fd, POLLRDHUP, 0};

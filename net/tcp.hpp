@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -22,8 +23,10 @@ namespace swarm {
 [[nodiscard]] caf::expected<std::pair<int, uint16_t>> listen_tcp(const std::string& host, uint16_t port,
                                                                  const std::string& who);
 
-/// A connection to 127.0.0.1:port with TCP_NODELAY, or -1.
-[[nodiscard]] int connect_loopback(uint16_t port);
+/// A connection to 127.0.0.1:port with TCP_NODELAY, or -1. `bound`, when
+/// given, learns the connection's own port before it connects: the other end
+/// may look it up as soon as it accepts (the guard's relayed peers, net/tls.cpp).
+[[nodiscard]] int connect_loopback(uint16_t port, const std::function<void(uint16_t)>& bound = nullptr);
 
 /// Accepts on `listen_fd` until it fails with `stopping` set (read under `m`;
 /// the owner sets it, then shuts the socket down), handing each connection to
@@ -58,6 +61,9 @@ void accept_until_stopped(int listen_fd, std::mutex& m, const bool& stopping, Ad
 
 /// Reads on `fd` fail with EAGAIN after `timeout` without bytes; 0 = never.
 void set_receive_timeout(int fd, std::chrono::seconds timeout);
+
+/// The numeric address of the other end of `fd` ("?" when it has none now).
+[[nodiscard]] std::string peer_name(int fd);
 
 /// Whether the other end of `fd` closed it (without reading: a writer's peer sends nothing).
 [[nodiscard]] bool peer_hung_up(int fd);

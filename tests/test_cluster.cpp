@@ -89,6 +89,7 @@ TEST_CASE("a multi-process swarm trains config/tiny below the unigram entropy", 
     received += number(b, "bytes_received");
     CHECK(number(b, "send_failures") == 0);
     CHECK(number(b, "bad_frames") == 0);
+    CHECK(number(b, "strangers") == 0);  // every peer began with the hello its receiver asked for
     CHECK(number(b, "frames_received") > 0);
   }
   std::printf("bulk: %.0f bytes sent, %.0f received over %zu processes\n", sent, received, bulk.size());

@@ -50,6 +50,11 @@ void bulk_frame() {
   seed("bulk_frame", "three_parts", limit + std::string(reinterpret_cast<const char*>(&h), header_bytes(h)));
   h.size = 5000;
   seed("bulk_frame", "parts_short", limit + std::string(reinterpret_cast<const char*>(&h), header_bytes(h)));
+  h.size = 4196;
+  bulk_hello hello;
+  hello.token = {0x0123456789abcdef, 0xfedcba9876543210};
+  seed("bulk_frame", "then_hello",
+       limit + std::string(reinterpret_cast<const char*>(&h), header_bytes(h)) + raw(hello.token) + raw(hello));
 }
 
 void basp_guard() {
