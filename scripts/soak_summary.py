@@ -16,7 +16,8 @@ for the runs faultfree and chaos; a missing run is left out. For each run prints
   6. chaos actions, coordinator kills, wipes, processes the cluster restarted
   7. the longest stalls (gaps between a trainer's consecutive steps)
   8. RSS growth of every process alive >= --min-life s (600), from its first sample
-     60 s into its life to its last, and the largest growth per role
+     60 s into its life to its last, and the largest growth per role; then every
+     process's RSS at 1 minute, half time and the end of the run
 then the comparison: steps and samples of chaos over faultfree, and the mean loss per
 5-minute window (and over the last 2 minutes) side by side.
 Lines that are not JSON objects with a numeric "t" are skipped and counted.
@@ -32,6 +33,7 @@ RUNS = ("faultfree", "chaos")
 WINDOW_S = 300  # loss windows
 LAST_S = 120  # the last-minutes loss
 WARMUP_S = 60  # RSS: first sample this far into a process's life
+MARK_SLACK_S = 15  # RSS at a mark: a sample at most this far from it (they come every 10 s)
 
 
 # ---------------------------------------------------------------- reading
@@ -377,6 +379,34 @@ def section_memory(r):
             worst[role] = row
     for role, row in sorted(worst.items()):
         print(f"   max growth {role}: {row[6]:+.1f}% (pid {row[0]})")
+    section_memory_marks(r)
+
+
+def rss_at(samples, t):
+    """RSS (KiB) of the sample nearest to t within MARK_SLACK_S, else None."""
+    near = min(samples, key=lambda s: abs(s[0] - t))
+    return near[1] if abs(near[0] - t) <= MARK_SLACK_S else None
+
+
+def section_memory_marks(r):
+    """Every process's RSS at 1 minute, half time and the end of the run (1, 15, 30 min in a 30-minute soak)."""
+    if not r.rss:
+        return
+    end = max(s[-1][0] for s in r.rss.values())
+    marks = [WARMUP_S, round(end / 2), end]
+    rows, short = [], 0
+    for pid, samples in r.rss.items():
+        values = [rss_at(samples, t) for t in marks]
+        if sum(v is not None for v in values) < 2:
+            short += 1  # a process of less than half the run (chaos restarts): in the growth list if long enough
+            continue
+        rows.append((r.rss_roles[pid], pid, values))
+    header = "   ".join(f"{fmt_t(t):>9}" for t in marks)
+    print(f"   RSS (MiB) of the processes alive at two marks or more ({short} shorter-lived left out):")
+    print(f"{'   at':<31}{header}")
+    for role, pid, values in sorted(rows):
+        cells = "   ".join(f"{v / 1024:9.1f}" if v is not None else f"{'-':>9}" for v in values)
+        print(f"   {role:12} pid {pid:7d}    {cells}")
 
 
 def report(r):
