@@ -12,6 +12,7 @@ for the runs faultfree and chaos; a missing run is left out. For each run prints
   4. hash disagreements: (stage, epoch, step) keys whose `params` events carry more
      than one hash; epoch = new timelines of the stage before: `stage_lost`
      events, or checkpoint loads below the step it had reached (goal: 0)
+  4b. averaging rounds per stage (round_end): how many, applied, the longest
   5. checkpoints written and loaded, stages lost and the steps each one cost
   6. chaos actions, coordinator kills, wipes, processes the cluster restarted
   7. the longest stalls (gaps between a trainer's consecutive steps)
@@ -273,6 +274,21 @@ def section_hashes(r):
         print(f"     ... and {len(differ) - 10} more")
 
 
+def section_rounds(r):
+    print("4b. averaging rounds (the coordinator's round_end): per stage, and the longest")
+    ends = r.ev["round_end"]
+    if not ends:
+        print("   none")
+        return
+    for stage in sorted({int(num(e, "stage", -1)) for e in ends}):
+        mine = [e for e in ends if int(num(e, "stage", -1)) == stage]
+        applied = sum(1 for e in mine if num(e, "applied", 0) > 0)  # members that applied it
+        longest = max(mine, key=lambda e: num(e, "seconds", 0))
+        print(f"   stage {stage}: {len(mine)} rounds, {applied} applied, {len(mine) - applied} not; longest "
+              f"{num(longest, 'seconds', 0):.1f} s (to step {longest.get('step', '?')}, ended at "
+              f"{fmt_t(r.rel(longest))}, {longest.get('excluded', '?')} excluded)")
+
+
 def section_checkpoints(r):
     print("5. checkpoints")
     written = collections.defaultdict(list)
@@ -414,8 +430,8 @@ def report(r):
     if r.bad:
         print(f"   {r.bad} lines skipped (not JSON objects with a numeric t)")
     r.disagreements, r.longest_stall = None, None
-    for section in (section_progress, section_drops, section_accounting, section_hashes, section_checkpoints,
-                    section_chaos, section_stalls, section_memory):
+    for section in (section_progress, section_drops, section_accounting, section_hashes, section_rounds,
+                    section_checkpoints, section_chaos, section_stalls, section_memory):
         section(r)
     print()
 
