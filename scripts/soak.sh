@@ -8,7 +8,7 @@
 #   faultfree: no faults.
 #   chaos:     every 20 s one random server is SIGKILLed or SIGSTOPped (at
 #              random) and restarted or continued 10 s later; the coordinator
-#              is SIGKILLed every 300 s (the cluster restarts it on the same
+#              is SIGKILLed every 300 s (timings: env below) (the cluster restarts it on the same
 #              port); at half time every server of one random stage is
 #              SIGKILLed at once (the stage must come back from a checkpoint).
 # Each run is stopped with SIGINT after MINUTES (SIGKILL if the cluster is
@@ -19,6 +19,9 @@
 #   env: RUNS ("faultfree chaos"; either alone runs only that half)
 #        FRESH=1 repeats a run that already finished in out_dir (otherwise it is kept)
 #        COORDINATOR_EVERY (300): seconds between coordinator kills of the chaos run
+#        CHAOS_EVERY (20), CHAOS_DOWN (10), WIPE_AT (half time): the chaos run's other
+#        timings, e.g. issue 22's 6-minute run: RUNS=chaos CHAOS_EVERY=10 CHAOS_DOWN=5
+#        COORDINATOR_EVERY=90 WIPE_AT=200 scripts/soak.sh 6
 #
 # Output in out_dir, per run: <run>.jsonl (metrics), <run>.log (the cluster's
 # stdout and stderr), <run>-rss.csv (t_s,pid,role,rss_kib,stage: t_s seconds
@@ -135,8 +138,8 @@ run() {  # name, extra flags...
 for r in $runs; do
   case $r in
     faultfree) run faultfree ;;
-    chaos) run chaos --chaos mixed --chaos-every 20 --chaos-down 10 --chaos-seed 11 \
-             --chaos-coordinator-every "${COORDINATOR_EVERY:-300}" --chaos-wipe-at "$half" ;;
+    chaos) run chaos --chaos mixed --chaos-every "${CHAOS_EVERY:-20}" --chaos-down "${CHAOS_DOWN:-10}" \
+             --chaos-seed 11 --chaos-coordinator-every "${COORDINATOR_EVERY:-300}" --chaos-wipe-at "${WIPE_AT:-$half}" ;;
   esac
 done
 python3 scripts/soak_summary.py "$out" | tee "$out/summary.txt"
