@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -78,6 +79,26 @@ bool eventually(Cond cond) {
   return cond();
 }
 
+/// An actor system with a bulk endpoint whose frames go to `self`.
+struct endpoint_fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::shared_ptr<bulk_endpoint> bulk;
+  std::unique_ptr<caf::scoped_actor> self;
+
+  explicit endpoint_fixture(const bulk_options& opts = {}) {
+    cfg.load<caf::io::middleman>();
+    cfg.set("logger.console", caf::atom("none"));
+    sys = std::make_unique<caf::actor_system>(cfg);
+    auto started = bulk_endpoint::start(*sys, opts);
+    REQUIRE(started);
+    bulk = *started;
+    REQUIRE(bulk->port() != 0);
+    self = std::make_unique<caf::scoped_actor>(*sys);
+    bulk->attach(caf::actor_cast<caf::actor>(*self));
+  }
+};
+
 } // namespace
 
 TEST_CASE("bulk_inbox pairs bytes and claims in either order and fails late claims", "[bulk]") {
@@ -117,17 +138,9 @@ TEST_CASE("bulk_inbox pairs bytes and claims in either order and fails late clai
 }
 
 TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on garbage", "[bulk]") {
-  caf::actor_system_config cfg;
-  cfg.load<caf::io::middleman>();
-  cfg.set("logger.console", caf::atom("none"));
-  caf::actor_system sys{cfg};
-  auto started = bulk_endpoint::start(sys);
-  REQUIRE(started);
-  auto bulk = *started;
-  REQUIRE(bulk->port() != 0);
-
-  caf::scoped_actor self{sys};
-  bulk->attach(caf::actor_cast<caf::actor>(self));
+  endpoint_fixture f;
+  auto& bulk = f.bulk;
+  auto& self = *f.self;
   const auto me = self->id();
   bulk_parts parts;
   auto next = [&](std::string& bytes) {
@@ -217,19 +230,13 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
 
 TEST_CASE("frames being received stay within the budget; a stalled frame frees its room; legitimate ones get through",
           "[bulk]") {
-  caf::actor_system_config cfg;
-  cfg.load<caf::io::middleman>();
-  cfg.set("logger.console", caf::atom("none"));
-  caf::actor_system sys{cfg};
   bulk_options opts;
   opts.max_frame = 1 << 20;
   opts.max_pending = 1 << 20;
   opts.read_timeout = 1s;
-  auto started = bulk_endpoint::start(sys, opts);
-  REQUIRE(started);
-  auto bulk = *started;
-  caf::scoped_actor self{sys};
-  bulk->attach(caf::actor_cast<caf::actor>(self));
+  endpoint_fixture f(opts);
+  auto& bulk = f.bulk;
+  auto& self = *f.self;
   const auto me = self->id();
 
   // Three members (a buggy one may do this) each announce 600 KiB and send a
@@ -273,17 +280,11 @@ TEST_CASE("frames being received stay within the budget; a stalled frame frees i
 
 TEST_CASE("a connection holds 24 bytes until its hello names the endpoint's token; members' frames get through",
           "[bulk]") {
-  caf::actor_system_config cfg;
-  cfg.load<caf::io::middleman>();
-  cfg.set("logger.console", caf::atom("none"));
-  caf::actor_system sys{cfg};
   bulk_options opts;
   opts.connect_timeout = 1s;
-  auto started = bulk_endpoint::start(sys, opts);
-  REQUIRE(started);
-  auto bulk = *started;
-  caf::scoped_actor self{sys};
-  bulk->attach(caf::actor_cast<caf::actor>(self));
+  endpoint_fixture f(opts);
+  auto& bulk = f.bulk;
+  auto& self = *f.self;
   const auto me = self->id();
 
   // A well-formed 64 MiB frame with no hello; the same after a hello with a
