@@ -1,0 +1,185 @@
+// The bulk endpoint's receiving side (net/bulk.hpp): a reader thread per
+// accepted connection, which holds a stranger to its hello and every member
+// to the budget of bytes being received.
+#include <algorithm>
+#include <cerrno>
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+
+#include "base/log.hpp"
+#include "net/bulk_impl.hpp"
+#include "net/tcp.hpp"
+
+namespace swarm {
+
+namespace {
+
+/// Large buffers are fresh memory every time (glibc maps them anew), and
+/// faulting them in 4 KiB pages cost more than copying into them: ask for huge
+/// pages where the kernel grants them on request (THP "madvise" mode).
+void advise_huge_pages(void* p, size_t n) {
+  constexpr uintptr_t huge = uintptr_t{2} << 20;
+  if (n < 2 * huge)
+    return;
+  const auto begin = (reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(p) + n) & ~(huge - 1);
+  if (end > begin)
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+} // namespace
+
+void bulk_endpoint::impl::deliver(caf::actor_id dest, uint64_t key, bulk_parts parts) {
+  caf::actor target;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    if (auto it = receivers.find(dest); it != receivers.end())
+      target = caf::actor_cast<caf::actor>(it->second);
+    if (!target)
+      ++stats.undeliverable;
+  }
+  if (target)
+    caf::anon_send(target, bulk_atom::value, key, std::move(parts));
+}
+
+bool bulk_endpoint::impl::reserve(uint64_t n, const std::string& who) {
+  std::unique_lock<std::mutex> lock(m);
+  if (pending + n > opts.max_pending) {
+    ++stats.frames_waited;
+    get_logger("bulk")->warn("a frame of {} bytes from {} waits: frames being received hold {} of {} bytes", n,
+                             who, pending, opts.max_pending);
+    if (!room.wait_for(lock, opts.read_timeout, [&] { return stopping || pending + n <= opts.max_pending; }) ||
+        stopping) {
+      ++stats.stalled;
+      get_logger("bulk")->warn("closed a bulk connection from {}: no room for its frame of {} bytes within {} s",
+                               who, n, opts.read_timeout.count());
+      return false;
+    }
+  }
+  pending += n;
+  stats.peak_pending = std::max(stats.peak_pending, pending);
+  return true;
+}
+
+void bulk_endpoint::impl::release(uint64_t n) {
+  {
+    std::lock_guard<std::mutex> lock(m);
+    pending -= n;
+  }
+  room.notify_all();
+}
+
+bool bulk_endpoint::impl::read_parts(tls_link& in, const bulk_frame_header& h, bulk_parts& parts,
+                                     std::vector<char>& scratch, const std::string& who) {
+  for (size_t i = 0; i < h.parts; ++i) {
+    auto& bytes = parts[i];
+    try {
+      bytes.reserve(h.part_size[i]);
+      advise_huge_pages(bytes.data(), h.part_size[i]);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    // Through a scratch buffer that stays in cache: a std::string cannot
+    // grow without zeroing, and zeroing a fresh buffer first cost one more
+    // pass over memory than the copy out of the scratch.
+    while (bytes.size() < h.part_size[i]) {
+      const size_t n = std::min<uint64_t>(scratch.size(), h.part_size[i] - bytes.size());
+      errno = 0;  // a peer that hangs up leaves it alone
+      if (!in.read_all(scratch.data(), n)) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          std::lock_guard<std::mutex> lock(m);
+          ++stats.stalled;
+          get_logger("bulk")->warn("closed a bulk connection from {}: nothing came for {} s in the middle of a frame",
+                                   who, opts.read_timeout.count());
+        }
+        return false;
+      }
+      bytes.append(scratch.data(), n);
+    }
+  }
+  return true;
+}
+
+bool bulk_endpoint::impl::greeted(tls_link& in, int fd, const std::string& who) {
+  bulk_hello h;
+  h.magic = 0;
+  set_receive_timeout(fd, opts.connect_timeout);
+  errno = 0;
+  std::string why;
+  if (!in.read_all(reinterpret_cast<char*>(&h), sizeof h))
+    why = errno == EAGAIN || errno == EWOULDBLOCK
+              ? "no hello within " + std::to_string(opts.connect_timeout.count()) + " s"
+              : "it closed before its hello";
+  else
+    why = judge_hello(h, token);
+  if (why.empty())
+    return true;
+  std::lock_guard<std::mutex> lock(m);
+  ++stats.strangers;
+  if (warned.size() < 1024 && warned.insert(who).second)
+    get_logger("bulk")->warn("closed a bulk connection from {}: {} (further ones from it are not logged)", who,
+                             why);
+  return false;
+}
+
+void bulk_endpoint::impl::read_loop(int fd) {
+  std::vector<char> scratch(size_t{256} << 10);
+  const std::string who = peer_name(fd);
+  auto in = secure(fd, true);  // a refused handshake is logged where it fails (net/tls.cpp)
+  if (in && !greeted(*in, fd, who))
+    in.reset();
+  while (in) {
+    bulk_frame_header h;
+    set_receive_timeout(fd, std::chrono::seconds(0));  // between frames a peer keeps its connection idle
+    if (!in->read_all(reinterpret_cast<char*>(&h), 1))
+      break;
+    set_receive_timeout(fd, opts.read_timeout);  // a frame once begun must keep coming
+    if (!in->read_all(reinterpret_cast<char*>(&h) + 1, bulk_fixed_header - 1))
+      break;
+    const bool framed = is_frame_start(h);
+    if (framed && !in->read_all(reinterpret_cast<char*>(h.part_size), h.parts * sizeof(uint64_t)))
+      break;
+    const std::string why = judge_frame_header(h, opts.max_frame);
+    if (!why.empty()) {
+      std::lock_guard<std::mutex> lock(m);
+      ++stats.bad_frames;
+      get_logger("bulk")->warn("closed a bulk connection from {}: {}", who, why);
+      break;
+    }
+    if (!reserve(h.size, who))
+      break;
+    bulk_parts parts(h.parts);
+    const bool whole = read_parts(*in, h, parts, scratch, who);
+    release(h.size);  // delivered bytes are the receiver's inbox's to bound (bulk_inbox)
+    if (!whole)
+      break;  // half a frame: dropped, never delivered
+    {
+      std::lock_guard<std::mutex> lock(m);
+      ++stats.frames_received;
+      stats.bytes_received += h.size;
+    }
+    deliver(h.dest, h.key, std::move(parts));
+  }
+  in.reset();
+  ::close(fd);
+  std::lock_guard<std::mutex> lock(m);
+  reader_fds.erase(fd);
+  readers_done.notify_all();
+}
+
+void bulk_endpoint::impl::accept_loop() {
+  accept_until_stopped(listen_fd, m, stopping, [this](int fd) {
+    if (static_cast<int>(reader_fds.size()) >= opts.max_connections) {
+      ::close(fd);
+      return;
+    }
+    reader_fds.insert(fd);
+    std::thread([this, fd] { read_loop(fd); }).detach();
+  });
+}
+
+} // namespace swarm
