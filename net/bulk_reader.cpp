@@ -127,11 +127,11 @@ bool bulk_endpoint::impl::greeted(tls_link& in, int fd, const std::string& who) 
 }
 
 void bulk_endpoint::impl::read_loop(int fd) {
-  std::vector<char> scratch(size_t{256} << 10);
   const std::string who = peer_name(fd);
   auto in = secure(fd, true);  // a refused handshake is logged where it fails (net/tls.cpp)
   if (in && !greeted(*in, fd, who))
     in.reset();
+  std::vector<char> scratch(in ? size_t{256} << 10 : 0);  // a member's only
   while (in) {
     bulk_frame_header h;
     set_receive_timeout(fd, std::chrono::seconds(0));  // between frames a peer keeps its connection idle
