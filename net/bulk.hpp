@@ -27,7 +27,7 @@
 // deadline with a retryable error (PEER_GONE), as if the peer had died. Bad
 // magic or an oversized frame closes the connection (garbage resistance), and
 // so does a missing or wrong hello within connect_timeout: a stranger on the
-// bulk port holds 24 bytes of this process, not a frame's worth.
+// bulk port holds a reader thread for at most that long, and no frame room.
 //
 // With a TLS context every connection is mutual TLS (net/tls.hpp); a
 // handshake is bounded by connect_timeout on both ends.

@@ -44,8 +44,7 @@ struct bulk_token {
 };
 
 /// The first bytes on every bulk connection, before any frame: until they
-/// came and name the receiver's token, a connection may hold no more than
-/// these 24 bytes of the receiver's memory.
+/// came and name the receiver's token, a connection gets no room for a frame.
 constexpr uint32_t bulk_hello_magic = 0x31485753;  // "SWH1" little-endian
 struct bulk_hello {
   uint32_t magic = bulk_hello_magic;

@@ -278,7 +278,7 @@ TEST_CASE("frames being received stay within the budget; a stalled frame frees i
   ::close(peer);
 }
 
-TEST_CASE("a connection holds 24 bytes until its hello names the endpoint's token; members' frames get through",
+TEST_CASE("a connection gets no frame room until its hello names the endpoint's token; members' frames get through",
           "[bulk]") {
   bulk_options opts;
   opts.connect_timeout = 1s;
