@@ -92,7 +92,7 @@ TEST_CASE("the HTTP server answers GET and HEAD, keeps connections alive and ref
       {"GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", "HTTP/1.1 413"},
       {"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", "HTTP/1.1 413"},
       {"GET / HTTP/2.0\r\n\r\n", "HTTP/1.1 505"},
-      {std::string("\x16\x03\x01\x02\x00garbage\r\n\r\n", 18), "HTTP/1.1 400"},
+      {std::string("\x16\x03\x01\x02\x00garbage\r\n\r\n", 16), "HTTP/1.1 400"},  // a TLS hello
       {"GET / HTTP/1.1\r\nX: " + std::string(20000, 'x') + "\r\n\r\n", "HTTP/1.1 431"},
   };
   for (const auto& [request, status] : refused) {
