@@ -32,6 +32,6 @@ cd "$dir"
 # reported by the unit tests (LSan at exit); the multi-process tests' real
 # binaries are killed by signals, where LSan has nothing to say.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=0}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$PWD/../tests/sanitizers/ubsan.supp}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 exec ctest --output-on-failure --timeout 1800 "${only[@]}" "$@"
