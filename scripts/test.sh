@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" != --sanitize ]; then
   bash scripts/build.sh
   cd build
-  exec ctest --output-on-failure --timeout 600 "$@"
+  ctest --output-on-failure --timeout 600 "$@" || { rc=$?; bash ../scripts/failure_digest.sh .; exit $rc; }
+  exit 0
 fi
 sanitize=${2:?"--sanitize needs address,undefined or thread"}
 shift 2
@@ -36,4 +37,4 @@ cd "$dir"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=0:quarantine_size_mb=64}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$PWD/../tests/sanitizers/ubsan.supp}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
-exec ctest --output-on-failure --timeout 1800 "${only[@]}" "$@"
+ctest --output-on-failure --timeout 1800 "${only[@]}" "$@" || { rc=$?; bash ../scripts/failure_digest.sh .; exit $rc; }
