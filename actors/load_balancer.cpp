@@ -25,17 +25,15 @@ const char* op_name(const request& r) {
   return r.forward ? "forward" : "backward";
 }
 
-/// Appends a commit deadline to a serialized request: protobuf merges
-/// concatenated messages field by field, so no parse and re-encode is needed.
-std::string with_deadline(const std::string& head, bool forward, double deadline) {
-  if (forward) {
-    proto::forward_request d;
-    d.set_commit_deadline(deadline);
+/// Appends the commit and reply deadlines to a serialized request: protobuf
+/// merges concatenated messages field by field, so no parse and re-encode is needed.
+std::string with_deadlines(const std::string& head, bool forward, double commit, double reply) {
+  auto add = [&](auto d) {
+    d.set_commit_deadline(commit);
+    d.set_reply_deadline(reply);
     return head + d.SerializeAsString();
-  }
-  proto::backward_request d;
-  d.set_commit_deadline(deadline);
-  return head + d.SerializeAsString();
+  };
+  return forward ? add(proto::forward_request{}) : add(proto::backward_request{});
 }
 
 /// The whole encoding of a request held as parts, for the CAF path: its
@@ -194,8 +192,8 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
   req.server_id = server_id;
   req.sent_at = clock_type::now();
   const double timeout = req.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s;
-  const double deadline = unix_seconds() + timeout * (1.0 - st.cfg.commit_grace);
-  auto head = with_deadline(req.head, req.forward, deadline);
+  const double now = unix_seconds();
+  auto head = with_deadlines(req.head, req.forward, now + timeout * (1.0 - st.cfg.commit_grace), now + timeout);
   cut_payload piece;
   if (st.cfg.bulk && st.cfg.bulk_min_bytes > 0 && req.bytes >= st.cfg.bulk_min_bytes) {
     piece.transfer_id = st.cfg.bulk->push(caf::actor_cast<caf::actor>(target), std::move(head), req.data);

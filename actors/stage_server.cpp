@@ -114,26 +114,49 @@ void maybe_hang(self_ptr self, bool forward) {
     maybe_hang(self, kind::hang_backward, ++st.serving.backwards_seen, "backward");
 }
 
+/// How long an answered microbatch is held at most before its gradients are
+/// added (a later microbatch settles it sooner).
+constexpr auto settle_after = std::chrono::milliseconds(300);
+/// How long CAF's or the bulk plane's writer takes to put a reply into the
+/// kernel, which sends it even while the process stands still: a stall that
+/// overlaps this window after the hand-over may have kept the reply back.
+constexpr auto reply_leaves_within = std::chrono::milliseconds(50);
+
 /// The exactly-once rule (see the header), asked after compute, before adding.
 template <class Req>
 commit_decision decide_commit(self_ptr self, const Req& req, const char* direction, int64_t samples) {
   auto& st = self->state;
   if (past_deadline(req)) {
     ++st.counters->late;
-    return {false, error{errc::TIMEOUT, "finished after the commit deadline; gradients discarded"}};
+    return {false, false, error{errc::TIMEOUT, "finished after the commit deadline; gradients discarded"}};
   }
   auto key = req.trainer_id() + "/" + std::to_string(req.microbatch_id()) + "/" + direction;
   if (!st.serving.committed.insert(key).second) {
     ++st.counters->duplicates;
-    return {false, {}};
+    return {false, false, {}};
   }
-  st.serving.committed_order.push_back(std::move(key));
+  st.serving.committed_order.push_back(key);
   if (st.serving.committed_order.size() > serving_state::committed_window) {
     st.serving.committed.erase(st.serving.committed_order.front());
     st.serving.committed_order.pop_front();
   }
-  st.counters->committed_samples += samples;
-  return {};
+  if (req.reply_deadline() <= 0) {  // nobody retries it on a deadline: no late reply to fear
+    st.counters->committed_samples += samples;
+    return {};
+  }
+  st.serving.held = serving_state::held_reply{++st.serving.next_held, std::move(key), req.reply_deadline()};
+  return {true, true, {}};
+}
+
+/// The held microbatch's reply was handed over now: settle it within settle_after.
+void held_reply_sent(self_ptr self) {
+  auto& h = self->state.serving.held;
+  if (!h || h->sent)
+    return;
+  h->sent = true;
+  h->sent_at = clock_type::now();
+  h->slack_s = h->reply_deadline - unix_seconds();
+  self->delayed_send(self, settle_after, settle_atom::value, h->id);
 }
 
 /// Decodes, validates and runs one request of type Req on `run`: the reply
@@ -162,16 +185,21 @@ caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf:
   const int64_t samples = req->has_inputs() && req->inputs().shape_size() > 0 ? req->inputs().shape(0) : 0;
   commit_gate gate = [&] {
     slow_down(self, started, slept);
+    settle_held(self);  // the one before: its reply had this compute's time to leave
     return decide_commit(self, *req, op, samples);
   };
   auto rep = run(*req, gate);
   slow_down(self, started, slept);
   st.serving.busy_s += seconds_since(started);
-  if (!rep)
+  if (!rep) {
+    settle_held(self);  // held but not answered (the reply failed): the trainer retries it
     return reject(self, requester, op, rep.error());
+  }
   ++st.counters->served;
   averaging::report_progress(self, false);
-  return send_reply(self, requester, *rep, true);
+  auto reply = send_reply(self, requester, *rep, true);
+  held_reply_sent(self);
+  return reply;
 }
 
 /// A forward or backward request: its payload inline (reassembled from
@@ -208,6 +236,38 @@ reply_t receive_request(self_ptr self, const char* op, uint64_t transfer_id, std
 
 } // namespace
 
+void settle_held(self_ptr self) {
+  auto& st = self->state;
+  auto& h = st.serving.held;
+  if (!h)
+    return;
+  const double stall =
+      h->sent ? std::chrono::duration<double>(longest_stall_between(h->sent_at, h->sent_at + reply_leaves_within)).count()
+              : 0;
+  const bool keep = h->sent && stall < h->slack_s;
+  const int64_t samples = st.worker->settle_held(keep);
+  if (keep) {
+    st.counters->committed_samples += samples;
+  } else {
+    st.counters->withheld_samples += samples;
+    st.serving.committed.erase(h->key);  // a retry that comes back here must count
+    auto log = get_logger("stage_server");
+    if (h->sent && h->slack_s <= 0)
+      log->warn("stage {}: held back the gradients of {} ({} samples): its reply left {:.2f} s after the trainer's "
+                "deadline, so the trainer retried it elsewhere",
+                st.worker->span().stage, h->key, samples, -h->slack_s);
+    else if (h->sent)
+      log->warn("stage {}: held back the gradients of {} ({} samples): its reply left {:.2f} s before the trainer's "
+                "deadline, but this process stood still {:.2f} s while it was leaving, so the trainer may have retried "
+                "it elsewhere",
+                st.worker->span().stage, h->key, samples, h->slack_s, stall);
+    else
+      log->warn("stage {}: held back the gradients of {} ({} samples): its reply was never sent",
+                st.worker->span().stage, h->key, samples);
+  }
+  h.reset();
+}
+
 stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, std::shared_ptr<stage_worker> worker,
                                         std::shared_ptr<metrics_sink> metrics,
                                         std::shared_ptr<stage_server_counters> counters) {
@@ -230,6 +290,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   });
   // Its node stops it with an exit message: report the stage it served last.
   self->set_exit_handler([self](caf::exit_msg& msg) {
+    settle_held(self);
     if (msg.reason == caf::exit_reason::user_shutdown)
       checkpointing::on_stop(self);
     moving::report_exit(self, -1);
@@ -289,6 +350,13 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         self->state.inbox.arrived(key, std::move(bytes), bulk_inbox::clock::now());
       },
       [self](bulk_atom, uint64_t key) { self->state.inbox.expire(key); },
+      [self](settle_atom, uint64_t id) {
+        const auto& h = self->state.serving.held;
+        if (!h || h->id != id)
+          return;  // settled already, by a later microbatch
+        settle_held(self);
+        averaging::report_progress(self, false);
+      },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (self->state.chunk_senders.insert(from).second)

@@ -21,8 +21,15 @@
 // (TIMEOUT, so the trainer's retry elsewhere is the only one that counts), and a
 // repeat of a key this server already added is answered without adding again.
 // The load balancer sets the commit deadline a grace period before its own
-// request deadline, so a server that commits in time has that grace for its
-// reply to arrive before anyone retries.
+// request deadline (the request's reply_deadline), so a server that commits in
+// time has that grace for its reply to arrive before anyone retries.
+// A process that stops right after it commits (SIGSTOP, a starved machine)
+// sends its reply late all the same, and the trainer's retry elsewhere counts
+// too. So the gradients of an answered microbatch are held apart, and added
+// (settle_held) only once the reply has been out for a while, or a later
+// microbatch is computed, and the freeze watch saw no stall since the reply
+// left as long as the slack it had to its reply deadline; otherwise they are
+// withheld (withheld_samples: answered, maybe retried elsewhere, never added here).
 //
 // Moving (actors/stage_server_move.hpp): told by the rebalancer, the server
 // stops taking requests (LEAVING: retried elsewhere, nothing computed), finishes
@@ -93,6 +100,7 @@ struct stage_server_counters {
   int64_t rounds = 0;             ///< averaging rounds applied
   int64_t rounds_failed = 0;      ///< rounds given up (deadline, excluded, or a step behind)
   int64_t dropped_samples = 0;    ///< samples of gradients lost with failed rounds or reloads
+  int64_t withheld_samples = 0;   ///< answered, but held back: the reply may have come late (see the header)
 };
 
 /// This server's part in the averaging round now running or last run.
@@ -121,6 +129,18 @@ struct serving_state {
   std::unordered_set<std::string> committed;
   std::deque<std::string> committed_order;
   double busy_s = 0;                        ///< seconds spent handling requests on this stage (the rebalancer's rate)
+
+  /// The answered microbatch whose gradients the worker holds apart (see "Exactly once").
+  struct held_reply {
+    uint64_t id = 0;
+    std::string key;
+    double reply_deadline = 0;             ///< unix seconds
+    bool sent = false;                     ///< the reply was handed to CAF or the bulk plane
+    double slack_s = 0;                    ///< reply_deadline minus the unix time it was handed over
+    std::chrono::steady_clock::time_point sent_at;
+  };
+  std::optional<held_reply> held;
+  uint64_t next_held = 0;
 
   /// A new stage: its keys would collide with the old one's (keys name no stage).
   void begin_stage() {
@@ -197,6 +217,11 @@ struct stage_server_state {
                                                       stage_server_config cfg, std::shared_ptr<stage_worker> worker,
                                                       std::shared_ptr<metrics_sink> metrics,
                                                       std::shared_ptr<stage_server_counters> counters);
+
+/// Adds the held microbatch's gradients (see "Exactly once") when its reply left
+/// in time, else withholds them; a no-op when none is held. Called before
+/// anything that reads or replaces the accumulator.
+void settle_held(stage_actor::stateful_pointer<stage_server_state> self);
 
 /// Imports a peer's state (`reply`: a reassembled state_reply) into `worker`
 /// and checks that the parameters then hash as the peer said; on success logs

@@ -75,6 +75,7 @@ void move_now(server_ptr self) {
   const int from = stage_of(self);
   const int to = static_cast<int>(order.to_stage());
   // The old stage: its gradient not averaged yet goes with it.
+  settle_held(self);
   const int64_t dropped = st.worker->accumulated_samples();
   st.counters->dropped_samples += dropped;
   report_exit(self, to);
@@ -182,6 +183,7 @@ void report_exit(server_ptr self, int moved_to) {
                                    {"rounds", c.rounds},
                                    {"rounds_failed", c.rounds_failed},
                                    {"dropped_samples", c.dropped_samples},
+                                   {"withheld_samples", c.withheld_samples},
                                    {"steps", st.worker->steps()},
                                    {"hash", std::to_string(st.avg.hash)},
                                    {"moved_to", int64_t{moved_to}}});

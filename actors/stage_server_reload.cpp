@@ -26,6 +26,7 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
   if (!peer) {  // the stage's state was lost: its newest checkpoint, if ahead of this server
     if (st.avg.in_round() || st.member.draining() || order->stage() != static_cast<uint32_t>(stage(self)))
       return;
+    settle_held(self);
     const int64_t dropped = st.worker->accumulated_samples();
     auto loaded = checkpointing::load_if_ahead(self);
     if (loaded && *loaded) {
@@ -57,6 +58,7 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
               auto& st = self->state;
               st.avg.reloading = false;
               ++st.avg.reloads;
+              settle_held(self);
               const int64_t dropped = st.worker->accumulated_samples();
               auto err = adopt_state(*st.worker, st.chunks.finish(handle.address(), transfer_id, std::move(tail)),
                                      st.cfg.server_id, from, started, *st.metrics);

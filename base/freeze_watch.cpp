@@ -1,5 +1,7 @@
 #include "base/freeze_watch.hpp"
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -15,6 +17,20 @@ std::atomic<clock_type::rep> ticked_at{0};  ///< of the watch's last tick
 std::atomic<clock_type::rep> gap_ticks{0};
 std::once_flag started;
 
+/// Fine enough to say whether a stall began before or after a reply left.
+constexpr auto period = std::chrono::milliseconds(20);
+constexpr auto least_kept = std::chrono::milliseconds(30);
+
+/// The last stalls, oldest overwritten first: between the ticks `from` and `to`
+/// the process ran for `length` less than it should have.
+struct stall {
+  clock_type::time_point from, to;
+  clock_type::duration length{};
+};
+std::mutex stalls_mutex;
+std::array<stall, 256> stalls;
+size_t next_stall = 0;
+
 clock_type::time_point at(const std::atomic<clock_type::rep>& t) {
   return clock_type::time_point{clock_type::duration{t.load()}};
 }
@@ -27,10 +43,15 @@ void watch_freezes(clock_type::duration gap) {
     ticked_at = clock_type::now().time_since_epoch().count();
     std::thread([gap] {
       for (;;) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::this_thread::sleep_for(period);
         const auto now = clock_type::now();
         if (now - at(ticked_at) >= gap)
           thawed_at = now.time_since_epoch().count();
+        if (const auto late = now - at(ticked_at) - period; late >= least_kept) {
+          std::lock_guard<std::mutex> lock{stalls_mutex};
+          stalls[next_stall] = {at(ticked_at), now, late};
+          next_stall = (next_stall + 1) % stalls.size();
+        }
         ticked_at = now.time_since_epoch().count();
       }
     }).detach();
@@ -47,6 +68,19 @@ std::optional<clock_type::time_point> thawed_after(clock_type::time_point t) {
   if (at(thawed_at) > t)
     return at(thawed_at);
   return std::nullopt;
+}
+
+clock_type::duration longest_stall_between(clock_type::time_point from, clock_type::time_point to) {
+  if (gap_ticks.load() == 0)
+    return {};
+  const auto last = at(ticked_at);
+  // One that lasts now, the watch not having ticked since.
+  auto longest = last < to ? std::max(clock_type::duration{}, clock_type::now() - last - period) : clock_type::duration{};
+  std::lock_guard<std::mutex> lock{stalls_mutex};
+  for (const auto& s : stalls)
+    if (s.from < to && s.to > from)
+      longest = std::max(longest, s.length);
+  return longest;
 }
 
 } // namespace swarm

@@ -4,7 +4,7 @@
 // while the process itself, once running again, first handles what was already
 // in its mailbox as if nothing happened: a stage server would finish an
 // averaging round its peers finished without it, and end with other
-// parameters. A thread ticking every 100 ms notices such a gap in its own
+// parameters. A thread ticking every 20 ms notices such a gap in its own
 // ticks; the server asks before applying a round. The round at risk may even
 // begin after the thaw (its begin waited in the mailbox), so the server gives
 // up every round it ends after a thaw until it has registered again, or for
@@ -22,5 +22,13 @@ void watch_freezes(std::chrono::steady_clock::duration gap);
 /// if that was after `t` (nullopt when not, or when the watch is not running).
 [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> thawed_after(
     std::chrono::steady_clock::time_point t);
+
+/// The longest time the process stood still (a gap in the watch's ticks, less
+/// their 20 ms period) in a stall that overlaps [from, to], ended or lasting
+/// now; gaps under 30 ms beyond the period are not kept. Zero when the watch is
+/// not running. A stage server asks it before it adds a microbatch it already
+/// answered: a stall while its reply was leaving may have made that reply late.
+[[nodiscard]] std::chrono::steady_clock::duration longest_stall_between(std::chrono::steady_clock::time_point from,
+                                                                        std::chrono::steady_clock::time_point to);
 
 } // namespace swarm

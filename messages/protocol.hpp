@@ -58,6 +58,7 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 /// (bulk, key, bytes): a payload's bytes from the bulk connection (net/bulk.hpp);
 /// (bulk, key): the receiver's own timer, its claim on those bytes is late.
 using bulk_atom = caf::atom_constant<caf::atom("bulk")>;
+using settle_atom = caf::atom_constant<caf::atom("settle")>;
 
 /// The rebalancer (actors/rebalancer.hpp), in the coordinator process. join:
 /// register_server plus the server's handle (from the coordinator); progress:
@@ -92,6 +93,7 @@ using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::strin
 /// that coordinator, as the stage it serves now (from its node). move:
 /// move_order (from the rebalancer, or from itself when a deferred move may go on).
 /// bulk: a payload's bytes from the bulk connection, or its own timer on them.
+/// settle: its own timer on a held microbatch (stage_server.hpp, "Exactly once").
 using stage_actor = caf::typed_actor<
     caf::replies_to<forward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
@@ -105,7 +107,8 @@ using stage_actor = caf::typed_actor<
     caf::replies_to<register_atom, std::string, caf::actor>::with<std::string>,
     caf::reacts_to<move_atom, std::string>,
     caf::reacts_to<bulk_atom, uint64_t, std::vector<std::string>>,
-    caf::reacts_to<bulk_atom, uint64_t>>;
+    caf::reacts_to<bulk_atom, uint64_t>,
+    caf::reacts_to<settle_atom, uint64_t>>;
 
 /// The membership registry. register: (register_server, the server's handle)
 /// -> register_reply, and the server is monitored from then on; peers:

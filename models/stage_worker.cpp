@@ -160,6 +160,10 @@ result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, c
 
 int64_t stage_worker::accumulated_samples() const { return impl_->samples; }
 
+int64_t stage_worker::held_samples() const { return impl_->held_samples; }
+
+int64_t stage_worker::settle_held(bool keep) { return impl_->settle_held(keep); }
+
 int64_t stage_worker::steps() const { return impl_->steps; }
 
 void stage_worker::apply_step() {

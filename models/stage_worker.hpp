@@ -39,6 +39,7 @@ namespace swarm {
 /// added to the accumulator: the caller's exactly-once rule (see stage_server).
 struct commit_decision {
   bool add = true;     ///< false: already added once; reply without adding again
+  bool hold = false;   ///< add later: kept apart until settle_held(), while the caller learns whether its reply was in time
   error reject;        ///< set: discard the gradients and fail the request with it
 };
 using commit_gate = std::function<commit_decision()>;
@@ -89,6 +90,11 @@ public:
 
   /// Samples whose gradients are accumulated since the last step.
   [[nodiscard]] int64_t accumulated_samples() const;
+  /// Samples of the microbatch held apart (commit_decision::hold); 0 when none.
+  /// At most one is held: holding another first adds the one held.
+  [[nodiscard]] int64_t held_samples() const;
+  /// Adds the held microbatch to the accumulator (`keep`) or discards it; its samples.
+  int64_t settle_held(bool keep);
   /// Optimizer steps applied so far.
   [[nodiscard]] int64_t steps() const;
   /// One optimizer step on the accumulated gradients; no-op when nothing is accumulated.
@@ -108,7 +114,7 @@ public:
   /// Parameters, AdamW state and step count of this stage as one byte string.
   [[nodiscard]] std::string export_state() const;
   /// Replaces parameters, AdamW state and step count with an export_state() of the
-  /// same stage and model, and empties the accumulator. BAD_REQUEST (unreadable) or
+  /// same stage and model, and empties the accumulator (and the held microbatch). BAD_REQUEST (unreadable) or
   /// WRONG_SHAPE (another stage or model) leave the worker unchanged.
   [[nodiscard]] error import_state(const std::string& bytes);
 

@@ -37,6 +37,9 @@ struct stage_worker::impl {
   std::vector<torch::Tensor> accum;
   int64_t samples = 0;
   int64_t microbatches = 0;
+  /// One microbatch's gradients kept out of `accum` (commit_decision::hold).
+  std::vector<torch::Tensor> held;
+  int64_t held_samples = 0;
   int64_t steps = 0;
 
   torch::Device device;
@@ -66,6 +69,24 @@ struct stage_worker::impl {
     microbatches = 0;
   }
 
+  void add_to_accumulator(const std::vector<torch::Tensor>& grads, int64_t batch) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (grads[i].defined())
+        accum[i].add_(grads[i]);
+    samples += batch;
+    ++microbatches;
+  }
+
+  int64_t settle_held(bool keep) {
+    const int64_t n = held_samples;
+    if (keep && n > 0)
+      add_to_accumulator(held, n);
+    held.clear();
+    held_samples = 0;
+    return n;
+  }
+
   /// Runs `fn` (which backpropagates one microbatch into .grad) and adds its
   /// gradients to the sums only when the loss and every gradient are finite.
   template <class Fn>
@@ -88,13 +109,18 @@ struct stage_worker::impl {
         return decision.reject;
       return r;
     }
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params.size(); ++i)
-      if (params[i].grad().defined())
-        accum[i].add_(params[i].grad());
+    std::vector<torch::Tensor> grads;
+    grads.reserve(params.size());
+    for (auto& p : params)
+      grads.push_back(p.grad());
     clear_param_grads();
-    samples += batch;
-    ++microbatches;
+    if (decision.hold) {
+      settle_held(true);
+      held = std::move(grads);  // the tensors autograd made: no copy
+      held_samples = batch;
+    } else {
+      add_to_accumulator(grads, batch);
+    }
     return r;
   }
 };

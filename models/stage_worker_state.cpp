@@ -159,6 +159,7 @@ error stage_worker::import_state(const std::string& bytes) {
   m.steps = st.steps;
   m.clear_param_grads();
   m.clear_accumulator();
+  m.settle_held(false);
   return error{};
 }
 

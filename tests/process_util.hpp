@@ -195,10 +195,10 @@ inline std::pair<double, double> loss_head_tail(const std::string& path, size_t 
 }
 
 /// Samples the servers of each stage report having added (server_exit events).
-inline std::map<int, int64_t> committed_per_stage(const std::string& metrics) {
+inline std::map<int, int64_t> committed_per_stage(const std::string& metrics, const char* field = "committed_samples") {
   std::map<int, int64_t> sum;
   for (const auto& l : events(metrics, "server_exit"))
-    sum[static_cast<int>(number(l, "stage"))] += static_cast<int64_t>(number(l, "committed_samples"));
+    sum[static_cast<int>(number(l, "stage"))] += static_cast<int64_t>(number(l, field));
   return sum;
 }
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "actors/coordinator.hpp"
+#include "base/clock.hpp"
 #include "actors/load_balancer.hpp"
 #include "actors/stage_server.hpp"
 #include "messages/wire.hpp"
@@ -68,6 +69,7 @@ stage_actor::behavior_type silent_server(stage_actor::pointer self) {
       [](move_atom, std::string&) {},
       [](bulk_atom, uint64_t, std::vector<std::string>&) {},
       [](bulk_atom, uint64_t) {},
+      [](settle_atom, uint64_t) {},
   };
 }
 
@@ -129,6 +131,43 @@ TEST_CASE_METHOD(system_fixture, "stage server answers bad requests with errors 
   CHECK(shape_string(rep->outputs()) == "[2, 8, 16]");
   CHECK_FALSE(check_tensor(rep->outputs(), "outputs"));
   self->send_exit(server, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(system_fixture, "a reply that left after its reply deadline holds its gradients back; a retry counts",
+                 "[actors]") {
+  // One stage: stage 0 is also the last, so a forward adds gradients.
+  auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 1, "cpu");
+  auto counters = std::make_shared<stage_server_counters>();
+  auto server = sys->spawn(stage_server, stage_server_config{"s0"}, worker, std::make_shared<metrics_sink>(), counters);
+  caf::scoped_actor self{*sys};
+  auto ask = [&](uint64_t microbatch, double reply_in_s) {
+    proto::forward_request req;
+    req.set_microbatch_id(microbatch);
+    req.set_trainer_id("t");
+    req.set_stage(0);
+    *req.mutable_inputs() = make_int64_tensor(std::vector<int64_t>(16, 65), {2, 8});
+    *req.mutable_targets() = make_int64_tensor(std::vector<int64_t>(16, 66), {2, 8});
+    req.set_commit_deadline(unix_seconds() + 60);
+    req.set_reply_deadline(unix_seconds() + reply_in_s);
+    bool ok = false;
+    self->request(server, 10s, forward_atom::value, uint64_t{0}, encode(req))
+        .receive([&](uint64_t, std::string&) { ok = true; }, [&](caf::error&) {});
+    return ok;
+  };
+  // Committed before the commit deadline, but the reply leaves after the reply
+  // deadline: the trainer has retried it; it must not count here.
+  REQUIRE(ask(1, -1));
+  REQUIRE(ask(2, 60));  // settles the first (withheld); this one is held
+  REQUIRE(ask(1, 60));  // the retry comes back here: it counts now, not a duplicate
+  REQUIRE(ask(2, 60));  // a true repeat: answered, not added again
+  self->monitor(server);
+  self->send_exit(server, caf::exit_reason::user_shutdown);  // settles the last held one
+  self->receive([](const caf::down_msg&) {});
+  CHECK(counters->withheld_samples == 2);
+  CHECK(counters->committed_samples == 4);
+  CHECK(counters->duplicates == 1);
+  CHECK(worker->held_samples() == 0);
+  CHECK(worker->accumulated_samples() == 4);
 }
 
 TEST_CASE_METHOD(system_fixture, "coordinator admits matching servers, refuses others, reports downs",

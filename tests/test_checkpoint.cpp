@@ -166,8 +166,9 @@ TEST_CASE("a trainer's position round-trips, and each running trainer gets its o
 namespace {
 
 /// In a child process: watches for freezes of 300 ms, lets the parent act for
-/// 2 s, and exits 0 when it stood still meanwhile, 1 when not (-100 - the
-/// signal that ended it otherwise).
+/// 2 s, and exits 0 when it stood still meanwhile (and measured a stall of at
+/// least 600 ms), 1 when not (no stall of 300 ms), 2 when the two answers
+/// disagree (-100 - the signal that ended it otherwise).
 int child_stood_still(bool stop_it) {
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -179,7 +180,11 @@ int child_stood_still(bool stop_it) {
     swarm::watch_freezes(std::chrono::milliseconds(300));
     const auto since = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(2));
-    ::_exit(swarm::thawed_after(since) ? 0 : 1);
+    const bool thawed = swarm::thawed_after(since).has_value();
+    const auto stall = swarm::longest_stall_between(since, std::chrono::steady_clock::now());
+    ::_exit(thawed && stall >= std::chrono::milliseconds(600)   ? 0
+            : !thawed && stall < std::chrono::milliseconds(300) ? 1
+                                                                : 2);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   if (stop_it) {
@@ -194,7 +199,7 @@ int child_stood_still(bool stop_it) {
 
 } // namespace
 
-TEST_CASE("a process knows it stood still longer than the gap (SIGSTOP)", "[freeze]") {
+TEST_CASE("a process knows it stood still longer than the gap, and for how long (SIGSTOP)", "[freeze]") {
   CHECK(child_stood_still(true) == 0);
   CHECK(child_stood_still(false) == 1);
 }

@@ -85,13 +85,20 @@ TEST_CASE("a stopped server is routed around and no sample counts twice", "[faul
 
   check_trainer_accounting(swarm.metrics, steps);
   CHECK(events(swarm.metrics, "reroute").size() >= 1);
-  // No server died: every acked sample was added exactly once on its stage.
+  // No server died: every acked sample was added at most once on its stage,
+  // and the ones not added are those a server held back because its reply
+  // may have come late (the stopped one, if the stop fell right after a commit).
   const auto committed = committed_per_stage(swarm.metrics);
+  const auto withheld = committed_per_stage(swarm.metrics, "withheld_samples");
   const auto acked = acked_per_stage(swarm.metrics);
   REQUIRE(acked.size() == 2);
   for (int s = 0; s < 2; ++s) {
     INFO("stage " << s);
-    CHECK(committed.at(s) == acked[s]);
+    std::printf("stopped server, stage %d: acked %lld, committed %lld, withheld %lld\n", s,
+                static_cast<long long>(acked[s]), static_cast<long long>(committed.at(s)),
+                static_cast<long long>(withheld.at(s)));
+    CHECK(committed.at(s) <= acked[s]);
+    CHECK(acked[s] <= committed.at(s) + withheld.at(s));
   }
 }
 

@@ -438,6 +438,48 @@ TEST_CASE("take_gradient hands out the mean over microbatches and empties the ac
   REQUIRE(both.steps() == 0);  // taking is not stepping
 }
 
+TEST_CASE("a held microbatch counts only once settled: kept, as if added at once; dropped, not at all",
+          "[worker]") {
+  const auto cfg = small_config();
+  stage_worker direct(cfg, 0, 2, "cpu"), held(cfg, 0, 2, "cpu");
+  const commit_gate hold = [] { return commit_decision{true, true, {}}; };
+  auto feed_held = [&](uint64_t seed) {
+    REQUIRE(serve_backward(held, bwd(0, tokens(batch, len, seed), hidden(batch, len, cfg.d_model, seed + 1000)), hold));
+  };
+  feed(direct, 1);
+  feed(direct, 2);
+  feed_held(1);
+  CHECK(held.held_samples() == batch);
+  CHECK(held.accumulated_samples() == 0);
+  feed_held(2);  // holding another adds the first
+  CHECK(held.accumulated_samples() == batch);
+  CHECK(held.settle_held(true) == batch);
+  CHECK(held.held_samples() == 0);
+  CHECK(held.settle_held(true) == 0);  // nothing held: nothing added twice
+  const auto a = direct.take_gradient();
+  const auto b = held.take_gradient();
+  REQUIRE(b.samples == 2 * batch);
+  REQUIRE(b.microbatches == 2);
+  CHECK(max_abs_diff(a.values, b.values) == 0.0);
+
+  // Dropped: the sums stay those of what was kept; a take leaves the held one alone.
+  feed(direct, 3);
+  feed_held(3);
+  feed_held(4);
+  const auto before_drop = held.take_gradient();  // microbatch 3 only: 4 is still held
+  CHECK(before_drop.samples == batch);
+  CHECK(held.held_samples() == batch);
+  CHECK(held.settle_held(false) == batch);
+  CHECK(held.accumulated_samples() == 0);
+  CHECK(max_abs_diff(direct.take_gradient().values, before_drop.values) == 0.0);
+
+  // A state import drops a held microbatch with the accumulator.
+  feed_held(5);
+  REQUIRE_FALSE(held.import_state(direct.export_state()));
+  CHECK(held.held_samples() == 0);
+  CHECK(held.accumulated_samples() == 0);
+}
+
 TEST_CASE("replicas that apply the same averaged gradient stay bit-identical", "[worker]") {
   const auto cfg = small_config();  // grad_clip on: clipping must be deterministic too
   stage_worker a(cfg, 0, 2, "cpu"), b(cfg, 0, 2, "cpu");
