@@ -4,6 +4,7 @@
 #include <atomic>
 #include <climits>
 #include <csignal>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -37,7 +38,10 @@ std::atomic<uint64_t> refusals{0};
 
 struct peer_book {
   std::mutex m;
-  std::map<uint16_t, std::string> relayed;  ///< guard's loopback port -> the peer it relays
+  /// Guard's loopback port -> the peer it relays, and until when to keep it:
+  /// the relay may close before CAF's first handshake step asks (a prober that
+  /// hangs up at once), so a closed one is kept a while. At most one per port.
+  std::map<uint16_t, std::pair<std::string, std::chrono::steady_clock::time_point>> relayed;
   std::set<std::string> warned;             ///< peers whose refusal was logged
 };
 
@@ -58,8 +62,9 @@ std::string peer_of(int fd, std::string& host) {
   if (ntohl(a.sin_addr.s_addr) == INADDR_LOOPBACK) {
     auto& b = book();
     std::lock_guard<std::mutex> lock(b.m);
-    if (auto i = b.relayed.find(ntohs(a.sin_port)); i != b.relayed.end())
-      return host = i->second;
+    if (auto i = b.relayed.find(ntohs(a.sin_port));
+        i != b.relayed.end() && i->second.second > std::chrono::steady_clock::now())
+      return host = i->second.first;
   }
   host = ip;
   return host + ":" + std::to_string(ntohs(a.sin_port));
@@ -262,10 +267,13 @@ caf::expected<caf::strong_actor_ptr> dial(caf::actor_system& sys, const std::str
 void note_relayed_peer(uint16_t local_port, const std::string& peer) {
   auto& b = book();
   std::lock_guard<std::mutex> lock(b.m);
-  if (peer.empty())
-    b.relayed.erase(local_port);
-  else
-    b.relayed[local_port] = peer;
+  const auto now = std::chrono::steady_clock::now();
+  if (peer.empty()) {
+    if (auto i = b.relayed.find(local_port); i != b.relayed.end())
+      i->second.second = now + std::chrono::seconds(30);
+  } else {
+    b.relayed[local_port] = {peer, std::chrono::steady_clock::time_point::max()};
+  }
 }
 
 uint64_t tls_refusals() { return refusals.load(); }

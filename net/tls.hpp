@@ -87,7 +87,9 @@ private:
                                                         uint16_t port, caf::timespan timeout);
 
 /// The guard says whom it relays on the loopback connection from `local_port`
-/// (its end towards CAF), so a refusal names the real peer; `peer` empty: forget.
+/// (its end towards CAF), so a refusal names the real peer; `peer` empty: the
+/// relay closed (still named for 30 s, until CAF has looked; the port's next
+/// relay replaces it).
 void note_relayed_peer(uint16_t local_port, const std::string& peer);
 
 /// Handshakes refused so far in this process (CAF links and bulk alike).

@@ -134,8 +134,10 @@ TEST_CASE("a TLS swarm trains while strangers are refused again and again, its l
   // Each names the prober, never the guard's own loopback connection (ip:port;
   // a race let CAF's first handshake step see it before the guard noted it).
   const std::regex relay_port("handshake from 127\\.0\\.0\\.1:[0-9]");
-  for (const auto& l : read_lines(swarm.output))
+  for (const auto& l : read_lines(swarm.output)) {
+    INFO(l);
     CHECK_FALSE(std::regex_search(l, relay_port));
+  }
   CHECK(not_tls == 3);
   const auto stranger_said = count_lines(swarm.output, "cannot reach coordinator");
   CHECK(stranger_said == 2);
