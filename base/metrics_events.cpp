@@ -24,7 +24,8 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "reply said, `/`-separated)"},
     {"stage_lag", "trainer",
        "`trainer`, `stage`, `step`, `leader`, `gained`, `stage_steps`: a stage that has stayed at `step` while "
-       "stage `leader` took `gained` (more than 5) steps: its rounds are not completing, its weights not "
+       "stage `leader` took `gained` (more than 5) steps (counted from where it stood level or ahead): its "
+       "rounds are not completing, its weights not "
        "learning; again each 5 steps more while it stays"},
     {"reroute", "trainer",
        "`stage`, `trainer`, `op`, `from`, `to`, `reason` (`down`, `timeout`, `leaving`, `error`): an "

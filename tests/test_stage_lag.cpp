@@ -57,6 +57,29 @@ TEST_CASE("a stage not heard from is not stalled; one heard of later is measured
   CHECK(w.steps_text() == "7/?/55/?/1");
 }
 
+TEST_CASE("a stage catching up on one that stands ahead is not a stall until it passes it", "[stage_lag]") {
+  stage_watch w(2);
+  // Stage 0's rounds were held up; stage 1 stands at 52 while stage 0 drains
+  // from 43 to 51 (a false warning in the mixed chaos soak of 2026-12-05).
+  w.observe(0, 43);
+  w.observe(1, 52);
+  for (int64_t i = 44; i <= 52; ++i) {
+    w.observe(0, i);
+    CHECK_FALSE(w.stalled(5));
+  }
+  CHECK(w.gained_on(1).first == 0);
+  // Past it, stage 0's steps count: stage 1 has stopped.
+  for (int64_t i = 53; i <= 57; ++i)
+    w.observe(0, i);
+  CHECK_FALSE(w.stalled(5));
+  w.observe(0, 58);
+  const auto lag = w.stalled(5);
+  REQUIRE(lag);
+  CHECK(lag->stage == 1);
+  CHECK(lag->leader == 0);
+  CHECK(lag->gained == 6);
+}
+
 TEST_CASE("a stall is warned about as it grows, once per further allowance", "[stage_lag]") {
   int64_t warned = 0;
   std::vector<int64_t> at;

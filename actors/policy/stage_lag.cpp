@@ -1,5 +1,7 @@
 #include "actors/policy/stage_lag.hpp"
 
+#include <algorithm>
+
 namespace swarm {
 
 stage_watch::stage_watch(int stages)
@@ -31,9 +33,16 @@ std::pair<int64_t, int> stage_watch::gained_on(int stage) const {
   if (stage < 0 || stage >= static_cast<int>(steps_.size()) || steps_[static_cast<size_t>(stage)] < 0)
     return most;
   const auto& then = at_move_[static_cast<size_t>(stage)];
-  for (size_t other = 0; other < steps_.size(); ++other)
-    if (static_cast<int>(other) != stage && then[other] >= 0 && steps_[other] - then[other] > most.first)
-      most = {steps_[other] - then[other], static_cast<int>(other)};  // a stage first heard of later is no measure
+  const int64_t here = steps_[static_cast<size_t>(stage)];
+  for (size_t other = 0; other < steps_.size(); ++other) {
+    if (static_cast<int>(other) == stage || then[other] < 0)
+      continue;  // a stage first heard of later is no measure
+    // A stage behind this one that catches up is draining rounds it owed, not
+    // outpacing one that stands still: its steps count from where it draws level.
+    const int64_t gained = steps_[other] - std::max(then[other], here);
+    if (gained > most.first)
+      most = {gained, static_cast<int>(other)};
+  }
   return most;
 }
 

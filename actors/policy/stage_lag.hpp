@@ -10,6 +10,9 @@
 // is stalled when another stage has since gained more than `allowed` steps. Absolute step counts are no measure: rounds close at or
 // past the target batch, so stages drift apart by a few percent in a healthy
 // run, and one that reloaded an older checkpoint trains on with an offset.
+// Steps a stage takes while still behind the one standing still do not count:
+// one catching up after its own rounds were held up is no sign that the stage
+// ahead stopped (a stall behind such an offset is reported once it is passed).
 //
 // Pure: fed with (stage, step) observations (a trainer: its replies'
 // server_step; the status board: the servers' reports), no clock.
