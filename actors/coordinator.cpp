@@ -110,7 +110,8 @@ caf::result<std::string> on_subscribe(self_ptr self, const std::string& bytes) {
     return make_error(errc::UNKNOWN_STAGE, "subscribe to stage " + std::to_string(sub->stage()) + " of " +
                                                std::to_string(self->state.cfg.num_stages));
   if (sub->config_hash() != self->state.cfg.config_hash)
-    return make_error(errc::BAD_CONFIG, "trainer's model hash differs from the swarm's: start it with the same config");
+    return make_error(errc::BAD_CONFIG, "trainer's model hash differs from the swarm's: start it with the same config "
+                                        "(the model keys and the --tokenizer file)");
   auto who = caf::actor_cast<caf::actor>(self->current_sender());
   self->monitor(who);
   self->state.subscribers[who.address()] = {who, sub->stage()};
@@ -161,7 +162,8 @@ caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
   if (!req)
     return req.error();
   if (req->config_hash() != self->state.cfg.config_hash)
-    return make_error(errc::BAD_CONFIG, "server's model hash differs from the swarm's: start it with the same config");
+    return make_error(errc::BAD_CONFIG, "server's model hash differs from the swarm's: start it with the same config "
+                                        "(the model keys and the --tokenizer file)");
   auto promise = self->make_response_promise<std::string>();
   self->request(self->state.rebalancing, std::chrono::seconds(10), place_atom::value, bytes)
       .then([promise](std::string& answer) mutable { promise.deliver(std::move(answer)); },
@@ -186,7 +188,10 @@ void on_report(self_ptr self, const std::string& bytes) {
                                                {"reroutes", rep->reroutes()},
                                                {"bans", rep->bans()},
                                                {"wire_bytes", rep->wire_bytes()},
-                                               {"elapsed_s", rep->elapsed_s()}});
+                                               {"elapsed_s", rep->elapsed_s()},
+                                               {"has_eval", rep->has_eval()},
+                                               {"eval_step", rep->eval_step()},
+                                               {"eval_loss", rep->eval_loss()}});
 }
 
 } // namespace

@@ -41,6 +41,15 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, const pr
       return t.error();
     targets = std::move(*t);
   }
+  if (req.eval() && targets) {  // validation on the last stage: the loss, nothing accumulated
+    auto loss = worker.evaluate(*inputs, *targets);
+    if (!loss)
+      return to_caf(loss.error());
+    proto::forward_reply reply;
+    reply.set_loss(*loss);
+    reply.set_server_step(static_cast<uint64_t>(worker.steps()));
+    return reply;
+  }
   auto r = worker.forward(*inputs, targets ? &*targets : nullptr, gate);
   if (!r)
     return to_caf(r.error());

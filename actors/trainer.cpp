@@ -1,6 +1,8 @@
 #include "actors/trainer.hpp"
+#include "actors/evaluator.hpp"
 #include "base/clock.hpp"
 
+#include <cmath>
 #include <sstream>
 
 #include <caf/all.hpp>
@@ -96,7 +98,7 @@ void report_exit(self_ptr self) {
 
 void maybe_finish(self_ptr self) {
   auto& st = self->state;
-  if (st.draining && st.live.empty()) {
+  if (st.draining && st.live.empty() && !st.eval_pending) {
     report_exit(self);
     for (auto& lb : st.balancers)
       self->send_exit(lb, caf::exit_reason::user_shutdown);
@@ -163,6 +165,47 @@ void check_stage_lag(self_ptr self) {
                                  {"stage_steps", st.stages.steps_text()}});
 }
 
+/// Measures the validation loss at the current step (actors/evaluator.hpp);
+/// `first`: training starts once it is known.
+void run_eval(self_ptr self, bool first) {
+  auto& st = self->state;
+  if (st.eval_pending) {
+    get_logger("trainer")->warn("step {}: no validation, the one before is still under way (raise --eval-every)",
+                                st.step);
+    return;
+  }
+  st.eval_pending = true;
+  const int64_t step = st.step;
+  auto done = [self, first] {
+    self->state.eval_pending = false;
+    if (first)
+      launch(self);
+    maybe_finish(self);
+  };
+  self->request(st.evaluator, caf::infinite, eval_atom::value)
+      .then(
+          [self, step, done](double loss, int64_t samples, int64_t failed, double secs) {
+            auto& st = self->state;
+            get_logger("trainer")->info("validation at step {}: loss {:.4f} (perplexity {:.1f}) on {} samples in "
+                                        "{:.1f} s{}",
+                                        step, loss, std::exp(loss), samples, secs,
+                                        failed ? fmt::format(" ({} samples failed)", failed) : std::string{});
+            st.metrics->emit("eval", {{"trainer", st.cfg.trainer_id},
+                                      {"step", step},
+                                      {"samples", samples},
+                                      {"tokens", samples * st.cfg.model.seq_len},
+                                      {"loss", loss},
+                                      {"perplexity", std::exp(loss)},
+                                      {"failed", failed},
+                                      {"seconds", secs}});
+            done();
+          },
+          [done](caf::error& err) {
+            get_logger("trainer")->warn("validation failed: {}", describe(err));
+            done();
+          });
+}
+
 void emit_step(self_ptr self) {
   auto& st = self->state;
   const auto now = clock::now();
@@ -195,6 +238,8 @@ void emit_step(self_ptr self) {
   save_position(self, true);
   if (st.cfg.train.max_steps > 0 && st.step >= st.cfg.train.max_steps)
     st.draining = true;
+  if (st.evaluator && st.step % st.cfg.train.eval_every == 0)
+    run_eval(self, false);
 }
 
 void complete(self_ptr self, uint64_t id, float loss) {
@@ -338,7 +383,7 @@ void launch(self_ptr self) {
 
 } // namespace
 
-caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const corpus> text,
+caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const token_source> text,
                       std::vector<caf::actor> balancers, std::shared_ptr<metrics_sink> metrics) {
   auto& st = self->state;
   st.rng.seed(cfg.model.seed * 7919 + std::hash<std::string>{}(cfg.trainer_id));
@@ -377,7 +422,15 @@ caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const
     maybe_finish(self);
     return {};
   }
-  launch(self);
+  if (!st.cfg.eval_set.empty() && st.cfg.train.eval_every > 0) {
+    // Validation first: the loss of the weights training starts from.
+    st.evaluator = self->spawn<caf::linked>(
+        evaluator, evaluator_settings{st.cfg.trainer_id, st.cfg.num_stages, st.cfg.train, st.cfg.eval_set},
+        st.balancers);
+    run_eval(self, true);
+  } else {
+    launch(self);
+  }
   // Everything arrives as responses; the behavior only keeps the actor alive.
   return {[](tick_atom) {}};
 }

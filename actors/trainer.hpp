@@ -34,7 +34,7 @@
 #include "base/metrics.hpp"
 #include "config/config.hpp"
 #include "models/checkpoint.hpp"
-#include "models/corpus.hpp"
+#include "data/corpus.hpp"
 #include "swarm.pb.h"
 
 namespace swarm {
@@ -48,6 +48,8 @@ struct trainer_settings {
   checkpoint_settings checkpoints;
   int slot = 0;
   std::optional<trainer_position> resume;  ///< continue from here (step count and data position)
+  /// Validation microbatches (--eval-every with --data); empty: no validation.
+  std::vector<microbatch_tokens> eval_set;
 };
 
 struct trainer_state {
@@ -63,7 +65,7 @@ struct trainer_state {
   };
 
   trainer_settings cfg;
-  std::shared_ptr<const corpus> text;
+  std::shared_ptr<const token_source> text;
   std::shared_ptr<metrics_sink> metrics;
   std::vector<caf::actor> balancers;  ///< one per stage
   std::mt19937_64 rng;
@@ -85,12 +87,14 @@ struct trainer_state {
   clock::time_point progress_logged;///< when the progress line was last printed
   bool progress_logged_once = false;
   bool reported = false;          ///< trainer_exit written
+  caf::actor evaluator;    ///< actors/evaluator.hpp; none without an eval set
+  bool eval_pending = false;  ///< a validation measurement is under way
   stage_watch stages{0};   ///< each stage's optimizer step as its replies report it
   int64_t lag_warned = 0;  ///< the stall last warned about (actors/policy/stage_lag.hpp); 0 once it moves
 };
 
 [[nodiscard]] caf::behavior trainer(caf::stateful_actor<trainer_state>* self, trainer_settings cfg,
-                                    std::shared_ptr<const corpus> text, std::vector<caf::actor> balancers,
+                                    std::shared_ptr<const token_source> text, std::vector<caf::actor> balancers,
                                     std::shared_ptr<metrics_sink> metrics);
 
 } // namespace swarm

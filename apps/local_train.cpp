@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -12,7 +13,7 @@
 #include "apps/roles.hpp"
 #include "messages/errors.hpp"
 #include "models/checkpoint.hpp"
-#include "models/corpus.hpp"
+#include "apps/data_roles.hpp"
 #include "models/stage_worker.hpp"
 
 namespace swarm {
@@ -109,11 +110,9 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
   set_torch_threads(cfg.threads);
   const int threads = torch::get_num_threads();
   const auto& m = cfg.model;
-  std::optional<corpus> text;
-  try {
-    text.emplace(corpus::load(cfg.trainer.corpus, m.seq_len + 1));
-  } catch (const std::exception& e) {
-    std::cerr << "local: " << e.what() << "\n";
+  auto text = training_text(cfg);
+  if (!text) {
+    std::cerr << "local: " << text.error().what() << "\n";
     return 2;
   }
   // The whole model is stage 0 of a one-stage cut: the stage server's worker,
@@ -133,15 +132,54 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
   // Gradient accumulation: the batch is cut into microbatches exactly as the swarm does.
   const int64_t microbatches = std::max<int64_t>(1, cfg.trainer.batch_size / m.microbatch);
   const int64_t samples_per_step = microbatches * m.microbatch;
-  std::cout << "local: " << text->size() << " corpus bytes, batch " << samples_per_step << " = " << microbatches
+  std::cout << "local: " << (*text)->tokens() << (cfg.trainer.data.empty() ? " corpus bytes" : " tokens") << ", batch " << samples_per_step << " = " << microbatches
             << " x " << m.microbatch << ", " << threads << " threads, device " << cfg.device << std::endl;
+
+  // Validation on the same windows as a swarm trainer's (data/corpus.hpp, eval_batches).
+  std::vector<microbatch_tokens> eval_set;
+  if (cfg.trainer.eval_every > 0) {
+    auto val = validation_text(cfg);
+    if (!val) {
+      std::cerr << "local: validation: " << val.error().what() << "\n";
+      return 2;
+    }
+    eval_set = eval_batches(**val, m.seq_len, cfg.trainer.eval_tokens, m.microbatch);
+  }
+  auto evaluate = [&] {
+    if (eval_set.empty() || step % cfg.trainer.eval_every != 0)
+      return;
+    const auto started = clock_type::now();
+    double loss_sum = 0;
+    int64_t measured = 0, failed = 0;
+    for (const auto& mb : eval_set) {
+      auto loss = worker->evaluate(to_tensor(mb.inputs, mb.batch, mb.seq_len), to_tensor(mb.targets, mb.batch, mb.seq_len));
+      if (!loss) {
+        failed += mb.batch;
+        continue;
+      }
+      loss_sum += static_cast<double>(*loss) * static_cast<double>(mb.batch);
+      measured += mb.batch;
+    }
+    const double loss = measured ? loss_sum / static_cast<double>(measured) : std::nan("");
+    metrics.emit("eval", {{"step", step},
+                          {"samples", measured},
+                          {"tokens", measured * m.seq_len},
+                          {"loss", loss},
+                          {"perplexity", std::exp(loss)},
+                          {"failed", failed},
+                          {"seconds", seconds_since(started)}});
+    std::printf("local validation at step %lld: loss %.4f (perplexity %.1f) on %lld samples\n",
+                static_cast<long long>(step), loss, std::exp(loss), static_cast<long long>(measured));
+    std::fflush(stdout);
+  };
+  evaluate();
 
   const auto start = clock_type::now();
   while ((cfg.trainer.max_steps == 0 || step < cfg.trainer.max_steps) && !stop_requested) {
     const auto step_start = clock_type::now();
     double loss_sum = 0;
     for (int64_t i = 0; i < microbatches; ++i) {
-      auto mb = sample_microbatch(*text, m.microbatch, m.seq_len, rng);
+      auto mb = sample_microbatch(**text, m.microbatch, m.seq_len, rng);
       const auto targets = to_tensor(mb.targets, mb.batch, mb.seq_len);
       auto result = worker->forward(to_tensor(mb.inputs, mb.batch, mb.seq_len), &targets);
       if (!result) {
@@ -165,6 +203,7 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
     std::printf("local step %lld loss %.3f tokens/s %.0f\n", static_cast<long long>(step), loss, tokens_per_s);
     std::fflush(stdout);
     checkpoints.save(cfg, *worker, samples, rng, seconds_since(start), false, metrics);
+    evaluate();
   }
   checkpoints.save(cfg, *worker, samples, rng, seconds_since(start), true, metrics);
   return 0;

@@ -5,6 +5,8 @@
 //   swarm --role coordinator --port 7000
 //   swarm --role server --coordinator host:7000 --stage 1
 //   swarm --role trainer --coordinator host:7000
+//   swarm --role tokenizer --input DIR --vocab-size 8000 --out tok.model
+//   swarm --role prepare --input DIR --tokenizer tok.model --out shards/
 //
 // Every option: swarm --help. Config files: config/. Metrics: docs/metrics.md.
 
@@ -12,6 +14,7 @@
 
 #include "base/log.hpp"
 #include "base/metrics.hpp"
+#include "apps/data_roles.hpp"
 #include "apps/local_train.hpp"
 #include "apps/roles.hpp"
 #include "messages/errors.hpp"
@@ -23,7 +26,7 @@ int main(int argc, char** argv) {
     (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.message << "\n";
     return parsed.exit_code;
   }
-  const auto& cfg = *parsed.config;
+  auto cfg = *parsed.config;
   if (!cfg.net.tls_ca.empty()) {
     // A bad certificate or key must stop a node here, not at its first connection.
     auto tls = swarm::tls_context::load({cfg.net.tls_ca, cfg.net.tls_cert, cfg.net.tls_key});
@@ -32,9 +35,23 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Every role but status opens the tokenizer: its hash is part of the model hash peers compare.
+  std::shared_ptr<const swarm::tokenizer> tok;
+  if (cfg.which != swarm::role::status) {
+    auto opened = swarm::use_tokenizer(cfg);
+    if (!opened) {
+      std::cerr << "swarm: " << opened.error().what() << "\n";
+      return 2;
+    }
+    tok = *opened;
+  }
   swarm::install_signal_handlers();
   try {
     switch (cfg.which) {
+      case swarm::role::tokenizer:
+        return swarm::run_tokenizer(cfg, *tok);
+      case swarm::role::prepare:
+        return swarm::run_prepare(cfg, *tok);
       case swarm::role::coordinator:
         return swarm::run_coordinator(cfg);
       case swarm::role::server:

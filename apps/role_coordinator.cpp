@@ -77,7 +77,8 @@ int run_coordinator(const app_config& cfg) {
   }
   if (!cfg.coordinator.port_file.empty())
     write_port_file(cfg.coordinator.port_file, guard->port());
-  log->info("listening on port {} for {} stages (model hash {})", guard->port(), cfg.stages, cfg.model.hash());
+  log->info("listening on port {} for {} stages (model hash {}, tokenizer {}, {} ids)", guard->port(), cfg.stages,
+            cfg.model.hash(), cfg.model.tokenizer, cfg.model.vocab);
   n.phase("coordinating");
   n.end(exit_code_of(n.wait_for(caf::actor_cast<caf::actor>(coord))));
 }

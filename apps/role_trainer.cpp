@@ -17,7 +17,7 @@
 #include "apps/roles.hpp"
 #include "messages/errors.hpp"
 #include "messages/wire.hpp"
-#include "models/corpus.hpp"
+#include "apps/data_roles.hpp"
 
 namespace swarm {
 
@@ -62,7 +62,7 @@ bool resume_trainer(const app_config& cfg, trainer_settings& tcfg) {
 }
 
 /// What a trainer's status report says, gathered from its own events: the
-/// latest step event and counts of its load balancers' reroutes and bans.
+/// latest step and eval events and counts of its load balancers' reroutes and bans.
 struct trainer_tally {
   std::mutex m;
   proto::trainer_report report;
@@ -72,7 +72,7 @@ std::shared_ptr<trainer_tally> tally_of(metrics_sink& metrics) {
   auto tally = std::make_shared<trainer_tally>();
   metrics.observe([tally](double, const char* event, std::initializer_list<metrics_sink::field> fields) {
     const std::string_view e{event};
-    if (e != "step" && e != "reroute" && e != "ban")
+    if (e != "step" && e != "reroute" && e != "ban" && e != "eval")
       return;
     std::lock_guard<std::mutex> lock(tally->m);
     auto& r = tally->report;
@@ -82,6 +82,17 @@ std::shared_ptr<trainer_tally> tally_of(metrics_sink& metrics) {
     }
     if (e == "ban") {
       r.set_bans(r.bans() + 1);
+      return;
+    }
+    if (e == "eval") {
+      for (const auto& [key, value] : fields) {
+        const std::string_view k{key};
+        if (const auto* i = std::get_if<int64_t>(&value); i && k == "step")
+          r.set_eval_step(*i);
+        else if (const auto* d = std::get_if<double>(&value); d && k == "loss")
+          r.set_eval_loss(*d);
+      }
+      r.set_has_eval(true);
       return;
     }
     for (const auto& [key, value] : fields) {
@@ -168,8 +179,20 @@ int run_trainer(const app_config& cfg) {
   ::mallopt(M_ARENA_MAX, 2);
   const std::string trainer_id = "t" + std::to_string(::getpid());
   node n{cfg, "trainer " + trainer_id, "trainer", "trainer"};
-  auto text = std::make_shared<const corpus>(corpus::load(cfg.trainer.corpus, cfg.model.seq_len + 1));
+  auto text = training_text(cfg);
+  if (!text) {
+    std::cerr << "swarm: trainer: " << text.error().what() << "\n";
+    return 2;
+  }
   trainer_settings tcfg{trainer_id, cfg.stages, cfg.model, cfg.trainer};
+  if (cfg.trainer.eval_every > 0) {
+    auto val = validation_text(cfg);
+    if (!val) {
+      std::cerr << "swarm: trainer: validation: " << val.error().what() << "\n";
+      return 2;
+    }
+    tcfg.eval_set = eval_batches(**val, cfg.model.seq_len, cfg.trainer.eval_tokens, cfg.model.microbatch);
+  }
   if (!resume_trainer(cfg, tcfg))
     return 2;
   auto& sys = n.start();
@@ -179,7 +202,7 @@ int run_trainer(const app_config& cfg) {
   for (int s = 0; s < cfg.stages; ++s)
     balancers.push_back(sys.spawn(load_balancer, balancer_config(cfg, trainer_id, s, bulk), coord, n.metrics()));
   n.phase("training");
-  auto t = sys.spawn(trainer, tcfg, text, balancers, n.metrics());
+  auto t = sys.spawn(trainer, tcfg, *text, balancers, n.metrics());
   auto reporter = sys.spawn(status_reporter, trainer_id, cfg.trainer.max_steps, tally_of(*n.metrics()), coord);
   // Train until done; after a coordinator restart the load balancers subscribe
   // to the new one (they keep routing to the servers they know meanwhile).

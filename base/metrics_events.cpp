@@ -8,11 +8,16 @@ namespace swarm {
 const std::vector<metrics_event_doc>& metrics_events() {
   static const std::vector<metrics_event_doc> events{
     {"step", "trainer, local",
-       "`step`, `loss` (mean next-byte cross-entropy of the step's microbatches, nats), `samples` and "
+       "`step`, `loss` (mean next-token cross-entropy of the step's microbatches, nats), `samples` and "
        "`tokens` (completed so far), `tokens_per_s` (over this step), `elapsed_s`; trainer also `trainer`, "
        "`issued`, `completed`, `dropped`, `retries` (counts so far), `step_retries` (re-sent attempts "
        "during this step), `wire_bytes` (request and reply payload bytes to and from the servers so far, "
        "all stages) and `wire_bytes_per_sample` (the same over samples completed)"},
+    {"eval", "trainer, local",
+       "`step` (the step whose weights were measured: 0 first, then every `eval-every`), `samples` and "
+       "`tokens` (validation windows measured), `loss` (mean next-token cross-entropy over them, nats), "
+       "`perplexity` (e^loss), `failed` (samples no server could measure), `seconds`; trainer also `trainer`. "
+       "The windows are --data's held-out shards, the same for every trainer and `--role local`"},
     {"dropped", "trainer",
        "`trainer`, `microbatch`, `stage`, `op` (forward/backward), `reason`: a microbatch given up after "
        "`max-retries` attempts or a fatal error"},

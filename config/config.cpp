@@ -21,6 +21,8 @@ const char* to_string(role r) {
     case role::calibrate: return "calibrate";
     case role::cluster: return "cluster";
     case role::status: return "status";
+    case role::tokenizer: return "tokenizer";
+    case role::prepare: return "prepare";
   }
   return "?";
 }
@@ -32,6 +34,8 @@ uint64_t model_config::hash() const {
     << lr << ' ' << weight_decay << ' ' << beta1 << ' ' << beta2 << ' ' << grad_clip << ' ' << seed;
   // This basis is one digit short of FNV's; it stays, or every checkpoint
   // written so far would belong to "another model config".
+  if (tokenizer_hash != 0)  // bytes leave the hash as it was before tokenizers
+    s << " tok " << tokenizer_hash;
   const auto text = s.str();
   return fnv1a64(text.data(), text.size(), 1469598103934665603ull);
 }
@@ -102,7 +106,29 @@ std::string validate(const app_config& c) {
   if (c.which == role::server && c.server.stage >= c.stages)
     return "--stage " + std::to_string(c.server.stage) + ": server needs auto or a stage in [0, " +
            std::to_string(c.stages) + ")";
+  const bool makes_tokenizer = c.which == role::tokenizer && !c.data.encode;
+  if ((makes_tokenizer || c.which == role::prepare) && c.data.inputs().empty())
+    return std::string{"--input: "} + to_string(c.which) + " needs the text files or folders to read";
+  if ((makes_tokenizer || c.which == role::prepare) && (c.out.empty() || c.out == "-"))
+    return std::string{"--out: "} + to_string(c.which) + " needs " +
+           (makes_tokenizer ? "the model file to write" : "the folder to write the shards to");
+  if (c.which == role::prepare && c.model.tokenizer == "bytes")
+    return "--tokenizer bytes: prepare needs a SentencePiece model (--role tokenizer makes one; bytes have no "
+           "end-of-document token, and --corpus trains on raw bytes without preparing)";
+  if (c.trainer.eval_every > 0 && c.trainer.data.empty() && (c.which == role::trainer || c.which == role::local ||
+                                                              c.which == role::cluster))
+    return "--eval-every " + std::to_string(c.trainer.eval_every) +
+           ": validation needs --data (the held-out shards of --role prepare)";
   return {};
+}
+
+std::vector<std::string> data_config::inputs() const {
+  std::vector<std::string> out;
+  std::stringstream in(input);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty())
+      out.push_back(line);
+  return out;
 }
 
 std::vector<int> cluster_config::servers_of_stages(int stages) const {
@@ -132,6 +158,8 @@ parse_result parse_config(int argc, const char* const* argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
   app.set_config("--config", "", "read options from this file (see config/); flags override it");
   keys::add_options(app, bound);
+  // --input takes several paths (--input a b, or repeated); they are kept one per line.
+  app.get_option("--input")->multi_option_policy(CLI::MultiOptionPolicy::Join)->delimiter('\n')->expected(1, 1 << 20);
   if (const auto file = keys::config_file_arg(argc, argv))
     if (auto err = keys::check_config_file(app, *file, "swarm"); !err.empty()) {
       result.message = "swarm: bad config file: " + err;

@@ -12,7 +12,7 @@
 
 namespace swarm {
 
-enum class role { coordinator, server, trainer, local, cluster, status, calibrate };
+enum class role { coordinator, server, trainer, local, cluster, status, calibrate, tokenizer, prepare };
 
 [[nodiscard]] const char* to_string(role r);
 
@@ -23,7 +23,12 @@ struct model_config {
   int64_t n_layers = 4;       ///< transformer blocks in the whole model
   int64_t seq_len = 128;      ///< context length, bytes per sample
   int64_t microbatch = 8;     ///< samples per microbatch
-  int64_t vocab = 256;        ///< vocabulary: bytes; fixed
+  int64_t vocab = 256;        ///< vocabulary size: the tokenizer's (256 for bytes), set once it is opened
+  bool vocab_fixed = false;   ///< --vocab was given: the tokenizer must have exactly `vocab` ids
+  /// `bytes` or a SentencePiece model file (data/tokenizer.hpp). Every role of a
+  /// swarm opens it: its file hash is part of the model hash.
+  std::string tokenizer = "bytes";
+  uint64_t tokenizer_hash = 0;  ///< FNV-1a of the tokenizer file, 0 for bytes (set when it is opened)
   double lr = 1e-3;           ///< AdamW learning rate
   double weight_decay = 0.1;  ///< AdamW decoupled weight decay (2-D weights only)
   double beta1 = 0.9;         ///< AdamW first-moment decay
@@ -92,6 +97,9 @@ struct server_config {
 struct trainer_config {
   std::string coordinator;          ///< HOST:PORT of the coordinator
   std::string corpus = "/usr/share/games/fortunes";  ///< file or folder of text files
+  std::string data;                 ///< folder of token shards (--role prepare); empty: train on --corpus
+  int64_t eval_every = 0;           ///< measure the validation loss every this many steps (and at 0); 0 = never
+  int64_t eval_tokens = 65536;      ///< validation tokens per measurement
   int in_flight = 4;                ///< microbatches in the pipeline at once
   int64_t batch_size = 64;          ///< samples per reported step (loss averaged over it)
   int64_t max_steps = 0;            ///< stop after this many steps; 0 = run until stopped
@@ -106,6 +114,17 @@ struct trainer_config {
   double ban_max_s = 60.0;          ///< longest ban, seconds
   double commit_grace = 0.1;        ///< servers must commit this fraction of the deadline before it
   double no_server_wait_s = 600.0;  ///< how long a request waits for a stage with no server, seconds
+};
+
+/// --role tokenizer and --role prepare (data/): text in, a tokenizer or token shards out.
+struct data_config {
+  std::string input;          ///< text files and folders, one per line (--input takes several)
+  int vocab_size = 8000;      ///< tokenizer: ids in the model to train
+  bool encode = false;        ///< tokenizer: print the ids of each standard-input line instead of training
+  double val_fraction = 0.005;///< prepare: fraction of documents held out for validation
+  int64_t shard_tokens = int64_t{1} << 26;  ///< prepare: tokens per shard file
+
+  [[nodiscard]] std::vector<std::string> inputs() const;
 };
 
 /// Checkpoints (models/checkpoint.hpp): servers, trainers and --role local.
@@ -152,6 +171,7 @@ struct app_config {
   trainer_config trainer;
   checkpoint_config checkpoint;
   cluster_config cluster;
+  data_config data;
 };
 
 /// Result of parsing: a config, or an exit (help printed: code 0; error: code 2

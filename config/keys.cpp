@@ -7,8 +7,8 @@ namespace swarm {
 namespace {
 
 /// Every role, in --help order; to_string() names them.
-constexpr role roles[] = {role::coordinator, role::server, role::trainer,  role::local,
-                          role::cluster,     role::status, role::calibrate};
+constexpr role roles[] = {role::coordinator, role::server,    role::trainer,   role::local, role::cluster,
+                          role::status,      role::calibrate, role::tokenizer, role::prepare};
 
 std::vector<std::string> role_names() {
   std::vector<std::string> out;
@@ -27,6 +27,23 @@ std::string set_role(app_config& c, const std::string& text) {
       return {};
     }
   return "no such role";  // CLI11's word list refuses it first
+}
+
+std::string vocab_text(const model_config& m) {
+  return m.vocab_fixed ? std::to_string(m.vocab) : "auto";
+}
+
+std::string set_vocab(model_config& m, const std::string& text) {
+  if (text == "auto") {
+    m.vocab_fixed = false;
+    return {};
+  }
+  const auto n = int_list(text);
+  if (!n || n->size() != 1 || n->front() < 2)
+    return "must be auto (the tokenizer's) or a vocabulary size >= 2";
+  m.vocab = n->front();
+  m.vocab_fixed = true;
+  return {};
 }
 
 std::string stage_text(const server_config& s) {
@@ -92,6 +109,7 @@ const std::vector<keys::row>& swarm_keys() {
   using trainer = trainer_config;
   using ckpt = checkpoint_config;
   using cluster = cluster_config;
+  using data = data_config;
   const auto own = keys::reach::process;  // not passed on to a cluster's children
   const auto range = [](const char* spec) { return check::range(spec); };
   const auto one_of = [](std::vector<std::string> words) { return check::one_of(std::move(words)); };
@@ -101,10 +119,14 @@ const std::vector<keys::row>& swarm_keys() {
       keys::text_key<app>("role", role_text, set_role, one_of(role_names()),
                           "what this process is: coordinator | server | trainer | local | cluster | status (print a "
                           "running swarm's overview: --coordinator HOST:PORT) | calibrate (measure this machine's "
-                          "stage costs for swarm-sim: --out FILE)",
+                          "stage costs for swarm-sim: --out FILE) | tokenizer (train one: --input, --vocab-size, --out; "
+                          "or --encode) | prepare (token shards: --input, --tokenizer, --out)",
                           own)
           .must_be_given(),
-      key("out", &app::out, "", {}, "calibrate: file to write the calibration to (- = standard output)", own),
+      key("out", &app::out, "", {},
+          "calibrate: file to write the calibration to (- = standard output); tokenizer: the model file; prepare: the "
+          "shards' folder",
+          own),
       key("stages", &app::stages, "", range(">= 1"), "pipeline stages the model is cut into (1..n-layers)"),
       key("threads", &app::threads, "", range(">= 0"),
           "torch intra-op threads per process; 0 = all cores (cluster: cores / servers)"),
@@ -125,6 +147,12 @@ const std::vector<keys::row>& swarm_keys() {
       key("beta2", &model::beta2, "", range("[0, 1)"), "AdamW second-moment decay"),
       key("grad-clip", &model::grad_clip, "", range(">= 0"), "clip the gradient norm per step to this; 0 = off"),
       key("seed", &model::seed, "", {}, "seed of parameter initialisation and data sampling"),
+      key("tokenizer", &model::tokenizer, "", {},
+          "bytes (each byte a token) or a SentencePiece model file (--role tokenizer makes one); every role of a swarm "
+          "needs the same"),
+      keys::text_key<model>("vocab", vocab_text, set_vocab, {},
+                            "vocabulary size: auto (the tokenizer's: 256 for bytes) or a number the tokenizer must "
+                            "have"),
 
       key("heartbeat", &net::heartbeat_s, "seconds", range("> 0"), "CAF heartbeat interval"),
       key("connection-timeout", &net::connection_timeout_s, "seconds", range("> 0"),
@@ -184,7 +212,13 @@ const std::vector<keys::row>& swarm_keys() {
       key("fault-after", &server::fault_after, "", range(">= 1"),
           "server, test hook: the Nth request (or round) of that kind hangs", own),
 
-      key("corpus", &trainer::corpus, "", {}, "training text: a file, or a folder of text files"),
+      key("corpus", &trainer::corpus, "", {}, "training text: a file, or a folder of text files (bytes; see --data)"),
+      key("data", &trainer::data, "", {},
+          "trainer, local: train on the token shards of this folder (--role prepare) instead of --corpus"),
+      key("eval-every", &trainer::eval_every, "", range(">= 0"),
+          "trainer, local: measure the validation loss (--data's held-out shards) at step 0 and every this many "
+          "steps; 0 = never"),
+      key("eval-tokens", &trainer::eval_tokens, "", range(">= 1"), "trainer, local: validation tokens per measurement"),
       key("in-flight", &trainer::in_flight, "", range(">= 1"), "trainer: microbatches in the pipeline at once"),
       key("max-steps", &trainer::max_steps, "", range(">= 0"), "stop after this many steps; 0 = until Ctrl-C"),
       key("forward-timeout", &trainer::forward_timeout_s, "seconds", range("> 0"),
@@ -239,12 +273,23 @@ const std::vector<keys::row>& swarm_keys() {
           "cluster: per-server --slowdown, comma-separated, stage-major launch order (e.g. 1,3,1,1)", own),
       key("stage-servers", &cluster::stage_servers, "", {},
           "cluster: servers per stage in stage order (e.g. 3,1); overrides servers-per-stage", own),
+
+      key("input", &data::input, "", {},
+          "tokenizer, prepare: text files and folders to read (several: --input A B, or one per line in a config "
+          "file)",
+          own),
+      key("vocab-size", &data::vocab_size, "", range("[300, 1000000]"), "tokenizer: ids in the model to train", own),
+      key("encode", &data::encode, "", {},
+          "tokenizer: print the ids of each line of standard input, space-separated (with --tokenizer FILE)", own),
+      key("val-fraction", &data::val_fraction, "", range("[0, 0.5]"),
+          "prepare: fraction of documents held out for validation (chosen by a hash of each document's name)", own),
+      key("shard-tokens", &data::shard_tokens, "", range(">= 1024"), "prepare: tokens per shard file", own),
   };
   return rows;
 }
 
 std::vector<keys::binding> bind_keys(app_config& c) {
-  return keys::bind_all(swarm_keys(), c, c.model, c.net, c.coordinator, c.server, c.trainer, c.checkpoint, c.cluster);
+  return keys::bind_all(swarm_keys(), c, c.model, c.net, c.coordinator, c.server, c.trainer, c.checkpoint, c.cluster, c.data);
 }
 
 }  // namespace swarm

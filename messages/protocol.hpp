@@ -59,6 +59,8 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 /// (bulk, key): the receiver's own timer, its claim on those bytes is late.
 using bulk_atom = caf::atom_constant<caf::atom("bulk")>;
 using settle_atom = caf::atom_constant<caf::atom("settle")>;
+/// A trainer asks its evaluator (actors/evaluator.hpp) for one validation measurement.
+using eval_atom = caf::atom_constant<caf::atom("eval")>;
 
 /// The rebalancer (actors/rebalancer.hpp), in the coordinator process. join:
 /// register_server plus the server's handle (from the coordinator); progress:

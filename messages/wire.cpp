@@ -229,7 +229,8 @@ caf::error check_registration(const proto::register_server& reg, int num_stages,
     return make_error(errc::BAD_CONFIG, "server " + reg.server_id() + " runs " + std::to_string(reg.num_stages()) +
                                             " stages with model hash " + std::to_string(reg.config_hash()) +
                                             ", this swarm " + std::to_string(num_stages) + " stages with hash " +
-                                            std::to_string(config_hash) + ": start it with the same config");
+                                            std::to_string(config_hash) +
+                                            ": start it with the same config (the model keys and the --tokenizer file)");
   if (auto err = check_stage(reg.stage(), num_stages))
     return err;
   if (reg.server_id().empty() || reg.host().empty() || reg.port() == 0 || reg.port() > 65535)

@@ -184,6 +184,11 @@ loss_and_grad last_stage_forward_backward(stage_module& stage, const torch::Tens
   return {loss.item<float>(), grad_of(leaf)};
 }
 
+float last_stage_loss(stage_module& stage, const torch::Tensor& inputs, const torch::Tensor& targets) {
+  torch::NoGradGuard no_grad;
+  return lm_loss(stage->forward(inputs), targets).item<float>();
+}
+
 torch::Device usable_device(const std::string& name) {
   std::optional<torch::Device> d;
   try {

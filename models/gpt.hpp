@@ -70,6 +70,9 @@ struct loss_and_grad {
 [[nodiscard]] loss_and_grad last_stage_forward_backward(stage_module& stage, const torch::Tensor& inputs,
                                                         const torch::Tensor& targets);
 
+/// Last stage, validation: the mean loss against `targets`, no gradient.
+[[nodiscard]] float last_stage_loss(stage_module& stage, const torch::Tensor& inputs, const torch::Tensor& targets);
+
 /// "cpu", "cuda" or "cuda:N" as a device this process can use; throws
 /// std::invalid_argument with a fix-it message when it cannot (no CUDA in this
 /// libtorch, no GPU visible, index out of range).

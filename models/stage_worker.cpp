@@ -128,6 +128,29 @@ result<forward_result> stage_worker::forward(const torch::Tensor& inputs_in, con
   }
 }
 
+result<float> stage_worker::evaluate(const torch::Tensor& inputs_in, const torch::Tensor& targets_in) {
+  auto& m = *impl_;
+  if (!m.span().has_head())
+    return error(errc::BAD_REQUEST, "validation asked of stage " + std::to_string(m.span().stage) +
+                                        ", which is not the last (its forward is the same as in training)");
+  try {
+    const auto inputs = inputs_in.defined() ? inputs_in.to(m.device) : inputs_in;
+    const auto targets = targets_in.defined() ? targets_in.to(m.device) : targets_in;
+    if (auto err = check_inputs(inputs, m.span(), m.cfg))
+      return err;
+    if (auto err = check_tokens(targets, "targets", m.cfg))
+      return err;
+    if (auto err = check_same_batch(targets, "targets", inputs, "[B, T] Long of the inputs"))
+      return err;
+    const float loss = last_stage_loss(m.module, inputs, targets);
+    if (!std::isfinite(loss))
+      return error(errc::NON_FINITE, "validation loss is not finite");
+    return loss;
+  } catch (const std::exception& e) {
+    return error(errc::INTERNAL, std::string{"validation on stage "} + std::to_string(m.span().stage) + ": " + e.what());
+  }
+}
+
 result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, const torch::Tensor& grad_in,
                                                      const commit_gate& gate) {
   auto& m = *impl_;

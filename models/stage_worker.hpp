@@ -83,6 +83,10 @@ public:
   [[nodiscard]] result<forward_result> forward(const at::Tensor& inputs, const at::Tensor* targets = nullptr,
                                                       const commit_gate& gate = {});
 
+  /// Validation on the last stage: the mean loss of `inputs` against
+  /// `targets`, same checks as forward; no backward, nothing accumulated.
+  [[nodiscard]] result<float> evaluate(const at::Tensor& inputs, const at::Tensor& targets);
+
   /// Stateless backward (not for the last stage): recomputes the forward from
   /// `inputs`, backpropagates `output_grad`; same validation as forward.
   [[nodiscard]] result<backward_result> backward(const at::Tensor& inputs, const at::Tensor& output_grad,

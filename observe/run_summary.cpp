@@ -52,6 +52,7 @@ std::string run_summary(const std::string& metrics_path, double since) {
   struct trainer {
     double first_loss = NAN, last_loss = NAN, first_t = NAN, last_t = NAN;
     double steps = 0, samples = 0, tokens = 0, dropped = 0, retries = 0;
+    double first_eval = NAN, last_eval = NAN, first_eval_step = 0, last_eval_step = 0;
   };
   std::map<std::string, trainer> trainers;
   std::map<int, std::pair<int64_t, int64_t>> rounds;  // stage -> applied, failed
@@ -77,6 +78,12 @@ std::string run_summary(const std::string& metrics_path, double since) {
       tr.tokens = num(line, "tokens");
       tr.dropped = num(line, "dropped");
       tr.retries = num(line, "retries");
+    } else if (event == "eval") {
+      auto& tr = trainers[raw_field(line, "trainer")];
+      if (std::isnan(tr.first_eval))
+        tr.first_eval = num(line, "loss"), tr.first_eval_step = num(line, "step");
+      tr.last_eval = num(line, "loss");
+      tr.last_eval_step = num(line, "step");
     } else if (event == "round_end") {
       auto& r = rounds[static_cast<int>(num(line, "stage"))];
       (num(line, "applied") > 0 ? r.first : r.second) += 1;
@@ -104,6 +111,9 @@ std::string run_summary(const std::string& metrics_path, double since) {
          (secs > 0 ? fmt("%.0f", tr.tokens / (tr.last_t - first_t)) : std::string{"-"}) +
          " tokens/s on average, loss " + fmt("%.3f", tr.first_loss) + " -> " + fmt("%.3f", tr.last_loss) + ", " +
          fmt("%.0f", tr.dropped) + " dropped, " + fmt("%.0f", tr.retries) + " retries\n";
+    if (!std::isnan(tr.first_eval))
+      o += "    validation loss " + fmt("%.3f", tr.first_eval) + " at step " + fmt("%.0f", tr.first_eval_step) +
+           " -> " + fmt("%.3f", tr.last_eval) + " at step " + fmt("%.0f", tr.last_eval_step) + "\n";
   }
   if (trainers.empty())
     o += "  no trainer made a step\n";

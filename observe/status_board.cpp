@@ -138,6 +138,13 @@ void status_board::on_trainer_report(double t, fields_t f) {
   tr.wire_bytes = get_int(f, "wire_bytes");
   tr.elapsed_s = get_double(f, "elapsed_s");
   tr.last_report = t;
+  if (get_int(f, "has_eval") != 0) {
+    tr.has_eval = true;
+    tr.eval_step = get_int(f, "eval_step");
+    tr.eval_loss = get_double(f, "eval_loss");
+    if (tr.eval_history.empty() || tr.eval_history.back()[0] != static_cast<double>(tr.eval_step))
+      tr.eval_history.push_back({static_cast<double>(tr.eval_step), tr.eval_loss});  // one per --eval-every steps
+  }
   // Reports before the first step carry no loss: not a point of the curves.
   if (tr.step > 0 && (tr.history.empty() || tr.history.back()[1] != static_cast<double>(tr.step))) {
     if (tr.history.size() >= max_history) {  // keep the whole run, coarser
@@ -266,7 +273,13 @@ std::string status_board::json(double now) const {
          ", \"retries\": " + std::to_string(tr.retries) + ", \"reroutes\": " + std::to_string(tr.reroutes) +
          ", \"bans\": " + std::to_string(tr.bans) + ", \"wire_bytes\": " + std::to_string(tr.wire_bytes) +
          ", \"elapsed_s\": " + fmt("%.1f", tr.elapsed_s) + ", \"last_report_s\": " +
-         fmt("%.1f", now - tr.last_report) + "}";
+         fmt("%.1f", now - tr.last_report);
+    if (tr.has_eval)
+      o += ", \"eval_step\": " + std::to_string(tr.eval_step) + ", \"eval_loss\": " + fmt("%.5f", tr.eval_loss);
+    o += ", \"eval_history\": [";
+    for (size_t i = 0; i < tr.eval_history.size(); ++i)
+      o += (i ? ", [" : "[") + fmt("%.0f", tr.eval_history[i][0]) + ", " + fmt("%.5f", tr.eval_history[i][1]) + "]";
+    o += "]}";
   }
   o += "], \"history\": {";
   first = true;
@@ -367,6 +380,10 @@ std::string status_board::prometheus(double now) const {
     for (const auto& [id, tr] : trainers_)
       sample(m.name, "trainer=\"" + label(id) + "\"", m.get(tr));
   }
+  family("swarm_eval_loss", "gauge", "Validation loss of a trainer's latest measurement (--eval-every).");
+  for (const auto& [id, tr] : trainers_)
+    if (tr.has_eval)
+      sample("swarm_eval_loss", "trainer=\"" + label(id) + "\"", tr.eval_loss);
   return o;
 }
 
@@ -417,9 +434,14 @@ std::string status_board::text(double now) const {
         tr.max_steps > 0 ? std::to_string(tr.step) + "/" + std::to_string(tr.max_steps) : std::to_string(tr.step);
     std::snprintf(line, sizeof line,
                   "trainer %-10s step %-11s loss %.3f  %8.0f tokens/s  dropped %" PRId64 "  reroutes %" PRId64
-                  "  bans %" PRId64 "\n",
+                  "  bans %" PRId64,
                   id.c_str(), steps.c_str(), tr.loss, tr.tokens_per_s, tr.dropped, tr.reroutes, tr.bans);
     o += line;
+    if (tr.has_eval) {
+      std::snprintf(line, sizeof line, "  validation %.3f at step %" PRId64, tr.eval_loss, tr.eval_step);
+      o += line;
+    }
+    o += "\n";
   }
   o += "\nlatest events:\n";
   const size_t from = events_.size() > 10 ? events_.size() - 10 : 0;

@@ -127,10 +127,15 @@ def trainer_key(event):
 
 
 def step_series(events, t0):
-    """Per step: time since t0, cumulative samples of all trainers, loss, tokens/s, trainer."""
+    """Per step: time since t0, cumulative samples of all trainers, loss, tokens/s, trainer.
+    Validation (eval events) as rows with "eval": True, at the samples seen when it was written."""
     resumed, last_samples, last_tokens = {}, {}, {}
     total, rows = 0.0, []
     for e in events:
+        if e["event"] == "eval" and num(e.get("loss")) is not None:
+            rows.append({"t": e["t"] - t0, "samples": total, "loss": num(e["loss"]), "tps": None,
+                         "tokens_delta": None, "trainer": trainer_key(e), "eval": True})
+            continue
         if e["event"] == "checkpoint_load" and e.get("stage") == -1 and num(e.get("samples")) is not None:
             resumed[trainer_key(e)] = num(e["samples"])
             continue
@@ -235,25 +240,31 @@ def plot_loss(ax, runs, colors):
     ax.set_title("Loss against samples seen")
     plotted = False
     for run, color in zip(runs, colors):
-        pts = [(r["samples"], r["loss"]) for r in run["steps"] if r["loss"] is not None]
-        if not pts:
+        pts = [(r["samples"], r["loss"]) for r in run["steps"] if r["loss"] is not None and not r.get("eval")]
+        val = [(r["samples"], r["loss"]) for r in run["steps"] if r.get("eval")]
+        if not pts and not val:
             continue
-        xs, ys = zip(*pts)
-        ax.plot(xs, ys, color=color, alpha=0.2, linewidth=0.7)
-        ax.plot(xs, moving_average(list(ys), smoothing_window(len(ys))), color=color, linewidth=1.6,
-                label=run["name"])
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, color=color, alpha=0.2, linewidth=0.7)
+            ax.plot(xs, moving_average(list(ys), smoothing_window(len(ys))), color=color, linewidth=1.6,
+                    label=run["name"])
+        if val:
+            vx, vy = zip(*val)
+            ax.plot(vx, vy, color=color, linestyle="--", marker="o", markersize=3, linewidth=1.2,
+                    label=run["name"] + " validation")
         plotted = True
     if not plotted:
         return no_data(ax, "no step events with a loss")
     ax.set_xlabel("samples completed (all trainers)")
-    ax.set_ylabel("loss (nats per byte)")
+    ax.set_ylabel("loss (nats per token)")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right")
 
 
 def throughput_series(run):
     """(time, tokens/s) points of one run; see the module docstring for the method."""
-    steps = run["steps"]
+    steps = [r for r in run["steps"] if not r.get("eval")]
     if len({r["trainer"] for r in steps}) <= 1:
         pts = [(r["t"], r["tps"]) for r in steps if r["tps"] is not None]
         if not pts:
@@ -374,7 +385,7 @@ def pick_detail(runs, index):
 
 
 def summary_line(run):
-    steps = run["steps"]
+    steps = [r for r in run["steps"] if not r.get("eval")]
     losses = [r["loss"] for r in steps if r["loss"] is not None]
     tps = [r["tps"] for r in steps if r["tps"] is not None]
     _, binned, method = throughput_series(run)

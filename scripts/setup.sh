@@ -25,6 +25,8 @@ packages=(
   libnetfilter-queue-dev           # delay_shim (scripts/regions/delay_shim.c) links it
   iputils-ping                     # RTT check in regions.sh selftest
   libsimgrid-dev                   # swarm-sim (optional target; SimGrid 3.32 via pkg-config)
+  libsentencepiece-dev             # --role tokenizer / prepare: SentencePiece 0.1.97 (BPE training, encoding)
+  python3-sentencepiece            # the tests' independent check of the ids, and scripts/bench_data.sh
 )
 # --fuzz: also what scripts/fuzz.sh builds with (the test suite replays the
 # fuzz corpora without them).

@@ -24,8 +24,9 @@ LAYERS = {
     "messages": ["base"],
     "net": ["messages", "base"],
     "observe": ["actors/policy", "base"],
-    "actors": ["actors/policy", "models", "models/shape", "messages", "net", "observe", "config", "base"],
-    "apps": ["actors", "actors/policy", "models", "models/shape", "messages", "net", "observe", "config", "base"],
+    "data": ["base"],
+    "actors": ["actors/policy", "models", "models/shape", "data", "messages", "net", "observe", "config", "base"],
+    "apps": ["actors", "actors/policy", "models", "models/shape", "data", "messages", "net", "observe", "config", "base"],
     "sim": ["actors/policy", "models/shape", "config", "base"],
 }
 
@@ -33,7 +34,7 @@ LAYERS = {
 LIBRARY = {
     "base": "swarm_base", "config": "swarm_config", "actors/policy": "swarm_policy",
     "models/shape": "swarm_shape", "models": "swarm_models", "messages": "swarm_messages",
-    "net": "swarm_net", "observe": "swarm_observe", "actors": "swarm_actors", "apps": "swarm_apps",
+    "net": "swarm_net", "data": "swarm_data", "observe": "swarm_observe", "actors": "swarm_actors", "apps": "swarm_apps",
     "sim": "swarm_sim_core",
 }
 
@@ -50,6 +51,7 @@ FORBIDDEN = {
     "models": CAF + PROTOBUF + SOCKETS,
     "messages": SOCKETS,
     "observe": CAF + TORCH + PROTOBUF + SOCKETS,
+    "data": CAF + TORCH + PROTOBUF + SOCKETS,
     "sim": CAF + TORCH + PROTOBUF + SOCKETS,
 }
 

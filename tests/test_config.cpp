@@ -323,6 +323,9 @@ const std::vector<std::string> every_key_set = {
     "--metrics", "/tmp/m.jsonl", "--log-level", "debug",
     "--d-model", "96", "--n-heads", "6", "--n-layers", "6", "--seq-len", "32", "--microbatch", "4", "--lr", "0.0012345678901234",
     "--weight-decay", "0.05", "--beta1", "0.8", "--beta2", "0.99", "--grad-clip", "0.5", "--seed", "7",
+    "--tokenizer", "/tmp/tok.model", "--vocab", "8000", "--data", "/tmp/shards", "--eval-every", "10",
+    "--eval-tokens", "4096", "--input", "/tmp/a", "/tmp/b c", "--vocab-size", "4000", "--encode",
+    "--val-fraction", "0.01", "--shard-tokens", "2048",
     "--heartbeat", "0.5", "--connection-timeout", "3", "--chunk-bytes", "1048576", "--bulk-min-bytes", "0",
     "--bulk-budget", "512",
     "--tls-ca", "ca.pem", "--tls-cert", "node.pem", "--tls-key", "node.key",
@@ -409,7 +412,8 @@ TEST_CASE("every key round-trips through to_flags and the parser", "[config][key
   auto common = to_flags(*set.config);
   for (const char* own : {"--role", "--out", "--port", "--port-file", "--http-port", "--http-host", "--coordinator",
                           "--stage", "--host", "--server-port", "--slowdown", "--fault", "--fault-after", "--trainers",
-                          "--servers-per-stage", "--chaos", "--stage-servers", "--server-slowdowns"}) {
+                          "--servers-per-stage", "--chaos", "--stage-servers", "--server-slowdowns", "--input",
+                          "--vocab-size", "--encode", "--val-fraction", "--shard-tokens"}) {
     INFO(own);
     CHECK(std::find(common.begin(), common.end(), own) == common.end());
   }

@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "base/metrics.hpp"
-#include "models/corpus.hpp"
+#include "data/corpus.hpp"
 
 using swarm::metrics_sink;
 

@@ -20,7 +20,7 @@ fail() {
 
 # Writes a synthetic run to $1: 2 stages, one trainer, $2 = loss scale, so the
 # two files of the overlay differ. Includes a malformed line, a null loss, a
-# failed round, and every panel-3 event kind.
+# failed round, validation (eval) events, and every panel-3 event kind.
 make_run() {
   python3 - "$1" "$2" <<'EOF'
 import json, math, sys
@@ -42,6 +42,10 @@ for i in range(1, 121):
         lines.append({"t": t + 0.2, "role": "coordinator", "event": "round_end", "stage": stage, "round": i,
                       "step": i, "peers": 2, "applied": 0 if i == 60 else 2, "agreeing": 2, "excluded": 0,
                       "seconds": 0.3 + 0.1 * stage + (20.0 if i == 61 else 0.0)})
+    if i % 30 == 0:  # validation: plotted apart, not counted as steps in the summary line
+        lines.append({"t": t + 0.3, "role": "trainer", "event": "eval", "trainer": "t1", "step": i,
+                      "samples": 512, "tokens": 65536, "loss": scale * (5.6 * math.exp(-i / 60) + 1.6),
+                      "perplexity": 10.0, "failed": 0, "seconds": 0.5})
     if i % 5 == 0:
         for stage in (0, 1):
             lines.append({"t": t + 0.1, "role": "coordinator", "event": "stage_load", "stage": stage,

@@ -278,6 +278,37 @@ TEST_CASE("the last stage rejects bad requests and non-finite losses", "[worker]
   REQUIRE(again->loss() == r->loss());
 }
 
+TEST_CASE("a validation request gives the training loss and adds nothing, on the last stage only", "[worker]") {
+  const auto cfg = small_config();
+  stage_worker w(cfg, 1, 2, "cpu");
+  const auto x = hidden(batch, len, cfg.d_model, 1);
+  const auto y = tokens(batch, len, 2);
+  auto eval = fwd(1, x, y);
+  eval.set_eval(true);
+  const auto hash = w.parameter_hash();
+  auto measured = serve_forward(w, eval);
+  REQUIRE(measured);
+  CHECK(!measured->has_input_grad());
+  CHECK(!measured->has_outputs());
+  CHECK(w.accumulated_samples() == 0);
+  CHECK(w.parameter_hash() == hash);
+  auto trained = serve_forward(w, fwd(1, x, y));  // the same microbatch in training
+  REQUIRE(trained);
+  CHECK(std::abs(measured->loss() - trained->loss()) < 1e-5);
+  CHECK(w.accumulated_samples() == batch);
+  auto bad = eval;
+  *bad.mutable_targets() = tokens(batch, len - 1, 2);
+  REQUIRE_CODE(serve_forward(w, bad), errc::WRONG_SHAPE);
+  // A non-last stage runs its plain forward for a validation request.
+  stage_worker first(cfg, 0, 2, "cpu");
+  auto through = fwd(0, tokens(batch, len, 3));
+  through.set_eval(true);
+  REQUIRE(serve_forward(first, through)->has_outputs());
+  CHECK(first.accumulated_samples() == 0);
+  REQUIRE_CODE(first.evaluate(torch::zeros({batch, len}, torch::kLong), torch::zeros({batch, len}, torch::kLong)),
+               errc::BAD_REQUEST);
+}
+
 TEST_CASE("apply_step steps only when gradients were accumulated", "[worker]") {
   const auto cfg = small_config();
   stage_worker w(cfg, 0, 2, "cpu");

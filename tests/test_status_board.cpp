@@ -72,6 +72,17 @@ TEST_CASE("the status board shows servers, trainers, rounds and events", "[statu
 
   CHECK_THAT(b.summary_line(), Catch::Contains("1 rounds failed in all"));
   CHECK_THAT(b.summary_line(), Catch::Contains("since the last line: 0 rounds, 0 joins, 0 downs"));
+  CHECK_THAT(prom, !Catch::Contains("swarm_eval_loss{"));  // no validation measured yet
+  CHECK_THAT(json, Catch::Contains("\"eval_history\": []"));
+
+  // Validation (--eval-every): the latest loss, and one point per measurement.
+  for (const auto& [step, loss] : {std::pair<int64_t, double>{0, 6.9}, {50, 5.25}, {50, 5.25}, {100, 4.5}})
+    f.sink.note("trainer_report", {{"trainer", std::string{"t9"}}, {"step", step + 1}, {"loss", 3.0},
+                                   {"has_eval", true}, {"eval_step", step}, {"eval_loss", loss}});
+  CHECK_THAT(b.json(1013), Catch::Contains("\"eval_step\": 100, \"eval_loss\": 4.50000, \"eval_history\": [[0, 6.90000], "
+                                           "[50, 5.25000], [100, 4.50000]]"));
+  CHECK_THAT(b.prometheus(1013), Catch::Contains("# TYPE swarm_eval_loss gauge\nswarm_eval_loss{trainer=\"t9\"} 4.5\n"));
+  CHECK_THAT(b.text(1013), Catch::Contains("validation 4.500 at step 100"));
 }
 
 TEST_CASE("a server stopped on purpose is shown stopped, not down, and counts as no down", "[status]") {
@@ -126,7 +137,9 @@ TEST_CASE("the run summary reads a run's metrics file", "[status]") {
         << "{\"t\": 104.6, \"role\": \"coordinator\", \"event\": \"server_stop\", \"stage\": 1}\n"
         << "{\"t\": 105.0, \"role\": \"server\", \"event\": \"rebalance\", \"from\": 0, \"to\": 1}\n"
         << "{\"t\": 105.5, \"role\": \"server\", \"event\": \"rebalance\", \"from\": -1, \"to\": 1}\n"
+        << "{\"t\": 100.5, \"role\": \"trainer\", \"event\": \"eval\", \"trainer\": \"t1\", \"step\": 0, \"loss\": 6.9}\n"
         << "not json at all\n"
+        << "{\"t\": 109.0, \"role\": \"trainer\", \"event\": \"eval\", \"trainer\": \"t1\", \"step\": 2, \"loss\": 4.75}\n"
         << "{\"t\": 110.0, \"role\": \"trainer\", \"event\": \"step\", \"trainer\": \"t1\", \"step\": 2, \"loss\": 4.25, "
            "\"samples\": 16, \"tokens\": 1024, \"dropped\": 1, \"retries\": 3}\n";
   }
@@ -134,6 +147,7 @@ TEST_CASE("the run summary reads a run's metrics file", "[status]") {
   CHECK_THAT(s, Catch::Contains("time 10 s"));
   CHECK_THAT(s, Catch::Contains("trainer t1: 2 steps, 16 samples, 102 tokens/s on average, loss 5.500 -> 4.250, "
                                 "1 dropped, 3 retries"));
+  CHECK_THAT(s, Catch::Contains("validation loss 6.900 at step 0 -> 4.750 at step 2"));
   CHECK_THAT(s, Catch::Contains("stage 0 1 applied (1 failed)"));
   CHECK_THAT(s, Catch::Contains("reroutes 1, moves 1, server downs 1,"));
   CHECK_THAT(run_summary("/nonexistent/metrics.jsonl", 0), Catch::Contains("cannot read"));

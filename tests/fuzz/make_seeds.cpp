@@ -9,6 +9,8 @@
 #include <fstream>
 
 #include "config/config.hpp"
+#include "data/shard.hpp"
+#include "data/tokenizer.hpp"
 #include "messages/float_codec.hpp"
 #include "messages/tensor_codec.hpp"
 #include "messages/wire.hpp"
@@ -118,6 +120,45 @@ void checkpoint() {
   fs::remove_all(dir);
 }
 
+void data() {
+  const auto dir = fs::temp_directory_path() / ("swarm-seeds-data-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto file = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  std::vector<uint32_t> tokens;
+  for (uint32_t i = 0; i < 200; ++i)
+    tokens.push_back((i * 37) % 500);
+  if (write_shard((dir / "s2.bin").string(), tokens, 3, 42, 500) ||
+      write_shard((dir / "s4.bin").string(), tokens, 3, 42, 70000))
+    throw std::runtime_error("cannot write a shard under " + dir.string());
+  seed("shard", "width2", file(dir / "s2.bin"));
+  seed("shard", "width4", file(dir / "s4.bin"));
+  seed("shard", "header_only", file(dir / "s2.bin").substr(0, shard_header_bytes));
+  // A small real model: text of a few hundred distinct words of letters.
+  std::ofstream text(dir / "text.txt");
+  const std::string letters = "etaoinshrdlucmfwypvbgkqjxz";
+  for (int line = 0; line < 3000; ++line) {
+    for (int w = 0; w < 12; ++w) {
+      const int word = (line * 7 + w * 13) % 400;
+      for (int c = 0; c < 2 + word % 5; ++c)
+        text << letters[static_cast<size_t>((word * 31 + c * 7) % 26)];
+      text << (w % 5 == 4 ? ". " : " ");
+    }
+    text << "\n";
+  }
+  text.close();
+  tokenizer_training t;
+  t.files = {(dir / "text.txt").string()};
+  t.vocab = 320;
+  t.out = (dir / "seed.model").string();
+  if (auto e = train_tokenizer(t, [](const std::string&) {}))
+    throw std::runtime_error("cannot train the seed tokenizer: " + e.what());
+  seed("tokenizer_file", "bpe320", file(dir / "seed.model"));
+  fs::remove_all(dir);
+}
+
 void config(const fs::path& source) {
   std::ifstream in(source / "config" / "tiny");
   const std::string tiny((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -143,6 +184,7 @@ int main(int argc, char** argv) {
   codecs();
   wire_message();
   checkpoint();
+  data();
   config(argv[2]);
   std::printf("%d seeds written under %s\n", written, root.c_str());
   return 0;

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# --role tokenizer and --role prepare as a user runs them, on real text (the
+# fortunes package), and the independent check of the ids: Debian's
+# python3-sentencepiece must give exactly the ids `swarm --encode` gives on the
+# same model, line for line. Then a short local run on the shards, and the
+# bad inputs that must be exit 2 naming what is wrong.
+#   tests/test_data_roles.sh SWARM_BINARY SOURCE_DIR
+set -euo pipefail
+swarm=$1
+src=$2
+work=$(mktemp -d /tmp/swarm-test-data-roles-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fortunes=/usr/share/games/fortunes
+py=/usr/bin/python3  # Debian's, with python3-sentencepiece (a python3 earlier on PATH may lack it)
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect CODE TEXT -- command...: the exit code, and TEXT in its standard error.
+expect() {
+  local code=$1 text=$2
+  shift 3
+  local rc=0
+  "$@" >"$work/out" 2>"$work/err" || rc=$?
+  if [ "$rc" != "$code" ]; then
+    fail "exit $rc (want $code): $*"; sed 's/^/  | /' "$work/err" | tail -5
+  elif ! grep -qF -- "$text" "$work/err"; then
+    fail "no '$text' in the error of: $*"; sed 's/^/  | /' "$work/err" | tail -5
+  fi
+}
+
+echo "== tokenizer: train on $fortunes"
+"$swarm" --role tokenizer --input "$fortunes" --vocab-size 2000 --out "$work/tok.model" --threads 2 | tail -2
+[ -s "$work/tok.model" ] || fail "no model written"
+
+echo "== the ids against python3-sentencepiece"
+$py - "$fortunes" "$work/lines.txt" <<'PY'
+import os, sys
+lines = []
+for name in sorted(os.listdir(sys.argv[1])):
+    path = os.path.join(sys.argv[1], name)
+    if name.endswith(('.dat', '.u8')) or os.path.islink(path) or not os.path.isfile(path):
+        continue
+    for raw in open(path, 'rb').read().split(b'\n'):
+        try:
+            line = raw.decode('utf-8')
+        except UnicodeDecodeError:
+            continue
+        if line.strip() and line != '%':
+            lines.append(line)
+lines = lines[::max(1, len(lines) // 3000)][:3000]
+open(sys.argv[2], 'w', encoding='utf-8', newline='\n').write('\n'.join(lines) + '\n')
+PY
+"$swarm" --role tokenizer --tokenizer "$work/tok.model" --encode <"$work/lines.txt" >"$work/ids.swarm"
+$py - "$work/tok.model" "$work/lines.txt" "$work/ids.swarm" <<'PY' || failures=$((failures + 1))
+import sys
+import sentencepiece as spm
+sp = spm.SentencePieceProcessor(model_file=sys.argv[1])
+lines = open(sys.argv[2], encoding='utf-8', newline='\n').read().split('\n')[:-1]
+ours = open(sys.argv[3]).read().split('\n')[:-1]
+assert len(lines) == len(ours), f"{len(lines)} lines in, {len(ours)} lines of ids out"
+differ = 0
+tokens = 0
+for i, (line, got) in enumerate(zip(lines, ours)):
+    want = sp.encode(line)
+    tokens += len(want)
+    if [int(x) for x in got.split()] != want:
+        differ += 1
+        if differ <= 3:
+            print(f"line {i}: {line!r}\n  swarm  {got}\n  python {want}")
+print(f"python3-sentencepiece {spm.__version__}: {len(lines)} lines, {tokens} tokens, {differ} lines differ")
+sys.exit(1 if differ or len(lines) < 1000 else 0)
+PY
+
+echo "== prepare"
+"$swarm" --role prepare --input "$fortunes" --tokenizer "$work/tok.model" --out "$work/shards" --val-fraction 0.02 \
+  --shard-tokens 200000 | tail -4
+ls "$work/shards"/train-00000.bin "$work/shards"/val-00000.bin "$work/shards"/tokenizer.model >/dev/null || fail "shards missing"
+
+echo "== local on the shards"
+"$swarm" --role local --config "$src/config/tiny" --data "$work/shards" --tokenizer "$work/shards/tokenizer.model" \
+  --max-steps 3 --threads 2 | tail -2 || fail "local on shards"
+
+echo "== bad input: exit 2, naming what is wrong"
+expect 2 "--tokenizer" -- "$swarm" --role local --config "$src/config/tiny" --data "$work/shards" --max-steps 1
+expect 2 "has 2000 ids" -- "$swarm" --role local --config "$src/config/tiny" --tokenizer "$work/tok.model" --vocab 300 \
+  --data "$work/shards" --max-steps 1
+expect 2 "needs --data" -- "$swarm" --role local --config "$src/config/tiny" --tokenizer "$work/tok.model" --max-steps 1
+head -c 1000 "$work/shards/train-00000.bin" >"$work/cut.bin"
+mkdir "$work/cut" && cp "$work/cut.bin" "$work/cut/train-00000.bin"
+expect 2 "train-00000.bin" -- "$swarm" --role local --config "$src/config/tiny" --data "$work/cut" \
+  --tokenizer "$work/tok.model" --max-steps 1
+mkdir "$work/none"
+expect 2 "holds no train-" -- "$swarm" --role local --config "$src/config/tiny" --data "$work/none" \
+  --tokenizer "$work/tok.model" --max-steps 1
+expect 2 "fewer than one window" -- "$swarm" --role local --config "$src/config/tiny" --data "$work/shards" \
+  --tokenizer "$work/tok.model" --seq-len 400000 --max-steps 1
+expect 2 "not a SentencePiece model" -- "$swarm" --role local --config "$src/config/tiny" --tokenizer "$work/lines.txt"
+head -c 100 /dev/urandom >"$work/noise.bin"
+expect 2 "not UTF-8" -- "$swarm" --role prepare --input "$work/noise.bin" --tokenizer "$work/tok.model" --out "$work/x"
+expect 2 "SentencePiece" -- "$swarm" --role prepare --input "$fortunes" --out "$work/x"
+expect 2 "--input" -- "$swarm" --role tokenizer --out "$work/y.model"
+expect 2 "does not exist" -- "$swarm" --role tokenizer --input "$work/nothing" --out "$work/y.model"
+expect 2 "needs --data" -- "$swarm" --role local --config "$src/config/tiny" --eval-every 5
+
+[ "$failures" = 0 ] && echo "test_data_roles: all passed" || { echo "test_data_roles: $failures failed"; exit 1; }
