@@ -7,6 +7,10 @@
 
 #include "data/sentencepiece_api.hpp"
 
+namespace sentencepiece::logging {
+void SetMinLogLevel(int level);  // exported by libsentencepiece, not in its public headers
+}
+
 namespace {
 
 using sentencepiece::SentencePieceProcessor;
@@ -93,5 +97,10 @@ const swarm::sentencepiece_api api{swarm::sentencepiece_api_version, load, relea
 } // namespace
 
 extern "C" __attribute__((visibility("default"))) const swarm::sentencepiece_api* swarm_sentencepiece_api() {
+  // SentencePiece logs to std::cerr. Loaded with RTLD_DEEPBIND, its std::cerr
+  // is libstdc++'s own object, never constructed (the executable's copy is
+  // the one in use): a warning while training on 1.8 M lines crashed there.
+  // So it logs nothing; the roles print their own progress.
+  sentencepiece::logging::SetMinLogLevel(3);
   return &api;
 }

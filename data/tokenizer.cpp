@@ -137,7 +137,7 @@ error train_tokenizer(const tokenizer_training& t, const std::function<void(cons
       {"input_sentence_size", std::to_string(t.max_lines)},
       {"shuffle_input_sentence", "true"},
       {"max_sentence_length", "16384"},
-      {"minloglevel", "1"},
+      {"minloglevel", "3"},  // see sentencepiece_shim.cpp
   };
   std::string why, model;
   const auto* api = shim(&why);

@@ -36,12 +36,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 text=$out/text
-if [ ! -f "$text/.done" ]; then
+if [ ! -f "$out/text.done" ]; then
   echo "corpus: collecting the text into $text"
   rm -rf "$text" && mkdir -p "$text"/{linux-doc,perl-doc,git-doc,gcide,fortunes} "$out/licences"
   dest=$(realpath "$text")
   (cd /usr/share/doc/linux-doc-6.1/html/_sources && find . -name '*.txt' -exec cp --parents -t "$dest/linux-doc" {} +)
-  cp /usr/share/perl/5.*/pod/*.pod "$text/perl-doc/"
+  cp "$(ls -d /usr/share/perl/5.*/pod | head -1)"/*.pod "$text/perl-doc/"
   (cd /usr/share/doc/git-doc && find . -name '*.txt' -exec cp --parents -t "$dest/git-doc" {} +)
   zcat /usr/share/dictd/gcide.dict.dz | iconv -f UTF-8 -t UTF-8 -c >"$text/gcide/gcide.txt"
   for f in /usr/share/games/fortunes/*; do
@@ -51,9 +51,9 @@ if [ ! -f "$text/.done" ]; then
   for p in "${packages[@]}"; do
     cp "/usr/share/doc/$p/copyright" "$out/licences/$p.copyright"
   done
-  touch "$text/.done"
+  touch "$out/text.done"
 fi
-echo "corpus: $(du -sb --exclude=.done "$text" | cut -f1 | awk '{printf "%.1f MB", $1/1e6}') of text in $(find "$text" -type f ! -name .done | wc -l) files"
+echo "corpus: $(du -sb "$text" | cut -f1 | awk '{printf "%.1f MB", $1/1e6}') of text in $(find "$text" -type f | wc -l) files"
 
 if [ ! -f "$out/tokenizer.model" ]; then
   start=$(date +%s)
