@@ -4,12 +4,12 @@
 #
 #   package          what                                        licence
 #   linux-doc-6.1    the kernel's documentation (reST sources)    GPL-2
-#   dict-gcide       GCIDE, Webster's 1913 + WordNet (dictd)      GPL-3+
+#   dict-gcide       GCIDE, Webster's 1913 + WordNet (dictd)      GPL-2+
 #   perl-doc         Perl's manual (POD)                          GPL-1+ or Artistic
-#   git-doc          Git's manual (AsciiDoc)                      GPL-2
-#   fortunes         fortune's cookies                            BSD-4-clause and others
+#   git-doc          Git's manual (AsciiDoc)                      GPL-2, GPL-2+ and others
+#   fortunes         fortune's cookies                            BSD (the program); the cookies as collected
 #
-# about 78 MB of UTF-8 text (GCIDE's few non-UTF-8 bytes are dropped). Each
+# about 80 MB of UTF-8 text (GCIDE's few non-UTF-8 bytes are dropped). Each
 # package's Debian copyright file is copied into OUT/licences/.
 #
 #   scripts/corpus.sh [OUT]   (default build/corpus): writes OUT/text/ (the
