@@ -80,6 +80,16 @@ echo "== local on the shards"
 "$swarm" --role local --config "$src/config/tiny" --data "$work/shards" --tokenizer "$work/shards/tokenizer.model" \
   --max-steps 3 --threads 2 | tail -2 || fail "local on shards"
 
+echo "== local on the shards, resumed: the same steps and validation as one run"
+steps() { grep -E '^local (step|validation)' | sed 's/ tokens\/s.*//'; }
+local=("$swarm" --role local --config "$src/config/tiny" --data "$work/shards" --tokenizer "$work/shards/tokenizer.model"
+       --threads 1 --eval-every 3 --eval-tokens 1024)
+"${local[@]}" --max-steps 6 | steps >"$work/whole.txt"
+"${local[@]}" --max-steps 3 --checkpoint-dir "$work/ckpt" --checkpoint-every 1 | steps >"$work/parts.txt"
+"${local[@]}" --max-steps 6 --checkpoint-dir "$work/ckpt" | steps | grep -v 'validation at step 3:' >>"$work/parts.txt"
+grep -q 'validation at step 6' "$work/whole.txt" || fail "no validation at step 6"
+diff "$work/whole.txt" "$work/parts.txt" >/dev/null || { fail "a resumed run on shards differs"; diff "$work/whole.txt" "$work/parts.txt"; }
+
 echo "== bad input: exit 2, naming what is wrong"
 expect 2 "--tokenizer" -- "$swarm" --role local --config "$src/config/tiny" --data "$work/shards" --max-steps 1
 expect 2 "has 2000 ids" -- "$swarm" --role local --config "$src/config/tiny" --tokenizer "$work/tok.model" --vocab 300 \
