@@ -66,6 +66,13 @@ error check_same_batch(const torch::Tensor& t, const char* name, const torch::Te
   return error{};
 }
 
+/// The last stage's targets: token ids [B, T] of the inputs' batch and length.
+error check_targets(const torch::Tensor& targets, const torch::Tensor& inputs, const model_config& cfg) {
+  if (auto err = check_tokens(targets, "targets", cfg))
+    return err;
+  return check_same_batch(targets, "targets", inputs, "[B, T] Long of the inputs");
+}
+
 stage_span checked_span(const model_config& cfg, int stage, int num_stages) {
   if (cfg.n_heads < 1 || cfg.d_model % cfg.n_heads != 0)
     throw std::invalid_argument("d_model " + std::to_string(cfg.d_model) + " is not divisible by n_heads " +
@@ -111,9 +118,7 @@ result<forward_result> stage_worker::forward(const torch::Tensor& inputs_in, con
     if (!targets_in)
       return error(errc::BAD_REQUEST, "the last stage needs targets");
     const auto targets = targets_in->defined() ? targets_in->to(m.device) : *targets_in;
-    if (auto err = check_tokens(targets, "targets", m.cfg))
-      return err;
-    if (auto err = check_same_batch(targets, "targets", inputs, "[B, T] Long of the inputs"))
+    if (auto err = check_targets(targets, inputs, m.cfg))
       return err;
     auto r = m.accumulate(inputs.size(0), gate, result.duplicate,
                           [&] { return last_stage_forward_backward(m.module, inputs, targets); });
@@ -138,9 +143,7 @@ result<float> stage_worker::evaluate(const torch::Tensor& inputs_in, const torch
     const auto targets = targets_in.defined() ? targets_in.to(m.device) : targets_in;
     if (auto err = check_inputs(inputs, m.span(), m.cfg))
       return err;
-    if (auto err = check_tokens(targets, "targets", m.cfg))
-      return err;
-    if (auto err = check_same_batch(targets, "targets", inputs, "[B, T] Long of the inputs"))
+    if (auto err = check_targets(targets, inputs, m.cfg))
       return err;
     const float loss = last_stage_loss(m.module, inputs, targets);
     if (!std::isfinite(loss))
