@@ -55,7 +55,7 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
     log->warn("rejected registration: {}", describe(reg.error()));
     return reg.error();
   }
-  if (auto err = check_registration(*reg, self->state.cfg.num_stages, self->state.cfg.config_hash)) {
+  if (auto err = check_registration(*reg, self->state.cfg.num_stages, self->state.cfg.config_hash, self->state.cfg.tokenizer)) {
     log->warn("rejected registration of {}: {}", reg->server_id(), describe(err));
     return err;
   }
@@ -110,8 +110,7 @@ caf::result<std::string> on_subscribe(self_ptr self, const std::string& bytes) {
     return make_error(errc::UNKNOWN_STAGE, "subscribe to stage " + std::to_string(sub->stage()) + " of " +
                                                std::to_string(self->state.cfg.num_stages));
   if (sub->config_hash() != self->state.cfg.config_hash)
-    return make_error(errc::BAD_CONFIG, "trainer's model hash differs from the swarm's: start it with the same config "
-                                        "(the model keys and the --tokenizer file)");
+    return model_mismatch("trainer", sub->tokenizer(), self->state.cfg.tokenizer);
   auto who = caf::actor_cast<caf::actor>(self->current_sender());
   self->monitor(who);
   self->state.subscribers[who.address()] = {who, sub->stage()};
@@ -162,8 +161,7 @@ caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
   if (!req)
     return req.error();
   if (req->config_hash() != self->state.cfg.config_hash)
-    return make_error(errc::BAD_CONFIG, "server's model hash differs from the swarm's: start it with the same config "
-                                        "(the model keys and the --tokenizer file)");
+    return model_mismatch("server " + req->server_id(), req->tokenizer(), self->state.cfg.tokenizer);
   auto promise = self->make_response_promise<std::string>();
   self->request(self->state.rebalancing, std::chrono::seconds(10), place_atom::value, bytes)
       .then([promise](std::string& answer) mutable { promise.deliver(std::move(answer)); },

@@ -35,6 +35,7 @@ namespace swarm {
 struct coordinator_settings {
   int num_stages = 2;        ///< stages of the swarm's model
   uint64_t config_hash = 0;  ///< model_config::hash() every peer must match
+  std::string tokenizer;     ///< model_config::tokenizer_label(): named in refusals
   averager_settings averaging;  ///< the averaging coordinator it spawns (num_stages is copied in)
   rebalancer_settings rebalancing;  ///< the rebalancer it spawns (num_stages is copied in)
   std::shared_ptr<status_board> board;  ///< answers status requests; fed by the metrics sink's observer (may be null)

@@ -59,6 +59,7 @@ struct load_balancer_config {
   int stage = 0;
   std::string trainer_id;              ///< for metrics
   uint64_t config_hash = 0;            ///< sent with the subscription
+  std::string tokenizer;               ///< sent with it too: named if the coordinator refuses
   double forward_timeout_s = 30.0;     ///< deadline of one forward attempt, seconds
   double backward_timeout_s = 75.0;    ///< deadline of one backward attempt, seconds
   double no_server_wait_s = 600.0;     ///< how long a request may wait for any server, seconds

@@ -146,6 +146,7 @@ void subscribe(self_ptr self, const coordinator_actor& coordinator) {
   proto::subscribe sub;
   sub.set_stage(static_cast<uint32_t>(self->state.cfg.stage));
   sub.set_config_hash(self->state.cfg.config_hash);
+  sub.set_tokenizer(self->state.cfg.tokenizer);
   self->request(coordinator, std::chrono::seconds(30), subscribe_atom::value, encode(sub))
       .then([](const std::string&) {},
             [self](caf::error& err) {

@@ -22,7 +22,7 @@ namespace swarm {
 namespace {
 
 coordinator_settings settings_of(const app_config& cfg) {
-  coordinator_settings settings{cfg.stages, cfg.model.hash(), {}};
+  coordinator_settings settings{cfg.stages, cfg.model.hash(), cfg.model.tokenizer_label(), {}};
   settings.averaging.target_batch_size = cfg.server.batch_size;
   settings.averaging.timeout_s = cfg.coordinator.averaging_timeout_s;
   settings.averaging.piece_elements = std::max<int64_t>(1, cfg.net.chunk_bytes / 4);

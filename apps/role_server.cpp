@@ -32,10 +32,11 @@ caf::error register_with(caf::actor_system& sys, const coordinator_actor& coord,
 
 /// Asks the coordinator where a server started with --stage auto should go.
 caf::expected<proto::placement> ask_placement(caf::actor_system& sys, const coordinator_actor& coord,
-                                              const std::string& server_id, uint64_t config_hash) {
+                                              const std::string& server_id, const model_config& model) {
   proto::placement_request req;
   req.set_server_id(server_id);
-  req.set_config_hash(config_hash);
+  req.set_config_hash(model.hash());
+  req.set_tokenizer(model.tokenizer_label());
   caf::expected<proto::placement> answer{caf::error{}};
   caf::scoped_actor self{sys};
   self->request(coord, std::chrono::seconds(10), place_atom::value, encode(req))
@@ -77,6 +78,7 @@ proto::register_server registration(const app_config& cfg, const std::string& se
   reg.set_port(port);
   reg.set_num_stages(static_cast<uint32_t>(cfg.stages));
   reg.set_config_hash(cfg.model.hash());
+  reg.set_tokenizer(cfg.model.tokenizer_label());
   return reg;
 }
 
@@ -85,7 +87,7 @@ proto::register_server registration(const app_config& cfg, const std::string& se
 proto::placement ask_stage(node& n, const coordinator_actor& coord, const app_config& cfg,
                            const std::string& server_id) {
   n.phase("asking the coordinator for a stage");
-  auto answer = ask_placement(n.sys(), coord, server_id, cfg.model.hash());
+  auto answer = ask_placement(n.sys(), coord, server_id, cfg.model);
   if (!answer || static_cast<int>(answer->stage()) >= cfg.stages) {
     std::cerr << "swarm: server " << server_id << " got no stage from the coordinator: "
               << (answer ? "stage " + std::to_string(answer->stage()) + " out of range" : describe(answer.error()))

@@ -154,6 +154,7 @@ load_balancer_config balancer_config(const app_config& cfg, const std::string& t
   lb.stage = stage;
   lb.trainer_id = trainer_id;
   lb.config_hash = cfg.model.hash();
+  lb.tokenizer = cfg.model.tokenizer_label();
   lb.forward_timeout_s = t.forward_timeout_s;
   lb.backward_timeout_s = t.backward_timeout_s;
   lb.no_server_wait_s = t.no_server_wait_s;

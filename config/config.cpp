@@ -40,6 +40,14 @@ uint64_t model_config::hash() const {
   return fnv1a64(text.data(), text.size(), 1469598103934665603ull);
 }
 
+std::string model_config::tokenizer_label() const {
+  if (tokenizer_hash == 0)
+    return tokenizer;
+  char hex[24];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(tokenizer_hash));
+  return tokenizer + " (hash " + hex + ")";
+}
+
 std::optional<std::pair<std::string, uint16_t>> split_host_port(const std::string& s) {
   const auto colon = s.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())

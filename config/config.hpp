@@ -38,6 +38,8 @@ struct model_config {
 
   /// Stable hash of every field; peers with different hashes refuse each other.
   [[nodiscard]] uint64_t hash() const;
+  /// "bytes", or "FILE (hash 0123456789abcdef)": how refusals name a peer's tokenizer.
+  [[nodiscard]] std::string tokenizer_label() const;
 };
 
 /// Transport settings shared by every networked role.

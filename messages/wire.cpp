@@ -224,13 +224,24 @@ caf::error check_request(const proto::backward_request& req, int num_stages) {
   return check_tensor(req.output_grad(), "output_grad");
 }
 
-caf::error check_registration(const proto::register_server& reg, int num_stages, uint64_t config_hash) {
+caf::error model_mismatch(const std::string& who, const std::string& theirs_tokenizer,
+                          const std::string& our_tokenizer, const std::string& detail) {
+  std::string text = who + "'s model hash differs from the swarm's" + detail;
+  if (!theirs_tokenizer.empty() && !our_tokenizer.empty() && theirs_tokenizer != our_tokenizer)
+    text += ": its tokenizer is " + theirs_tokenizer + ", the swarm's " + our_tokenizer +
+            " (start it with the same --tokenizer file)";
+  else
+    text += ": start it with the same config (the model keys and the --tokenizer file)";
+  return make_error(errc::BAD_CONFIG, text);
+}
+
+caf::error check_registration(const proto::register_server& reg, int num_stages, uint64_t config_hash,
+                              const std::string& tokenizer) {
   if (static_cast<int>(reg.num_stages()) != num_stages || reg.config_hash() != config_hash)
-    return make_error(errc::BAD_CONFIG, "server " + reg.server_id() + " runs " + std::to_string(reg.num_stages()) +
-                                            " stages with model hash " + std::to_string(reg.config_hash()) +
-                                            ", this swarm " + std::to_string(num_stages) + " stages with hash " +
-                                            std::to_string(config_hash) +
-                                            ": start it with the same config (the model keys and the --tokenizer file)");
+    return model_mismatch("server " + reg.server_id(), reg.tokenizer(), tokenizer,
+                          " (" + std::to_string(reg.num_stages()) + " stages, hash " +
+                              std::to_string(reg.config_hash()) + "; this swarm " + std::to_string(num_stages) +
+                              " stages, hash " + std::to_string(config_hash) + ")");
   if (auto err = check_stage(reg.stage(), num_stages))
     return err;
   if (reg.server_id().empty() || reg.host().empty() || reg.port() == 0 || reg.port() > 65535)

@@ -93,6 +93,12 @@ constexpr int64_t blockwise8_block = 4096;
 [[nodiscard]] caf::error check_request(const proto::backward_request& req, int num_stages);
 
 /// Registration of a server with a coordinator of `num_stages` stages and model hash `config_hash`.
-[[nodiscard]] caf::error check_registration(const proto::register_server& reg, int num_stages, uint64_t config_hash);
+[[nodiscard]] caf::error check_registration(const proto::register_server& reg, int num_stages, uint64_t config_hash,
+                                            const std::string& tokenizer = {});
+
+/// The refusal of a peer whose model hash differs: `who` ("server s1", "trainer"),
+/// naming both tokenizers when they differ (peers older than the field send none).
+[[nodiscard]] caf::error model_mismatch(const std::string& who, const std::string& theirs_tokenizer,
+                                        const std::string& our_tokenizer, const std::string& detail = {});
 
 } // namespace swarm

@@ -90,6 +90,14 @@ local=("$swarm" --role local --config "$src/config/tiny" --data "$work/shards" -
 grep -q 'validation at step 6' "$work/whole.txt" || fail "no validation at step 6"
 diff "$work/whole.txt" "$work/parts.txt" >/dev/null || { fail "a resumed run on shards differs"; diff "$work/whole.txt" "$work/parts.txt"; }
 
+echo "== a server with another tokenizer is refused, both named"
+"$swarm" --role coordinator --port 0 --port-file "$work/port" --tokenizer "$work/tok.model" >"$work/coord.log" 2>&1 &
+coord=$!
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+expect 2 "its tokenizer is bytes, the swarm's $work/tok.model (hash" -- "$swarm" --role server \
+  --coordinator "127.0.0.1:$(cat "$work/port")" --threads 1
+kill "$coord"; wait "$coord" 2>/dev/null || true
+
 echo "== bad input: exit 2, naming what is wrong"
 expect 2 "--tokenizer" -- "$swarm" --role local --config "$src/config/tiny" --data "$work/shards" --max-steps 1
 expect 2 "has 2000 ids" -- "$swarm" --role local --config "$src/config/tiny" --tokenizer "$work/tok.model" --vocab 300 \

@@ -139,6 +139,14 @@ TEST_CASE("registrations must match the swarm's model and stages", "[wire]") {
   CHECK_FALSE(check_registration(r, 2, 99));
   CHECK(code(check_registration(r, 2, 98)) == errc::BAD_CONFIG);
   CHECK(code(check_registration(r, 3, 99)) == errc::BAD_CONFIG);
+  // Another tokenizer: both are named, and the fix.
+  r.set_tokenizer("a.model (hash 00000000000000aa)");
+  const auto other = describe(check_registration(r, 2, 98, "b.model (hash 00000000000000bb)"));
+  CHECK_THAT(other, Catch::Contains("server s1's model hash differs") && Catch::Contains("its tokenizer is a.model") &&
+                        Catch::Contains("the swarm's b.model") && Catch::Contains("same --tokenizer file"));
+  // The same tokenizer: the model keys differ.
+  CHECK_THAT(describe(check_registration(r, 2, 98, "a.model (hash 00000000000000aa)")),
+             Catch::Contains("the model keys and the --tokenizer file") && !Catch::Contains("its tokenizer"));
   r.set_stage(2);
   CHECK(code(check_registration(r, 2, 99)) == errc::UNKNOWN_STAGE);
   r.set_stage(0);
