@@ -23,7 +23,7 @@ trap 'rm -rf "$work"' EXIT
 echo "bench_data: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 
 # 1. Tokenizer throughput on 20 MB of lines (the kernel docs and the dictionary).
-find "$corpus/text/linux-doc" "$corpus/text/gcide" -type f -print0 | sort -z | xargs -0 cat | head -c 20000000 >"$work/text.txt"
+find "$corpus/text/linux-doc" "$corpus/text/gcide" -type f -print0 | sort -z | xargs -0 cat 2>/dev/null | head -c 20000000 >"$work/text.txt" || true  # cat ends on SIGPIPE
 echo "== 1. encode $(wc -c <"$work/text.txt") bytes, $(wc -l <"$work/text.txt") lines"
 ./build/swarm_bench_data "$tok" "$work/text.txt" "$corpus/shards" 128 8 | tee "$work/bench.txt" | grep encode
 ./build/swarm --role tokenizer --tokenizer "$tok" --encode <"$work/text.txt" >"$work/ids.swarm"
