@@ -386,7 +386,7 @@ void launch(self_ptr self) {
 caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const token_source> text,
                       std::vector<caf::actor> balancers, std::shared_ptr<metrics_sink> metrics) {
   auto& st = self->state;
-  st.rng.seed(cfg.model.seed * 7919 + std::hash<std::string>{}(cfg.trainer_id));
+  st.rng.seed(cfg.sampler_seed);
   if (cfg.resume) {
     std::istringstream rng(cfg.resume->rng);
     rng >> st.rng;  // checked by decode_position's caller: a generator this trainer wrote

@@ -47,6 +47,7 @@ struct trainer_settings {
   /// Checkpoints of this trainer's position (slot `slot` of the store); null store: none.
   checkpoint_settings checkpoints;
   int slot = 0;
+  uint64_t sampler_seed = 0;  ///< data/corpus.hpp sampler_seed: from the model seed and the slot (or pid)
   std::optional<trainer_position> resume;  ///< continue from here (step count and data position)
   /// Validation microbatches (--eval-every with --data); empty: no validation.
   std::vector<microbatch_tokens> eval_set;

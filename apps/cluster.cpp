@@ -230,7 +230,8 @@ bool supervisor::start() {
     }
   trainers_left_ = cfg_.cluster.trainers;
   for (int i = 0; i < cfg_.cluster.trainers; ++i)
-    children_[spawn_child(args_for(role::trainer, {"--coordinator", address_, "--threads", "1"}))] = {
+    children_[spawn_child(args_for(role::trainer,
+                                     {"--coordinator", address_, "--threads", "1", "--trainer-slot", std::to_string(i)}))] = {
         "trainer " + std::to_string(i), role::trainer, -1};
   log_->info("coordinator on {}, {} stages with {} servers ({} torch threads each), {} trainer(s); Ctrl-C stops all",
              address_, cfg_.stages, join_list(per_stage), threads_, cfg_.cluster.trainers);

@@ -1,9 +1,11 @@
 #include "apps/data_roles.hpp"
 
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -23,6 +25,41 @@ std::string fixed(double v, int digits) {
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
+
+/// A line every `period` while a long call that reports nothing of its own
+/// runs (SentencePiece's trainer: its log stream cannot be used from the
+/// shim), so a person sees it working; say() prints between those lines.
+class heartbeat {
+public:
+  heartbeat(std::string what, std::chrono::seconds period) : what_(std::move(what)) {
+    thread_ = std::thread([this, period] {
+      std::unique_lock<std::mutex> lock(m_);
+      for (auto beats = 1; !cv_.wait_for(lock, period, [this] { return done_; }); ++beats)
+        std::cout << what_ << " (" << beats * period.count() << " s)" << std::endl;
+    });
+  }
+  ~heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  heartbeat(const heartbeat&) = delete;
+  heartbeat& operator=(const heartbeat&) = delete;
+  void say(const std::string& line) {
+    std::lock_guard<std::mutex> lock(m_);
+    std::cout << line << std::endl;
+  }
+
+private:
+  std::string what_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 result<std::shared_ptr<const token_source>> shards_of(const app_config& cfg, const std::string& split) {
   auto set = shard_set::open(cfg.trainer.data, split, cfg.model.tokenizer_hash, cfg.model.seq_len + 1);
@@ -119,9 +156,12 @@ int run_tokenizer(const app_config& cfg, const tokenizer& tok) {
   std::cout << "tokenizer: training a BPE model of " << t.vocab << " ids on " << t.files.size() << " files ("
             << fixed(static_cast<double>(bytes) / 1e6, 1) << " MB), " << t.threads << " threads" << std::endl;
   const auto started = std::chrono::steady_clock::now();
-  if (auto e = train_tokenizer(t, [](const std::string& line) { std::cout << "tokenizer: " << line << std::endl; })) {
-    std::cerr << "swarm: tokenizer: " << e.what() << "\n";
-    return e.code() == errc::BAD_CONFIG ? 2 : 1;
+  {
+    heartbeat beat("tokenizer: training", std::chrono::seconds(10));
+    if (auto e = train_tokenizer(t, [&beat](const std::string& line) { beat.say("tokenizer: " + line); })) {
+      std::cerr << "swarm: tokenizer: " << e.what() << "\n";
+      return e.code() == errc::BAD_CONFIG ? 2 : 1;
+    }
   }
   auto made = tokenizer::open(t.out);
   if (!made) {

@@ -33,7 +33,7 @@ bool resume_trainer(const app_config& cfg, trainer_settings& tcfg) {
   if (!checkpoints->store)
     return true;
   const auto& store = *checkpoints->store;
-  auto slot = claim_trainer_slot(store);
+  auto slot = claim_trainer_slot(store, cfg.trainer.slot);
   if (!slot) {
     std::cerr << "swarm: trainer: " << describe(slot.error()) << "\n";
     return false;
@@ -194,8 +194,21 @@ int run_trainer(const app_config& cfg) {
     }
     tcfg.eval_set = eval_batches(**val, cfg.model.seq_len, cfg.trainer.eval_tokens, cfg.model.microbatch);
   }
+  if (cfg.trainer.slot >= 0)
+    tcfg.slot = cfg.trainer.slot;
   if (!resume_trainer(cfg, tcfg))
     return 2;
+  // A slot, given or claimed, draws the same windows in every run; without
+  // one each process samples anew.
+  const bool has_slot = cfg.trainer.slot >= 0 || tcfg.checkpoints.store;
+  tcfg.sampler_seed = sampler_seed(cfg.model.seed, has_slot ? static_cast<uint64_t>(tcfg.slot)
+                                                            : (uint64_t{1} << 32) + static_cast<uint64_t>(::getpid()));
+  if (has_slot)
+    get_logger("trainer")->info("trainer slot {}: the data sampler draws the same windows in every run", tcfg.slot);
+  else
+    get_logger("trainer")->info("no trainer slot: the data sampler is seeded by the process id ({}); --trainer-slot N "
+                                "repeats a run's windows",
+                                ::getpid());
   auto& sys = n.start();
   auto coord = n.connect(cfg.trainer.coordinator);
   auto bulk = n.bulk();

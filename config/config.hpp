@@ -102,6 +102,10 @@ struct trainer_config {
   std::string data;                 ///< folder of token shards (--role prepare); empty: train on --corpus
   int64_t eval_every = 0;           ///< measure the validation loss every this many steps (and at 0); 0 = never
   int64_t eval_tokens = 65536;      ///< validation tokens per measurement
+  /// Which trainer of the swarm this is: seeds its data sampler (with the
+  /// model seed) and names its checkpoint slot. -1 (auto): the lowest free
+  /// checkpoint slot with --checkpoint-dir, else the process id.
+  int slot = -1;
   int in_flight = 4;                ///< microbatches in the pipeline at once
   int64_t batch_size = 64;          ///< samples per reported step (loss averaged over it)
   int64_t max_steps = 0;            ///< stop after this many steps; 0 = run until stopped

@@ -62,6 +62,22 @@ std::string set_stage(server_config& s, const std::string& text) {
   return {};
 }
 
+std::string slot_text(const trainer_config& t) {
+  return t.slot < 0 ? "auto" : std::to_string(t.slot);
+}
+
+std::string set_slot(trainer_config& t, const std::string& text) {
+  if (text == "auto") {
+    t.slot = -1;
+    return {};
+  }
+  const auto index = int_list(text);
+  if (!index || index->size() != 1 || index->front() < 0 || index->front() >= 4096)
+    return "must be auto or a trainer slot in [0, 4095]";
+  t.slot = index->front();
+  return {};
+}
+
 bool valid_interval(const std::string& every) {
   const auto [steps, seconds] = checkpoint_interval(every);
   return steps > 0 || seconds > 0;
@@ -219,6 +235,11 @@ const std::vector<keys::row>& swarm_keys() {
           "trainer, local: measure the validation loss (--data's held-out shards) at step 0 and every this many "
           "steps; 0 = never"),
       key("eval-tokens", &trainer::eval_tokens, "", range(">= 1"), "trainer, local: validation tokens per measurement"),
+      keys::text_key<trainer>("trainer-slot", slot_text, set_slot, {},
+                              "trainer: which trainer of the swarm this is, 0-based: seeds its data sampler and names "
+                              "its checkpoint slot; auto: the lowest free slot with --checkpoint-dir, else its process "
+                              "id (each run samples anew)",
+                              own),
       key("in-flight", &trainer::in_flight, "", range(">= 1"), "trainer: microbatches in the pipeline at once"),
       key("max-steps", &trainer::max_steps, "", range(">= 0"), "stop after this many steps; 0 = until Ctrl-C"),
       key("forward-timeout", &trainer::forward_timeout_s, "seconds", range("> 0"),

@@ -59,6 +59,12 @@ struct microbatch_tokens {
 [[nodiscard]] microbatch_tokens sample_microbatch(const token_source& text, int64_t batch, int64_t seq_len,
                                                   std::mt19937_64& rng);
 
+/// The seed of trainer `who`'s sampler (its --trainer-slot, or its process id
+/// when it has none): the same pair draws the same windows in every run, and
+/// trainers of one swarm draw apart (mixed: slots 0, 1, 2 must not give
+/// neighbouring mt19937_64 seeds).
+[[nodiscard]] uint64_t sampler_seed(uint64_t model_seed, uint64_t who);
+
 /// Windows `indices` (of seq_len + 1 tokens each) as one microbatch.
 [[nodiscard]] microbatch_tokens gather_windows(const token_source& text, const std::vector<int64_t>& indices,
                                                int64_t seq_len);

@@ -309,12 +309,12 @@ result<trainer_position> decode_position(const std::string& text) {
   return p;
 }
 
-result<int> claim_trainer_slot(const checkpoint_store& store) {
+result<int> claim_trainer_slot(const checkpoint_store& store, int wanted) {
   std::error_code ec;
   fs::create_directories(store.dir(), ec);
   if (ec)
     return error(errc::INTERNAL, "cannot create " + store.dir() + ": " + ec.message());
-  for (int slot = 0; slot < 4096; ++slot) {
+  for (int slot = std::max(wanted, 0); slot < (wanted >= 0 ? wanted + 1 : 4096); ++slot) {
     const auto lock = (fs::path(store.dir()) / ("trainer-" + std::to_string(slot) + ".lock")).string();
     const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -323,6 +323,9 @@ result<int> claim_trainer_slot(const checkpoint_store& store) {
       return slot;  // fd stays open: the lock lives as long as the process
     ::close(fd);
   }
+  if (wanted >= 0)
+    return error(errc::BAD_CONFIG, "trainer slot " + std::to_string(wanted) + " of " + store.dir() +
+                                     " is held by another running trainer (--trainer-slot)");
   return error(errc::INTERNAL, "every trainer slot of " + store.dir() + " is held");
 }
 

@@ -103,7 +103,8 @@ struct trainer_position {
 /// Claims the lowest trainer slot of `store` that no running process holds (an
 /// flock on dir/trainer-N.lock, released when the process ends, however it
 /// ends), so trainers started again on the same folder each resume one slot.
-[[nodiscard]] result<int> claim_trainer_slot(const checkpoint_store& store);
+/// With `wanted` >= 0 only that slot (--trainer-slot): BAD_CONFIG when it is held.
+[[nodiscard]] result<int> claim_trainer_slot(const checkpoint_store& store, int wanted = -1);
 
 /// Whether a checkpoint is due after `step` given the newest on disk (none: the
 /// first is due once `every_steps` steps or `every_s` seconds since `since_s`

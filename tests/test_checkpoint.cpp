@@ -161,6 +161,17 @@ TEST_CASE("a trainer's position round-trips, and each running trainer gets its o
   REQUIRE(second);
   CHECK(*first == 0);
   CHECK(*second == 1);
+  // --trainer-slot: that slot or a clear refusal, never another one.
+  auto wanted = swarm::claim_trainer_slot(store, 5);
+  REQUIRE(wanted);
+  CHECK(*wanted == 5);
+  auto held = swarm::claim_trainer_slot(store, 1);
+  REQUIRE_FALSE(held);
+  CHECK(held.error().code() == swarm::errc::BAD_CONFIG);
+  CHECK(held.error().what().find("trainer slot 1") != std::string::npos);
+  auto next = swarm::claim_trainer_slot(store);
+  REQUIRE(next);
+  CHECK(*next == 2);
 }
 
 namespace {

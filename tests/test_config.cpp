@@ -145,6 +145,8 @@ TEST_CASE("bad values get a message naming the flag and the fix", "[config]") {
       {{"--role", "local", "--config", "/nonexistent/file"}, "/nonexistent/file"},
       {{"--role", "server", "--coordinator", "localhost:7000", "--stage", "one"}, "--stage one: must be auto"},
       {{"--role", "server", "--coordinator", "localhost:7000", "--stage", "-1"}, "--stage -1"},
+      {{"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "-1"}, "--trainer-slot -1: must be auto"},
+      {{"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "4096"}, "--trainer-slot 4096"},
       {{"--role", "cluster", "--stage-servers", "3"}, "--stage-servers 3"},
       {{"--role", "cluster", "--stage-servers", "3,x"}, "--stage-servers 3,x"},
       {{"--role", "cluster", "--stage-servers", "0,0"}, "at least one server"},
@@ -175,6 +177,8 @@ TEST_CASE("servers go to an explicit stage or auto; clusters start even or as li
   CHECK(automatic.config->server.stage == -1);  // auto is the default
   CHECK(parse({"--role", "server", "--coordinator", "localhost:7000", "--stage", "auto"}).config->server.stage == -1);
   CHECK(parse({"--role", "server", "--coordinator", "localhost:7000", "--stage", "1"}).config->server.stage == 1);
+  CHECK(parse({"--role", "trainer", "--coordinator", "localhost:7000"}).config->trainer.slot == -1);
+  CHECK(parse({"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "2"}).config->trainer.slot == 2);
   auto even = parse({"--role", "cluster", "--servers-per-stage", "3"});
   REQUIRE(even.config);
   CHECK(even.config->cluster.servers_of_stages(2) == std::vector<int>{3, 3});
@@ -336,7 +340,7 @@ const std::vector<std::string> every_key_set = {
     "--bulk-port", "7003",
     "--batch-size", "32", "--slowdown", "2.5", "--averaging-compression", "blockwise8", "--fault", "hang-round",
     "--fault-after", "3",
-    "--corpus", "/tmp/corpus", "--in-flight", "2", "--max-steps", "9", "--forward-timeout", "11",
+    "--corpus", "/tmp/corpus", "--trainer-slot", "3", "--in-flight", "2", "--max-steps", "9", "--forward-timeout", "11",
     "--backward-timeout", "22", "--max-retries", "2", "--no-server-wait", "33", "--routing", "static",
     "--compression", "fp16", "--ema-alpha", "0.3", "--backward-cost", "3", "--ban-base", "2", "--ban-max", "20",
     "--commit-grace", "0.2",

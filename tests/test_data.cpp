@@ -242,6 +242,33 @@ TEST_CASE("the sampler is deterministic by seed, differs between seeds, and draw
   CHECK(eval_windows(corpus(std::string(10, 'x')), 16, 10).empty());
 }
 
+TEST_CASE("trainer slots seed their samplers: the same slot repeats its windows, slots and seeds draw apart",
+          "[data][sampler]") {
+  std::string bytes;
+  for (int i = 0; i < 100000; ++i)
+    bytes += static_cast<char>(i * 7919 % 251);
+  const corpus text(bytes);
+  const auto draw = [&](uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    return sample_microbatch(text, 8, 16, rng).inputs;
+  };
+  CHECK(sampler_seed(1, 0) == sampler_seed(1, 0));
+  CHECK(draw(sampler_seed(1, 0)) == draw(sampler_seed(1, 0)));
+  std::set<uint64_t> seeds;
+  std::set<std::vector<int64_t>> draws;
+  for (uint64_t seed : {1, 2})
+    for (uint64_t slot = 0; slot < 16; ++slot) {
+      seeds.insert(sampler_seed(seed, slot));
+      draws.insert(draw(sampler_seed(seed, slot)));
+    }
+  CHECK(seeds.size() == 32);
+  CHECK(draws.size() == 32);
+  // Mixed, not offset: neighbouring slots differ in about half their bits.
+  const auto bits = __builtin_popcountll(sampler_seed(1, 0) ^ sampler_seed(1, 1));
+  CHECK(bits > 16);
+  CHECK(bits < 48);
+}
+
 TEST_CASE("valid_utf8 accepts UTF-8 and refuses what is not", "[data][tokenizer]") {
   CHECK(valid_utf8(""));
   CHECK(valid_utf8("plain ASCII\n"));

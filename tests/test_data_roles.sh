@@ -90,6 +90,23 @@ local=("$swarm" --role local --config "$src/config/tiny" --data "$work/shards" -
 grep -q 'validation at step 6' "$work/whole.txt" || fail "no validation at step 6"
 diff "$work/whole.txt" "$work/parts.txt" >/dev/null || { fail "a resumed run on shards differs"; diff "$work/whole.txt" "$work/parts.txt"; }
 
+echo "== a cluster's trainer samples by its slot: two runs, the same first step"
+# Step 1's loss is over the first microbatches, all forwarded on the initial
+# parameters (one server per stage: no reordering), so it depends on the
+# windows drawn alone. A sampler seeded by process id differs in the 4th digit.
+first_loss() {
+  rm -f "$work/cluster.jsonl"  # metrics files are appended to
+  "$swarm" --role cluster --config "$src/config/tiny" --data "$work/shards" --tokenizer "$work/shards/tokenizer.model" \
+    --servers-per-stage 1 --max-steps 1 --metrics "$work/cluster.jsonl" >"$work/cluster.log" 2>&1 ||
+    { fail "cluster on shards"; tail -5 "$work/cluster.log"; }
+  grep -q 'trainer slot 0: the data sampler draws the same windows' "$work/cluster.log" || fail "no trainer slot 0"
+  grep '"event": "step"' "$work/cluster.jsonl" | grep -o '"step": 1, "loss": [-0-9.e]*'
+}
+a=$(first_loss)
+b=$(first_loss)
+echo "run 1: $a; run 2: $b"
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "two cluster runs drew different windows ($a / $b)"
+
 echo "== a server with another tokenizer is refused, both named"
 "$swarm" --role coordinator --port 0 --port-file "$work/port" --tokenizer "$work/tok.model" >"$work/coord.log" 2>&1 &
 coord=$!
