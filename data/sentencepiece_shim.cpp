@@ -3,7 +3,9 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <exception>
 #include <fstream>
+#include <memory>
 
 #include "data/sentencepiece_api.hpp"
 
@@ -54,13 +56,31 @@ private:
   bool done_ = false;
 };
 
-void* load(const std::string& model, std::string* err) {
-  auto p = std::make_unique<SentencePieceProcessor>();
-  if (const auto st = p->LoadFromSerializedProto(model); !st.ok()) {
-    *err = st.ToString();
-    return nullptr;
+/// SentencePiece throws on some files it cannot use (Darts, building the
+/// trie of a piece holding a NUL byte: found by the tokenizer_file fuzz
+/// target); an exception must not cross into a caller built without a
+/// handler for it, so each entry point turns one into `err`.
+template <class F>
+auto guarded(std::string* err, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    *err = std::string("SentencePiece failed: ") + e.what();
+  } catch (...) {
+    *err = "SentencePiece failed with an unknown exception";
   }
-  return p.release();
+  return {};
+}
+
+void* load(const std::string& model, std::string* err) {
+  return guarded(err, [&]() -> void* {
+    auto p = std::make_unique<SentencePieceProcessor>();
+    if (const auto st = p->LoadFromSerializedProto(model); !st.ok()) {
+      *err = st.ToString();
+      return nullptr;
+    }
+    return p.release();
+  });
 }
 
 void release(void* p) {
@@ -75,21 +95,25 @@ void info(const void* p, int* vocab, int* bos, int* eos) {
 }
 
 bool encode(const void* p, std::string_view text, std::vector<int>* ids, std::string* err) {
-  if (const auto st = static_cast<const SentencePieceProcessor*>(p)->Encode(text, ids); !st.ok()) {
-    *err = st.ToString();
-    return false;
-  }
-  return true;
+  return guarded(err, [&] {
+    if (const auto st = static_cast<const SentencePieceProcessor*>(p)->Encode(text, ids); !st.ok()) {
+      *err = st.ToString();
+      return false;
+    }
+    return true;
+  });
 }
 
 bool train(const std::unordered_map<std::string, std::string>& spec, const std::vector<std::string>& files,
            const std::function<void(const std::string&)>& say, std::string* model, std::string* err) {
-  line_iterator lines(files, say);
-  if (const auto st = sentencepiece::SentencePieceTrainer::Train(spec, &lines, model); !st.ok()) {
-    *err = st.ToString();
-    return false;
-  }
-  return true;
+  return guarded(err, [&] {
+    line_iterator lines(files, say);
+    if (const auto st = sentencepiece::SentencePieceTrainer::Train(spec, &lines, model); !st.ok()) {
+      *err = st.ToString();
+      return false;
+    }
+    return true;
+  });
 }
 
 const swarm::sentencepiece_api api{swarm::sentencepiece_api_version, load, release, info, encode, train};

@@ -306,6 +306,12 @@ TEST_CASE("a trained tokenizer has BOS, EOS, byte fallback and a stable hash", "
   CHECK_THAT(tokenizer::open(dir / "not.model").error().what(),
              Catch::Contains("not.model") && Catch::Contains("not a SentencePiece model"));
   CHECK_THAT(tokenizer::open(dir / "none.model").error().what(), Catch::Contains("cannot be read"));
+  // A model SentencePiece throws on while it loads (a piece with a NUL byte;
+  // found by fuzzing): refused, not std::terminate.
+  const std::string nul_piece("\x0a\x0e\x0a\x05<unk>\x15\0\0\0\0\x18\x02\x0a\x0c\x0a\x03\0%>\x15\0\0\0\0\x18\x0a", 30);
+  spit(dir / "nul.model", nul_piece);
+  CHECK_THAT(tokenizer::open(dir / "nul.model").error().what(),
+             Catch::Contains("nul.model") && Catch::Contains("SentencePiece failed"));
 }
 
 TEST_CASE("documents: fortune entries, long files cut at blank lines; the split is a pure function of names",
