@@ -1,5 +1,6 @@
 #include "config/keys.hpp"
 
+#include <limits>
 #include <sstream>
 
 namespace swarm {
@@ -46,36 +47,38 @@ std::string set_vocab(model_config& m, const std::string& text) {
   return {};
 }
 
+/// -1 for "auto", else one index in [0, limit); the complaint, else empty.
+std::string set_auto_index(int& out, const std::string& text, int limit, const char* complaint) {
+  if (text == "auto") {
+    out = -1;
+    return {};
+  }
+  const auto index = int_list(text);
+  if (!index || index->size() != 1 || index->front() < 0 || index->front() >= limit)
+    return complaint;
+  out = index->front();
+  return {};
+}
+
+std::string auto_index_text(int index) {
+  return index < 0 ? "auto" : std::to_string(index);
+}
+
 std::string stage_text(const server_config& s) {
-  return s.stage < 0 ? "auto" : std::to_string(s.stage);
+  return auto_index_text(s.stage);
 }
 
 std::string set_stage(server_config& s, const std::string& text) {
-  if (text == "auto") {
-    s.stage = -1;
-    return {};
-  }
-  const auto index = int_list(text);
-  if (!index || index->size() != 1)
-    return "must be auto or a stage index (0-based)";
-  s.stage = index->front();
-  return {};
+  // The upper bound is --stages, checked with the whole config.
+  return set_auto_index(s.stage, text, std::numeric_limits<int>::max(), "must be auto or a stage index (0-based)");
 }
 
 std::string slot_text(const trainer_config& t) {
-  return t.slot < 0 ? "auto" : std::to_string(t.slot);
+  return auto_index_text(t.slot);
 }
 
 std::string set_slot(trainer_config& t, const std::string& text) {
-  if (text == "auto") {
-    t.slot = -1;
-    return {};
-  }
-  const auto index = int_list(text);
-  if (!index || index->size() != 1 || index->front() < 0 || index->front() >= 4096)
-    return "must be auto or a trainer slot in [0, 4095]";
-  t.slot = index->front();
-  return {};
+  return set_auto_index(t.slot, text, 4096, "must be auto or a trainer slot in [0, 4095]");
 }
 
 bool valid_interval(const std::string& every) {
