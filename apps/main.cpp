@@ -1,4 +1,4 @@
-// swarm: SWARM-parallel training of a byte-level GPT on CAF actors and libtorch.
+// swarm: SWARM-parallel training of a GPT- or Llama-style model on CAF actors and libtorch.
 //
 //   swarm --role cluster --config config/small            # a local swarm, many processes
 //   swarm --role local --config config/small              # the same model in one process

@@ -27,8 +27,7 @@ coordinator_settings settings_of(const app_config& cfg) {
   settings.averaging.timeout_s = cfg.coordinator.averaging_timeout_s;
   settings.averaging.piece_elements = std::max<int64_t>(1, cfg.net.chunk_bytes / 4);
   auto& rb = settings.rebalancing;
-  rb.stage_cost = stage_costs(cfg.model.d_model, cfg.model.seq_len, cfg.model.vocab, static_cast<int>(cfg.model.n_layers),
-                              cfg.stages);
+  rb.stage_cost = stage_costs(cfg.model, cfg.stages);
   rb.enabled = cfg.coordinator.rebalance == "on";
   rb.period_s = cfg.coordinator.rebalance_period_s;
   rb.settle_s = std::min(10.0, rb.period_s);

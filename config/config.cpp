@@ -36,8 +36,19 @@ uint64_t model_config::hash() const {
   // written so far would belong to "another model config".
   if (tokenizer_hash != 0)  // bytes leave the hash as it was before tokenizers
     s << " tok " << tokenizer_hash;
+  if (is_llama())  // gpt leaves it as it was before model families
+    s << " llama " << kv_heads() << ' ' << ffn_width() << ' ' << norm_eps << ' ' << rope_theta;
   const auto text = s.str();
   return fnv1a64(text.data(), text.size(), 1469598103934665603ull);
+}
+
+int64_t model_config::ffn_width() const {
+  if (!is_llama())
+    return 4 * d_model;
+  if (ffn_dim > 0)
+    return ffn_dim;
+  const int64_t hidden = 2 * (4 * d_model) / 3;  // Llama's: int(2 * 4d / 3), then up to a multiple of 256
+  return (hidden + 255) / 256 * 256;
 }
 
 std::string model_config::tokenizer_label() const {
@@ -83,6 +94,11 @@ std::string validate(const app_config& c) {
   std::string e;
   const auto& m = c.model;
   require(e, m.d_model % m.n_heads == 0, "n-heads", m.n_heads, "must be >= 1 and divide d-model");
+  if (m.is_llama()) {
+    require(e, m.n_heads % m.kv_heads() == 0, "n-kv-heads", m.n_kv_heads, "must be 0 (= n-heads) or divide n-heads");
+    require(e, (m.d_model / m.n_heads) % 2 == 0, "n-heads", m.n_heads,
+            "must leave an even head width (d-model / n-heads) for rotary embeddings");
+  }
   require(e, c.stages <= m.n_layers, "stages", c.stages, "must be in [1, n-layers]");
   require(e, c.net.connection_timeout_s > c.net.heartbeat_s, "connection-timeout", c.net.connection_timeout_s,
           "must exceed --heartbeat");

@@ -16,11 +16,18 @@ enum class role { coordinator, server, trainer, local, cluster, status, calibrat
 
 [[nodiscard]] const char* to_string(role r);
 
-/// Hyperparameters of the byte-level GPT; identical on every peer of a swarm.
+/// Hyperparameters of the model (models/); identical on every peer of a swarm.
 struct model_config {
+  /// gpt: GPT-2 blocks (LayerNorm, learned positions, GELU MLP, biases);
+  /// llama: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases.
+  std::string arch = "gpt";
   int64_t d_model = 128;      ///< hidden width, features
   int64_t n_heads = 4;        ///< attention heads; must divide d_model
   int64_t n_layers = 4;       ///< transformer blocks in the whole model
+  int64_t n_kv_heads = 0;     ///< llama: key/value heads (grouped-query attention), dividing n_heads; 0 = n_heads
+  int64_t ffn_dim = 0;        ///< llama: SwiGLU hidden width; 0 = 8/3 d_model rounded up to a multiple of 256
+  double norm_eps = 1e-5;     ///< llama: RMSNorm epsilon
+  double rope_theta = 10000;  ///< llama: rotary embedding base
   int64_t seq_len = 128;      ///< context length, bytes per sample
   int64_t microbatch = 8;     ///< samples per microbatch
   int64_t vocab = 256;        ///< vocabulary size: the tokenizer's (256 for bytes), set once it is opened
@@ -35,6 +42,13 @@ struct model_config {
   double beta2 = 0.95;        ///< AdamW second-moment decay
   double grad_clip = 1.0;     ///< global gradient-norm clip per optimizer step; 0 = off
   uint64_t seed = 1;          ///< parameter initialisation seed
+
+  [[nodiscard]] bool is_llama() const { return arch == "llama"; }
+  /// Key/value heads as built: n_kv_heads, or n_heads when it is 0 (and always for gpt).
+  [[nodiscard]] int64_t kv_heads() const { return is_llama() && n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  /// The MLP's hidden width as built: gpt 4 d; llama ffn_dim, or Llama's
+  /// rounding of 8/3 d up to a multiple of 256.
+  [[nodiscard]] int64_t ffn_width() const;
 
   /// Stable hash of every field; peers with different hashes refuse each other.
   [[nodiscard]] uint64_t hash() const;

@@ -155,9 +155,18 @@ const std::vector<keys::row>& swarm_keys() {
       key("log-level", &app::log_level, "", one_of({"trace", "debug", "info", "warn", "error"}),
           "trace | debug | info | warn | error"),
 
+      key("model", &model::arch, "", one_of({"gpt", "llama"}),
+          "model family: gpt (GPT-2 blocks) | llama (RMSNorm, rotary positions, SwiGLU, grouped-query attention, no "
+          "biases)"),
       key("d-model", &model::d_model, "features", range(">= 1"), "hidden width"),
       key("n-heads", &model::n_heads, "", range(">= 1"), "attention heads (must divide d-model)"),
       key("n-layers", &model::n_layers, "", range(">= 1"), "transformer blocks in the whole model"),
+      key("n-kv-heads", &model::n_kv_heads, "", range(">= 0"),
+          "llama: key/value heads (grouped-query attention), dividing n-heads; 0 = n-heads"),
+      key("ffn-dim", &model::ffn_dim, "features", range(">= 0"),
+          "llama: SwiGLU hidden width; 0 = 8/3 d-model rounded up to a multiple of 256"),
+      key("norm-eps", &model::norm_eps, "", range("> 0"), "llama: RMSNorm epsilon"),
+      key("rope-theta", &model::rope_theta, "", range("> 0"), "llama: rotary embedding base"),
       key("seq-len", &model::seq_len, "bytes per sample", range(">= 1"), "context length"),
       key("microbatch", &model::microbatch, "", range(">= 1"), "samples per microbatch"),
       key("lr", &model::lr, "", range("(0, 1)"), "AdamW learning rate"),

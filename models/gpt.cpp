@@ -38,13 +38,6 @@ at::Generator generator_for(const model_config& cfg, uint64_t tag) {
 // so the residual's variance does not grow with depth.
 constexpr double init_std = 0.02;
 
-void init_linear(torch::nn::LinearImpl& l, double std, at::Generator& gen) {
-  torch::NoGradGuard no_grad;
-  l.weight.normal_(0.0, std, gen);
-  if (l.bias.defined())
-    l.bias.zero_();
-}
-
 void init_embedding(torch::nn::Embedding& e, at::Generator& gen) {
   torch::NoGradGuard no_grad;
   e->weight.normal_(0.0, init_std, gen);
@@ -62,7 +55,20 @@ torch::Tensor causal_mask(int64_t t, const torch::Device& device) {
 
 } // namespace
 
-block_impl::block_impl(const model_config& cfg) : n_heads_(cfg.n_heads) {
+void init_linear(torch::nn::LinearImpl& l, double std, at::Generator& gen) {
+  torch::NoGradGuard no_grad;
+  l.weight.normal_(0.0, std, gen);
+  if (l.bias.defined())
+    l.bias.zero_();
+}
+
+std::shared_ptr<decoder_block> make_block(const model_config& cfg) {
+  if (cfg.is_llama())
+    return std::make_shared<llama_block_impl>(cfg);
+  return std::make_shared<gpt_block_impl>(cfg);
+}
+
+gpt_block_impl::gpt_block_impl(const model_config& cfg) : n_heads_(cfg.n_heads) {
   const int64_t d = cfg.d_model;
   ln1_ = register_module("ln1", make_layer_norm(d));
   qkv_ = register_module("qkv", torch::nn::Linear(d, 3 * d));
@@ -72,7 +78,12 @@ block_impl::block_impl(const model_config& cfg) : n_heads_(cfg.n_heads) {
   out_ = register_module("out", torch::nn::Linear(4 * d, d));
 }
 
-torch::Tensor block_impl::forward(const torch::Tensor& x) {
+void gpt_block_impl::init(at::Generator& gen, double std, double residual_std) {
+  for (auto* l : {qkv_.get(), proj_.get(), fc_.get(), out_.get()})
+    init_linear(*l, l == proj_.get() || l == out_.get() ? residual_std : std, gen);
+}
+
+torch::Tensor gpt_block_impl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
   const int64_t hd = d / n_heads_;
   // Attention: torch 1.13's C++ API has only the private _scaled_dot_product_attention,
@@ -92,26 +103,25 @@ stage_module_impl::stage_module_impl(const model_config& cfg, const stage_span& 
   if (span.has_embedding()) {
     auto gen = generator_for(cfg, embeddings_tag);
     tok_emb_ = register_module("tok_emb", torch::nn::Embedding(cfg.vocab, cfg.d_model));
-    pos_emb_ = register_module("pos_emb", torch::nn::Embedding(cfg.seq_len, cfg.d_model));
     init_embedding(tok_emb_, gen);
-    init_embedding(pos_emb_, gen);
+    if (!cfg.is_llama()) {  // llama's positions are rotary, inside attention
+      pos_emb_ = register_module("pos_emb", torch::nn::Embedding(cfg.seq_len, cfg.d_model));
+      init_embedding(pos_emb_, gen);
+    }
   }
   for (int i = span.first_block; i < span.end_block; ++i) {
     auto gen = generator_for(cfg, block_tag(i));
     // Global index in the name, so a stage's parameter names match the full model's.
-    auto blk = register_module("block" + std::to_string(i), block(cfg));
-    // The block's layers are private; reach them by name, in registration order.
-    for (auto& item : blk->named_children()) {
-      if (auto* lin = item.value()->as<torch::nn::LinearImpl>()) {
-        const bool residual = item.key() == "proj" || item.key() == "out";
-        init_linear(*lin, residual ? residual_std : init_std, gen);
-      }
-    }
+    auto blk = register_module("block" + std::to_string(i), make_block(cfg));
+    blk->init(gen, init_std, residual_std);
     blocks_.push_back(blk);
   }
   if (span.has_head()) {
     auto gen = generator_for(cfg, head_tag);
-    ln_f_ = register_module("ln_f", make_layer_norm(cfg.d_model));
+    if (cfg.is_llama())
+      norm_ = register_module("norm", rms_norm(cfg.d_model, cfg.norm_eps));
+    else
+      ln_f_ = register_module("ln_f", make_layer_norm(cfg.d_model));
     head_ = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(cfg.d_model, cfg.vocab).bias(false)));
     init_linear(*head_, init_std, gen);
   }
@@ -120,13 +130,14 @@ stage_module_impl::stage_module_impl(const model_config& cfg, const stage_span& 
 torch::Tensor stage_module_impl::forward(const torch::Tensor& x) {
   torch::Tensor h = x;
   if (span_.has_embedding()) {
-    auto pos = torch::arange(x.size(1), torch::TensorOptions().dtype(torch::kLong).device(x.device()));
-    h = tok_emb_(x) + pos_emb_(pos);
+    h = tok_emb_(x);
+    if (pos_emb_)
+      h = h + pos_emb_(torch::arange(x.size(1), torch::TensorOptions().dtype(torch::kLong).device(x.device())));
   }
   for (auto& blk : blocks_)
-    h = blk(h);
+    h = blk->forward(h);
   if (span_.has_head())
-    h = head_(ln_f_(h));
+    h = head_(norm_ ? norm_(h) : ln_f_(h));
   return h;
 }
 

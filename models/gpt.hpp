@@ -1,7 +1,8 @@
 #pragma once
-// A GPT-2-style decoder over bytes, in libtorch, and its pipeline stages.
+// The model's pipeline stages in libtorch, for either family (--model): a
+// GPT-2-style decoder (its block is here) or a Llama-style one (models/llama).
 //
-// Goals: the textbook pre-LayerNorm architecture, deterministic initialisation
+// Goals: the textbook pre-norm architectures, deterministic initialisation
 // per sub-module so that a stage built alone holds exactly the weights of the same
 // layers in the whole model, and a stage cut that reproduces the whole model's
 // loss and gradients. Non-goals: speed tricks (flash attention, fused kernels),
@@ -10,22 +11,24 @@
 #include <torch/torch.h>
 
 #include "config/config.hpp"
+#include "models/block.hpp"
+#include "models/llama.hpp"
 #include "models/shape/partition.hpp"
 
 namespace swarm {
 
-/// One transformer block: x + attn(ln1(x)); x + mlp(ln2(x)).
-class block_impl : public torch::nn::Module {
+/// One GPT-2 block: x + attn(ln1(x)); x + mlp(ln2(x)).
+class gpt_block_impl : public decoder_block {
 public:
-  explicit block_impl(const model_config& cfg);
-  torch::Tensor forward(const torch::Tensor& x);
+  explicit gpt_block_impl(const model_config& cfg);
+  torch::Tensor forward(const torch::Tensor& x) override;
+  void init(at::Generator& gen, double std, double residual_std) override;
 
 private:
   int64_t n_heads_;
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc_{nullptr}, out_{nullptr};
 };
-TORCH_MODULE_IMPL(block, block_impl);
 
 /// One pipeline stage. Stage 0 maps int64 token ids [B, T] to hidden states
 /// [B, T, d]; middle stages map hidden to hidden; the last stage maps hidden
@@ -38,9 +41,10 @@ public:
 
 private:
   stage_span span_;
-  torch::nn::Embedding tok_emb_{nullptr}, pos_emb_{nullptr};
-  std::vector<block> blocks_;
-  torch::nn::LayerNorm ln_f_{nullptr};
+  torch::nn::Embedding tok_emb_{nullptr}, pos_emb_{nullptr};  // pos_emb_: gpt only
+  std::vector<std::shared_ptr<decoder_block>> blocks_;
+  torch::nn::LayerNorm ln_f_{nullptr};  // gpt
+  rms_norm norm_{nullptr};              // llama
   torch::nn::Linear head_{nullptr};
 };
 TORCH_MODULE_IMPL(stage_module, stage_module_impl);

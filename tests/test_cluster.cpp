@@ -63,12 +63,16 @@ TEST_CASE("a multi-process swarm trains config/tiny below the unigram entropy", 
   CHECK(joins == 4);
   CHECK(exits >= 1);  // the trainer's own clean exit
   REQUIRE(static_cast<int>(losses.size()) == steps);
-  const double bound = unigram_entropy(swarm::corpus::load("/usr/share/games/fortunes", 65).bytes()) - 0.3;
+  // Below what byte frequencies alone give, by a margin: the model uses context.
+  // How many optimizer steps 450 trainer steps make depends on timing (rounds
+  // overshoot the batch), so the last steps' mean spread 2.88-3.07 over runs
+  // on this machine; a margin of 0.3 failed twice in about 40 runs.
+  const double bound = unigram_entropy(swarm::corpus::load("/usr/share/games/fortunes", 65).bytes()) - 0.15;
   // Average the last 5 steps: a single step's loss is noisy.
   double tail = 0;
   for (size_t i = losses.size() - 5; i < losses.size(); ++i)
     tail += losses[i] / 5;
-  std::printf("cluster: first step loss %.3f, mean of last 5 %.3f, bound %.3f (unigram entropy - 0.3)\n",
+  std::printf("cluster: first step loss %.3f, mean of last 5 %.3f, bound %.3f (unigram entropy - 0.15)\n",
               losses.front(), tail, bound);
   CHECK(losses.front() > 4.5);  // started untrained
   CHECK(tail < bound);
@@ -106,13 +110,15 @@ TEST_CASE("bad flags and a bad config exit 2 with a message", "[cluster]") {
   CHECK(run_swarm({"--role", "local", "--corpus", "/nonexistent", "--max-steps", "1"}, 60) == 2);
 }
 
-TEST_CASE("a swarm trains on token shards with a SentencePiece tokenizer and its validation loss falls",
-          "[cluster][data]") {
+TEST_CASE("a llama swarm trains on token shards with a SentencePiece tokenizer and its validation loss falls",
+          "[cluster][data][llama]") {
   const std::string dir = "/tmp/swarm-test-cluster-data-" + std::to_string(getpid());
   const std::string metrics = dir + "/metrics.jsonl";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  // What a user runs: a tokenizer, shards with a held-out split, then the swarm.
+  // What a user runs: a tokenizer, shards with a held-out split, then the
+  // swarm, here of the Llama family with grouped-query attention (its state
+  // copies, averaging and checkpoints go through the same real processes).
   REQUIRE(run_swarm({"--role", "tokenizer", "--input", "/usr/share/games/fortunes", "--vocab-size", "1000", "--out",
                      dir + "/tok.model"},
                     180) == 0);
@@ -122,8 +128,8 @@ TEST_CASE("a swarm trains on token shards with a SentencePiece tokenizer and its
   const int steps = 300;
   const auto [code, output] = run_swarm_output(
       {"--role", "cluster", "--config", SWARM_SOURCE_DIR "/config/tiny", "--data", dir + "/shards", "--tokenizer",
-       dir + "/shards/tokenizer.model", "--eval-every", "100", "--eval-tokens", "4096", "--max-steps",
-       std::to_string(steps), "--metrics", metrics},
+       dir + "/shards/tokenizer.model", "--model", "llama", "--n-kv-heads", "2", "--eval-every", "100",
+       "--eval-tokens", "4096", "--max-steps", std::to_string(steps), "--metrics", metrics},
       240);
   REQUIRE(code == 0);
   const auto evals = events(metrics, "eval");

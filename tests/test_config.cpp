@@ -55,7 +55,8 @@ TEST_CASE("defaults are valid and the role is required", "[config]") {
 }
 
 TEST_CASE("the shipped config files parse", "[config]") {
-  for (const char* file : {SWARM_SOURCE_DIR "/config/tiny", SWARM_SOURCE_DIR "/config/small"}) {
+  for (const char* file :
+       {SWARM_SOURCE_DIR "/config/tiny", SWARM_SOURCE_DIR "/config/small", SWARM_SOURCE_DIR "/config/llama-small"}) {
     INFO(file);
     auto r = parse({"--role", "cluster", "--config", file});
     REQUIRE(r.config);
@@ -147,6 +148,10 @@ TEST_CASE("bad values get a message naming the flag and the fix", "[config]") {
       {{"--role", "server", "--coordinator", "localhost:7000", "--stage", "-1"}, "--stage -1"},
       {{"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "-1"}, "--trainer-slot -1: must be auto"},
       {{"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "4096"}, "--trainer-slot 4096"},
+      {{"--role", "local", "--model", "mamba"}, "--model"},
+      {{"--role", "local", "--model", "llama", "--n-kv-heads", "3"}, "--n-kv-heads 3: must be 0 (= n-heads) or divide"},
+      {{"--role", "local", "--model", "llama", "--d-model", "60"}, "even head width"},
+      {{"--role", "local", "--model", "llama", "--norm-eps", "0"}, "--norm-eps 0"},
       {{"--role", "cluster", "--stage-servers", "3"}, "--stage-servers 3"},
       {{"--role", "cluster", "--stage-servers", "3,x"}, "--stage-servers 3,x"},
       {{"--role", "cluster", "--stage-servers", "0,0"}, "at least one server"},
@@ -240,6 +245,28 @@ TEST_CASE("model hash changes with any model field", "[config]") {
   b = a;
   b.seed = 2;
   CHECK(a.hash() != b.hash());
+  // gpt's hash is what it was before model families: checkpoints written then still load.
+  CHECK(a.hash() == 0x88194ccb015d16e7ULL);  // FNV-1a of "128 4 4 128 8 256 0.001 0.1 0.9 0.95 1 1"
+  // The llama fields count for llama, each one; for gpt they build nothing and do not.
+  b = a;
+  b.rope_theta = 5e5;
+  CHECK(a.hash() == b.hash());
+  model_config l;
+  l.arch = "llama";
+  CHECK(l.hash() != a.hash());
+  for (int field = 0; field < 4; ++field) {
+    auto m = l;
+    if (field == 0) m.n_kv_heads = 2;
+    if (field == 1) m.ffn_dim = 100;
+    if (field == 2) m.norm_eps = 1e-6;
+    if (field == 3) m.rope_theta = 5e5;
+    INFO("llama field " << field);
+    CHECK(m.hash() != l.hash());
+  }
+  // n_kv_heads 0 and n_heads build the same model, so they hash the same.
+  auto same = l;
+  same.n_kv_heads = l.n_heads;
+  CHECK(same.hash() == l.hash());
 }
 
 namespace {
@@ -325,7 +352,8 @@ namespace {
 const std::vector<std::string> every_key_set = {
     "--role", "server", "--out", "/tmp/calibration.txt", "--stages", "3", "--threads", "2", "--device", "cuda:1",
     "--metrics", "/tmp/m.jsonl", "--log-level", "debug",
-    "--d-model", "96", "--n-heads", "6", "--n-layers", "6", "--seq-len", "32", "--microbatch", "4", "--lr", "0.0012345678901234",
+    "--model", "llama", "--d-model", "96", "--n-heads", "6", "--n-layers", "6", "--n-kv-heads", "3",
+    "--ffn-dim", "200", "--norm-eps", "1e-06", "--rope-theta", "500000", "--seq-len", "32", "--microbatch", "4", "--lr", "0.0012345678901234",
     "--weight-decay", "0.05", "--beta1", "0.8", "--beta2", "0.99", "--grad-clip", "0.5", "--seed", "7",
     "--tokenizer", "/tmp/tok.model", "--vocab", "8000", "--data", "/tmp/shards", "--eval-every", "10",
     "--eval-tokens", "4096", "--input", "/tmp/a", "/tmp/b c", "--vocab-size", "4000", "--encode",

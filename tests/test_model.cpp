@@ -1,4 +1,4 @@
-// Tier (a/b): the GPT and its stage cut against the whole model as reference.
+// Tier (a/b): both model families and their stage cut against the whole model as reference.
 // torch before catch.hpp: glog's CHECK would otherwise replace Catch2's.
 #include <torch/torch.h>
 
@@ -28,6 +28,23 @@ model_config small_config() {
   cfg.microbatch = 3;
   cfg.seed = 1234;
   return cfg;
+}
+
+/// small_config in each family: gpt, llama, llama with grouped-query attention.
+model_config family_config(int which) {
+  auto cfg = small_config();
+  if (which > 0) {
+    cfg.arch = "llama";
+    cfg.n_heads = 4;
+    cfg.ffn_dim = 48;
+  }
+  if (which > 1)
+    cfg.n_kv_heads = 2;
+  return cfg;
+}
+
+std::string family_name(const model_config& cfg) {
+  return cfg.arch + " kv " + std::to_string(cfg.kv_heads()) + "/" + std::to_string(cfg.n_heads);
 }
 
 torch::Tensor random_tokens(int64_t b, int64_t t, uint64_t seed) {
@@ -92,7 +109,8 @@ std::map<std::string, torch::Tensor> merged(std::vector<stage_module>& stages, b
 } // namespace
 
 TEST_CASE("a stage built alone holds the full model's weights", "[model]") {
-  const auto cfg = small_config();
+  const auto cfg = family_config(GENERATE(0, 1, 2));
+  INFO(family_name(cfg));
   auto full = make_full_model(cfg);
   for (int s : {1, 2, 3, 4}) {
     auto stages = make_stages(cfg, s);
@@ -108,7 +126,8 @@ TEST_CASE("a stage built alone holds the full model's weights", "[model]") {
 }
 
 TEST_CASE("the staged chain reproduces the full model's loss and every gradient", "[model]") {
-  const auto cfg = small_config();
+  const auto cfg = family_config(GENERATE(0, 1, 2));
+  INFO(family_name(cfg));
   for (int64_t t : {cfg.seq_len, int64_t{10}}) {
     const auto x = random_tokens(cfg.microbatch, t, 1);
     const auto y = random_tokens(cfg.microbatch, t, 2);
@@ -120,7 +139,7 @@ TEST_CASE("the staged chain reproduces the full model's loss and every gradient"
       const float loss = run_staged(stages, x, y);
       const double grad_diff = max_diff(named(*full, true), merged(stages, true));
       const double loss_diff = std::abs(loss - full_loss.item<float>());
-      std::cout << "T=" << t << " S=" << s << ": loss " << loss << " |dloss| " << loss_diff
+      std::cout << family_name(cfg) << " T=" << t << " S=" << s << ": loss " << loss << " |dloss| " << loss_diff
                 << " max |dgrad| " << grad_diff << "\n";
       CHECK(loss_diff < 1e-5);
       CHECK(grad_diff < 1e-5);
@@ -129,7 +148,8 @@ TEST_CASE("the staged chain reproduces the full model's loss and every gradient"
 }
 
 TEST_CASE("attention is causal", "[model]") {
-  const auto cfg = small_config();
+  const auto cfg = family_config(GENERATE(0, 1, 2));
+  INFO(family_name(cfg));
   auto model = make_full_model(cfg);
   torch::NoGradGuard no_grad;
   auto x = random_tokens(2, cfg.seq_len, 3);
@@ -154,7 +174,8 @@ TEST_CASE("lm_loss is the mean next-byte cross-entropy", "[model]") {
 }
 
 TEST_CASE("an untrained model predicts bytes almost uniformly", "[model]") {
-  const auto cfg = small_config();
+  const auto cfg = family_config(GENERATE(0, 2));
+  INFO(family_name(cfg));
   auto model = make_full_model(cfg);
   torch::NoGradGuard no_grad;
   const double loss = lm_loss(model->forward(random_tokens(8, cfg.seq_len, 7)), random_tokens(8, cfg.seq_len, 8))
@@ -180,8 +201,38 @@ TEST_CASE("the optimizer decays matrices only", "[model]") {
   REQUIRE(total == model->parameters().size());
 }
 
+TEST_CASE("rotary embeddings: attention scores depend on relative positions only", "[model][llama]") {
+  // q at position i and k at position j score the same as at i + s and j + s;
+  // different offsets score differently.
+  auto gen = at::detail::createCPUGenerator(11);
+  const auto q = torch::randn({1, 1, 1, 16}, gen), k = torch::randn({1, 1, 1, 16}, gen);
+  const auto score = [&](int64_t i, int64_t j) {
+    const auto [cq, sq] = rotary_tables(i, 1, 16, 10000, torch::kCPU);
+    const auto [ck, sk] = rotary_tables(j, 1, 16, 10000, torch::kCPU);
+    return (apply_rotary(q, cq, sq) * apply_rotary(k, ck, sk)).sum().item<double>();
+  };
+  CHECK(score(5, 2) == Approx(score(105, 102)).epsilon(1e-4));
+  CHECK(score(7, 7) == Approx(score(0, 0)).epsilon(1e-4));
+  CHECK(std::abs(score(5, 2) - score(5, 4)) > 1e-3);
+  // Position 0 is the identity; a rotation keeps the norm.
+  const auto [c0, s0] = rotary_tables(0, 1, 16, 10000, torch::kCPU);
+  CHECK((apply_rotary(q, c0, s0) - q).abs().max().item<double>() == 0.0);
+  const auto [c9, s9] = rotary_tables(9, 1, 16, 10000, torch::kCPU);
+  CHECK(apply_rotary(q, c9, s9).norm().item<double>() == Approx(q.norm().item<double>()).epsilon(1e-5));
+}
+
+TEST_CASE("RMSNorm divides by the root mean square", "[model][llama]") {
+  rms_norm norm(4, 1e-6);
+  const auto x = torch::tensor({1.0f, -2.0f, 3.0f, -4.0f}).view({1, 4});
+  const double rms = std::sqrt((1 + 4 + 9 + 16) / 4.0);
+  const auto y = norm(x);
+  for (int i = 0; i < 4; ++i)
+    CHECK(y[0][i].item<double>() == Approx(x[0][i].item<double>() / rms).epsilon(1e-5));
+}
+
 TEST_CASE("training on a repeated string drives the loss down", "[model]") {
-  auto cfg = small_config();
+  auto cfg = family_config(GENERATE(0, 2));
+  INFO(family_name(cfg));
   cfg.lr = 3e-3;
   const std::string pattern = "hello swarm! ";
   std::vector<int64_t> text;

@@ -5,6 +5,8 @@
 
 using swarm::partition_blocks;
 using swarm::stage_costs;
+using swarm::block_matrix_madds;
+using swarm::model_config;
 
 namespace {
 
@@ -57,11 +59,24 @@ TEST_CASE("partition refuses impossible cuts", "[partition]") {
 TEST_CASE("stage costs: multiply-adds per sample, forward twice before the last stage", "[partition]") {
   // d 64, T 64, vocab 256, 2 blocks on 2 stages (config/tiny). Per token a block is
   // 12 x 64^2 + 2 x 64 x 64 = 57344, the head 64 x 256 = 16384.
-  const auto cost = stage_costs(64, 64, 256, 2, 2);
+  model_config m;
+  m.d_model = 64;
+  m.seq_len = 64;
+  m.vocab = 256;
+  m.n_layers = 2;
+  const auto cost = stage_costs(m, 2);
   REQUIRE(cost.size() == 2);
   CHECK(cost[0] == Approx(64 * 57344.0 * 4));            // forward, forward again, backward (2x)
   CHECK(cost[1] == Approx(64 * (57344.0 + 16384) * 3));  // forward with the loss, backward
   // One stage: the last, so one forward. Invalid cuts: nothing.
-  CHECK(stage_costs(64, 64, 256, 2, 1).at(0) == Approx(64 * (2 * 57344.0 + 16384) * 3));
-  CHECK(stage_costs(64, 64, 256, 2, 3).empty());
+  CHECK(stage_costs(m, 1).at(0) == Approx(64 * (2 * 57344.0 + 16384) * 3));
+  CHECK(stage_costs(m, 3).empty());
+  // llama, 4 heads of 16 with 2 key/value heads, ffn 8/3 x 64 -> 256: 2 x 64^2 (q, o) + 2 x 64 x 32 (k, v)
+  // + 3 x 64 x 256 (SwiGLU) = 61440, plus the same 2 T d.
+  m.arch = "llama";
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  CHECK(m.ffn_width() == 256);
+  CHECK(block_matrix_madds(m) == Approx(61440));
+  CHECK(stage_costs(m, 2).at(0) == Approx(64 * (61440.0 + 8192) * 4));
 }

@@ -662,11 +662,18 @@ TEST_CASE("import_state refuses garbage and other stages' states untouched", "[w
 TEST_CASE("cost model: parameter counts equal the real stages'", "[model][sim]") {
   // swarm-sim sizes state copies and all-reduces from models/shape/cost_model's
   // formula; it must count what models/gpt.cpp builds.
-  for (int stages : {1, 2, 3}) {
+  for (int stages : {1, 2, 3, 4, 5, 6}) {
     model_config m;
     m.d_model = 64;
     m.n_layers = 3;
     m.seq_len = 32;
+    if (stages > 3) {  // llama, with grouped-query attention from 5 on
+      m.arch = "llama";
+      m.n_kv_heads = stages > 4 ? 2 : 0;
+      m.ffn_dim = stages > 5 ? 100 : 0;
+      stages -= 3;
+    }
+    INFO(m.arch << " kv " << m.kv_heads() << " ffn " << m.ffn_width() << ", " << stages << " stages");
     const model_shape shape{m, stages, "none"};
     for (int k = 0; k < stages; ++k) {
       stage_worker worker(m, k, stages, "cpu");

@@ -11,8 +11,10 @@
 namespace swarm {
 
 bool model_shape::operator==(const model_shape& o) const {
-  return model.d_model == o.model.d_model && model.seq_len == o.model.seq_len && model.vocab == o.model.vocab &&
-         model.n_layers == o.model.n_layers && model.microbatch == o.model.microbatch && stages == o.stages &&
+  return model.arch == o.model.arch && model.d_model == o.model.d_model && model.seq_len == o.model.seq_len &&
+         model.vocab == o.model.vocab && model.n_layers == o.model.n_layers &&
+         model.kv_heads() * o.model.n_heads == o.model.kv_heads() * model.n_heads &&
+         model.ffn_width() == o.model.ffn_width() && model.microbatch == o.model.microbatch && stages == o.stages &&
          compression == o.compression;
 }
 
@@ -23,7 +25,7 @@ double forward_madds(const model_shape& s, int stage) {
   const auto t = static_cast<double>(s.model.seq_len);
   const auto& span = spans[static_cast<size_t>(stage)];
   const double head = span.has_head() ? d * static_cast<double>(s.model.vocab) : 0;
-  return t * (span.blocks() * (12 * d * d + 2 * t * d) + head);
+  return t * (span.blocks() * (block_matrix_madds(s.model) + 2 * t * d) + head);
 }
 
 int64_t stage_parameters(const model_shape& s, int stage) {
@@ -31,10 +33,10 @@ int64_t stage_parameters(const model_shape& s, int stage) {
   if (stage < 0 || stage >= static_cast<int>(spans.size())) return 0;
   const auto& span = spans[static_cast<size_t>(stage)];
   const int64_t d = s.model.d_model;
-  // Block: two LayerNorms (2d each), qkv (3d^2 + 3d), projection (d^2 + d), MLP (4d^2 + 4d, 4d^2 + d).
-  int64_t n = span.blocks() * (12 * d * d + 13 * d);
-  if (span.has_embedding()) n += (s.model.vocab + s.model.seq_len) * d;
-  if (span.has_head()) n += 2 * d + d * s.model.vocab;  // final LayerNorm, head without bias
+  const bool llama = s.model.is_llama();
+  int64_t n = span.blocks() * block_parameters(s.model);
+  if (span.has_embedding()) n += (s.model.vocab + (llama ? 0 : s.model.seq_len)) * d;  // llama: rotary positions
+  if (span.has_head()) n += (llama ? d : 2 * d) + d * s.model.vocab;  // final norm, head without bias
   return n;
 }
 
@@ -69,7 +71,7 @@ double request_madds(const model_shape& s, int stage, bool backward) {
 std::vector<stage_cost> request_costs(const model_shape& s, const calibration& cal) {
   const auto spans = partition_blocks(static_cast<int>(s.model.n_layers), s.stages);
   if (spans.empty()) return {};
-  const auto madd_cost = stage_costs(s.model.d_model, s.model.seq_len, s.model.vocab, static_cast<int>(s.model.n_layers), s.stages);
+  const auto madd_cost = stage_costs(s.model, s.stages);
   const bool measured = s == cal.shape && cal.forward_s.size() == spans.size() && cal.backward_s.size() == spans.size();
   const double values = static_cast<double>(s.model.microbatch * s.model.seq_len * s.model.d_model);
   const double tokens = static_cast<double>(s.model.microbatch * s.model.seq_len);

@@ -33,13 +33,28 @@ std::vector<stage_span> partition_blocks(int n_blocks, int num_stages) {
   return spans;
 }
 
-std::vector<double> stage_costs(int64_t d_model, int64_t seq_len, int64_t vocab, int n_blocks, int num_stages) {
-  const auto d = static_cast<double>(d_model);
-  const auto t = static_cast<double>(seq_len);
-  const double block = 12 * d * d + 2 * t * d;  // per token
-  const double head = d * static_cast<double>(vocab);
+double block_matrix_madds(const model_config& m) {
+  const auto d = static_cast<double>(m.d_model);
+  if (!m.is_llama())
+    return 12 * d * d;
+  const double kv_dim = static_cast<double>(m.kv_heads() * (m.d_model / m.n_heads));
+  return 2 * d * d + 2 * d * kv_dim + 3 * d * static_cast<double>(m.ffn_width());
+}
+
+int64_t block_parameters(const model_config& m) {
+  const int64_t d = m.d_model;
+  if (!m.is_llama())  // two LayerNorms (2d each), qkv (3d^2 + 3d), projection (d^2 + d), MLP (4d^2 + 4d, 4d^2 + d)
+    return 12 * d * d + 13 * d;
+  return static_cast<int64_t>(block_matrix_madds(m)) + 2 * d;
+}
+
+std::vector<double> stage_costs(const model_config& m, int num_stages) {
+  const auto d = static_cast<double>(m.d_model);
+  const auto t = static_cast<double>(m.seq_len);
+  const double block = block_matrix_madds(m) + 2 * t * d;  // per token
+  const double head = d * static_cast<double>(m.vocab);
   std::vector<double> cost;
-  for (const auto& span : partition_blocks(n_blocks, num_stages)) {
+  for (const auto& span : partition_blocks(static_cast<int>(m.n_layers), num_stages)) {
     const double forward = t * (span.blocks() * block + (span.has_head() ? head : 0));
     cost.push_back(forward * (span.has_head() ? 1 + 2 : 2 + 2));  // forward(s) + backward (2x forward)
   }

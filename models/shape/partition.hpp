@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
+
 namespace swarm {
 
 /// One pipeline stage: transformer blocks [first_block, end_block) plus the
@@ -25,15 +27,22 @@ struct stage_span {
 /// Requires 1 <= num_stages <= n_blocks; returns an empty vector otherwise.
 [[nodiscard]] std::vector<stage_span> partition_blocks(int n_blocks, int num_stages);
 
-/// Work one sample costs each stage of a GPT of width d_model, seq_len tokens
-/// and vocab outputs, cut by partition_blocks: multiply-adds of its forward and
-/// backward as a server runs them. Per token, a block is 12 d^2 (qkv, projection,
-/// 4x MLP) + 2 T d (scores, weighted values), the head d x vocab; a backward
-/// costs twice its forward; a stage before the last runs its forward twice (the
-/// request, then again in the stateless backward), the last stage once. Only
-/// the ratios matter: the rebalancer turns a server's measured rate on one stage
-/// into a predicted rate on another. Empty when the cut is invalid.
-[[nodiscard]] std::vector<double> stage_costs(int64_t d_model, int64_t seq_len, int64_t vocab, int n_blocks,
-                                              int num_stages);
+/// Multiply-adds per token of one block's weight matrices: gpt 12 d^2 (qkv,
+/// projection, 4x MLP); llama 2 d^2 (q, o) + 2 d kv_dim (k, v) + 3 d ffn (SwiGLU).
+[[nodiscard]] double block_matrix_madds(const model_config& m);
+
+/// Parameters of one block: gpt 12 d^2 + 13 d (with biases and two LayerNorms);
+/// llama its matrices and two RMSNorm gains.
+[[nodiscard]] int64_t block_parameters(const model_config& m);
+
+/// Work one sample costs each stage of model `m` cut into num_stages by
+/// partition_blocks: multiply-adds of its forward and backward as a server runs
+/// them. Per token, a block is block_matrix_madds + 2 T d (scores, weighted
+/// values), the head d x vocab; a backward costs twice its forward; a stage
+/// before the last runs its forward twice (the request, then again in the
+/// stateless backward), the last stage once. Only the ratios matter: the
+/// rebalancer turns a server's measured rate on one stage into a predicted rate
+/// on another. Empty when the cut is invalid.
+[[nodiscard]] std::vector<double> stage_costs(const model_config& m, int num_stages);
 
 } // namespace swarm

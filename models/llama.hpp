@@ -1,0 +1,47 @@
+#pragma once
+// The Llama family's decoder block, as Hugging Face's LlamaDecoderLayer computes
+// it, so weights move to and from that implementation unchanged: RMSNorm,
+// rotary position embeddings in the rotate-half layout, grouped-query
+// attention, a SwiGLU MLP and no biases. Sub-module names are Hugging Face's.
+
+#include <torch/torch.h>
+
+#include "models/block.hpp"
+
+namespace swarm {
+
+/// x / sqrt(mean(x^2) + eps) * weight, computed in float32.
+class rms_norm_impl : public torch::nn::Module {
+public:
+  rms_norm_impl(int64_t d, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+private:
+  double eps_;
+};
+TORCH_MODULE_IMPL(rms_norm, rms_norm_impl);
+
+/// cos and sin [T, head_dim] of positions [first, first + t) (rotate-half layout).
+[[nodiscard]] std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t first, int64_t t, int64_t head_dim,
+                                                                    double theta, const torch::Device& device);
+
+/// Rotates q or k [B, H, T, head_dim] by the tables.
+[[nodiscard]] torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+/// x + attn(norm(x)); h + mlp(norm(h)).
+class llama_block_impl : public decoder_block {
+public:
+  explicit llama_block_impl(const model_config& cfg);
+  torch::Tensor forward(const torch::Tensor& x) override;
+  void init(at::Generator& gen, double std, double residual_std) override;
+
+private:
+  int64_t n_heads_, n_kv_heads_, head_dim_;
+  double theta_;
+  rms_norm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};
+  torch::nn::Linear q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
+  torch::nn::Linear gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
+};
+
+} // namespace swarm
