@@ -36,6 +36,8 @@ uint64_t model_config::hash() const {
   // written so far would belong to "another model config".
   if (tokenizer_hash != 0)  // bytes leave the hash as it was before tokenizers
     s << " tok " << tokenizer_hash;
+  if (share_layers != 1)  // unshared models hash as before sharing existed
+    s << " share " << share_layers;
   if (is_llama())  // gpt leaves it as it was before model families
     s << " llama " << kv_heads() << ' ' << ffn_width() << ' ' << norm_eps << ' ' << rope_theta;
   const auto text = s.str();
@@ -99,7 +101,9 @@ std::string validate(const app_config& c) {
     require(e, (m.d_model / m.n_heads) % 2 == 0, "n-heads", m.n_heads,
             "must leave an even head width (d-model / n-heads) for rotary embeddings");
   }
-  require(e, c.stages <= m.n_layers, "stages", c.stages, "must be in [1, n-layers]");
+  require(e, m.n_layers % m.share_layers == 0, "share-layers", m.share_layers, "must divide n-layers");
+  require(e, c.stages <= m.n_layers / std::max<int64_t>(1, m.share_layers), "stages", c.stages,
+          "must be in [1, n-layers / share-layers]");
   require(e, c.net.connection_timeout_s > c.net.heartbeat_s, "connection-timeout", c.net.connection_timeout_s,
           "must exceed --heartbeat");
   const int tls_files = !c.net.tls_ca.empty() + !c.net.tls_cert.empty() + !c.net.tls_key.empty();

@@ -28,6 +28,9 @@ struct model_config {
   int64_t ffn_dim = 0;        ///< llama: SwiGLU hidden width; 0 = 8/3 d_model rounded up to a multiple of 256
   double norm_eps = 1e-5;     ///< llama: RMSNorm epsilon
   double rope_theta = 10000;  ///< llama: rotary embedding base
+  /// ALBERT-style sharing (the paper's setup): each run of this many layers is
+  /// one block applied that many times; stages never split a run. 1 = none.
+  int64_t share_layers = 1;
   int64_t seq_len = 128;      ///< context length, bytes per sample
   int64_t microbatch = 8;     ///< samples per microbatch
   int64_t vocab = 256;        ///< vocabulary size: the tokenizer's (256 for bytes), set once it is opened

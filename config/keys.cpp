@@ -161,6 +161,8 @@ const std::vector<keys::row>& swarm_keys() {
       key("d-model", &model::d_model, "features", range(">= 1"), "hidden width"),
       key("n-heads", &model::n_heads, "", range(">= 1"), "attention heads (must divide d-model)"),
       key("n-layers", &model::n_layers, "", range(">= 1"), "transformer blocks in the whole model"),
+      key("share-layers", &model::share_layers, "", range(">= 1"),
+          "layer sharing (the paper's): each run of this many layers is one block applied that many times; 1 = none"),
       key("n-kv-heads", &model::n_kv_heads, "", range(">= 0"),
           "llama: key/value heads (grouped-query attention), dividing n-heads; 0 = n-heads"),
       key("ffn-dim", &model::ffn_dim, "features", range(">= 0"),

@@ -109,12 +109,16 @@ stage_module_impl::stage_module_impl(const model_config& cfg, const stage_span& 
       init_embedding(pos_emb_, gen);
     }
   }
-  for (int i = span.first_block; i < span.end_block; ++i) {
+  // With sharing, one block per run of share_layers layers, named and seeded
+  // by the run's first layer and applied once per layer of the run.
+  const int share = static_cast<int>(std::max<int64_t>(1, cfg.share_layers));
+  for (int i = span.first_block; i < span.end_block; i += share) {
     auto gen = generator_for(cfg, block_tag(i));
     // Global index in the name, so a stage's parameter names match the full model's.
     auto blk = register_module("block" + std::to_string(i), make_block(cfg));
     blk->init(gen, init_std, residual_std);
-    blocks_.push_back(blk);
+    for (int r = 0; r < share; ++r)
+      blocks_.push_back(blk);
   }
   if (span.has_head()) {
     auto gen = generator_for(cfg, head_tag);
@@ -142,7 +146,7 @@ torch::Tensor stage_module_impl::forward(const torch::Tensor& x) {
 }
 
 stage_module make_full_model(const model_config& cfg) {
-  return stage_module(cfg, partition_blocks(static_cast<int>(cfg.n_layers), 1).at(0));
+  return stage_module(cfg, partition_layers(cfg, 1).at(0));
 }
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {

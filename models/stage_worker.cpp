@@ -77,10 +77,11 @@ stage_span checked_span(const model_config& cfg, int stage, int num_stages) {
   if (cfg.n_heads < 1 || cfg.d_model % cfg.n_heads != 0)
     throw std::invalid_argument("d_model " + std::to_string(cfg.d_model) + " is not divisible by n_heads " +
                                 std::to_string(cfg.n_heads) + ": pick n_heads that divides d_model");
-  const auto spans = partition_blocks(static_cast<int>(cfg.n_layers), num_stages);
+  const auto spans = partition_layers(cfg, num_stages);
   if (spans.empty())
-    throw std::invalid_argument("cannot cut " + std::to_string(cfg.n_layers) + " layers into " +
-                                std::to_string(num_stages) + " stages: use --stages between 1 and n_layers");
+    throw std::invalid_argument("cannot cut " + std::to_string(cfg.n_layers) + " layers shared in runs of " +
+                                std::to_string(cfg.share_layers) + " into " + std::to_string(num_stages) +
+                                " stages: use --stages between 1 and n_layers / share_layers");
   if (stage < 0 || stage >= num_stages)
     throw std::invalid_argument("stage " + std::to_string(stage) + " is outside [0, " + std::to_string(num_stages) +
                                 "): pass --stage between 0 and stages - 1");

@@ -117,8 +117,9 @@ TEST_CASE("a llama swarm trains on token shards with a SentencePiece tokenizer a
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   // What a user runs: a tokenizer, shards with a held-out split, then the
-  // swarm, here of the Llama family with grouped-query attention (its state
-  // copies, averaging and checkpoints go through the same real processes).
+  // swarm, here of the Llama family with grouped-query attention and shared
+  // layers (4 layers in runs of 2: each stage one block applied twice), whose
+  // state copies and averaging go through the same real processes.
   REQUIRE(run_swarm({"--role", "tokenizer", "--input", "/usr/share/games/fortunes", "--vocab-size", "1000", "--out",
                      dir + "/tok.model"},
                     180) == 0);
@@ -128,7 +129,7 @@ TEST_CASE("a llama swarm trains on token shards with a SentencePiece tokenizer a
   const int steps = 300;
   const auto [code, output] = run_swarm_output(
       {"--role", "cluster", "--config", SWARM_SOURCE_DIR "/config/tiny", "--data", dir + "/shards", "--tokenizer",
-       dir + "/shards/tokenizer.model", "--model", "llama", "--n-kv-heads", "2", "--eval-every", "100",
+       dir + "/shards/tokenizer.model", "--model", "llama", "--n-kv-heads", "2", "--n-layers", "4", "--share-layers", "2", "--eval-every", "100",
        "--eval-tokens", "4096", "--max-steps", std::to_string(steps), "--metrics", metrics},
       240);
   REQUIRE(code == 0);

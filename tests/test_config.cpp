@@ -56,7 +56,8 @@ TEST_CASE("defaults are valid and the role is required", "[config]") {
 
 TEST_CASE("the shipped config files parse", "[config]") {
   for (const char* file :
-       {SWARM_SOURCE_DIR "/config/tiny", SWARM_SOURCE_DIR "/config/small", SWARM_SOURCE_DIR "/config/llama-small"}) {
+       {SWARM_SOURCE_DIR "/config/tiny", SWARM_SOURCE_DIR "/config/small", SWARM_SOURCE_DIR "/config/llama-small",
+        SWARM_SOURCE_DIR "/config/llama-shared"}) {
     INFO(file);
     auto r = parse({"--role", "cluster", "--config", file});
     REQUIRE(r.config);
@@ -149,6 +150,8 @@ TEST_CASE("bad values get a message naming the flag and the fix", "[config]") {
       {{"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "-1"}, "--trainer-slot -1: must be auto"},
       {{"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "4096"}, "--trainer-slot 4096"},
       {{"--role", "local", "--model", "mamba"}, "--model"},
+      {{"--role", "local", "--n-layers", "4", "--share-layers", "3"}, "--share-layers 3: must divide n-layers"},
+      {{"--role", "cluster", "--n-layers", "4", "--share-layers", "4", "--stages", "2"}, "n-layers / share-layers"},
       {{"--role", "local", "--model", "llama", "--n-kv-heads", "3"}, "--n-kv-heads 3: must be 0 (= n-heads) or divide"},
       {{"--role", "local", "--model", "llama", "--d-model", "60"}, "even head width"},
       {{"--role", "local", "--model", "llama", "--norm-eps", "0"}, "--norm-eps 0"},
@@ -254,8 +257,9 @@ TEST_CASE("model hash changes with any model field", "[config]") {
   model_config l;
   l.arch = "llama";
   CHECK(l.hash() != a.hash());
-  for (int field = 0; field < 4; ++field) {
+  for (int field = 0; field < 5; ++field) {
     auto m = l;
+    if (field == 4) m.share_layers = 2;
     if (field == 0) m.n_kv_heads = 2;
     if (field == 1) m.ffn_dim = 100;
     if (field == 2) m.norm_eps = 1e-6;
@@ -353,7 +357,7 @@ const std::vector<std::string> every_key_set = {
     "--role", "server", "--out", "/tmp/calibration.txt", "--stages", "3", "--threads", "2", "--device", "cuda:1",
     "--metrics", "/tmp/m.jsonl", "--log-level", "debug",
     "--model", "llama", "--d-model", "96", "--n-heads", "6", "--n-layers", "6", "--n-kv-heads", "3",
-    "--ffn-dim", "200", "--norm-eps", "1e-06", "--rope-theta", "500000", "--seq-len", "32", "--microbatch", "4", "--lr", "0.0012345678901234",
+    "--ffn-dim", "200", "--norm-eps", "1e-06", "--rope-theta", "500000", "--share-layers", "2", "--seq-len", "32", "--microbatch", "4", "--lr", "0.0012345678901234",
     "--weight-decay", "0.05", "--beta1", "0.8", "--beta2", "0.99", "--grad-clip", "0.5", "--seed", "7",
     "--tokenizer", "/tmp/tok.model", "--vocab", "8000", "--data", "/tmp/shards", "--eval-every", "10",
     "--eval-tokens", "4096", "--input", "/tmp/a", "/tmp/b c", "--vocab-size", "4000", "--encode",

@@ -30,7 +30,8 @@ model_config small_config() {
   return cfg;
 }
 
-/// small_config in each family: gpt, llama, llama with grouped-query attention.
+/// small_config in each family: gpt, llama, llama with grouped-query
+/// attention, and that with layers shared in pairs.
 model_config family_config(int which) {
   auto cfg = small_config();
   if (which > 0) {
@@ -40,11 +41,14 @@ model_config family_config(int which) {
   }
   if (which > 1)
     cfg.n_kv_heads = 2;
+  if (which > 2)
+    cfg.share_layers = 2;
   return cfg;
 }
 
 std::string family_name(const model_config& cfg) {
-  return cfg.arch + " kv " + std::to_string(cfg.kv_heads()) + "/" + std::to_string(cfg.n_heads);
+  return cfg.arch + " kv " + std::to_string(cfg.kv_heads()) + "/" + std::to_string(cfg.n_heads) + " share " +
+         std::to_string(cfg.share_layers);
 }
 
 torch::Tensor random_tokens(int64_t b, int64_t t, uint64_t seed) {
@@ -54,7 +58,7 @@ torch::Tensor random_tokens(int64_t b, int64_t t, uint64_t seed) {
 
 std::vector<stage_module> make_stages(const model_config& cfg, int num_stages) {
   std::vector<stage_module> stages;
-  for (const auto& span : partition_blocks(static_cast<int>(cfg.n_layers), num_stages))
+  for (const auto& span : partition_layers(cfg, num_stages))
     stages.emplace_back(cfg, span);
   return stages;
 }
@@ -109,10 +113,12 @@ std::map<std::string, torch::Tensor> merged(std::vector<stage_module>& stages, b
 } // namespace
 
 TEST_CASE("a stage built alone holds the full model's weights", "[model]") {
-  const auto cfg = family_config(GENERATE(0, 1, 2));
+  const auto cfg = family_config(GENERATE(0, 1, 2, 3));
   INFO(family_name(cfg));
   auto full = make_full_model(cfg);
   for (int s : {1, 2, 3, 4}) {
+    if (s > cfg.n_layers / cfg.share_layers)
+      continue;  // sharing in pairs: 2 stages at most
     auto stages = make_stages(cfg, s);
     const double diff = max_diff(named(*full, false), merged(stages, false));
     std::cout << "init S=" << s << ": max |w_full - w_staged| = " << diff << "\n";
@@ -126,7 +132,7 @@ TEST_CASE("a stage built alone holds the full model's weights", "[model]") {
 }
 
 TEST_CASE("the staged chain reproduces the full model's loss and every gradient", "[model]") {
-  const auto cfg = family_config(GENERATE(0, 1, 2));
+  const auto cfg = family_config(GENERATE(0, 1, 2, 3));
   INFO(family_name(cfg));
   for (int64_t t : {cfg.seq_len, int64_t{10}}) {
     const auto x = random_tokens(cfg.microbatch, t, 1);
@@ -135,6 +141,8 @@ TEST_CASE("the staged chain reproduces the full model's loss and every gradient"
     auto full_loss = lm_loss(full->forward(x), y);
     full_loss.backward();
     for (int s : {2, 3, 4}) {
+      if (s > cfg.n_layers / cfg.share_layers)
+        continue;
       auto stages = make_stages(cfg, s);
       const float loss = run_staged(stages, x, y);
       const double grad_diff = max_diff(named(*full, true), merged(stages, true));
@@ -199,6 +207,43 @@ TEST_CASE("the optimizer decays matrices only", "[model]") {
     total += group.params().size();
   }
   REQUIRE(total == model->parameters().size());
+}
+
+TEST_CASE("a shared block is the unshared model with equal blocks; its gradient is their sum", "[model][llama]") {
+  // Independent of the sharing code: the unshared model, its blocks 2k and
+  // 2k + 1 set to the shared model's block 2k, computes the same logits, and
+  // the shared block's gradient is the sum of the two blocks' gradients.
+  auto shared_cfg = family_config(3);
+  auto plain_cfg = shared_cfg;
+  plain_cfg.share_layers = 1;
+  auto shared = make_full_model(shared_cfg), plain = make_full_model(plain_cfg);
+  auto shared_params = named(*shared, false);
+  CHECK(shared_params.size() < named(*plain, false).size());
+  const auto source = [](const std::string& name) {  // plain's name -> shared's
+    if (name.rfind("block", 0) != 0)
+      return name;
+    const auto dot = name.find('.');
+    const int k = std::stoi(name.substr(5, dot - 5));
+    return "block" + std::to_string(k - k % 2) + name.substr(dot);
+  };
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, p] : named(*plain, false))
+      p.copy_(shared_params.at(source(name)));
+  }
+  const auto x = random_tokens(2, shared_cfg.seq_len, 21), y = random_tokens(2, shared_cfg.seq_len, 22);
+  auto a = shared->forward(x), b = plain->forward(x);
+  CHECK((a - b).abs().max().item<double>() < 1e-5);
+  lm_loss(a, y).backward();
+  lm_loss(b, y).backward();
+  std::map<std::string, torch::Tensor> summed;
+  for (auto& [name, g] : named(*plain, true)) {
+    auto& s = summed[source(name)];
+    s = s.defined() ? s + g : g.clone();
+  }
+  const double diff = max_diff(named(*shared, true), summed);
+  std::cout << "sharing: max |grad_shared - sum of unshared grads| = " << diff << "\n";
+  CHECK(diff < 1e-5);
 }
 
 TEST_CASE("rotary embeddings: attention scores depend on relative positions only", "[model][llama]") {

@@ -7,6 +7,7 @@ using swarm::partition_blocks;
 using swarm::stage_costs;
 using swarm::block_matrix_madds;
 using swarm::model_config;
+using swarm::partition_layers;
 
 namespace {
 
@@ -79,4 +80,27 @@ TEST_CASE("stage costs: multiply-adds per sample, forward twice before the last 
   CHECK(m.ffn_width() == 256);
   CHECK(block_matrix_madds(m) == Approx(61440));
   CHECK(stage_costs(m, 2).at(0) == Approx(64 * (61440.0 + 8192) * 4));
+}
+
+TEST_CASE("shared layers: stages hold whole runs, compute counts every application", "[partition]") {
+  model_config m;
+  m.n_layers = 12;
+  m.share_layers = 4;  // 3 runs of 4
+  const auto spans = partition_layers(m, 2);
+  REQUIRE(spans.size() == 2);
+  CHECK(spans[0].first_block == 0);
+  CHECK(spans[0].end_block == 8);  // 3 runs on 2 stages: the extra run to the first
+  CHECK(spans[1].end_block == 12);
+  for (const auto& s : spans)
+    CHECK(s.blocks() % 4 == 0);
+  CHECK(partition_layers(m, 3).size() == 3);
+  CHECK(partition_layers(m, 4).empty());  // more stages than runs
+  m.share_layers = 5;
+  CHECK(partition_layers(m, 1).empty());  // 5 does not divide 12
+  // The same cut without sharing costs the same per application.
+  m.share_layers = 4;
+  auto plain = m;
+  plain.share_layers = 1;
+  const auto shared_cost = stage_costs(m, 3), plain_cost = stage_costs(plain, 3);
+  CHECK(shared_cost == plain_cost);  // 12 layers on 3 stages: 4 each either way
 }

@@ -662,18 +662,24 @@ TEST_CASE("import_state refuses garbage and other stages' states untouched", "[w
 TEST_CASE("cost model: parameter counts equal the real stages'", "[model][sim]") {
   // swarm-sim sizes state copies and all-reduces from models/shape/cost_model's
   // formula; it must count what models/gpt.cpp builds.
-  for (int stages : {1, 2, 3, 4, 5, 6}) {
+  for (int stages : {1, 2, 3, 4, 5, 6, 7}) {
     model_config m;
     m.d_model = 64;
     m.n_layers = 3;
     m.seq_len = 32;
-    if (stages > 3) {  // llama, with grouped-query attention from 5 on
+    if (stages > 3) {  // llama, with grouped-query attention from 5 on, sharing at 7
       m.arch = "llama";
       m.n_kv_heads = stages > 4 ? 2 : 0;
       m.ffn_dim = stages > 5 ? 100 : 0;
       stages -= 3;
     }
-    INFO(m.arch << " kv " << m.kv_heads() << " ffn " << m.ffn_width() << ", " << stages << " stages");
+    if (stages == 4) {  // 6 layers in runs of 3 on 2 stages: one block each
+      m.n_layers = 6;
+      m.share_layers = 3;
+      stages = 2;
+    }
+    INFO(m.arch << " kv " << m.kv_heads() << " ffn " << m.ffn_width() << " share " << m.share_layers << ", "
+                << stages << " stages");
     const model_shape shape{m, stages, "none"};
     for (int k = 0; k < stages; ++k) {
       stage_worker worker(m, k, stages, "cpu");

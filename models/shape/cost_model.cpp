@@ -14,12 +14,13 @@ bool model_shape::operator==(const model_shape& o) const {
   return model.arch == o.model.arch && model.d_model == o.model.d_model && model.seq_len == o.model.seq_len &&
          model.vocab == o.model.vocab && model.n_layers == o.model.n_layers &&
          model.kv_heads() * o.model.n_heads == o.model.kv_heads() * model.n_heads &&
-         model.ffn_width() == o.model.ffn_width() && model.microbatch == o.model.microbatch && stages == o.stages &&
+         model.ffn_width() == o.model.ffn_width() && model.share_layers == o.model.share_layers &&
+         model.microbatch == o.model.microbatch && stages == o.stages &&
          compression == o.compression;
 }
 
 double forward_madds(const model_shape& s, int stage) {
-  const auto spans = partition_blocks(static_cast<int>(s.model.n_layers), s.stages);
+  const auto spans = partition_layers(s.model, s.stages);
   if (stage < 0 || stage >= static_cast<int>(spans.size())) return 0;
   const auto d = static_cast<double>(s.model.d_model);
   const auto t = static_cast<double>(s.model.seq_len);
@@ -29,12 +30,12 @@ double forward_madds(const model_shape& s, int stage) {
 }
 
 int64_t stage_parameters(const model_shape& s, int stage) {
-  const auto spans = partition_blocks(static_cast<int>(s.model.n_layers), s.stages);
+  const auto spans = partition_layers(s.model, s.stages);
   if (stage < 0 || stage >= static_cast<int>(spans.size())) return 0;
   const auto& span = spans[static_cast<size_t>(stage)];
   const int64_t d = s.model.d_model;
   const bool llama = s.model.is_llama();
-  int64_t n = span.blocks() * block_parameters(s.model);
+  int64_t n = span.blocks() / s.model.share_layers * block_parameters(s.model);  // shared blocks count once
   if (span.has_embedding()) n += (s.model.vocab + (llama ? 0 : s.model.seq_len)) * d;  // llama: rotary positions
   if (span.has_head()) n += (llama ? d : 2 * d) + d * s.model.vocab;  // final norm, head without bias
   return n;
@@ -69,7 +70,7 @@ double request_madds(const model_shape& s, int stage, bool backward) {
 }
 
 std::vector<stage_cost> request_costs(const model_shape& s, const calibration& cal) {
-  const auto spans = partition_blocks(static_cast<int>(s.model.n_layers), s.stages);
+  const auto spans = partition_layers(s.model, s.stages);
   if (spans.empty()) return {};
   const auto madd_cost = stage_costs(s.model, s.stages);
   const bool measured = s == cal.shape && cal.forward_s.size() == spans.size() && cal.backward_s.size() == spans.size();

@@ -1,5 +1,7 @@
 #include "models/shape/partition.hpp"
 
+#include <algorithm>
+
 namespace swarm {
 
 std::vector<stage_span> partition_blocks(int n_blocks, int num_stages) {
@@ -33,6 +35,18 @@ std::vector<stage_span> partition_blocks(int n_blocks, int num_stages) {
   return spans;
 }
 
+std::vector<stage_span> partition_layers(const model_config& m, int num_stages) {
+  const int share = static_cast<int>(std::max<int64_t>(1, m.share_layers));
+  if (m.n_layers % share != 0)
+    return {};
+  auto spans = partition_blocks(static_cast<int>(m.n_layers) / share, num_stages);
+  for (auto& s : spans) {
+    s.first_block *= share;
+    s.end_block *= share;
+  }
+  return spans;
+}
+
 double block_matrix_madds(const model_config& m) {
   const auto d = static_cast<double>(m.d_model);
   if (!m.is_llama())
@@ -54,7 +68,7 @@ std::vector<double> stage_costs(const model_config& m, int num_stages) {
   const double block = block_matrix_madds(m) + 2 * t * d;  // per token
   const double head = d * static_cast<double>(m.vocab);
   std::vector<double> cost;
-  for (const auto& span : partition_blocks(static_cast<int>(m.n_layers), num_stages)) {
+  for (const auto& span : partition_layers(m, num_stages)) {  // compute: every application
     const double forward = t * (span.blocks() * block + (span.has_head() ? head : 0));
     cost.push_back(forward * (span.has_head() ? 1 + 2 : 2 + 2));  // forward(s) + backward (2x forward)
   }

@@ -27,6 +27,11 @@ struct stage_span {
 /// Requires 1 <= num_stages <= n_blocks; returns an empty vector otherwise.
 [[nodiscard]] std::vector<stage_span> partition_blocks(int n_blocks, int num_stages);
 
+/// The model's cut in layers: partition_blocks over its runs of share_layers
+/// layers (one distinct block each, never split), each span scaled back to
+/// layers. Without sharing, partition_blocks(n_layers, num_stages).
+[[nodiscard]] std::vector<stage_span> partition_layers(const model_config& m, int num_stages);
+
 /// Multiply-adds per token of one block's weight matrices: gpt 12 d^2 (qkv,
 /// projection, 4x MLP); llama 2 d^2 (q, o) + 2 d kv_dim (k, v) + 3 d ffn (SwiGLU).
 [[nodiscard]] double block_matrix_madds(const model_config& m);
