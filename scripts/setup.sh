@@ -27,6 +27,7 @@ packages=(
   libsimgrid-dev                   # swarm-sim (optional target; SimGrid 3.32 via pkg-config)
   libsentencepiece-dev             # --role tokenizer / prepare: SentencePiece 0.1.97 (BPE training, encoding)
   python3-sentencepiece            # the tests' independent check of the ids, and scripts/bench_data.sh
+  nlohmann-json3-dev               # safetensors headers (models/safetensors.cpp)
 )
 # --fuzz: also what scripts/fuzz.sh builds with (the test suite replays the
 # fuzz corpora without them).

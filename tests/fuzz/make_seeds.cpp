@@ -15,6 +15,7 @@
 #include "messages/tensor_codec.hpp"
 #include "messages/wire.hpp"
 #include "models/checkpoint.hpp"
+#include "models/safetensors.hpp"
 #include "net/bulk_frame.hpp"
 
 namespace fs = std::filesystem;
@@ -159,6 +160,19 @@ void data() {
   fs::remove_all(dir);
 }
 
+void safetensors() {
+  // Hugging Face names and dtypes, a metadata block, an empty tensor.
+  const std::string w(4 * 6, '\x3f'), g(2 * 3, '\x01'), ids(8 * 2, '\0');
+  auto file = write_safetensors({{"model.layers.0.self_attn.q_proj.weight", "F32", {2, 3}, w},
+                                 {"model.norm.weight", "BF16", {3}, g},
+                                 {"position_ids", "I64", {2}, ids},
+                                 {"empty", "F16", {0}, ""}},
+                                {{"format", "pt"}});
+  if (!file)
+    throw std::runtime_error(file.error().what());
+  seed("safetensors", "small", *file);
+}
+
 void config(const fs::path& source) {
   std::ifstream in(source / "config" / "tiny");
   const std::string tiny((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -185,6 +199,7 @@ int main(int argc, char** argv) {
   wire_message();
   checkpoint();
   data();
+  safetensors();
   config(argv[2]);
   std::printf("%d seeds written under %s\n", written, root.c_str());
   return 0;
