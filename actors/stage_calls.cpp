@@ -50,6 +50,15 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, const pr
     reply.set_server_step(static_cast<uint64_t>(worker.steps()));
     return reply;
   }
+  if (req.logits() && worker.span().has_head()) {  // generation: the next token's logits, nothing accumulated
+    auto logits = worker.next_logits(*inputs);
+    if (!logits)
+      return to_caf(logits.error());
+    proto::forward_reply reply;
+    *reply.mutable_outputs() = encode_tensor(*logits, *codec);
+    reply.set_server_step(static_cast<uint64_t>(worker.steps()));
+    return reply;
+  }
   auto r = worker.forward(*inputs, targets ? &*targets : nullptr, gate);
   if (!r)
     return to_caf(r.error());

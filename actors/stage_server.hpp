@@ -83,6 +83,8 @@ struct stage_server_config {
   int64_t bulk_min_bytes = 64 << 10;
   double bulk_wait_s = 60;        ///< a claim on bytes that have not come fails after this (PEER_GONE)
   checkpoint_settings checkpoints;
+  /// --init-from's whole model (null: random init): a stage built on a move starts from it too.
+  std::shared_ptr<const named_tensors> initial_weights;
   /// A process that stood still this long (its peers' connection timeout) gives up
   /// the round it was in (base/freeze_watch.hpp); 0 = never.
   double freeze_s = 0;

@@ -93,6 +93,9 @@ void move_now(server_ptr self) {
   std::shared_ptr<stage_worker> fresh;
   try {
     fresh = std::make_shared<stage_worker>(st.cfg.model, to, st.cfg.num_stages, st.cfg.device);
+    if (st.cfg.initial_weights)
+      if (auto err = fresh->load_parameters(*st.cfg.initial_weights))
+        throw std::invalid_argument("--init-from: " + std::string{err.what()});
   } catch (const std::exception& e) {
     log->error("cannot build stage {}: {}", to, e.what());
     self->quit(make_error(errc::INTERNAL, std::string{"cannot build stage "} + std::to_string(to) + ": " + e.what()));

@@ -32,6 +32,7 @@
 #include "apps/huge_pages.hpp"
 #include "apps/node.hpp"
 #include "apps/roles.hpp"
+#include "apps/weight_roles.hpp"
 #include "base/log.hpp"
 #include "base/metrics.hpp"
 #include "observe/run_summary.hpp"
@@ -395,6 +396,11 @@ int supervisor::run() {
 
 int run_cluster(const app_config& cfg) {
   setup_logging("cluster", cfg.log_level);
+  // Checked here once: every server would refuse a file that does not fit, again after every restart.
+  if (auto initial = initial_weights(cfg); !initial) {
+    std::cerr << "swarm: cluster: --init-from: " << initial.error().what() << "\n";
+    return 2;
+  }
   return supervisor{cfg}.run();
 }
 

@@ -14,6 +14,7 @@
 #include "messages/errors.hpp"
 #include "models/checkpoint.hpp"
 #include "apps/data_roles.hpp"
+#include "apps/weight_roles.hpp"
 #include "models/stage_worker.hpp"
 
 namespace swarm {
@@ -129,6 +130,15 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
   local_checkpoints checkpoints;
   if (!checkpoints.resume(cfg, *worker, step, samples, rng))
     return 2;
+  if (step == 0 && !cfg.init_from.empty()) {  // a checkpoint, when there is one, is further along
+    auto weights = initial_weights(cfg);
+    const error err = weights ? worker->load_parameters(**weights) : weights.error();
+    if (err) {
+      std::cerr << "local: --init-from: " << err.what() << "\n";
+      return 2;
+    }
+    std::cout << "local: weights from " << cfg.init_from << std::endl;
+  }
   // Gradient accumulation: the batch is cut into microbatches exactly as the swarm does.
   const int64_t microbatches = std::max<int64_t>(1, cfg.trainer.batch_size / m.microbatch);
   const int64_t samples_per_step = microbatches * m.microbatch;

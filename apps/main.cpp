@@ -7,6 +7,8 @@
 //   swarm --role trainer --coordinator host:7000
 //   swarm --role tokenizer --input DIR --vocab-size 8000 --out tok.model
 //   swarm --role prepare --input DIR --tokenizer tok.model --out shards/
+//   swarm --role export --config config/llama-small --checkpoint-dir ckpt --out hf/
+//   swarm --role generate --config config/llama-small --checkpoint-dir ckpt --prompt "Once"
 //
 // Every option: swarm --help. Config files: config/. Metrics: docs/metrics.md.
 
@@ -17,6 +19,7 @@
 #include "apps/data_roles.hpp"
 #include "apps/local_train.hpp"
 #include "apps/roles.hpp"
+#include "apps/weight_roles.hpp"
 #include "messages/errors.hpp"
 #include "net/tls.hpp"
 
@@ -52,6 +55,10 @@ int main(int argc, char** argv) {
         return swarm::run_tokenizer(cfg, *tok);
       case swarm::role::prepare:
         return swarm::run_prepare(cfg, *tok);
+      case swarm::role::export_weights:
+        return swarm::run_export(cfg, *tok);
+      case swarm::role::generate:
+        return swarm::run_generate(cfg, *tok);
       case swarm::role::coordinator:
         return swarm::run_coordinator(cfg);
       case swarm::role::server:

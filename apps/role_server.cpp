@@ -13,6 +13,7 @@
 #include "actors/stage_server_move.hpp"
 #include "apps/node.hpp"
 #include "apps/roles.hpp"
+#include "apps/weight_roles.hpp"
 #include "messages/errors.hpp"
 #include "messages/wire.hpp"
 
@@ -47,7 +48,8 @@ caf::expected<proto::placement> ask_placement(caf::actor_system& sys, const coor
 
 /// The stage server actor's settings from the process's config.
 stage_server_config stage_server_settings(const app_config& cfg, const std::string& server_id,
-                                  std::shared_ptr<bulk_endpoint> bulk, const checkpoint_settings& checkpoints) {
+                                  std::shared_ptr<bulk_endpoint> bulk, const checkpoint_settings& checkpoints,
+                                  std::shared_ptr<const named_tensors> initial) {
   stage_server_config scfg{server_id, cfg.net.chunk_bytes, cfg.server.slowdown};
   if (cfg.server.fault == "hang-forward")
     scfg.fault = stage_server_config::fault_kind::hang_forward;
@@ -65,6 +67,7 @@ stage_server_config stage_server_settings(const app_config& cfg, const std::stri
   scfg.bulk = std::move(bulk);
   scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
   scfg.checkpoints = checkpoints;
+  scfg.initial_weights = std::move(initial);
   scfg.coordinator_up = std::make_shared<std::atomic<bool>>(true);
   scfg.freeze_s = cfg.net.connection_timeout_s;
   return scfg;
@@ -107,10 +110,20 @@ int run_server(const app_config& cfg) {
   node n{cfg, "server " + server_id, "server", "server"};
   auto log = get_logger("stage_server");
   set_torch_threads(cfg.threads);
+  // --init-from: read once, checked before anything connects; every stage
+  // this server builds (moves too) starts from it unless a peer or a checkpoint is further along.
+  auto initial = initial_weights(cfg);
+  if (!initial) {
+    std::cerr << "swarm: server: --init-from: " << initial.error().what() << "\n";
+    return 2;
+  }
   std::shared_ptr<stage_worker> worker;
   auto build = [&](int stage) {
     try {
       worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.stages, cfg.device);
+      if (*initial)
+        if (auto err = worker->load_parameters(**initial))
+          throw std::invalid_argument("--init-from " + cfg.init_from + ": " + err.what());
       return true;
     } catch (const std::exception& e) {
       std::cerr << "swarm: server: " << e.what() << "\n";
@@ -139,7 +152,7 @@ int run_server(const app_config& cfg) {
   n.phase("downloading the stage's state");
   (void)moving::download_state(sys, coord, stage, cfg.model.hash(), server_id, *worker, *n.metrics(), *checkpoints,
                                cfg.stages);
-  const auto scfg = stage_server_settings(cfg, server_id, bulk, *checkpoints);
+  const auto scfg = stage_server_settings(cfg, server_id, bulk, *checkpoints, *initial);
   auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, n.metrics(),
                                          std::make_shared<stage_server_counters>());
   auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };

@@ -12,6 +12,7 @@
 #include <caf/all.hpp>
 
 #include "actors/load_balancer.hpp"
+#include "apps/balancer_config.hpp"
 #include "actors/trainer.hpp"
 #include "apps/node.hpp"
 #include "apps/roles.hpp"
@@ -146,7 +147,8 @@ caf::behavior status_reporter(caf::event_based_actor* self, std::string trainer_
   };
 }
 
-/// Stage `stage`'s load balancer: the trainer's routing, deadline and ban keys, and its own seed.
+} // namespace
+
 load_balancer_config balancer_config(const app_config& cfg, const std::string& trainer_id, int stage,
                                      std::shared_ptr<bulk_endpoint> bulk) {
   const auto& t = cfg.trainer;
@@ -168,8 +170,6 @@ load_balancer_config balancer_config(const app_config& cfg, const std::string& t
   lb.routing = {t.ema_alpha, t.backward_cost, t.ban_base_s, t.ban_max_s};
   return lb;
 }
-
-} // namespace
 
 int run_trainer(const app_config& cfg) {
   // Two malloc arenas, not glibc's 8 per core: a trainer's CAF workers and a

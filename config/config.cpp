@@ -23,6 +23,8 @@ const char* to_string(role r) {
     case role::status: return "status";
     case role::tokenizer: return "tokenizer";
     case role::prepare: return "prepare";
+    case role::export_weights: return "export";
+    case role::generate: return "generate";
   }
   return "?";
 }
@@ -143,6 +145,16 @@ std::string validate(const app_config& c) {
   if (c.which == role::prepare && c.model.tokenizer == "bytes")
     return "--tokenizer bytes: prepare needs a SentencePiece model (--role tokenizer makes one; bytes have no "
            "end-of-document token, and --corpus trains on raw bytes without preparing)";
+  if (c.which == role::export_weights && (c.out.empty() || c.out == "-"))
+    return "--out: export needs the folder to write model.safetensors, config.json and the tokenizer to";
+  if (c.which == role::export_weights && c.checkpoint.dir.empty() == c.init_from.empty())
+    return "export needs exactly one source: --checkpoint-dir DIR (a run's checkpoints) or --init-from FILE";
+  if (c.which == role::generate &&
+      int{!c.checkpoint.dir.empty()} + int{!c.init_from.empty()} + int{!c.server.coordinator.empty()} != 1)
+    return "generate needs exactly one model: --checkpoint-dir DIR, --init-from FILE or --coordinator HOST:PORT "
+           "(a running swarm)";
+  if (c.which == role::generate && !c.server.coordinator.empty() && !split_host_port(c.server.coordinator))
+    return "--coordinator '" + c.server.coordinator + "': generate needs HOST:PORT of the coordinator";
   if (c.trainer.eval_every > 0 && c.trainer.data.empty() && (c.which == role::trainer || c.which == role::local ||
                                                               c.which == role::cluster))
     return "--eval-every " + std::to_string(c.trainer.eval_every) +
@@ -177,7 +189,7 @@ parse_result parse_config(int argc, const char* const* argv) {
     result.message = metrics_events_markdown();
     return result;
   }
-  CLI::App app{"swarm: SWARM-parallel training of a byte-level GPT on CAF actors.\n"
+  CLI::App app{"swarm: SWARM-parallel training of a GPT- or Llama-style model on CAF actors.\n"
                "One binary; --role picks what this process is. Every option is also a key of the\n"
                "--config file (`key = value`, the flag's name without dashes in front).\n"
                "--help-markdown prints this list as docs/flags.md's table, --help-metrics-markdown\n"

@@ -12,7 +12,7 @@
 
 namespace swarm {
 
-enum class role { coordinator, server, trainer, local, cluster, status, calibrate, tokenizer, prepare };
+enum class role { coordinator, server, trainer, local, cluster, status, calibrate, tokenizer, prepare, export_weights, generate };
 
 [[nodiscard]] const char* to_string(role r);
 
@@ -177,6 +177,16 @@ struct cluster_config {
   [[nodiscard]] std::vector<int> servers_of_stages(int stages) const;
 };
 
+/// --role generate: sampling a continuation of --prompt.
+struct generate_config {
+  std::string prompt;           ///< text to continue (empty: from a document's start)
+  int64_t max_new_tokens = 200; ///< tokens to generate at most (fewer when the model ends the document)
+  double temperature = 0.8;     ///< softmax temperature; 0 = greedy (argmax)
+  int64_t top_k = 40;           ///< sample among the k likeliest tokens; 0 = all
+  uint64_t sample_seed = 1;     ///< seed of the sampling (--seed is the model's, in its hash)
+  std::string kv_cache = "on";  ///< on: keep keys and values of past positions; off: recompute the window per token
+};
+
 /// Everything one process needs; each role reads its own part.
 struct app_config {
   role which = role::local;
@@ -187,6 +197,7 @@ struct app_config {
   std::string metrics;       ///< JSON-lines metrics file to append to; empty = none
   std::string out = "-";     ///< calibrate: where the calibration goes (- = standard output)
   std::string log_level = "info";  ///< trace, debug, info, warn, error
+  std::string init_from;     ///< safetensors file (Hugging Face names) to start the stages from; empty = random init
   model_config model;
   net_config net;
   coordinator_config coordinator;
@@ -195,6 +206,7 @@ struct app_config {
   checkpoint_config checkpoint;
   cluster_config cluster;
   data_config data;
+  generate_config generate;
 };
 
 /// Result of parsing: a config, or an exit (help printed: code 0; error: code 2

@@ -8,8 +8,9 @@ namespace swarm {
 namespace {
 
 /// Every role, in --help order; to_string() names them.
-constexpr role roles[] = {role::coordinator, role::server,    role::trainer,   role::local, role::cluster,
-                          role::status,      role::calibrate, role::tokenizer, role::prepare};
+constexpr role roles[] = {role::coordinator, role::server,    role::trainer,   role::local,
+                          role::cluster,     role::status,    role::calibrate, role::tokenizer,
+                          role::prepare,     role::export_weights, role::generate};
 
 std::vector<std::string> role_names() {
   std::vector<std::string> out;
@@ -129,6 +130,7 @@ const std::vector<keys::row>& swarm_keys() {
   using ckpt = checkpoint_config;
   using cluster = cluster_config;
   using data = data_config;
+  using gen = generate_config;
   const auto own = keys::reach::process;  // not passed on to a cluster's children
   const auto range = [](const char* spec) { return check::range(spec); };
   const auto one_of = [](std::vector<std::string> words) { return check::one_of(std::move(words)); };
@@ -139,18 +141,23 @@ const std::vector<keys::row>& swarm_keys() {
                           "what this process is: coordinator | server | trainer | local | cluster | status (print a "
                           "running swarm's overview: --coordinator HOST:PORT) | calibrate (measure this machine's "
                           "stage costs for swarm-sim: --out FILE) | tokenizer (train one: --input, --vocab-size, --out; "
-                          "or --encode) | prepare (token shards: --input, --tokenizer, --out)",
+                          "or --encode) | prepare (token shards: --input, --tokenizer, --out) | export (Hugging Face weights: "
+                          "--checkpoint-dir or --init-from, --out) | generate (text: --checkpoint-dir, --init-from "
+                          "or --coordinator; --prompt)",
                           own)
           .must_be_given(),
       key("out", &app::out, "", {},
           "calibrate: file to write the calibration to (- = standard output); tokenizer: the model file; prepare: the "
-          "shards' folder",
+          "shards' folder; export: the folder for model.safetensors, config.json and the tokenizer",
           own),
       key("stages", &app::stages, "", range(">= 1"), "pipeline stages the model is cut into (1..n-layers)"),
       key("threads", &app::threads, "", range(">= 0"),
           "torch intra-op threads per process; 0 = all cores (cluster: cores / servers)"),
       key("device", &app::device, "", check::custom(valid_device, "must be cpu, cuda or cuda:N"),
           "server, local: torch device: cpu | cuda | cuda:N (needs a CUDA build of libtorch)"),
+      key("init-from", &app::init_from, "", {},
+          "server, local, cluster, export, generate: start from this safetensors file (Hugging Face names, as "
+          "--role export writes) instead of random weights; a checkpoint in --checkpoint-dir wins"),
       key("metrics", &app::metrics, "", {}, "append JSON-lines metrics to this file (see docs/metrics.md)"),
       key("log-level", &app::log_level, "", one_of({"trace", "debug", "info", "warn", "error"}),
           "trace | debug | info | warn | error"),
@@ -219,7 +226,7 @@ const std::vector<keys::row>& swarm_keys() {
       key("min-replicas", &coord::min_replicas, "", range(">= 1"),
           "coordinator: servers per stage kept before optimising throughput, where other stages can spare them"),
 
-      key("coordinator", &server::coordinator, "", {}, "server, trainer: HOST:PORT of the coordinator", own),
+      key("coordinator", &server::coordinator, "", {}, "server, trainer, status, generate: HOST:PORT of the coordinator", own),
       keys::text_key<server>("stage", stage_text, set_stage, {},
                              "server: pipeline stage to serve, 0-based, or auto: where the coordinator needs it", own),
       key("host", &server::host, "", {},
@@ -309,6 +316,19 @@ const std::vector<keys::row>& swarm_keys() {
       key("stage-servers", &cluster::stage_servers, "", {},
           "cluster: servers per stage in stage order (e.g. 3,1); overrides servers-per-stage", own),
 
+      key("prompt", &gen::prompt, "", {}, "generate: the text to continue (empty: a document's start)", own),
+      key("max-new-tokens", &gen::max_new_tokens, "", range(">= 1"),
+          "generate: tokens to generate at most (fewer when the model ends the document)", own),
+      key("temperature", &gen::temperature, "", range(">= 0"), "generate: softmax temperature; 0 = greedy (argmax)",
+          own),
+      key("top-k", &gen::top_k, "", range(">= 0"), "generate: sample among the k likeliest tokens; 0 = all", own),
+      key("sample-seed", &gen::sample_seed, "", {},
+          "generate: seed of the sampling (--seed is the model's initialisation, part of its hash)", own),
+      key("kv-cache", &gen::kv_cache, "", one_of({"on", "off"}),
+          "generate: on = keep past keys and values (linear in the length); off = recompute the window for "
+          "every token",
+          own),
+
       key("input", &data::input, "", {},
           "tokenizer, prepare: text files and folders to read (several: --input A B, or one per line in a config "
           "file)",
@@ -324,7 +344,7 @@ const std::vector<keys::row>& swarm_keys() {
 }
 
 std::vector<keys::binding> bind_keys(app_config& c) {
-  return keys::bind_all(swarm_keys(), c, c.model, c.net, c.coordinator, c.server, c.trainer, c.checkpoint, c.cluster, c.data);
+  return keys::bind_all(swarm_keys(), c, c.model, c.net, c.coordinator, c.server, c.trainer, c.checkpoint, c.cluster, c.data, c.generate);
 }
 
 }  // namespace swarm

@@ -24,12 +24,14 @@ struct sentencepiece_api {
   void (*release)(void* processor);
   void (*info)(const void* processor, int* vocab, int* bos, int* eos);
   bool (*encode)(const void* processor, std::string_view text, std::vector<int>* ids, std::string* err);
+  /// The text of `ids` (every id below the vocabulary).
+  bool (*decode)(const void* processor, const std::vector<int>& ids, std::string* text, std::string* err);
   /// Trains on the non-empty lines of `files`; the model's bytes into `model`.
   bool (*train)(const std::unordered_map<std::string, std::string>& spec, const std::vector<std::string>& files,
                 const std::function<void(const std::string&)>& say, std::string* model, std::string* err);
 };
 
-constexpr int sentencepiece_api_version = 1;
+constexpr int sentencepiece_api_version = 2;
 
 } // namespace swarm
 

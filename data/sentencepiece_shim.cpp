@@ -104,6 +104,16 @@ bool encode(const void* p, std::string_view text, std::vector<int>* ids, std::st
   });
 }
 
+bool decode(const void* p, const std::vector<int>& ids, std::string* text, std::string* err) {
+  return guarded(err, [&] {
+    if (const auto st = static_cast<const SentencePieceProcessor*>(p)->Decode(ids, text); !st.ok()) {
+      *err = st.ToString();
+      return false;
+    }
+    return true;
+  });
+}
+
 bool train(const std::unordered_map<std::string, std::string>& spec, const std::vector<std::string>& files,
            const std::function<void(const std::string&)>& say, std::string* model, std::string* err) {
   return guarded(err, [&] {
@@ -116,7 +126,7 @@ bool train(const std::unordered_map<std::string, std::string>& spec, const std::
   });
 }
 
-const swarm::sentencepiece_api api{swarm::sentencepiece_api_version, load, release, info, encode, train};
+const swarm::sentencepiece_api api{swarm::sentencepiece_api_version, load, release, info, encode, decode, train};
 
 } // namespace
 

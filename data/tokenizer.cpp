@@ -118,6 +118,24 @@ result<std::vector<int>> tokenizer::encode(std::string_view text) const {
   return ids;
 }
 
+result<std::string> tokenizer::decode(const std::vector<int>& ids) const {
+  for (const int id : ids)
+    if (id < 0 || static_cast<uint32_t>(id) >= vocab_)
+      return error{errc::BAD_REQUEST, "cannot decode id " + std::to_string(id) + ": the vocabulary has " +
+                                          std::to_string(vocab_)};
+  std::string text;
+  if (!sp_) {
+    text.reserve(ids.size());
+    for (const int id : ids)
+      text.push_back(static_cast<char>(id));
+    return text;
+  }
+  std::string why;
+  if (!shim(nullptr)->decode(sp_, ids, &text, &why))
+    return error{errc::BAD_REQUEST, "cannot decode: " + why};
+  return text;
+}
+
 error train_tokenizer(const tokenizer_training& t, const std::function<void(const std::string&)>& say) {
   // Text as it is: identity normalisation, spaces kept, newlines left to byte fallback.
   const std::unordered_map<std::string, std::string> spec = {

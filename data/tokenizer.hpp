@@ -36,6 +36,8 @@ public:
   /// Token ids of `text` (UTF-8 for a model; any bytes for bytes). Safe from
   /// several threads at once.
   [[nodiscard]] result<std::vector<int>> encode(std::string_view text) const;
+  /// The text of `ids`; BAD_REQUEST for an id outside the vocabulary.
+  [[nodiscard]] result<std::string> decode(const std::vector<int>& ids) const;
 
 private:
   tokenizer() = default;

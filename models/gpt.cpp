@@ -48,11 +48,6 @@ torch::nn::LayerNorm make_layer_norm(int64_t d) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(1e-5));
 }
 
-/// True where a query position may not look (keys after it).
-torch::Tensor causal_mask(int64_t t, const torch::Device& device) {
-  return torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(1);
-}
-
 } // namespace
 
 void init_linear(torch::nn::LinearImpl& l, double std, at::Generator& gen) {
@@ -60,6 +55,25 @@ void init_linear(torch::nn::LinearImpl& l, double std, at::Generator& gen) {
   l.weight.normal_(0.0, std, gen);
   if (l.bias.defined())
     l.bias.zero_();
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t tq = q.size(2), tk = k.size(2);
+  // torch 1.13's C++ API has only the private _scaled_dot_product_attention,
+  // so it is spelled out; at these context lengths this costs little.
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  // True where a query may not look: keys after its own position.
+  const auto mask = torch::ones({tq, tk}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(tk - tq + 1);
+  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), v);
+}
+
+std::pair<torch::Tensor, torch::Tensor> extend(kv_slot* slot, torch::Tensor k, torch::Tensor v) {
+  if (!slot)
+    return {std::move(k), std::move(v)};
+  slot->k = slot->k.defined() ? torch::cat({slot->k, k}, 2) : k;
+  slot->v = slot->v.defined() ? torch::cat({slot->v, v}, 2) : v;
+  return {slot->k, slot->v};
 }
 
 std::shared_ptr<decoder_block> make_block(const model_config& cfg) {
@@ -83,17 +97,13 @@ void gpt_block_impl::init(at::Generator& gen, double std, double residual_std) {
     init_linear(*l, l == proj_.get() || l == out_.get() ? residual_std : std, gen);
 }
 
-torch::Tensor gpt_block_impl::forward(const torch::Tensor& x) {
+torch::Tensor gpt_block_impl::run(const torch::Tensor& x, kv_slot* slot) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
   const int64_t hd = d / n_heads_;
-  // Attention: torch 1.13's C++ API has only the private _scaled_dot_product_attention,
-  // so it is spelled out; at byte-level context lengths this costs little.
   auto qkv = qkv_(ln1_(x)).chunk(3, -1);
   auto split_heads = [&](const torch::Tensor& m) { return m.view({b, t, n_heads_, hd}).transpose(1, 2); };
-  auto q = split_heads(qkv[0]), k = split_heads(qkv[1]), v = split_heads(qkv[2]);
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
-  scores = scores.masked_fill(causal_mask(t, x.device()), -std::numeric_limits<float>::infinity());
-  auto y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).contiguous().view({b, t, d});
+  const auto [k, v] = extend(slot, split_heads(qkv[1]), split_heads(qkv[2]));
+  auto y = causal_attention(split_heads(qkv[0]), k, v).transpose(1, 2).contiguous().view({b, t, d});
   auto h = x + proj_(y);
   return h + out_(torch::gelu(fc_(ln2_(h)), "tanh"));
 }
@@ -145,8 +155,48 @@ torch::Tensor stage_module_impl::forward(const torch::Tensor& x) {
   return h;
 }
 
+torch::Tensor stage_module_impl::forward_cached(const torch::Tensor& x, std::vector<kv_slot>& cache) {
+  cache.resize(blocks_.size());
+  const int64_t first = cache.empty() ? 0 : cache.front().positions();
+  torch::Tensor h = x;
+  if (span_.has_embedding()) {
+    h = tok_emb_(x);
+    if (pos_emb_)
+      h = h + pos_emb_(torch::arange(first, first + x.size(1), torch::TensorOptions().dtype(torch::kLong).device(x.device())));
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    h = blocks_[i]->forward_cached(h, cache[i]);
+  if (span_.has_head())
+    h = head_(norm_ ? norm_(h) : ln_f_(h));
+  return h;
+}
+
 stage_module make_full_model(const model_config& cfg) {
   return stage_module(cfg, partition_layers(cfg, 1).at(0));
+}
+
+error load_parameters(torch::nn::Module& module, const named_tensors& values) {
+  auto describe = [](const torch::Tensor& t) {
+    std::string s = "[";
+    for (int64_t d = 0; d < t.dim(); ++d)
+      s += (d ? ", " : "") + std::to_string(t.size(d));
+    return s + "]";
+  };
+  auto params = module.named_parameters();
+  for (const auto& p : params) {
+    const auto it = values.find(p.key());
+    if (it == values.end() || !it->second.defined())
+      return error(errc::WRONG_SHAPE, "parameter " + p.key() + " is missing");
+    if (it->second.sizes() != p.value().sizes())
+      return error(errc::WRONG_SHAPE, "parameter " + p.key() + " is " + describe(it->second) + ", expected " +
+                                          describe(p.value()));
+    if (it->second.is_floating_point() && !torch::isfinite(it->second).all().item<bool>())
+      return error(errc::NON_FINITE, "parameter " + p.key() + " holds NaN or Inf");
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& p : params)
+    p.value().copy_(values.at(p.key()));
+  return error{};
 }
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {

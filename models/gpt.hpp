@@ -10,9 +10,11 @@
 
 #include <torch/torch.h>
 
+#include "base/error.hpp"
 #include "config/config.hpp"
 #include "models/block.hpp"
 #include "models/llama.hpp"
+#include "models/named_tensors.hpp"
 #include "models/shape/partition.hpp"
 
 namespace swarm {
@@ -21,10 +23,12 @@ namespace swarm {
 class gpt_block_impl : public decoder_block {
 public:
   explicit gpt_block_impl(const model_config& cfg);
-  torch::Tensor forward(const torch::Tensor& x) override;
+  torch::Tensor forward(const torch::Tensor& x) override { return run(x, nullptr); }
+  torch::Tensor forward_cached(const torch::Tensor& x, kv_slot& slot) override { return run(x, &slot); }
   void init(at::Generator& gen, double std, double residual_std) override;
 
 private:
+  torch::Tensor run(const torch::Tensor& x, kv_slot* slot);
   int64_t n_heads_;
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc_{nullptr}, out_{nullptr};
@@ -37,6 +41,9 @@ class stage_module_impl : public torch::nn::Module {
 public:
   stage_module_impl(const model_config& cfg, const stage_span& span);
   torch::Tensor forward(const torch::Tensor& x);
+  /// forward() of the positions after those `cache` holds (one slot per block
+  /// application; empty: none yet), appending theirs: generation.
+  torch::Tensor forward_cached(const torch::Tensor& x, std::vector<kv_slot>& cache);
   [[nodiscard]] const stage_span& span() const { return span_; }
 
 private:
@@ -51,6 +58,11 @@ TORCH_MODULE_IMPL(stage_module, stage_module_impl);
 
 /// The whole model as one module (a single stage spanning every block).
 [[nodiscard]] stage_module make_full_model(const model_config& cfg);
+
+/// Copies `values`' tensors into `module`'s parameters of the same names
+/// (others are ignored); WRONG_SHAPE naming a parameter that is missing or of
+/// another shape, NON_FINITE one that holds NaN or Inf; nothing is changed then.
+[[nodiscard]] error load_parameters(torch::nn::Module& module, const named_tensors& values);
 
 /// Mean next-byte cross-entropy in nats: logits [B, T, V], targets int64 [B, T].
 [[nodiscard]] torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);

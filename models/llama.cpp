@@ -63,23 +63,21 @@ void llama_block_impl::init(at::Generator& gen, double std, double residual_std)
     init_linear(*l, l == o_proj_.get() || l == down_proj_.get() ? residual_std : std, gen);
 }
 
-torch::Tensor llama_block_impl::forward(const torch::Tensor& x) {
-  const int64_t b = x.size(0), t = x.size(1);
+torch::Tensor llama_block_impl::run(const torch::Tensor& x, kv_slot* slot) {
+  const int64_t b = x.size(0), t = x.size(1), first = slot ? slot->positions() : 0;
   const auto h = input_layernorm_(x);
   auto heads = [&](const torch::Tensor& m, int64_t n) { return m.view({b, t, n, head_dim_}).transpose(1, 2); };
   auto q = heads(q_proj_(h), n_heads_), k = heads(k_proj_(h), n_kv_heads_), v = heads(v_proj_(h), n_kv_heads_);
-  const auto [cos, sin] = rotary_tables(0, t, head_dim_, theta_, x.device());
+  const auto [cos, sin] = rotary_tables(first, t, head_dim_, theta_, x.device());
   q = apply_rotary(q, cos.to(q.scalar_type()), sin.to(q.scalar_type()));
   k = apply_rotary(k, cos.to(k.scalar_type()), sin.to(k.scalar_type()));
+  std::tie(k, v) = extend(slot, k, v);  // cached before the repeat: kv heads only
   if (n_kv_heads_ != n_heads_) {
     // Query head i reads key/value head i / (n_heads / n_kv_heads), as Hugging Face's repeat_kv.
     k = k.repeat_interleave(n_heads_ / n_kv_heads_, 1);
     v = v.repeat_interleave(n_heads_ / n_kv_heads_, 1);
   }
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim_));
-  const auto mask = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
-  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-  const auto y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
+  const auto y = causal_attention(q, k, v).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
   const auto r = x + o_proj_(y);
   const auto m = post_attention_layernorm_(r);
   return r + down_proj_(torch::silu(gate_proj_(m)) * up_proj_(m));

@@ -33,10 +33,12 @@ TORCH_MODULE_IMPL(rms_norm, rms_norm_impl);
 class llama_block_impl : public decoder_block {
 public:
   explicit llama_block_impl(const model_config& cfg);
-  torch::Tensor forward(const torch::Tensor& x) override;
+  torch::Tensor forward(const torch::Tensor& x) override { return run(x, nullptr); }
+  torch::Tensor forward_cached(const torch::Tensor& x, kv_slot& slot) override { return run(x, &slot); }
   void init(at::Generator& gen, double std, double residual_std) override;
 
 private:
+  torch::Tensor run(const torch::Tensor& x, kv_slot* slot);
   int64_t n_heads_, n_kv_heads_, head_dim_;
   double theta_;
   rms_norm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};

@@ -155,6 +155,25 @@ result<float> stage_worker::evaluate(const torch::Tensor& inputs_in, const torch
   }
 }
 
+result<at::Tensor> stage_worker::next_logits(const torch::Tensor& inputs_in) {
+  auto& m = *impl_;
+  if (!m.span().has_head())
+    return error(errc::BAD_REQUEST, "logits asked of stage " + std::to_string(m.span().stage) +
+                                        ", which is not the last");
+  try {
+    const auto inputs = inputs_in.defined() ? inputs_in.to(m.device) : inputs_in;
+    if (auto err = check_inputs(inputs, m.span(), m.cfg))
+      return err;
+    torch::NoGradGuard no_grad;
+    auto logits = m.module->forward(inputs).select(1, -1).contiguous();
+    if (!all_finite(logits))
+      return error(errc::NON_FINITE, "logits are not finite");
+    return logits;
+  } catch (const std::exception& e) {
+    return error(errc::INTERNAL, std::string{"logits on stage "} + std::to_string(m.span().stage) + ": " + e.what());
+  }
+}
+
 result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, const torch::Tensor& grad_in,
                                                      const commit_gate& gate) {
   auto& m = *impl_;

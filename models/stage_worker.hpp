@@ -31,6 +31,7 @@
 #include "base/error.hpp"
 
 #include "config/config.hpp"
+#include "models/named_tensors.hpp"
 #include "models/shape/partition.hpp"
 
 namespace swarm {
@@ -87,6 +88,10 @@ public:
   /// `targets`, same checks as forward; no backward, nothing accumulated.
   [[nodiscard]] result<float> evaluate(const at::Tensor& inputs, const at::Tensor& targets);
 
+  /// Generation on the last stage: logits [B, vocab] of each sample's last
+  /// position; same checks as forward, nothing accumulated.
+  [[nodiscard]] result<at::Tensor> next_logits(const at::Tensor& inputs);
+
   /// Stateless backward (not for the last stage): recomputes the forward from
   /// `inputs`, backpropagates `output_grad`; same validation as forward.
   [[nodiscard]] result<backward_result> backward(const at::Tensor& inputs, const at::Tensor& output_grad,
@@ -121,6 +126,14 @@ public:
   /// same stage and model, and empties the accumulator (and the held microbatch). BAD_REQUEST (unreadable) or
   /// WRONG_SHAPE (another stage or model) leave the worker unchanged.
   [[nodiscard]] error import_state(const std::string& bytes);
+
+  /// This stage's parameters (float32 copies on the CPU).
+  [[nodiscard]] named_tensors named_parameters() const;
+  /// Replaces the parameters with `values`' tensors of the same names (others
+  /// are ignored): --init-from. Optimizer state and step count start afresh, as
+  /// in a new worker. WRONG_SHAPE naming the parameter (missing, another shape)
+  /// or NON_FINITE leave the worker unchanged.
+  [[nodiscard]] error load_parameters(const named_tensors& values);
 
   [[nodiscard]] const stage_span& span() const;
   /// The device parameters, optimizer state and results live on.

@@ -163,6 +163,26 @@ error stage_worker::import_state(const std::string& bytes) {
   return error{};
 }
 
+named_tensors stage_worker::named_parameters() const {
+  torch::NoGradGuard no_grad;
+  named_tensors out;
+  for (size_t i = 0; i < impl_->params.size(); ++i)
+    out.emplace(impl_->names[i], impl_->params[i].detach().to(torch::kCPU).clone());
+  return out;
+}
+
+error stage_worker::load_parameters(const named_tensors& values) {
+  auto& m = *impl_;
+  if (auto err = swarm::load_parameters(*m.module, values))
+    return err;
+  m.optimizer->state().clear();
+  m.steps = 0;
+  m.clear_param_grads();
+  m.clear_accumulator();
+  m.settle_held(false);
+  return error{};
+}
+
 const stage_span& stage_worker::span() const { return impl_->span(); }
 
 torch::Device stage_worker::device() const { return impl_->device; }
