@@ -200,12 +200,16 @@ int run_generate(const app_config& cfg, const tokenizer& tok) {
   std::fflush(stdout);
   if (!done) {
     std::cerr << "generate: " << done.error().what() << "\n";
+    if (remote)
+      remote->end(1);
     return 1;
   }
   const auto n = static_cast<double>(done->tokens.size());
   std::fprintf(stderr, "generate: %zu tokens in %.2f s: %.1f tokens/s (%s; prompt %zu tokens%s)\n",
                done->tokens.size(), done->seconds, n / std::max(done->seconds, 1e-9), how.c_str(), context.size(),
                done->ended ? "; the model ended the document" : "");
+  if (remote)
+    remote->end(0);
   return 0;
 }
 

@@ -204,6 +204,13 @@ caf::error check_request(const proto::forward_request& req, int num_stages) {
   if (auto err = check_tensor(req.inputs(), "inputs"))
     return err;
   const bool last = static_cast<int>(req.stage()) == num_stages - 1;
+  if (req.logits()) {  // generation: forward only, nothing to compare with
+    if (req.has_targets() || req.eval())
+      return make_error(errc::BAD_REQUEST, "forward_request for logits carries targets or eval");
+    if (!last)
+      return make_error(errc::BAD_REQUEST, "forward_request for logits to a stage that is not the last");
+    return caf::none;
+  }
   if (last != req.has_targets())
     return make_error(errc::BAD_REQUEST, last ? "forward_request to the last stage needs targets"
                                               : "forward_request carries targets but stage is not the last");

@@ -116,6 +116,17 @@ TEST_CASE("requests are checked for stage range and required tensors", "[wire]")
   f.set_stage(0);
   CHECK(code(check_request(f, 2)) == errc::BAD_REQUEST);  // targets on a middle stage
 
+  proto::forward_request g;  // generation: the last stage's logits, no targets
+  *g.mutable_inputs() = make_int64_tensor({1, 2}, {1, 2});
+  g.set_logits(true);
+  g.set_stage(1);
+  CHECK_FALSE(check_request(g, 2));
+  g.set_stage(0);
+  CHECK(code(check_request(g, 2)) == errc::BAD_REQUEST);  // logits of a middle stage
+  g.set_stage(1);
+  *g.mutable_targets() = make_int64_tensor({1, 2}, {1, 2});
+  CHECK(code(check_request(g, 2)) == errc::BAD_REQUEST);  // logits with targets
+
   proto::backward_request b;
   b.set_stage(0);
   *b.mutable_inputs() = make_int64_tensor({1, 2}, {1, 2});
