@@ -54,11 +54,18 @@ result<named_tensors> source_weights(const app_config& cfg, const char* who) {
   return std::move(c->params);
 }
 
-/// Prints tokens as text as they come: SentencePiece may need the next token
-/// to finish a character (byte fallback), so text ending in U+FFFD waits.
+/// Prints tokens as text as they come, decoded after the prompt's (so that
+/// SentencePiece keeps the space a first piece starts with). It may need the
+/// next token to finish a character (byte fallback): text ending in U+FFFD waits.
 class text_printer {
 public:
-  explicit text_printer(const tokenizer& tok) : tok_(tok) {}
+  text_printer(const tokenizer& tok, const std::vector<int64_t>& context) : tok_(tok) {
+    ids_.assign(context.begin(), context.end());
+    if (auto text = tok_.decode(ids_)) {
+      printed_text_ = *text;
+      printed_ = text->size();
+    }
+  }
   void add(int64_t id) {
     ids_.push_back(static_cast<int>(id));
     auto text = tok_.decode(ids_);
@@ -194,7 +201,7 @@ int run_generate(const app_config& cfg, const tokenizer& tok) {
     logits = [&](const std::vector<int64_t>& tokens, int64_t window) { return local->next_logits(tokens, window); };
     how = g.kv_cache == "on" ? "local, KV cache" : "local, the window recomputed per token (--kv-cache off)";
   }
-  text_printer printer(tok);
+  text_printer printer(tok, context);
   auto done = generate(req, logits, [&](int64_t id) { printer.add(id); });
   std::fputs("\n", stdout);
   std::fflush(stdout);

@@ -90,6 +90,17 @@ local=("$swarm" --role local --config "$src/config/tiny" --data "$work/shards" -
 grep -q 'validation at step 6' "$work/whole.txt" || fail "no validation at step 6"
 diff "$work/whole.txt" "$work/parts.txt" >/dev/null || { fail "a resumed run on shards differs"; diff "$work/whole.txt" "$work/parts.txt"; }
 
+echo "== export and generate with the SentencePiece tokenizer"
+"$swarm" --role export --config "$src/config/tiny" --tokenizer "$work/shards/tokenizer.model" \
+  --checkpoint-dir "$work/ckpt" --out "$work/hf" | tail -1
+cmp "$work/hf/tokenizer.model" "$work/shards/tokenizer.model" || fail "export did not copy the tokenizer"
+grep -q '"model_type": "gpt2"' "$work/hf/config.json" || fail "a gpt export's config.json is not gpt2's"
+"$swarm" --role generate --config "$src/config/tiny" --tokenizer "$work/shards/tokenizer.model" \
+  --init-from "$work/hf/model.safetensors" --prompt "The" --max-new-tokens 20 --temperature 0 --threads 1 \
+  >"$work/sample" 2>"$work/sample.err" || fail "generate with the SentencePiece tokenizer"
+echo "  The$(cat "$work/sample")"
+grep -qE '^generate: [0-9]+ tokens in' "$work/sample.err" || fail "generate said no token count"
+
 echo "== a cluster's trainer samples by its slot: two runs, the same first step"
 # Step 1's loss is over the first microbatches, all forwarded on the initial
 # parameters (one server per stage: no reordering), so it depends on the
