@@ -1,5 +1,7 @@
 #include "data/corpus.hpp"
 
+#include "base/hash.hpp"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -73,11 +75,7 @@ microbatch_tokens gather_windows(const token_source& text, const std::vector<int
 }
 
 uint64_t sampler_seed(uint64_t model_seed, uint64_t who) {
-  // splitmix64's finaliser over the pair.
-  uint64_t z = model_seed * 0x9e3779b97f4a7c15ULL + who + 0x632be59bd9b4e019ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  return splitmix64_finish(model_seed * 0x9e3779b97f4a7c15ULL + who + 0x632be59bd9b4e019ULL);
 }
 
 microbatch_tokens sample_microbatch(const token_source& text, int64_t batch, int64_t seq_len, std::mt19937_64& rng) {

@@ -5,6 +5,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "base/hash.hpp"
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -20,13 +22,8 @@ constexpr uint64_t embeddings_tag = 0;
 constexpr uint64_t head_tag = uint64_t{1} << 40;
 uint64_t block_tag(int64_t global_index) { return 1 + static_cast<uint64_t>(global_index); }
 
-/// SplitMix64 finaliser: neighbouring tags give unrelated seeds.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+/// One SplitMix64 step: neighbouring tags give unrelated seeds.
+uint64_t mix(uint64_t x) { return splitmix64_finish(x + 0x9e3779b97f4a7c15ULL); }
 
 /// A private generator, so building a model never disturbs torch's global one.
 at::Generator generator_for(const model_config& cfg, uint64_t tag) {

@@ -28,6 +28,8 @@ packages=(
   libsentencepiece-dev             # --role tokenizer / prepare: SentencePiece 0.1.97 (BPE training, encoding)
   python3-sentencepiece            # the tests' independent check of the ids, and scripts/bench_data.sh
   nlohmann-json3-dev               # safetensors headers (models/safetensors.cpp)
+  python3-numpy                    # the tests' NumPy reference forward (tests/reference_forward.py)
+  python3-torch                    # scripts/bench_llama.sh: the PyTorch side (reference benchmarks only)
 )
 # --fuzz: also what scripts/fuzz.sh builds with (the test suite replays the
 # fuzz corpora without them).
