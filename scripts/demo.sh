@@ -41,4 +41,5 @@ echo
 echo "== a sample from the trained model (swarm --role generate ${model[*]} --checkpoint-dir $ckpt --prompt \"$prompt\")"
 printf '%s' "$prompt"
 ./build/swarm --role generate "${model[@]}" --checkpoint-dir "$ckpt" --prompt "$prompt" --max-new-tokens 120 \
-  --temperature 0.8 --top-k 40 --log-level warn
+  --temperature 0.8 --top-k 40 2>"$ckpt/generate.log"
+cat "$ckpt/generate.log"
