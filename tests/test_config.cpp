@@ -362,6 +362,8 @@ const std::vector<std::string> every_key_set = {
     "--tokenizer", "/tmp/tok.model", "--vocab", "8000", "--data", "/tmp/shards", "--eval-every", "10",
     "--eval-tokens", "4096", "--input", "/tmp/a", "/tmp/b c", "--vocab-size", "4000", "--encode",
     "--val-fraction", "0.01", "--shard-tokens", "2048",
+    "--init-from", "/tmp/w.safetensors", "--prompt", "Once upon", "--max-new-tokens", "77", "--temperature", "0.5",
+    "--top-k", "9", "--sample-seed", "42", "--kv-cache", "off",
     "--heartbeat", "0.5", "--connection-timeout", "3", "--chunk-bytes", "1048576", "--bulk-min-bytes", "0",
     "--bulk-budget", "512",
     "--tls-ca", "ca.pem", "--tls-cert", "node.pem", "--tls-key", "node.key",

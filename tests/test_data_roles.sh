@@ -12,21 +12,7 @@ work=$(mktemp -d /tmp/swarm-test-data-roles-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fortunes=/usr/share/games/fortunes
 py=/usr/bin/python3  # Debian's, with python3-sentencepiece (a python3 earlier on PATH may lack it)
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# expect CODE TEXT -- command...: the exit code, and TEXT in its standard error.
-expect() {
-  local code=$1 text=$2
-  shift 3
-  local rc=0
-  "$@" >"$work/out" 2>"$work/err" || rc=$?
-  if [ "$rc" != "$code" ]; then
-    fail "exit $rc (want $code): $*"; sed 's/^/  | /' "$work/err" | tail -5
-  elif ! grep -qF -- "$text" "$work/err"; then
-    fail "no '$text' in the error of: $*"; sed 's/^/  | /' "$work/err" | tail -5
-  fi
-}
+source "$(dirname "$0")/expect.sh"
 
 echo "== tokenizer: train on $fortunes"
 "$swarm" --role tokenizer --input "$fortunes" --vocab-size 2000 --out "$work/tok.model" --threads 2 | tail -2

@@ -16,21 +16,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# expect CODE TEXT -- command...: the exit code, and TEXT in its standard error.
-expect() {
-  local code=$1 text=$2
-  shift 3
-  local rc=0
-  "$@" >"$work/out" 2>"$work/err" || rc=$?
-  if [ "$rc" != "$code" ]; then
-    fail "exit $rc (want $code): $*"; sed 's/^/  | /' "$work/err" | tail -5
-  elif ! grep -qF -- "$text" "$work/err"; then
-    fail "no '$text' in the error of: $*"; sed 's/^/  | /' "$work/err" | tail -5
-  fi
-}
+source "$(dirname "$0")/expect.sh"
 
 model=(--config "$src/config/llama-small" --d-model 64 --n-layers 2 --seq-len 32 --threads 1)
 echo "== local: 60 steps of a small llama, checkpointed"

@@ -62,6 +62,12 @@ stage_module perturbed_model(const model_config& cfg) {
   return m;
 }
 
+/// Token ids [b, t] drawn from a fixed seed: every run checks the same sequences.
+torch::Tensor tokens_of(const model_config& cfg, int64_t b, int64_t t) {
+  auto gen = at::detail::createCPUGenerator(cfg.seed + 11);
+  return torch::randint(0, cfg.vocab, {b, t}, gen, torch::kLong);
+}
+
 struct temp_dir {
   fs::path path;
   temp_dir() {
@@ -138,7 +144,7 @@ TEST_CASE("exported weights come back exactly, and the same weights give the sam
   other_cfg.seed = 5;
   auto other = make_full_model(other_cfg);
   REQUIRE_FALSE(load_parameters(*other, *back));
-  const auto x = torch::randint(0, cfg.vocab, {2, 9}, torch::kLong);
+  const auto x = tokens_of(cfg, 2, 9);
   torch::NoGradGuard no_grad;
   CHECK(torch::equal(other->forward(x), m->forward(x)));
 }
@@ -203,7 +209,7 @@ TEST_CASE("the KV cache gives the logits of the whole forward", "[weights][gener
   INFO(cfg.arch << " kv " << cfg.kv_heads() << " share " << cfg.share_layers);
   auto m = perturbed_model(cfg);
   torch::NoGradGuard no_grad;
-  const auto x = torch::randint(0, cfg.vocab, {2, 14}, torch::kLong);
+  const auto x = tokens_of(cfg, 2, 14);
   const auto whole = m->forward(x);
   std::vector<kv_slot> cache;
   std::vector<torch::Tensor> pieces;
@@ -280,7 +286,7 @@ TEST_CASE("an exported model's logits match an independent NumPy forward pass to
   write(dir.path / "model.safetensors", file_of(cfg, params_of(m)));
   write(dir.path / "config.json", hf_config_json(cfg));
   torch::NoGradGuard no_grad;
-  const auto tokens = torch::randint(0, cfg.vocab, {3, 12}, torch::kLong);
+  const auto tokens = tokens_of(cfg, 3, 12);
   const auto logits = m->forward(tokens).contiguous();
   REQUIRE(logits.abs().max().item<double>() > 1.0);  // not a near-uniform model, where anything matches
   const std::vector<safetensor> cases = {
