@@ -1,6 +1,8 @@
 #include "apps/weight_roles.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
