@@ -125,6 +125,10 @@ int run_export(const app_config& cfg, const tokenizer& tok) {
   if (!tok.is_bytes()) {
     std::ifstream in(tok.name(), std::ios::binary);
     std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) {
+      std::cerr << "export: cannot read the tokenizer " << tok.name() << "\n";
+      return 1;
+    }
     files.emplace_back("tokenizer.model", model);
     // What transformers' LlamaTokenizer needs beside the model: --role tokenizer's special pieces.
     files.emplace_back("tokenizer_config.json",
@@ -203,8 +207,14 @@ int run_generate(const app_config& cfg, const tokenizer& tok) {
     logits = [&](const std::vector<int64_t>& tokens, int64_t window) { return local->next_logits(tokens, window); };
     how = g.kv_cache == "on" ? "local, KV cache" : "local, the window recomputed per token (--kv-cache off)";
   }
+  req.stopped = [] { return stop_requested.load(); };
   text_printer printer(tok, context);
-  auto done = generate(req, logits, [&](int64_t id) { printer.add(id); });
+  result<generation_result> done = error(errc::INTERNAL, "not run");
+  try {
+    done = generate(req, logits, [&](int64_t id) { printer.add(id); });
+  } catch (const std::exception& e) {  // unwinding would wait on the swarm's actor system
+    done = error(errc::INTERNAL, e.what());
+  }
   std::fputs("\n", stdout);
   std::fflush(stdout);
   if (!done) {
@@ -216,10 +226,11 @@ int run_generate(const app_config& cfg, const tokenizer& tok) {
   const auto n = static_cast<double>(done->tokens.size());
   std::fprintf(stderr, "generate: %zu tokens in %.2f s: %.1f tokens/s (%s; prompt %zu tokens%s)\n",
                done->tokens.size(), done->seconds, n / std::max(done->seconds, 1e-9), how.c_str(), context.size(),
-               done->ended ? "; the model ended the document" : "");
+               done->ended ? "; the model ended the document" : done->interrupted ? "; interrupted" : "");
+  const int code = done->interrupted ? 1 : 0;
   if (remote)
-    remote->end(0);
-  return 0;
+    remote->end(code);
+  return code;
 }
 
 } // namespace swarm

@@ -1,5 +1,6 @@
 #include "models/generator.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -38,8 +39,14 @@ struct local_model::impl {
   stage_module model;
   bool kv_cache;
   std::vector<kv_slot> cache;
-  int64_t cached_window = -1;  ///< window start the cache holds positions of
-  int64_t cached_tokens = 0;   ///< positions it holds
+  int64_t cached_window = -1;   ///< window start the cache holds positions of
+  std::vector<int64_t> cached;  ///< the tokens it holds, from there
+
+  void forget() {
+    cache.clear();
+    cached.clear();
+    cached_window = -1;
+  }
 
   impl(const model_config& m, const named_tensors& params, bool kv)
       : cfg(m), model(make_full_model(m)), kv_cache(kv) {
@@ -64,16 +71,23 @@ result<at::Tensor> local_model::next_logits(const std::vector<int64_t>& tokens, 
   auto ids = [&](int64_t from) {
     return torch::tensor(std::vector<int64_t>(tokens.begin() + from, tokens.end()), torch::kLong).unsqueeze(0);
   };
-  if (!m.kv_cache)
-    return m.model->forward(ids(window)).select(1, -1).squeeze(0);
-  if (window != m.cached_window || m.cached_tokens > n - window) {  // a new window: rebuild from it
-    m.cache.clear();
-    m.cached_window = window;
-    m.cached_tokens = 0;
+  try {
+    if (!m.kv_cache)
+      return m.model->forward(ids(window)).select(1, -1).squeeze(0);
+    // The cache serves only a continuation of the tokens it holds, in the same window.
+    const auto held = static_cast<int64_t>(m.cached.size());
+    if (window != m.cached_window || held >= n - window ||
+        !std::equal(m.cached.begin(), m.cached.end(), tokens.begin() + window)) {
+      m.forget();
+      m.cached_window = window;
+    }
+    const auto out = m.model->forward_cached(ids(window + static_cast<int64_t>(m.cached.size())), m.cache);
+    m.cached.assign(tokens.begin() + window, tokens.end());
+    return out.select(1, -1).squeeze(0);
+  } catch (const std::exception& e) {
+    m.forget();  // slots may hold different lengths now
+    return error(errc::INTERNAL, std::string{"generation forward: "} + e.what());
   }
-  const auto out = m.model->forward_cached(ids(window + m.cached_tokens), m.cache);
-  m.cached_tokens = n - window;
-  return out.select(1, -1).squeeze(0);
 }
 
 result<generation_result> generate(const generation_request& r, const next_logits_fn& logits,
@@ -86,6 +100,10 @@ result<generation_result> generate(const generation_request& r, const next_logit
   int64_t window = 0;
   const auto started = std::chrono::steady_clock::now();
   while (static_cast<int64_t>(out.tokens.size()) < r.max_new_tokens) {
+    if (r.stopped && r.stopped()) {
+      out.interrupted = true;
+      break;
+    }
     window = window_start(static_cast<int64_t>(tokens.size()), window, r.seq_len);
     auto l = logits(tokens, window);
     if (!l)

@@ -54,11 +54,13 @@ struct generation_request {
   double temperature = 0.8;
   int64_t top_k = 40;
   uint64_t seed = 1;
+  std::function<bool()> stopped;  ///< asked before each token: true ends generation early (Ctrl-C)
 };
 
 struct generation_result {
   std::vector<int64_t> tokens;  ///< the new tokens (without the prompt)
   bool ended = false;           ///< the model drew eos
+  bool interrupted = false;     ///< `stopped` said so
   double seconds = 0;           ///< from the first request for logits (the prompt's) to the last token
 };
 

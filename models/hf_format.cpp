@@ -95,10 +95,6 @@ std::string hf_config_json(const model_config& m) {
     c["pretraining_tp"] = 1;
     c["rope_scaling"] = nullptr;
     c["use_cache"] = true;
-    if (m.tokenizer != "bytes") {  // ids --role tokenizer gives them
-      c["bos_token_id"] = 1;
-      c["eos_token_id"] = 2;
-    }
   } else {
     c["architectures"] = {"GPT2LMHeadModel"};
     c["model_type"] = "gpt2";
@@ -113,6 +109,10 @@ std::string hf_config_json(const model_config& m) {
     c["embd_pdrop"] = 0.0;
     c["attn_pdrop"] = 0.0;
   }
+  // --role tokenizer's ids; bytes have none (null, or transformers would assume its defaults).
+  const bool bytes = m.tokenizer == "bytes";
+  c["bos_token_id"] = bytes ? nlohmann::json(nullptr) : nlohmann::json(1);
+  c["eos_token_id"] = bytes ? nlohmann::json(nullptr) : nlohmann::json(2);
   return c.dump(2) + "\n";
 }
 

@@ -249,6 +249,36 @@ TEST_CASE("greedy generation is the same with and without the cache, past the co
   CHECK(logits[0][-1].argmax().item<int64_t>() == a->tokens[5]);
 }
 
+TEST_CASE("the cache serves only continuations: the same or other tokens are recomputed; a stop ends early",
+          "[weights][generate]") {
+  const auto cfg = family(2);
+  auto m = perturbed_model(cfg);
+  const auto params = params_of(m);
+  local_model cached(cfg, params, true), recomputed(cfg, params, false);
+  auto same = [&](const std::vector<int64_t>& tokens) {
+    auto a = cached.next_logits(tokens, 0);
+    auto b = recomputed.next_logits(tokens, 0);
+    REQUIRE(a);
+    REQUIRE(b);
+    return (*a - *b).abs().max().item<double>() < 1e-4;
+  };
+  CHECK(same({1, 2, 3, 4}));
+  CHECK(same({1, 2, 3, 4}));        // asked again: nothing new to feed
+  CHECK(same({1, 2, 3, 4, 5}));     // a continuation
+  CHECK(same({1, 9, 3, 4, 5, 6}));  // an earlier token changed
+  CHECK_FALSE(cached.next_logits({1, 2}, 2));  // an empty window is an error, not a throw
+  generation_request r;
+  r.context = {1, 2};
+  r.max_new_tokens = 50;
+  r.seq_len = cfg.seq_len;
+  int asked = 0;
+  r.stopped = [&] { return ++asked > 3; };
+  auto out = generate(r, [&](const auto& t, int64_t w) { return cached.next_logits(t, w); }, [](int64_t) {});
+  REQUIRE(out);
+  CHECK(out->interrupted);
+  CHECK(out->tokens.size() == 3);
+}
+
 TEST_CASE("the window jumps ahead by half a context when the text outgrows it", "[generate]") {
   CHECK(window_start(10, 0, 16) == 0);
   CHECK(window_start(16, 0, 16) == 0);
