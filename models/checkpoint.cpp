@@ -270,20 +270,26 @@ std::optional<checkpoint_store::latest> checkpoint_store::latest_written(checkpo
   return latest{files.front().first, age};
 }
 
-error checkpoint_store::check_all(uint32_t num_stages, uint64_t config_hash) const {
+std::vector<int> checkpoint_store::indices(checkpoint_header::kind what) const {
+  std::vector<int> out;
   std::error_code ec;
+  const auto p = prefix(what);
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const auto name = entry.path().filename().string();
-    for (auto what : {checkpoint_header::kind::stage, checkpoint_header::kind::trainer}) {
-      const auto p = prefix(what);
-      if (name.rfind(p, 0) != 0 || !entry.is_directory() || name.size() == p.size() ||
-          name.find_first_not_of("0123456789", p.size()) != std::string::npos || name.size() > p.size() + 6)
-        continue;
-      auto found = newest(what, std::stoi(name.substr(p.size())), num_stages, config_hash);
-      if (!found)
-        return found.error();
-    }
+    if (name.rfind(p, 0) != 0 || !entry.is_directory() || name.size() == p.size() ||
+        name.find_first_not_of("0123456789", p.size()) != std::string::npos || name.size() > p.size() + 6)
+      continue;
+    out.push_back(std::stoi(name.substr(p.size())));
   }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+error checkpoint_store::check_all(uint32_t num_stages, uint64_t config_hash) const {
+  for (auto what : {checkpoint_header::kind::stage, checkpoint_header::kind::trainer})
+    for (const int index : indices(what))
+      if (auto found = newest(what, index, num_stages, config_hash); !found)
+        return found.error();
   return error{};
 }
 

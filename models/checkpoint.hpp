@@ -66,6 +66,9 @@ public:
   };
   [[nodiscard]] std::optional<latest> latest_written(checkpoint_header::kind what, int index) const;
 
+  /// The indices of this folder's stage-K or trainer-N folders, ascending.
+  [[nodiscard]] std::vector<int> indices(checkpoint_header::kind what) const;
+
   /// Start-up check: the newest valid checkpoint of every stage-* and trainer-*
   /// folder fits the model config and stage count; BAD_CONFIG naming the file otherwise.
   [[nodiscard]] error check_all(uint32_t num_stages, uint64_t config_hash) const;

@@ -173,21 +173,15 @@ stage_module make_full_model(const model_config& cfg) {
 }
 
 error load_parameters(torch::nn::Module& module, const named_tensors& values) {
-  auto describe = [](const torch::Tensor& t) {
-    std::string s = "[";
-    for (int64_t d = 0; d < t.dim(); ++d)
-      s += (d ? ", " : "") + std::to_string(t.size(d));
-    return s + "]";
-  };
   auto params = module.named_parameters();
   for (const auto& p : params) {
     const auto it = values.find(p.key());
     if (it == values.end() || !it->second.defined())
       return error(errc::WRONG_SHAPE, "parameter " + p.key() + " is missing");
     if (it->second.sizes() != p.value().sizes())
-      return error(errc::WRONG_SHAPE, "parameter " + p.key() + " is " + describe(it->second) + ", expected " +
-                                          describe(p.value()));
-    if (it->second.is_floating_point() && !torch::isfinite(it->second).all().item<bool>())
+      return error(errc::WRONG_SHAPE, "parameter " + p.key() + " is " + shape_of(it->second) + ", expected " +
+                                          shape_of(p.value()));
+    if (!all_finite(it->second))
       return error(errc::NON_FINITE, "parameter " + p.key() + " holds NaN or Inf");
   }
   torch::NoGradGuard no_grad;

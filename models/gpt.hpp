@@ -59,6 +59,19 @@ TORCH_MODULE_IMPL(stage_module, stage_module_impl);
 /// The whole model as one module (a single stage spanning every block).
 [[nodiscard]] stage_module make_full_model(const model_config& cfg);
 
+/// "[8, 64, 32] Float": a tensor's shape and type, for error messages.
+inline std::string shape_of(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d)
+    s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "] " + std::string{c10::toString(t.scalar_type())};
+}
+
+/// No NaN or Inf in `t` (true for undefined and integer tensors).
+inline bool all_finite(const torch::Tensor& t) {
+  return !t.defined() || !t.is_floating_point() || torch::isfinite(t).all().item<bool>();
+}
+
 /// Copies `values`' tensors into `module`'s parameters of the same names
 /// (others are ignored); WRONG_SHAPE naming a parameter that is missing or of
 /// another shape, NON_FINITE one that holds NaN or Inf; nothing is changed then.

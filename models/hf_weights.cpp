@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "models/checkpoint.hpp"
+#include "models/gpt.hpp"
 #include "models/hf_format.hpp"
 #include "models/safetensors.hpp"
 #include "models/stage_worker.hpp"
@@ -118,7 +119,7 @@ result<named_tensors> read_hf_weights(const model_config& m, const std::string& 
     if (t->shape != want.shape)
       return bad("tensor " + name + " is " + shape_text(t->shape) + ", this model needs " + shape_text(want.shape));
     auto value = to_param(*t, want.transposed);
-    if (!torch::isfinite(value).all().item<bool>())
+    if (!all_finite(value))
       return bad("tensor " + name + " holds NaN or Inf");
     const auto [it, first] = out.emplace(want.param, value);
     // A shared block is written once per layer applying it: every copy must agree.
@@ -134,18 +135,13 @@ result<named_tensors> read_hf_weights(const model_config& m, const std::string& 
 
 result<checkpoint_parameters> read_checkpoint_parameters(const model_config& m, const std::string& dir) {
   std::error_code ec;
-  int stages = 0;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const auto name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind("stage-", 0) == 0 && name.size() > 6 && name.size() < 12 &&
-        name.find_first_not_of("0123456789", 6) == std::string::npos)
-      stages = std::max(stages, std::stoi(name.substr(6)) + 1);
-  }
-  if (ec)
-    return error(errc::BAD_CONFIG, "cannot read checkpoint folder " + dir + ": " + ec.message());
-  if (stages == 0)
-    return error(errc::BAD_CONFIG, dir + " holds no stage checkpoints (stage-K folders)");
+  if (!fs::is_directory(dir, ec))
+    return error(errc::BAD_CONFIG, "checkpoint folder " + dir + " does not exist");
   checkpoint_store store(dir, 1);
+  const auto found_stages = store.indices(checkpoint_header::kind::stage);
+  if (found_stages.empty())
+    return error(errc::BAD_CONFIG, dir + " holds no stage checkpoints (stage-K folders)");
+  const int stages = found_stages.back() + 1;
   checkpoint_parameters out;
   out.stages = stages;
   for (int k = 0; k < stages; ++k) {
