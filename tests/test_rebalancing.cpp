@@ -165,9 +165,10 @@ TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no
 
 TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fills in before the second kill",
           "[rebalancing]") {
-  // The trainer runs until stopped: the second kill, 10 s after the first,
-  // must land mid-run however fast this machine trains.
-  three_two run(0);
+  // The second kill, 10 s after the first, must land mid-run: 1,200 steps
+  // (about 20 s here) once ran out before it on a quiet machine (2026-12-05).
+  const int steps = 2400;
+  three_two run(steps);
   auto& swarm = run.swarm;
   const pid_t trainer = run.trainer;
   kill(run.stage1[0], SIGKILL);
@@ -183,13 +184,7 @@ TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fill
   REQUIRE(wait_exit(trainer, 0.01) == std::nullopt);  // still training: the second kill must land mid-run
   kill(run.stage1[1], SIGKILL);
   const double second_kill = unix_seconds();
-  // Trained on for 5 s after the second kill, then stopped.
-  CHECK(wait_for_metrics(
-      swarm.metrics, [&](const auto& lines) { return std::any_of(lines.begin(), lines.end(), [&](const auto& l) {
-                                               return is_event(l, "step") && number(l, "t") > second_kill + 5;
-                                             }); },
-      60));
-  REQUIRE(stop(trainer) == 0);
+  REQUIRE(wait_exit(trainer, 240) == 0);
   const double trained = unix_seconds();
   swarm.shutdown();
 
@@ -214,18 +209,14 @@ TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fill
   std::printf("longest pause between steps after the first kill: %.2f s; training ended %.1f s after it\n", stall,
               trained - first_kill);
   CHECK(stall < 5);
-  check_trainer_accounting(swarm.metrics, -1);  // stopped: whatever it had in flight is counted as such
-  // Stage 0 lost no server (one left it cleanly): it added every acknowledged
-  // sample once, and at most the microbatches in flight when the trainer was
-  // stopped besides. Stage 1's dead took theirs with them.
-  const auto exit = events(swarm.metrics, "trainer_exit").at(0);
-  const double acked0 = acked_per_stage(swarm.metrics).at(0);
-  const double committed0 = committed_per_stage(swarm.metrics).at(0);
-  const double per_microbatch = acked0 / std::max(1.0, number(exit, "completed"));
-  CHECK(committed0 >= acked0);
-  CHECK(committed0 <= acked0 + number(exit, "in_flight") * per_microbatch);
+  check_trainer_accounting(swarm.metrics, steps);
+  // Stage 0 lost no server (one left it cleanly): exact. Stage 1's dead took theirs with them.
+  check_exact(swarm.metrics, 0);
   CHECK(committed_per_stage(swarm.metrics).at(1) <= acked_per_stage(swarm.metrics).at(1));
-  CHECK(params_disagreements(swarm.metrics).empty());
+  const auto disagreements = params_disagreements(swarm.metrics);
+  for (const auto& [stage, step] : disagreements)
+    UNSCOPED_INFO("servers of stage " << stage << " reported different parameters at step " << step);
+  CHECK(disagreements.empty());
 }
 
 TEST_CASE("a stage wiped out at once: a server is reassigned at once and starts from initial parameters, "
