@@ -5,7 +5,6 @@
 #include <fstream>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include <torch/torch.h>
 
@@ -98,9 +97,16 @@ result<named_tensors> read_hf_weights(const model_config& m, const std::string& 
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return bad("cannot open: " + std::string{std::strerror(errno)});
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  const std::string bytes = buf.str();
+  // Read once into one buffer: weights files run to gigabytes, and a stream
+  // buffer copied into a string would hold them twice before the tensors a third time.
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::streamoff>(in.tellg());
+  in.seekg(0);
+  if (size < 0)
+    return bad("cannot tell its size");
+  std::string bytes(static_cast<size_t>(size), '\0');
+  if (!in.read(bytes.data(), size))
+    return bad("could read only " + std::to_string(in.gcount()) + " of its " + std::to_string(size) + " bytes");
   auto file = parse_safetensors(bytes);
   if (!file)
     return bad(file.error().what());
