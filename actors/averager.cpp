@@ -71,7 +71,7 @@ void exclude(self_ptr self, uint32_t stage, round_t& r, size_t rank, const char*
   const auto bytes = encode(ex);
   for (const auto& m : r.members)
     if (auto it = self->state.servers.find(m); it != self->state.servers.end())
-      self->send(caf::actor_cast<stage_actor>(it->second.handle), exclude_atom::value, bytes);
+      self->send(caf::actor_cast<round_peer_actor>(it->second.peer), exclude_atom::value, bytes);
 }
 
 /// Ends the running round once every member finished or was excluded (or `force`).
@@ -153,20 +153,23 @@ void maybe_start(self_ptr self, uint32_t stage) {
   begin.set_step(r.step);
   begin.set_timeout_s(st.cfg.timeout_s);
   begin.set_piece_elements(static_cast<uint64_t>(st.cfg.piece_elements));
-  std::vector<caf::actor> handles;
+  std::vector<caf::actor> servers, peers;
   for (size_t i : plan.members) {
     r.members.push_back(of_stage[i]->handle.address());
     r.ids.push_back(of_stage[i]->view.id);
     begin.add_members(of_stage[i]->view.id);
     begin.add_member_endpoints(of_stage[i]->endpoint);
-    handles.push_back(of_stage[i]->handle);
+    servers.push_back(of_stage[i]->handle);
+    peers.push_back(of_stage[i]->peer);
     of_stage[i]->view.samples = 0;  // taken by the round; round_done reports what came since
   }
   get_logger("averager")->debug("stage {}: round {} at step {} among {} servers, {} samples", stage, r.number, r.step,
                                 r.members.size(), plan.samples);
   const auto bytes = encode(begin);
-  for (const auto& h : handles)
-    self->send(caf::actor_cast<stage_actor>(h), round_atom::value, bytes, handles);
+  // High priority: the hand-over waits for the request a server is computing,
+  // not for every request queued behind it.
+  for (const auto& h : servers)
+    self->send<caf::message_priority::high>(caf::actor_cast<stage_actor>(h), round_atom::value, bytes, peers);
   self->delayed_send(self, seconds(policy::round_clock::exclude * st.cfg.timeout_s), deadline_atom::value, stage,
                      r.id, int32_t{1});
   sg.running = std::move(r);
@@ -180,7 +183,11 @@ std::optional<std::pair<Msg, averager_state::server*>> from_server(self_ptr self
   auto msg = decode<Msg>(bytes, what);
   if (!msg)
     return std::nullopt;
-  auto it = self->state.servers.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+  const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto it = self->state.servers.find(sender);
+  if (it == self->state.servers.end())  // round_waiting comes from a server's round peer
+    it = std::find_if(self->state.servers.begin(), self->state.servers.end(),
+                      [&](const auto& s) { return s.second.peer.address() == sender; });
   if (it == self->state.servers.end() || it->second.stage != msg->stage())
     return std::nullopt;
   return std::make_pair(std::move(*msg), &it->second);
@@ -346,7 +353,7 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
       [self](progress_atom, const std::string& bytes) { on_progress(self, bytes); },
       [self](done_atom, const std::string& bytes) { on_done(self, bytes); },
       [self](waiting_atom, const std::string& bytes) { on_waiting(self, bytes); },
-      [self](join_atom, const std::string& bytes, const caf::actor& handle) {
+      [self](join_atom, const std::string& bytes, const caf::actor& handle, const caf::actor& peer) {
         auto reg = decode<proto::register_server>(bytes, "register_server");
         if (!reg || !handle || reg->stage() >= self->state.stages.size())
           return;
@@ -354,6 +361,7 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
           self->monitor(handle);
         auto& s = self->state.servers[handle.address()];
         s.handle = handle;
+        s.peer = peer ? peer : handle;  // a test's stand-in server without a peer
         s.stage = reg->stage();
         s.view.id = reg->server_id();
         s.endpoint = reg->host() + ":" + std::to_string(reg->port());

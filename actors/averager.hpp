@@ -74,6 +74,7 @@ struct averager_state {
 
   struct server {
     caf::actor handle;
+    caf::actor peer;                  ///< its round peer: round_begin lists these, exclusions go to them
     uint32_t stage = 0;
     std::string endpoint;             ///< "host:port" it published
     policy::member_view view;

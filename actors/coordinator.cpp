@@ -22,10 +22,10 @@ void notify(self_ptr self, const proto::register_server& reg, proto::membership_
 /// Admits a server whose registration passed every check: the stage's peers,
 /// the averager and the rebalancer hear of it.
 std::string admit(self_ptr self, const proto::register_server& reg, const std::string& bytes,
-                  const stage_actor& server) {
+                  const stage_actor& server, const caf::actor& round_peer) {
   self->monitor(server);
   self->state.servers[server.address()] = reg;
-  self->send(self->state.averaging, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
+  self->send(self->state.averaging, join_atom::value, bytes, caf::actor_cast<caf::actor>(server), round_peer);
   self->send(self->state.rebalancing, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
   get_logger("coordinator")->debug("stage {}: server {} joined at {}:{}", reg.stage(), reg.server_id(), reg.host(),
                                    reg.port());
@@ -48,7 +48,8 @@ caf::error unreachable(const proto::register_server& reg, const std::string& why
                         "address the other machines reach (not a loopback one across machines) and its port open");
 }
 
-caf::result<std::string> on_register(self_ptr self, const std::string& bytes, const stage_actor& server) {
+caf::result<std::string> on_register(self_ptr self, const std::string& bytes, const stage_actor& server,
+                                     const caf::actor& round_peer) {
   auto log = get_logger("coordinator");
   auto reg = decode<proto::register_server>(bytes, "register_server");
   if (!reg) {
@@ -62,7 +63,7 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
   if (!server)
     return make_error(errc::BAD_REQUEST, "register_server without a server handle");
   if (server.node() == self->node())
-    return admit(self, *reg, bytes, server);  // in this process: no address to check
+    return admit(self, *reg, bytes, server, round_peer);  // in this process: no address to check
   // Dial the address it gave, as a trainer would: it must lead to the very
   // process that registered (a loopback --host from another machine leads
   // nowhere, or to someone else), else nobody could use it and its stage's
@@ -74,17 +75,17 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
   self->request(dialer(self->system()), std::chrono::seconds(8), caf::connect_atom::value, reg->host(),
                 static_cast<uint16_t>(reg->port()))
       .then(
-          [self, rp, reg = *reg, bytes, server](const caf::node_id& node, caf::strong_actor_ptr&,
+          [self, rp, reg = *reg, bytes, server, round_peer](const caf::node_id& node, caf::strong_actor_ptr&,
                                                 const std::set<std::string>&) mutable {
             if (node == server.node()) {
-              rp.deliver(admit(self, reg, bytes, server));
+              rp.deliver(admit(self, reg, bytes, server, round_peer));
               return;
             }
             auto err = unreachable(reg, "another process answers there");
             get_logger("coordinator")->warn("rejected registration: {}", describe(err));
             rp.deliver(std::move(err));
           },
-          [self, rp, reg = *reg, bytes, server](caf::error& failed) mutable {
+          [self, rp, reg = *reg, bytes, server, round_peer](caf::error& failed) mutable {
             const bool refused = failed.category() == caf::atom("system") &&
                                  failed.code() == static_cast<uint8_t>(caf::sec::cannot_connect_to_node);
             if (!refused) {
@@ -92,7 +93,7 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
                   ->warn("stage {}: could not confirm that server {} is reachable at {}:{} ({}); admitted. If "
                          "trainers cannot reach it either, check its --host and firewall",
                          reg.stage(), reg.server_id(), reg.host(), reg.port(), self->system().render(failed));
-              rp.deliver(admit(self, reg, bytes, server));
+              rp.deliver(admit(self, reg, bytes, server, round_peer));
               return;
             }
             auto err = unreachable(reg, self->system().render(failed));
@@ -217,8 +218,8 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
   if (cfg.board)
     self->delayed_send(self, std::chrono::seconds(30), tick_atom::value);
   return {
-      [self](register_atom, const std::string& bytes, const stage_actor& server) {
-        return on_register(self, bytes, server);
+      [self](register_atom, const std::string& bytes, const stage_actor& server, const caf::actor& round_peer) {
+        return on_register(self, bytes, server, round_peer);
       },
       [self](subscribe_atom, const std::string& bytes) { return on_subscribe(self, bytes); },
       [self](averager_atom) { return self->state.averaging; },

@@ -202,31 +202,45 @@ caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf:
   return reply;
 }
 
+/// Runs one request on its payload and answers `rp`, or, when it would add
+/// gradients while a round of its stage runs, keeps it for the round's step
+/// (stage_server.hpp, "Staleness").
+template <class Req, class Run>
+void run_or_defer(self_ptr self, const caf::strong_actor_ptr& requester, const char* op,
+                  caf::expected<bulk_parts> payload, Run run, caf::typed_response_promise<uint64_t, std::string> rp) {
+  auto& st = self->state;
+  const bool adds = !std::is_same_v<Req, proto::forward_request> || st.worker->span().has_head();
+  if (adds && st.cfg.stale_wait_s > 0 && st.avg.in_round() && st.serving.waited_out != st.avg.round->id) {
+    st.serving.deferred.emplace_back([self, requester, op, payload = std::move(payload), run, rp]() mutable {
+      run_or_defer<Req>(self, requester, op, std::move(payload), run, rp);
+    });
+    return;
+  }
+  auto r = handle<Req>(self, requester, op, std::move(payload), run);
+  if (r)
+    rp.deliver(r->first, std::move(r->second));
+  else
+    rp.deliver(r.error());
+}
+
 /// A forward or backward request: its payload inline (reassembled from
-/// chunks) and answered now, or over the bulk connection and answered once
-/// its bytes are here.
+/// chunks) or over the bulk connection (answered once its bytes are here).
 template <class Req, class Run>
 reply_t receive_request(self_ptr self, const char* op, uint64_t transfer_id, std::string tail, Run run) {
   auto& st = self->state;
   const auto requester = self->current_sender();
-  if (!is_bulk(transfer_id)) {
-    auto r = handle<Req>(self, requester, op,
-                         one_part(st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id,
-                                                   std::move(tail))),
-                         run);
-    if (!r)
-      return r.error();
-    return {r->first, std::move(r->second)};
-  }
   auto rp = self->make_response_promise<uint64_t, std::string>();
+  if (!is_bulk(transfer_id)) {
+    run_or_defer<Req>(self, requester, op,
+                      one_part(st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id,
+                                                std::move(tail))),
+                      run, rp);
+    return rp;
+  }
   const bool here = st.inbox.claim(
       transfer_id,
       [self, requester, op, run, rp](caf::expected<bulk_parts> payload) mutable {
-        auto r = handle<Req>(self, requester, op, std::move(payload), run);
-        if (r)
-          rp.deliver(r->first, std::move(r->second));
-        else
-          rp.deliver(r.error());
+        run_or_defer<Req>(self, requester, op, std::move(payload), run, rp);
       },
       bulk_inbox::clock::now());
   if (!here)
@@ -268,6 +282,13 @@ void settle_held(self_ptr self) {
   h.reset();
 }
 
+void release_deferred(self_ptr self) {
+  auto waiting = std::move(self->state.serving.deferred);
+  self->state.serving.deferred.clear();
+  for (auto& job : waiting)
+    job();  // each runs now, or waits again for a round that began meanwhile (none can: this thread is busy)
+}
+
 stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, std::shared_ptr<stage_worker> worker,
                                         std::shared_ptr<metrics_sink> metrics,
                                         std::shared_ptr<stage_server_counters> counters) {
@@ -281,12 +302,18 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         std::chrono::duration<double>(self->state.cfg.freeze_s)));
   if (self->state.cfg.bulk)
     self->state.cfg.bulk->attach(caf::actor_cast<caf::actor>(self));
+  {
+    const auto& c = self->state.cfg;
+    round_peer_config pc{c.server_id, c.averaging_compression, c.bulk, c.bulk_min_bytes, c.bulk_wait_s,
+                         c.fault == stage_server_config::fault_kind::hang_round ? c.fault_after : 0};
+    // Detached: its own thread, so a round moves on while this one computes.
+    self->state.avg.peer = self->spawn<caf::detached + caf::linked>(round_peer, std::move(pc), self->state.metrics,
+                                                                    caf::actor_cast<stage_actor>(self));
+  }
   // A trainer that dies mid-transfer leaves partial payloads; drop them with it.
-  // A peer that dies mid-round is out of the round.
   self->set_down_handler([self](caf::down_msg& msg) {
     self->state.chunks.forget(msg.source);
     self->state.chunk_senders.erase(msg.source);
-    averaging::on_member_down(self, msg.source);
   });
   // Its node stops it with an exit message: report the stage it served last.
   self->set_exit_handler([self](caf::exit_msg& msg) {
@@ -336,12 +363,13 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
       [self](round_atom, const std::string& bytes, const std::vector<caf::actor>& members) {
         averaging::on_round_begin(self, bytes, members);
       },
-      [self](piece_atom, const std::string& bytes) { averaging::on_piece(self, bytes); },
-      [self](exclude_atom, const std::string& bytes) { averaging::on_exclude(self, bytes); },
+      [self](done_atom, const std::string& bytes, const std::vector<float>& mean) {
+        averaging::on_outcome(self, bytes, mean);
+      },
+      [self](deadline_atom, uint64_t round, int32_t phase) { averaging::on_deadline(self, round, phase); },
       [self](reload_atom, const std::string& bytes, const caf::actor& peer) {
         averaging::on_reload(self, bytes, peer);
       },
-      [self](deadline_atom, uint64_t round, int32_t phase) { averaging::on_deadline(self, round, phase); },
       [self](register_atom, const std::string& bytes, const caf::actor& coordinator) {
         return moving::on_register(self, bytes, coordinator);
       },

@@ -10,10 +10,16 @@
 //
 // Steps are stage-wide (actors/stage_server_averaging.hpp): the server reports its
 // accumulated samples to the averaging coordinator, which starts a round among
-// the stage's servers; the round all-reduces the gradients server to server and
-// every member applies the same optimizer step. Microbatches that arrive while
-// a round runs are computed on the parameters before the step and count towards
-// the next one (staleness: at most one step, see docs/design.md).
+// the stage's servers; the server hands its gradient to its round peer
+// (actors/round_peer.hpp), the peers all-reduce server to server beside the
+// compute, and every member applies the same optimizer step when its peer hands
+// the mean back. Staleness: a request that would add gradients while a round
+// runs waits for its step (deferred, in order, at most stale_wait_s after the
+// round began), so that its gradient steps the parameters it was computed on;
+// forwards that add nothing (every stage's but the last) go on meanwhile. Past
+// stale_wait_s (a round stuck on a dead member) requests are computed on the
+// parameters before the step and count towards the next one: a step stale at
+// most (docs/design.md).
 //
 // Exactly once: gradients of a microbatch (key: trainer, microbatch, direction)
 // are added at most once per server: a request already past its commit deadline
@@ -42,6 +48,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -50,7 +57,7 @@
 #include <unordered_set>
 
 #include "base/metrics.hpp"
-#include "actors/policy/butterfly.hpp"
+#include "actors/round_peer.hpp"
 #include "config/config.hpp"
 #include "net/bulk.hpp"
 #include "net/chunks.hpp"
@@ -77,6 +84,7 @@ struct stage_server_config {
   int num_stages = 2;
   std::string device = "cpu";
   std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: how its all-reduce pieces travel
+  double stale_wait_s = 1.0;  ///< see "Staleness" above
   /// The bulk data plane (net/bulk.hpp): replies and pieces of at least
   /// bulk_min_bytes go over it; null = everything through CAF.
   std::shared_ptr<bulk_endpoint> bulk;
@@ -105,21 +113,18 @@ struct stage_server_counters {
   int64_t withheld_samples = 0;   ///< answered, but held back: the reply may have come late (see the header)
 };
 
-/// This server's part in the averaging round now running or last run.
+/// This server's part in the averaging round now running or last run; the
+/// exchange itself runs in its round peer (actors/round_peer.hpp).
 struct server_round {
   uint64_t id = 0;
   uint64_t number = 0;                    ///< the round's number within its stage (round_begin.number), for logs
   uint64_t step = 0;                      ///< the step the round starts from
-  std::vector<stage_actor> members;       ///< rank order
-  std::vector<std::string> ids;           ///< rank order
-  std::unique_ptr<policy::butterfly_round> exchange;
+  int members = 0;
   std::chrono::steady_clock::time_point started;
   int64_t samples = 0;                    ///< samples of the gradient handed in
-  int64_t bytes_sent = 0, bytes_received = 0;  ///< encoded piece values, as they crossed the wire
-  bool finished = false;                  ///< applied or given up; kept to help others repair
-  std::set<int> unready;                  ///< members not linked directly yet (being dialed, or no HELLO yet)
-  bool begun = false;                     ///< pieces flow (every member linked or gone)
-  std::vector<int> gone_early;            ///< ranks gone before it began, told to the exchange then
+  int64_t stale_samples = 0;              ///< of those, computed on parameters before `step` (local_gradient)
+  bool finished = false;                  ///< applied or given up
+  bool writer = false;                    ///< its lowest live member: writes the stage's checkpoint
 };
 
 /// Requests and their exactly-once accounting; written by actors/stage_server.cpp only.
@@ -143,6 +148,9 @@ struct serving_state {
   };
   std::optional<held_reply> held;
   uint64_t next_held = 0;
+  /// Requests that add gradients, waiting for the round in flight to step (see the top).
+  std::deque<std::function<void()>> deferred;
+  uint64_t waited_out = 0;  ///< the round whose stale_wait_s passed: nothing waits for it any more
 
   /// A new stage: its keys would collide with the old one's (keys name no stage).
   void begin_stage() {
@@ -158,10 +166,7 @@ struct averaging_state {
   uint64_t hash = 0;                       ///< parameter hash, cached: it changes only with a step or a reload
   int64_t reported_samples = -1;           ///< accumulated samples in the last progress report
   std::optional<server_round> round;
-  std::map<uint64_t, std::vector<std::pair<caf::actor_addr, std::string>>> early_pieces;  ///< for rounds not begun here yet
-  std::map<uint64_t, std::set<caf::actor_addr>> early_hellos;  ///< HELLOs of rounds not begun here yet
-  std::set<caf::actor_addr> round_peers;   ///< monitored so a round learns of their death (once each)
-  int64_t rounds_seen = 0;                 ///< for the fault hook
+  round_peer_actor peer;                   ///< runs the rounds' exchanges beside this thread (linked)
   bool reloading = false;
   uint64_t reloads = 0;                    ///< reload orders finished or turned down (see progress_report)
 
@@ -172,7 +177,6 @@ struct averaging_state {
   void begin_stage(uint64_t parameters) {
     hash = parameters;
     round.reset();
-    early_pieces.clear();
     reported_samples = -1;
   }
 };
@@ -224,6 +228,10 @@ struct stage_server_state {
 /// in time, else withholds them; a no-op when none is held. Called before
 /// anything that reads or replaces the accumulator.
 void settle_held(stage_actor::stateful_pointer<stage_server_state> self);
+
+/// Runs the requests deferred for a round's step, in order (see "Staleness");
+/// called once the round applied or was given up.
+void release_deferred(stage_actor::stateful_pointer<stage_server_state> self);
 
 /// Imports a peer's state (`reply`: a reassembled state_reply) into `worker`
 /// and checks that the parameters then hash as the peer said; on success logs

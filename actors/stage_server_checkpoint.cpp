@@ -14,14 +14,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-/// The round's writer: its lowest rank that is not gone.
-bool writes(const server_round& r) {
-  for (int i = 0; i < r.exchange->members(); ++i)
-    if (!r.exchange->is_gone(i))
-      return i == r.exchange->rank();
-  return false;
-}
-
 /// Writes the stage's state now (`checkpoint` event); errors are logged, not fatal.
 void write_now(stage_actor::stateful_pointer<stage_server_state> self) {
   auto& st = self->state;
@@ -54,7 +46,7 @@ void write_now(stage_actor::stateful_pointer<stage_server_state> self) {
 void after_round(stage_actor::stateful_pointer<stage_server_state> self) {
   auto& st = self->state;
   const auto& ck = st.cfg.checkpoints;
-  if (!ck.store || !st.avg.round || !writes(*st.avg.round))
+  if (!ck.store || !st.avg.round || !st.avg.round->writer)
     return;
   const double since_s = seconds_since(st.member.serving_since);
   if (checkpoint_due(st.worker->steps(), ck.store->latest_written(checkpoint_header::kind::stage,

@@ -26,7 +26,7 @@ caf::error register_now(server_ptr self) {
   caf::scoped_actor blocking{self->system()};
   blocking
       ->request(st.member.coordinator, std::chrono::seconds(10), register_atom::value, encode(st.member.registration),
-                caf::actor_cast<stage_actor>(self))
+                caf::actor_cast<stage_actor>(self), caf::actor_cast<caf::actor>(st.avg.peer))
       .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
   if (refused)
     return refused;

@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/dial.hpp"
 #include "actors/stage_server_checkpoint.hpp"
 #include "actors/stage_server_move.hpp"
 #include "base/log.hpp"
@@ -49,7 +50,7 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
   req.set_stage(static_cast<uint32_t>(stage(self)));
   req.set_server_id(st.cfg.server_id);
   // Dialed first: the averager's handle may carry a route through a coordinator that died.
-  dial_then(self, order->from_endpoint(), [self, req, from = order->from_server_id(), peer] {
+  dial_then(self, "stage " + std::to_string(stage(self)), order->from_endpoint(), [self, req, from = order->from_server_id(), peer] {
     const auto started = std::chrono::steady_clock::now();
     auto handle = caf::actor_cast<stage_actor>(peer);
     self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))

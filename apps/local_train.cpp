@@ -1,5 +1,7 @@
 #include "apps/local_train.hpp"
 
+#include "models/optimizer.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -209,6 +211,7 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
                           {"samples", int64_t{samples}},
                           {"tokens", int64_t{samples * m.seq_len}},
                           {"tokens_per_s", tokens_per_s},
+                          {"lr", learning_rate(m, step - 1)},
                           {"elapsed_s", seconds_since(start)}});
     std::printf("local step %lld loss %.3f tokens/s %.0f\n", static_cast<long long>(step), loss, tokens_per_s);
     std::fflush(stdout);

@@ -64,6 +64,7 @@ stage_server_config stage_server_settings(const app_config& cfg, const std::stri
   scfg.num_stages = cfg.stages;
   scfg.device = cfg.device;
   scfg.averaging_compression = cfg.server.averaging_compression;
+  scfg.stale_wait_s = cfg.server.stale_wait_s;
   scfg.bulk = std::move(bulk);
   scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
   scfg.checkpoints = checkpoints;

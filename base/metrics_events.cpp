@@ -9,7 +9,8 @@ const std::vector<metrics_event_doc>& metrics_events() {
   static const std::vector<metrics_event_doc> events{
     {"step", "trainer, local",
        "`step`, `loss` (mean next-token cross-entropy of the step's microbatches, nats), `samples` and "
-       "`tokens` (completed so far), `tokens_per_s` (over this step), `elapsed_s`; trainer also `trainer`, "
+       "`tokens` (completed so far), `tokens_per_s` (over this step), `elapsed_s`; local also `lr` (the "
+       "step's learning rate); trainer also `trainer`, "
        "`issued`, `completed`, `dropped`, `retries` (counts so far), `step_retries` (re-sent attempts "
        "during this step), `wire_bytes` (request and reply payload bytes to and from the servers so far, "
        "all stages) and `wire_bytes_per_sample` (the same over samples completed)"},
@@ -54,9 +55,12 @@ const std::vector<metrics_event_doc>& metrics_events() {
     {"averaging_round", "server",
        "`stage`, `server`, `round`, `step` (after it), `applied` (false: gave up, no step), `peers`, "
        "`excluded` (members gone: died, late or refused), `reassigned` (shards of a gone owner it had to "
-       "get elsewhere), `samples` (of its gradient), `compression` (its `--averaging-compression`), `bytes` "
+       "get elsewhere), `samples` (of its gradient), `stale_samples` (of those, computed on the parameters "
+       "before the previous step: a step stale), `lr` (the step's learning rate), `compression` (its "
+       "`--averaging-compression`), `bytes` "
        "and `bytes_received` (encoded gradient values it sent and got), `raw_bytes` (what it sent as "
-       "float32), `ideal_bytes` (2 x (peers-1)/peers x float32 gradient bytes), `seconds`"},
+       "float32), `ideal_bytes` (2 x (peers-1)/peers x float32 gradient bytes), `seconds` (from its hand-over "
+       "to its step)"},
     {"round_end", "coordinator",
        "`stage`, `round`, `step` (the stage's afterwards), `peers`, `applied`, `agreeing` (members with the "
        "majority hash), `excluded`, `seconds` (start to last result)"},

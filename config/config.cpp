@@ -40,6 +40,10 @@ uint64_t model_config::hash() const {
     s << " tok " << tokenizer_hash;
   if (share_layers != 1)  // unshared models hash as before sharing existed
     s << " share " << share_layers;
+  if (optimizer != "adamw")  // AdamW runs hash as they did before LAMB
+    s << " opt " << optimizer;
+  if (lr_schedule != "constant" || warmup_steps != 0)  // and constant rates as before schedules
+    s << " sched " << lr_schedule << ' ' << warmup_steps << ' ' << min_lr << ' ' << decay_steps;
   if (is_llama())  // gpt leaves it as it was before model families
     s << " llama " << kv_heads() << ' ' << ffn_width() << ' ' << norm_eps << ' ' << rope_theta;
   const auto text = s.str();
@@ -104,6 +108,10 @@ std::string validate(const app_config& c) {
             "must leave an even head width (d-model / n-heads) for rotary embeddings");
   }
   require(e, m.n_layers % m.share_layers == 0, "share-layers", m.share_layers, "must divide n-layers");
+  require(e, m.lr_schedule != "cosine" || c.trainer.max_steps > m.warmup_steps, "lr-schedule", m.lr_schedule,
+          "decays to --min-lr at --max-steps: set --max-steps above --warmup-steps (on every role: it is part of the "
+          "config hash)");
+  require(e, m.min_lr <= m.lr, "min-lr", m.min_lr, "must be <= --lr");
   require(e, c.stages <= m.n_layers / std::max<int64_t>(1, m.share_layers), "stages", c.stages,
           "must be in [1, n-layers / share-layers]");
   require(e, c.net.connection_timeout_s > c.net.heartbeat_s, "connection-timeout", c.net.connection_timeout_s,
@@ -227,6 +235,7 @@ parse_result parse_config(int argc, const char* const* argv) {
   c.trainer.batch_size = c.server.batch_size;  // one --batch-size for both roles
   std::tie(c.checkpoint.every_steps, c.checkpoint.every_s) = checkpoint_interval(c.checkpoint.every);
   c.trainer.coordinator = c.server.coordinator;
+  c.model.decay_steps = c.model.lr_schedule == "cosine" ? c.trainer.max_steps : 0;
   if (auto err = validate(c); !err.empty()) {
     result.message = "swarm: bad config: " + err;
     result.exit_code = 2;

@@ -43,7 +43,12 @@ struct model_config {
   double weight_decay = 0.1;  ///< AdamW decoupled weight decay (2-D weights only)
   double beta1 = 0.9;         ///< AdamW first-moment decay
   double beta2 = 0.95;        ///< AdamW second-moment decay
-  double grad_clip = 1.0;     ///< global gradient-norm clip per optimizer step; 0 = off
+  double grad_clip = 1.0;     ///< gradient-norm clip per optimizer step (per stage in a swarm); 0 = off
+  std::string optimizer = "adamw";  ///< adamw | lamb (layer-wise trust ratios: no norm crosses stages)
+  std::string lr_schedule = "constant";  ///< constant | cosine (decays to min_lr at decay_steps)
+  int64_t warmup_steps = 0;   ///< linear warm-up from lr / warmup_steps to lr over this many steps
+  double min_lr = 0;          ///< cosine: the rate at decay_steps and after
+  int64_t decay_steps = 0;    ///< cosine: the step it reaches min_lr (--max-steps, copied at load)
   uint64_t seed = 1;          ///< parameter initialisation seed
 
   [[nodiscard]] bool is_llama() const { return arch == "llama"; }
@@ -109,6 +114,9 @@ struct server_config {
   int64_t batch_size = 64;       ///< samples per stage-wide optimizer step (the coordinator's target batch size)
   double slowdown = 1.0;         ///< emulate a device this many times slower (>= 1)
   std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: the all-reduce pieces it sends
+  /// A request that would add gradients while a round of its stage runs waits
+  /// up to this long for the round's step (else its gradient is a step stale); 0 = never waits.
+  double stale_wait_s = 1.0;
   std::string fault = "none";    ///< test hook: none | hang-forward | hang-backward | hang-round | hang-state
   int64_t fault_after = 1;       ///< the fault hits the Nth request of its kind
 };

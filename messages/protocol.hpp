@@ -59,6 +59,8 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 /// (bulk, key): the receiver's own timer, its claim on those bytes is late.
 using bulk_atom = caf::atom_constant<caf::atom("bulk")>;
 using settle_atom = caf::atom_constant<caf::atom("settle")>;
+/// A stage server tells its round peer that it gave up a round (its coordinator link dropped).
+using abandon_atom = caf::atom_constant<caf::atom("abandon")>;
 /// A trainer asks its evaluator (actors/evaluator.hpp) for one validation measurement.
 using eval_atom = caf::atom_constant<caf::atom("eval")>;
 
@@ -74,13 +76,13 @@ using rebalancer_actor = caf::typed_actor<caf::reacts_to<join_atom, std::string,
 
 /// The averaging coordinator (actors/averager.hpp). progress: progress_report;
 /// done: round_done; waiting: round_waiting (all three from servers); join: register_server plus the server's
-/// handle; leave: the server left its stage (both from the coordinator, which spawned it); deadline: its own timer
-/// (stage, round, phase). Server handles travel as plain caf::actor because
-/// stage_actor (below) refers to this type.
+/// handle and its round peer's (actors/round_peer.hpp); leave: the server left its stage (both from the coordinator,
+/// which spawned it); deadline: its own timer (stage, round, phase). waiting comes from a server's round peer. Server
+/// handles travel as plain caf::actor because stage_actor (below) refers to this type.
 using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::string>,
                                         caf::reacts_to<done_atom, std::string>,
                                         caf::reacts_to<waiting_atom, std::string>,
-                                        caf::reacts_to<join_atom, std::string, caf::actor>,
+                                        caf::reacts_to<join_atom, std::string, caf::actor, caf::actor>,
                                         caf::reacts_to<leave_atom, caf::actor>,
                                         caf::reacts_to<deadline_atom, uint32_t, uint64_t, int32_t>>;
 
@@ -88,9 +90,10 @@ using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::strin
 /// forward: forward_request -> forward_reply; backward: backward_request -> backward_reply;
 /// state: state_request -> state_reply (a joining peer downloads the stage's state).
 /// Averaging (the averager's handle comes with registering):
-/// round: round_begin + members' handles in rank order; piece: allreduce_piece
-/// from a member; exclude: round_exclude; reload: reload_order + the peer's handle;
-/// deadline: its own timers for a round (round id, 1: say what it waits for, 2: give up).
+/// round: round_begin + the members' round peers in rank order (the server hands its
+/// gradient to its own round peer, which runs the exchange); done: round_outcome +
+/// the averaged gradient from its own round peer; reload: reload_order + the peer's handle;
+/// deadline: its own timer on a round (round id, 2) in case its peer never answers.
 /// register: (register_server, coordinator) -> empty string: (re)register with
 /// that coordinator, as the stage it serves now (from its node). move:
 /// move_order (from the rebalancer, or from itself when a deferred move may go on).
@@ -102,8 +105,7 @@ using stage_actor = caf::typed_actor<
     caf::replies_to<state_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::reacts_to<chunk_atom, uint64_t, std::string>,
     caf::reacts_to<round_atom, std::string, std::vector<caf::actor>>,
-    caf::reacts_to<piece_atom, std::string>,
-    caf::reacts_to<exclude_atom, std::string>,
+    caf::reacts_to<done_atom, std::string, std::vector<float>>,
     caf::reacts_to<reload_atom, std::string, caf::actor>,
     caf::reacts_to<deadline_atom, uint64_t, int32_t>,
     caf::replies_to<register_atom, std::string, caf::actor>::with<std::string>,
@@ -112,7 +114,23 @@ using stage_actor = caf::typed_actor<
     caf::reacts_to<bulk_atom, uint64_t>,
     caf::reacts_to<settle_atom, uint64_t>>;
 
-/// The membership registry. register: (register_server, the server's handle)
+/// A stage server's round peer (actors/round_peer.hpp), in the server's process:
+/// the server's part of the all-reduce, beside the thread that computes. round:
+/// (round_begin, members' round peers in rank order, the gradient handed over,
+/// its samples, the averager) from its own server; piece: allreduce_piece from
+/// another member's peer; exclude: round_exclude from the averager; deadline:
+/// its own timers for a round (round id, 1: say what it waits for, 2: give up);
+/// abandon: its server gave up that round; bulk: as the stage server's.
+using round_peer_actor = caf::typed_actor<
+    caf::reacts_to<round_atom, std::string, std::vector<caf::actor>, std::vector<float>, int64_t, averager_actor>,
+    caf::reacts_to<piece_atom, std::string>,
+    caf::reacts_to<exclude_atom, std::string>,
+    caf::reacts_to<deadline_atom, uint64_t, int32_t>,
+    caf::reacts_to<abandon_atom, uint64_t>,
+    caf::reacts_to<bulk_atom, uint64_t, std::vector<std::string>>,
+    caf::reacts_to<bulk_atom, uint64_t>>;
+
+/// The membership registry. register: (register_server, the server's handle, its round peer's)
 /// -> register_reply, and the server is monitored from then on; peers:
 /// subscribe (only the stage is read) -> server_list of that stage now; subscribe: subscribe -> empty string, then
 /// (membership_atom, membership_update) messages to the sender for every server
@@ -122,7 +140,7 @@ using stage_actor = caf::typed_actor<
 /// trainer_report (for the status page); status: "json" | "text" |
 /// "prometheus" -> the status board rendered so (swarm --role status).
 using coordinator_actor = caf::typed_actor<
-    caf::replies_to<register_atom, std::string, stage_actor>::with<std::string>,
+    caf::replies_to<register_atom, std::string, stage_actor, caf::actor>::with<std::string>,
     caf::replies_to<averager_atom>::with<averager_actor>,
     caf::replies_to<subscribe_atom, std::string>::with<std::string>,
     caf::replies_to<peers_atom, std::string>::with<std::string>,

@@ -194,20 +194,6 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets)
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 
-std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& module, const model_config& cfg) {
-  auto options = torch::optim::AdamWOptions(cfg.lr).betas({cfg.beta1, cfg.beta2}).weight_decay(cfg.weight_decay);
-  // Decay shrinks matrices towards zero; on gains and biases it only hurts (GPT-2, nanoGPT).
-  std::vector<torch::Tensor> decay, no_decay;
-  for (auto& p : module.parameters())
-    (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options));
-  auto no_decay_options = options;
-  no_decay_options.weight_decay(0.0);
-  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(no_decay_options));
-  return std::make_unique<torch::optim::AdamW>(std::move(groups), options);
-}
-
 namespace {
 
 /// A leaf copy of a stage's inputs that collects their gradient; token ids stay as they are.

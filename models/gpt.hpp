@@ -80,9 +80,6 @@ inline bool all_finite(const torch::Tensor& t) {
 /// Mean next-byte cross-entropy in nats: logits [B, T, V], targets int64 [B, T].
 [[nodiscard]] torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
-/// AdamW over `module`'s parameters with cfg's betas and lr; weight decay only
-/// on parameters with two or more dimensions (not on biases and LayerNorm gains).
-[[nodiscard]] std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& module, const model_config& cfg);
 
 /// Stateless backward of a stage: recompute forward from `inputs`, backpropagate
 /// `output_grad`, accumulate parameter gradients, return d/d inputs (undefined

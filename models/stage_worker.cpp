@@ -226,6 +226,7 @@ local_gradient stage_worker::take_gradient() {
   g.values.assign(static_cast<size_t>(parameter_count()), 0.0f);
   g.samples = m.samples;
   g.microbatches = m.microbatches;
+  g.stale_samples = std::min(m.stale_samples, m.samples);
   if (m.microbatches > 0) {
     torch::NoGradGuard no_grad;
     size_t offset = 0;
@@ -260,6 +261,7 @@ error stage_worker::apply_gradient(const std::vector<float>& mean_grad) {
     }
     if (m.cfg.grad_clip > 0)
       torch::nn::utils::clip_grad_norm_(m.params, m.cfg.grad_clip);
+    set_learning_rate(*m.optimizer, m.cfg, m.steps);
     m.optimizer->step();
   } catch (const std::exception& e) {
     m.clear_param_grads();
@@ -267,6 +269,7 @@ error stage_worker::apply_gradient(const std::vector<float>& mean_grad) {
   }
   m.clear_param_grads();
   ++m.steps;
+  m.stale_samples = m.samples + m.held_samples;  // computed on the parameters just stepped
   return error{};
 }
 

@@ -50,6 +50,10 @@ struct local_gradient {
   std::vector<float> values;  ///< mean gradient over `microbatches`, flat (see "Flat order")
   int64_t samples = 0;        ///< samples behind it: the weight in the stage-wide average
   int64_t microbatches = 0;   ///< microbatches behind it
+  /// Of `samples`, those whose gradient was computed on parameters older than
+  /// the ones this gradient will step (accumulated before the last step): the
+  /// staleness a round's overlap with compute costs.
+  int64_t stale_samples = 0;
 };
 
 /// What one forward pass gives: the stage's outputs, or on the last stage the

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "models/gpt.hpp"
+#include "models/optimizer.hpp"
 #include "models/stage_worker.hpp"
 
 namespace swarm {
@@ -25,6 +26,7 @@ struct stage_worker::impl {
   std::vector<torch::Tensor> accum;
   int64_t samples = 0;
   int64_t microbatches = 0;
+  int64_t stale_samples = 0;  ///< of `samples` (and `held`), accumulated before the last step
   /// One microbatch's gradients kept out of `accum` (commit_decision::hold).
   std::vector<torch::Tensor> held;
   int64_t held_samples = 0;
@@ -55,6 +57,7 @@ struct stage_worker::impl {
       a.zero_();
     samples = 0;
     microbatches = 0;
+    stale_samples = 0;
   }
 
   void add_to_accumulator(const std::vector<torch::Tensor>& grads, int64_t batch) {

@@ -4,8 +4,11 @@
 # per compression setting, each with its wire bytes per sample, tokens/s and
 # averaging rounds (time, bytes per server against the ideal all-reduce).
 #   scripts/bench_fidelity.sh [config] [steps] [servers-per-stage] [in-flight]   (defaults: config/small 100 2 4)
-# SETTINGS: the swarm runs, each "compression/averaging-compression"
-#   (default: "none/none fp16/fp16 blockwise8/fp16 blockwise8/blockwise8").
+# SETTINGS: the swarm runs, each "compression/averaging-compression[/stale-wait]"
+#   (default: "none/none fp16/fp16 blockwise8/fp16 blockwise8/blockwise8 blockwise8/fp16/0";
+#   the last lets rounds overlap compute fully: a step-stale gradient for every
+#   request computed during a round, see docs/design.md, Staleness).
+# RUNS: swarm runs per setting (default 1), same seeds; the summary shows each.
 # in-flight: the trainer's microbatches in the pipeline; those in flight when a
 # stage steps are computed partly on the old parameters (see docs/design.md, Staleness).
 set -euo pipefail
@@ -14,19 +17,23 @@ config=${1:-config/small}
 steps=${2:-100}
 servers=${3:-2}
 in_flight=${4:-4}
-settings=${SETTINGS:-none/none fp16/fp16 blockwise8/fp16 blockwise8/blockwise8}
+settings=${SETTINGS:-none/none fp16/fp16 blockwise8/fp16 blockwise8/blockwise8 blockwise8/fp16/0}
+runs_each=${RUNS:-1}
 bash scripts/build.sh swarm > /dev/null
 out=$(mktemp -d /tmp/swarm-fidelity-XXXXXX)
 echo "config $config, $steps steps of --batch-size samples each, $servers servers per stage, in-flight $in_flight, $(nproc) cores; metrics in $out"
 ./build/swarm --role local --config "$config" --max-steps "$steps" --metrics "$out/local.jsonl" --log-level warn > /dev/null
 runs=()
 for s in $settings; do
-  c=${s%/*}
-  a=${s#*/}
-  echo "swarm: --compression $c --averaging-compression $a"
-  ./build/swarm --role cluster --config "$config" --max-steps "$steps" --servers-per-stage "$servers" --in-flight "$in_flight" \
-    --compression "$c" --averaging-compression "$a" --metrics "$out/swarm-$c-$a.jsonl" --log-level warn > /dev/null
-  runs+=("$out/swarm-$c-$a.jsonl")
+  IFS=/ read -r c a w <<< "$s"
+  name="$c-$a${w:+-wait$w}"
+  for i in $(seq "$runs_each"); do
+    tag=$name${RUNS:+-run$i}
+    echo "swarm: --compression $c --averaging-compression $a${w:+ --stale-wait $w} (run $i of $runs_each)"
+    ./build/swarm --role cluster --config "$config" --max-steps "$steps" --servers-per-stage "$servers" --in-flight "$in_flight" \
+      --compression "$c" --averaging-compression "$a" ${w:+--stale-wait "$w"} --metrics "$out/swarm-$tag.jsonl" --log-level warn > /dev/null
+    runs+=("$out/swarm-$tag.jsonl")
+  done
 done
 python3 scripts/fidelity_summary.py "$out/local.jsonl" "${runs[@]}"
 python3 scripts/plot_metrics.py "$out/local.jsonl" "${runs[@]}" -o "$out/fidelity.png" | tail -1

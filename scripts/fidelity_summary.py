@@ -6,7 +6,9 @@ Loss at a sample count is the mean `loss` of the step events in a window of
 +-5% of the run's samples around it (single steps are noisy); the gap is against
 local, in nats and per cent. Per swarm run: the trainer's wire bytes per sample
 (`trainer_exit`), median tokens/s after the first 10% of steps, parameter hash
-agreement, and per stage the averaging rounds (`averaging_round`, `round_end`).
+agreement, and per stage the averaging rounds (`averaging_round`, `round_end`) with
+the share of samples whose gradient was computed on parameters a step older than
+the ones it stepped (`stale_samples`).
 """
 import json
 import os
@@ -42,6 +44,11 @@ def rounds_summary(swarm):
                 per_round[e["round"]] = per_round.get(e["round"], 0) + e["samples"]
         line = (f"  stage {stage}: {len(theirs)} rounds, {statistics.mean(per_round.values()):.1f} samples per round, "
                 f"round median {statistics.median(e['seconds'] for e in theirs):.3f} s")
+        applied = [e for e in rounds if e["stage"] == stage and e["applied"]]
+        taken = sum(e["samples"] for e in applied)
+        if taken and all("stale_samples" in e for e in applied):
+            stale = sum(e["stale_samples"] for e in applied)
+            line += f", {100 * stale / taken:.1f}% of samples a step stale"
         if mine:
             sent = statistics.mean(e["bytes"] for e in mine)
             ideal = statistics.mean(e["ideal_bytes"] for e in mine)

@@ -61,8 +61,7 @@ stage_actor::behavior_type silent_server(stage_actor::pointer self) {
       },
       [](chunk_atom, uint64_t, std::string&) {},
       [](round_atom, std::string&, std::vector<caf::actor>&) {},
-      [](piece_atom, std::string&) {},
-      [](exclude_atom, std::string&) {},
+      [](done_atom, std::string&, std::vector<float>&) {},
       [](reload_atom, std::string&, caf::actor&) {},
       [](deadline_atom, uint64_t, int32_t) {},
       [](register_atom, std::string&, caf::actor&) { return std::string{}; },
@@ -188,12 +187,12 @@ TEST_CASE_METHOD(system_fixture, "coordinator admits matching servers, refuses o
   REQUIRE(subscribed);
 
   caf::error refused;
-  self->request(coord, 5s, register_atom::value, encode(registration("bad", 1, 4000, 41)), fake)
+  self->request(coord, 5s, register_atom::value, encode(registration("bad", 1, 4000, 41)), fake, caf::actor{})
       .receive([](const std::string&) {}, [&](caf::error& err) { refused = err; });
   CHECK(code_of(refused) == errc::BAD_CONFIG);
 
   bool joined = false;
-  self->request(coord, 5s, register_atom::value, encode(registration("s1", 1, 4000, 42)), fake)
+  self->request(coord, 5s, register_atom::value, encode(registration("s1", 1, 4000, 42)), fake, caf::actor{})
       .receive([&](const std::string&) { joined = true; }, [](caf::error&) {});
   REQUIRE(joined);
   proto::membership_update up;
@@ -228,7 +227,7 @@ TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a d
   caf::scoped_actor self{*sys};
   auto join = [&](const std::string& id, uint16_t port, const stage_actor& handle) {
     caf::scoped_actor registrar{*sys};  // own actor: join also runs on the chaos thread
-    registrar->request(coord, 5s, register_atom::value, encode(registration(id, 0, port, 42)), handle)
+    registrar->request(coord, 5s, register_atom::value, encode(registration(id, 0, port, 42)), handle, caf::actor{})
         .receive([](const std::string&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
   };
   join("hung", *hung_port, caf::actor_cast<stage_actor>(hung));
@@ -288,7 +287,7 @@ TEST_CASE_METHOD(system_fixture, "a server the load balancer failed to connect t
                          std::make_shared<stage_server_counters>());
   caf::scoped_actor self{*sys};
   self->request(coord, 5s, register_atom::value, encode(registration("late", 0, port, 42)),
-                caf::actor_cast<stage_actor>(late))
+                caf::actor_cast<stage_actor>(late), caf::actor{})
       .receive([](const std::string&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
   load_balancer_config lbc;
   lbc.config_hash = 42;

@@ -4,6 +4,7 @@
 
 #include "base/metrics.hpp"
 #include "models/gpt.hpp"
+#include "models/optimizer.hpp"
 #include "apps/local_train.hpp"
 
 #include <catch2/catch.hpp>

@@ -8,6 +8,7 @@
 #include "messages/errors.hpp"
 #include "messages/wire.hpp"
 #include "models/gpt.hpp"
+#include "models/optimizer.hpp"
 #include "models/shape/cost_model.hpp"
 #include "models/stage_worker.hpp"
 #include "messages/tensor_codec.hpp"
@@ -467,6 +468,28 @@ TEST_CASE("take_gradient hands out the mean over microbatches and empties the ac
   REQUIRE(next.samples == batch);
   REQUIRE(next.microbatches == 1);
   REQUIRE(both.steps() == 0);  // taking is not stepping
+}
+
+TEST_CASE("take_gradient counts the samples accumulated before the last step as stale", "[worker]") {
+  const auto cfg = small_config();
+  stage_worker w(cfg, 0, 2, "cpu");
+  feed(w, 1);
+  auto first = w.take_gradient();  // a round takes it ...
+  CHECK(first.stale_samples == 0);
+  feed(w, 2);  // ... and this one comes while the round runs: on the parameters the round steps
+  REQUIRE_FALSE(w.apply_gradient(first.values));
+  feed(w, 3);  // after the step: fresh
+  const auto second = w.take_gradient();
+  CHECK(second.samples == 2 * batch);
+  CHECK(second.stale_samples == batch);
+  REQUIRE_FALSE(w.apply_gradient(second.values));
+  feed(w, 4);
+  CHECK(w.take_gradient().stale_samples == 0);  // counted once: the take starts afresh
+  w.apply_step();  // local training takes and steps at once: nothing is ever stale
+  feed(w, 5);
+  w.apply_step();
+  feed(w, 6);
+  CHECK(w.take_gradient().stale_samples == 0);
 }
 
 TEST_CASE("a held microbatch counts only once settled: kept, as if added at once; dropped, not at all",
