@@ -2,6 +2,7 @@
 #include "base/clock.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <caf/all.hpp>
 
@@ -153,6 +154,11 @@ void maybe_start(self_ptr self, uint32_t stage) {
   begin.set_step(r.step);
   begin.set_timeout_s(st.cfg.timeout_s);
   begin.set_piece_elements(static_cast<uint64_t>(st.cfg.piece_elements));
+  double others = 0;
+  for (size_t k = 0; k < st.stages.size(); ++k)
+    if (k != stage)
+      others += st.stages[k].grad_norm_sq;
+  begin.set_other_norm_sq(others);
   std::vector<caf::actor> servers, peers;
   for (size_t i : plan.members) {
     r.members.push_back(of_stage[i]->handle.address());
@@ -238,6 +244,8 @@ void on_done(self_ptr self, const std::string& bytes) {
   r.finished[s->handle.address()] = done->applied();
   r.results[s->handle.address()] = {done->step(), done->parameter_hash()};
   r.taken[s->handle.address()] = static_cast<int64_t>(std::min<uint64_t>(done->taken(), uint64_t{1} << 40));
+  if (done->applied() && std::isfinite(done->grad_norm()) && done->grad_norm() >= 0)
+    sg.grad_norm_sq = done->grad_norm() * done->grad_norm();
   if (!done->applied())
     exclude(self, done->stage(), r, *rank, "gave up");
   maybe_finish(self, done->stage(), false);

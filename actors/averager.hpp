@@ -100,6 +100,7 @@ struct averager_state {
     policy::stage_position position;
     std::optional<round> running;
     int64_t owed = 0;  ///< samples earlier rounds took beyond the target; the next round starts this much earlier
+    double grad_norm_sq = 0;  ///< its mean gradient's squared norm at its last applied step (the others' clip uses it)
     uint64_t rounds_started = 0;
   };
 

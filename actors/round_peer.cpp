@@ -8,6 +8,7 @@
 
 #include "actors/dial.hpp"
 #include "actors/policy/averaging.hpp"
+#include "base/freeze_watch.hpp"
 #include "base/log.hpp"
 #include "messages/float_codec.hpp"
 #include "messages/wire.hpp"
@@ -18,6 +19,7 @@ namespace {
 
 using self_ptr = round_peer_actor::stateful_pointer<round_peer_state>;
 using exchange_round = round_peer_state::exchange_round;
+using clock_type = std::chrono::steady_clock;
 
 std::string who(const exchange_round& r) { return "stage " + std::to_string(r.stage); }
 
@@ -32,7 +34,7 @@ bool writes(const exchange_round& r) {
 /// Ends the round here and tells the server: complete, or given up (`why`).
 /// High priority: the server takes it after the request it is computing, not
 /// after every request queued behind it.
-void finish(self_ptr self, const std::string& why) {
+void finish(self_ptr self, const std::string& why, bool reply_late = false) {
   auto& r = *self->state.round;
   if (r.finished)
     return;
@@ -48,10 +50,11 @@ void finish(self_ptr self, const std::string& why) {
   o.set_bytes_received(static_cast<uint64_t>(r.bytes_received));
   o.set_raw_bytes(static_cast<uint64_t>(r.exchange->bytes_sent()));
   o.set_writer(writes(r));
-  std::vector<float> mean;
-  if (o.complete())
-    mean = r.exchange->result();  // a copy: the exchange keeps its own to repair others from
-  self->send<caf::message_priority::high>(self->state.server, done_atom::value, encode(o), std::move(mean));
+  o.set_parts_sent(r.begun);
+  o.set_reply_late(reply_late);
+  // Copies: the exchange keeps both to repair others from.
+  auto values = o.complete() ? r.exchange->result() : r.exchange->input();
+  self->send<caf::message_priority::high>(self->state.server, done_atom::value, encode(o), std::move(values));
 }
 
 void send_pieces(self_ptr self, std::vector<policy::piece> out) {
@@ -136,6 +139,23 @@ void maybe_hang(self_ptr self) {
 void start_exchange(self_ptr self) {
   auto& st = self->state;
   auto& r = *st.round;
+  if (r.begun || r.finished)
+    return;
+  if (r.window_end != clock_type::time_point{}) {
+    const auto now = clock_type::now();
+    if (now < r.window_end) {
+      if (!r.start_timed)
+        self->delayed_send(self, r.window_end - now, deadline_atom::value, r.id, int32_t{0});
+      r.start_timed = true;
+      return;
+    }
+    if (std::chrono::duration<double>(longest_stall_between(r.sent_at, r.window_end)).count() >= r.slack_s) {
+      finish(self, "this process stood still while the reply of a microbatch in its gradient was leaving, so the "
+                   "trainer may have re-sent it elsewhere",
+             true);
+      return;
+    }
+  }
   r.begun = true;
   send_pieces(self, r.exchange->start());
   for (int gone : r.gone_early)
@@ -234,7 +254,7 @@ void on_piece(self_ptr self, const std::string& bytes) {
 }
 
 void on_round(self_ptr self, const std::string& bytes, const std::vector<caf::actor>& members, std::vector<float> grad,
-              int64_t samples) {
+              int64_t samples, const std::vector<int64_t>& check) {
   auto& st = self->state;
   auto begin = decode<proto::round_begin>(bytes, "round_begin");  // checked by the server
   if (!begin)
@@ -261,6 +281,11 @@ void on_round(self_ptr self, const std::string& bytes, const std::vector<caf::ac
       rank, static_cast<int>(members.size()), std::move(grad), samples,
       static_cast<int64_t>(std::max<uint64_t>(1, begin->piece_elements())),
       [codec = codec_of(st.cfg.compression)](float* v, int64_t n) { round_trip_floats(v, n, codec); });
+  if (check.size() == 3) {
+    r.sent_at = clock_type::time_point{clock_type::duration{check[0]}};
+    r.window_end = clock_type::time_point{clock_type::duration{check[1]}};
+    r.slack_s = static_cast<double>(check[2]) / 1e6;
+  }
   st.round = std::move(r);
   using clock = policy::round_clock;
   self->delayed_send(self, seconds(clock::report * begin->timeout_s()), deadline_atom::value, begin->round(), int32_t{1});
@@ -310,6 +335,11 @@ void on_deadline(self_ptr self, uint64_t round, int32_t phase) {
   auto& st = self->state;
   if (!st.round || st.round->id != round || st.round->finished)
     return;
+  if (phase == 0) {
+    if (st.round->unready.empty())
+      start_exchange(self);
+    return;
+  }
   if (phase == 2) {
     finish(self, "round deadline passed");
     return;
@@ -351,9 +381,9 @@ round_peer_actor::behavior_type round_peer(self_ptr self, round_peer_config cfg,
   });
   return {
       [self](round_atom, const std::string& bytes, const std::vector<caf::actor>& members, std::vector<float>& grad,
-             int64_t samples, const averager_actor& averager) {
+             int64_t samples, const averager_actor& averager, const std::vector<int64_t>& check) {
         self->state.averager = averager;
-        on_round(self, bytes, members, std::move(grad), samples);
+        on_round(self, bytes, members, std::move(grad), samples, check);
       },
       [self](piece_atom, const std::string& bytes) { on_piece(self, bytes); },
       [self](exclude_atom, const std::string& bytes) { on_exclude(self, bytes); },

@@ -9,6 +9,7 @@
 //
 //   idle --(round from its server: the gradient handed over)--> exchanging
 //   exchanging --(every shard reduced)--> done: outcome + mean gradient to the server
+//              (its parts wait for the reply check's window, when there is one)
 //              --(excluded / deadline / a newer round / abandoned)--> given up: outcome to the server
 //   done / given up: the exchange is kept until the next round begins, so
 //   members still finishing can repair from it.
@@ -65,6 +66,12 @@ struct round_peer_state {
     std::set<int> unready;                  ///< members not linked directly yet (being dialed, or no HELLO yet)
     bool begun = false;                     ///< pieces flow (every member linked or gone)
     std::vector<int> gone_early;            ///< ranks gone before it began, told to the exchange then
+    /// A microbatch added provisionally (stage_server.hpp reply_check): no part
+    /// leaves before window_end, nor at all when the process stood still
+    /// `slack` or longer since sent_at (then the reply may have come late).
+    std::chrono::steady_clock::time_point sent_at{}, window_end{};
+    double slack_s = 0;
+    bool start_timed = false;
   };
 
   round_peer_config cfg;

@@ -289,6 +289,19 @@ void release_deferred(self_ptr self) {
     job();  // each runs now, or waits again for a round that began meanwhile (none can: this thread is busy)
 }
 
+std::optional<reply_check> settle_held_for_round(self_ptr self) {
+  auto& st = self->state;
+  auto& h = st.serving.held;
+  if (!h || !h->sent || h->slack_s <= 0 || clock_type::now() >= h->sent_at + reply_leaves_within) {
+    settle_held(self);  // decided already: the window is over, or the reply left too late anyway
+    return std::nullopt;
+  }
+  reply_check check{h->sent_at, h->sent_at + reply_leaves_within, h->slack_s, st.worker->settle_held(true)};
+  st.counters->committed_samples += check.samples;
+  h.reset();
+  return check;
+}
+
 stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, std::shared_ptr<stage_worker> worker,
                                         std::shared_ptr<metrics_sink> metrics,
                                         std::shared_ptr<stage_server_counters> counters) {

@@ -109,8 +109,17 @@ struct stage_server_counters {
   int64_t late = 0;               ///< requests refused or discarded after their commit deadline
   int64_t rounds = 0;             ///< averaging rounds applied
   int64_t rounds_failed = 0;      ///< rounds given up (deadline, excluded, or a step behind)
-  int64_t dropped_samples = 0;    ///< samples of gradients lost with failed rounds or reloads
+  int64_t dropped_samples = 0;    ///< samples of gradients thrown away: more than a step old (see carry_over), or with a move
+  int64_t carried_gradients = 0;  ///< gradients a failed round or a reload did not use, kept for the next round
   int64_t withheld_samples = 0;   ///< answered, but held back: the reply may have come late (see the header)
+};
+
+/// A held microbatch added to a round's gradient before its reply's window
+/// closed: the round peer checks the window before any part leaves.
+struct reply_check {
+  std::chrono::steady_clock::time_point sent_at, window_end;
+  double slack_s = 0;   ///< a stall this long in the window may have made the reply late
+  int64_t samples = 0;  ///< the microbatch's
 };
 
 /// This server's part in the averaging round now running or last run; the
@@ -123,6 +132,9 @@ struct server_round {
   std::chrono::steady_clock::time_point started;
   int64_t samples = 0;                    ///< samples of the gradient handed in
   int64_t stale_samples = 0;              ///< of those, computed on parameters before `step` (local_gradient)
+  int64_t microbatches = 0;
+  double other_norm_sq = 0;               ///< round_begin.other_norm_sq: the clip's other stages
+  std::optional<reply_check> check;       ///< a provisional microbatch in its gradient (settle_held_for_round)
   bool finished = false;                  ///< applied or given up
   bool writer = false;                    ///< its lowest live member: writes the stage's checkpoint
 };
@@ -166,6 +178,14 @@ struct averaging_state {
   uint64_t hash = 0;                       ///< parameter hash, cached: it changes only with a step or a reload
   int64_t reported_samples = -1;           ///< accumulated samples in the last progress report
   std::optional<server_round> round;
+  /// A failed round's gradient whose parts went out: the others may have stepped
+  /// with them. The next round tells: at the same step nobody did (it goes into
+  /// that round), a step on they did (it was used).
+  struct returned_gradient {
+    local_gradient gradient;
+    int64_t step = 0;
+  };
+  std::optional<returned_gradient> returned;
   round_peer_actor peer;                   ///< runs the rounds' exchanges beside this thread (linked)
   bool reloading = false;
   uint64_t reloads = 0;                    ///< reload orders finished or turned down (see progress_report)
@@ -177,6 +197,7 @@ struct averaging_state {
   void begin_stage(uint64_t parameters) {
     hash = parameters;
     round.reset();
+    returned.reset();
     reported_samples = -1;
   }
 };
@@ -191,6 +212,7 @@ struct membership_state {
   std::chrono::steady_clock::time_point registered_at;  ///< last registration: rounds after a later freeze are given up
   std::optional<proto::move_order> move;   ///< ordered, not done: draining, requests are refused meanwhile
   std::chrono::steady_clock::time_point move_ordered;
+  bool hand_in_timer = false;              ///< the move's wait for a round to hand its gradient to is timed
   std::set<uint32_t> left_stages;          ///< stages it served before: their late requests get LEAVING, not an error
   std::chrono::steady_clock::time_point serving_since = std::chrono::steady_clock::now();  ///< first checkpoint due from here
 
@@ -228,6 +250,12 @@ struct stage_server_state {
 /// in time, else withholds them; a no-op when none is held. Called before
 /// anything that reads or replaces the accumulator.
 void settle_held(stage_actor::stateful_pointer<stage_server_state> self);
+
+/// settle_held() for a round about to take the gradient: a held microbatch
+/// whose reply is still inside its leaving window is added now, provisionally
+/// (the check returned goes with the round), so that it steps the parameters it
+/// was computed on rather than the next ones.
+std::optional<reply_check> settle_held_for_round(stage_actor::stateful_pointer<stage_server_state> self);
 
 /// Runs the requests deferred for a round's step, in order (see "Staleness");
 /// called once the round applied or was given up.

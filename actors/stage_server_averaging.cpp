@@ -34,8 +34,39 @@ void send_done(server_ptr self, const server_round& r, bool applied) {
   done.set_parameter_hash(st.avg.hash);
   done.set_samples(static_cast<uint64_t>(st.worker->accumulated_samples()));
   done.set_taken(static_cast<uint64_t>(r.samples));
+  if (applied)
+    done.set_grad_norm(st.worker->last_grad_norm());
   self->send(st.member.averager, done_atom::value, encode(done));
   st.avg.reported_samples = st.worker->accumulated_samples();
+}
+
+/// A round given up: its gradient, when the peer handed it back, goes into the
+/// next round (or waits to learn whether the others stepped with its parts);
+/// otherwise it is lost. Says which, for the log.
+const char* keep_gradient(server_ptr self, const server_round& r, const proto::round_outcome& o,
+                          const std::vector<float>& values) {
+  auto& st = self->state;
+  if (r.samples == 0)
+    return "was empty";
+  if (o.reply_late() && r.check) {
+    // The provisional microbatch may count elsewhere too: withheld, as settle_held would have; the rest
+    // of the gradient cannot be told from it any more, so it goes too (a stall inside a 50 ms window).
+    st.counters->committed_samples -= r.check->samples;
+    st.counters->withheld_samples += r.check->samples;
+    st.counters->dropped_samples += r.samples - r.check->samples;
+    return "is dropped with it";
+  }
+  if (values.size() != static_cast<size_t>(st.worker->parameter_count())) {
+    st.counters->dropped_samples += r.samples;
+    return "is lost (it never came back from the round)";
+  }
+  local_gradient g{values, r.samples, r.microbatches, r.stale_samples};
+  if (!o.parts_sent()) {
+    carry_over(self, std::move(g), static_cast<int64_t>(r.step));
+    return "goes into the next round (nobody got any of it)";
+  }
+  st.avg.returned = averaging_state::returned_gradient{std::move(g), static_cast<int64_t>(r.step)};
+  return "waits for the next round: the others may have stepped with its parts";
 }
 
 /// Ends the round here: applied (`o` complete, `mean` the stage's gradient) or
@@ -56,7 +87,7 @@ void finish(server_ptr self, std::string why, const proto::round_outcome& o, con
             "until it registers again";
   bool applied = why.empty();
   if (applied) {
-    if (auto err = st.worker->apply_gradient(mean)) {
+    if (auto err = st.worker->apply_gradient(mean, r.other_norm_sq)) {
       // Every member got the same vector, so every member refuses it alike.
       get_logger("stage_server")->error("stage {}: round {}: averaged gradient refused: {}", stage_of(self), r.number,
                                         describe(err));
@@ -72,9 +103,9 @@ void finish(server_ptr self, std::string why, const proto::round_outcome& o, con
     checkpointing::after_round(self);
   } else {
     ++st.counters->rounds_failed;
-    st.counters->dropped_samples += r.samples;
-    get_logger("stage_server")->warn("stage {}: gave up round {} after {:.2f} s: {}; {} samples of gradient dropped",
-                                     stage_of(self), r.number, secs, why, r.samples);
+    const char* fate = keep_gradient(self, r, o, mean);
+    get_logger("stage_server")->warn("stage {}: gave up round {} after {:.2f} s: {}; its gradient ({} samples) {}",
+                                     stage_of(self), r.number, secs, why, r.samples, fate);
   }
   st.metrics->emit("averaging_round",
                    {{"stage", stage_of(self)},
@@ -114,6 +145,21 @@ void emit_params(server_ptr self) {
                                        {"hash", std::to_string(self->state.avg.hash)}});
 }
 
+void carry_over(server_ptr self, local_gradient g, int64_t computed_at) {
+  auto& st = self->state;
+  if (g.samples == 0)
+    return;
+  const int64_t behind = st.worker->steps() - computed_at;
+  if (behind >= 0 && behind <= 1 && !st.worker->restore_gradient(g, behind > 0)) {
+    ++st.counters->carried_gradients;
+    return;
+  }
+  st.counters->dropped_samples += g.samples;
+  get_logger("stage_server")->info("stage {}: dropped {} samples of gradient computed at step {}: the stage is at "
+                                   "step {} now",
+                                   stage_of(self), g.samples, computed_at, st.worker->steps());
+}
+
 void report_progress(server_ptr self, bool force) {
   auto& st = self->state;
   const int64_t samples = st.worker->accumulated_samples();
@@ -150,6 +196,12 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
     member = member || m.address() == st.avg.peer.address();
   if (!member)
     return;
+  if (st.avg.returned) {
+    auto back = std::move(*st.avg.returned);
+    st.avg.returned.reset();
+    if (begin->step() == static_cast<uint64_t>(back.step))  // nobody stepped with it
+      carry_over(self, std::move(back.gradient), back.step);
+  }
   if (st.avg.in_round())
     give_up(self, "a newer round began");
   server_round r;
@@ -157,16 +209,27 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
   r.number = begin->number();
   r.step = begin->step();
   r.members = begin->members_size();
+  r.other_norm_sq = std::isfinite(begin->other_norm_sq()) ? std::max(begin->other_norm_sq(), 0.0) : 0.0;
   r.started = clock_type::now();
   st.avg.round = r;
-  if (static_cast<uint64_t>(st.worker->steps()) != r.step || st.avg.reloading || st.member.draining()) {
-    give_up(self, st.member.draining() ? "this server is leaving the stage" : "this server is not at the round's step");
+  // A draining server takes part too: its gradient goes in before it leaves (stage_server_move.hpp).
+  if (static_cast<uint64_t>(st.worker->steps()) != r.step || st.avg.reloading) {
+    give_up(self, "this server is not at the round's step");
     return;
   }
+  // The microbatch answered last joins this gradient, on the parameters it was computed on (else it would be
+  // a step stale); while its reply may still be leaving, the peer checks that before any part goes out.
+  st.avg.round->check = settle_held_for_round(self);
+  std::vector<int64_t> check;
+  if (const auto& c = st.avg.round->check)
+    check = {c->sent_at.time_since_epoch().count(), c->window_end.time_since_epoch().count(),
+             static_cast<int64_t>(c->slack_s * 1e6)};
   auto grad = st.worker->take_gradient();
   st.avg.round->samples = grad.samples;
+  st.avg.round->microbatches = grad.microbatches;
   st.avg.round->stale_samples = grad.stale_samples;
-  self->send(st.avg.peer, round_atom::value, bytes, members, std::move(grad.values), grad.samples, st.member.averager);
+  self->send(st.avg.peer, round_atom::value, bytes, members, std::move(grad.values), grad.samples, st.member.averager,
+             std::move(check));
   self->delayed_send(self, seconds(policy::round_clock::end * begin->timeout_s() + 5.0), deadline_atom::value, r.id,
                      int32_t{2});
   if (st.cfg.stale_wait_s > 0)

@@ -39,6 +39,12 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
 /// without it, so that round is given up (else it would wait for pieces that
 /// never come and turn reloads down meanwhile).
 void abandon_round(server_ptr self);
+/// A gradient no step used (taken before a reload, or handed back by a failed
+/// round), computed at step `computed_at`: back into the accumulator for the
+/// stage's next round while the worker is at most one step past it (a step
+/// stale then), else dropped and counted in dropped_samples: two steps on, the
+/// parameters it points from are gone, and Adam's moments have moved past it.
+void carry_over(server_ptr self, local_gradient g, int64_t computed_at);
 /// Writes `params` (stage, step, parameter hash) after a step or a reload.
 void emit_params(server_ptr self);
 

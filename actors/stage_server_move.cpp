@@ -16,6 +16,10 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+/// How long a server told to move waits for a round to hand its gradient to
+/// (a stage steps every few seconds when it trains at all).
+constexpr auto hand_in_wait = std::chrono::seconds(10);
+
 int stage_of(server_ptr self) { return self->state.worker->span().stage; }
 
 /// Registers as the stage served now and fetches the averager; the refusal, if any.
@@ -112,6 +116,7 @@ void move_now(server_ptr self) {
   st.serving.begin_stage();
   st.avg.begin_stage(st.worker->parameter_hash());
   st.member.move.reset();
+  st.member.hand_in_timer = false;
   if (reachable)
     if (auto err = register_now(self))
       log->warn("stage {}: registering failed: {}; its node registers it when the coordinator is back", to,
@@ -163,6 +168,16 @@ void on_move(server_ptr self, const std::string& bytes) {
   }
   if (st.avg.busy())
     return;  // resume() brings the order back when that ends
+  // Its gradient goes into the stage's next round before it leaves (the round's
+  // end brings the order back); a stage whose rounds stopped gets hand_in_wait.
+  const bool waited = clock_type::now() - st.member.move_ordered >= hand_in_wait;
+  if (st.worker->accumulated_samples() + st.worker->held_samples() > 0 && !waited) {
+    if (!st.member.hand_in_timer) {
+      st.member.hand_in_timer = true;
+      self->delayed_send(self, hand_in_wait, move_atom::value, bytes);
+    }
+    return;
+  }
   move_now(self);
 }
 
@@ -186,6 +201,7 @@ void report_exit(server_ptr self, int moved_to) {
                                    {"rounds", c.rounds},
                                    {"rounds_failed", c.rounds_failed},
                                    {"dropped_samples", c.dropped_samples},
+                                   {"carried_gradients", c.carried_gradients},
                                    {"withheld_samples", c.withheld_samples},
                                    {"steps", st.worker->steps()},
                                    {"hash", std::to_string(st.avg.hash)},

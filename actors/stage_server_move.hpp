@@ -6,9 +6,10 @@
 //   serving --(move_order)--> draining: requests refused with LEAVING (load
 //     balancers re-send them elsewhere; nothing was computed), reload orders
 //     turned down; a round or reload it is in ends first and then re-sends it
-//     the order
-//   draining --> moving: server_exit for the old stage (with its gradient not
-//     averaged yet counted in dropped_samples), leave_notice to the coordinator,
+//     the order; with gradient accumulated it waits for the stage's next round
+//     and hands it in (at most 10 s after the order)
+//   draining --> moving: server_exit for the old stage (with gradient still not
+//     averaged counted in dropped_samples), leave_notice to the coordinator,
 //     the new stage's layers built, its state copied from a live peer (initial
 //     parameters when none holds it), registered for the new stage
 //   moving --> serving: `rebalance` written (seconds from the order)

@@ -28,10 +28,11 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
     if (st.avg.in_round() || st.member.draining() || order->stage() != static_cast<uint32_t>(stage(self)))
       return;
     settle_held(self);
-    const int64_t dropped = st.worker->accumulated_samples();
+    const int64_t before = st.worker->steps();
+    auto carried = st.worker->take_gradient();
     auto loaded = checkpointing::load_if_ahead(self);
+    carry_over(self, std::move(carried), before);
     if (loaded && *loaded) {
-      st.counters->dropped_samples += dropped;
       st.avg.hash = st.worker->parameter_hash();
       emit_params(self);
       report_progress(self, true);
@@ -60,17 +61,17 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
               st.avg.reloading = false;
               ++st.avg.reloads;
               settle_held(self);
-              const int64_t dropped = st.worker->accumulated_samples();
+              const int64_t before = st.worker->steps();
+              auto carried = st.worker->take_gradient();
               auto err = adopt_state(*st.worker, st.chunks.finish(handle.address(), transfer_id, std::move(tail)),
                                      st.cfg.server_id, from, started, *st.metrics);
+              carry_over(self, std::move(carried), before);
               st.avg.hash = st.worker->parameter_hash();
-              if (err) {
+              if (err)
                 get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage(self), from,
                                                  describe(err));
-              } else {
-                st.counters->dropped_samples += dropped;
+              else
                 emit_params(self);
-              }
               report_progress(self, true);
               moving::resume(self);
             },

@@ -70,8 +70,10 @@ const std::vector<metrics_event_doc>& metrics_events() {
     {"server_exit", "server",
        "`stage`, `server`, `served`, `rejected` (requests), `committed_samples` (samples whose gradients it "
        "added), `duplicates` (repeats not added again), `late` (refused or discarded after the commit "
-       "deadline), `rounds` (applied), `rounds_failed`, `dropped_samples` (gradient samples lost with "
-       "failed rounds, reloads or a move), `withheld_samples` (answered, but held back: the reply may have "
+       "deadline), `rounds` (applied), `rounds_failed`, `dropped_samples` (gradient samples thrown away: "
+       "computed more than a step before the parameters they would step, or left behind by a move), "
+       "`carried_gradients` (gradients a failed round or a reload did not use, kept for the next round), "
+       "`withheld_samples` (answered, but held back: the reply may have "
        "come after the trainer re-sent it; see docs/design.md), `steps`, `hash` (FNV-1a of its parameters, as a decimal string), "
        "`moved_to` (-1: the server stopped; else the stage it left this one for). One per stage served: "
        "when the server stops, and when it leaves a stage for another, with the totals of its time there"},

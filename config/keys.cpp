@@ -183,8 +183,8 @@ const std::vector<keys::row>& swarm_keys() {
       key("beta1", &model::beta1, "", range("[0, 1)"), "first-moment decay (AdamW, LAMB)"),
       key("beta2", &model::beta2, "", range("[0, 1)"), "second-moment decay (AdamW, LAMB)"),
       key("grad-clip", &model::grad_clip, "", range(">= 0"),
-          "clip the gradient norm per step to this; 0 = off. A swarm clips each stage's norm (one process: the whole "
-          "model's)"),
+          "clip the model's gradient norm per step to this (a swarm's stage: its own norm with the other stages' "
+          "latest); 0 = off"),
       key("optimizer", &model::optimizer, "", one_of({"adamw", "lamb"}),
           "adamw | lamb (AdamW's moments with a trust ratio per parameter tensor, the paper's for its 1B model)"),
       key("lr-schedule", &model::lr_schedule, "", one_of({"constant", "cosine"}),

@@ -117,12 +117,15 @@ using stage_actor = caf::typed_actor<
 /// A stage server's round peer (actors/round_peer.hpp), in the server's process:
 /// the server's part of the all-reduce, beside the thread that computes. round:
 /// (round_begin, members' round peers in rank order, the gradient handed over,
-/// its samples, the averager) from its own server; piece: allreduce_piece from
+/// its samples, the averager, and a reply check: empty, or [sent_at, window_end]
+/// in steady-clock nanoseconds and the slack in microseconds, see
+/// actors/stage_server.hpp reply_check) from its own server; piece: allreduce_piece from
 /// another member's peer; exclude: round_exclude from the averager; deadline:
-/// its own timers for a round (round id, 1: say what it waits for, 2: give up);
-/// abandon: its server gave up that round; bulk: as the stage server's.
+/// its own timers for a round (round id, 0: the reply check's window is over,
+/// 1: say what it waits for, 2: give up); abandon: its server gave up that round; bulk: as the stage server's.
 using round_peer_actor = caf::typed_actor<
-    caf::reacts_to<round_atom, std::string, std::vector<caf::actor>, std::vector<float>, int64_t, averager_actor>,
+    caf::reacts_to<round_atom, std::string, std::vector<caf::actor>, std::vector<float>, int64_t, averager_actor,
+                   std::vector<int64_t>>,
     caf::reacts_to<piece_atom, std::string>,
     caf::reacts_to<exclude_atom, std::string>,
     caf::reacts_to<deadline_atom, uint64_t, int32_t>,

@@ -242,7 +242,30 @@ local_gradient stage_worker::take_gradient() {
   return g;
 }
 
-error stage_worker::apply_gradient(const std::vector<float>& mean_grad) {
+error stage_worker::restore_gradient(const local_gradient& g, bool stale) {
+  auto& m = *impl_;
+  if (g.microbatches == 0)
+    return error{};
+  if (g.values.size() != static_cast<size_t>(parameter_count()))
+    return error(errc::WRONG_SHAPE, "restored gradient of " + std::to_string(g.values.size()) + " values for stage " +
+                                        std::to_string(m.span().stage));
+  torch::NoGradGuard no_grad;
+  size_t offset = 0;
+  for (auto& a : m.accum) {
+    auto* data = const_cast<float*>(g.values.data() + offset);  // from_blob only reads
+    const auto mean = torch::from_blob(data, a.sizes(), torch::kFloat32).to(m.device);
+    a.add_(mean, static_cast<double>(g.microbatches));  // take_gradient divided the sums by this
+    offset += static_cast<size_t>(a.numel());
+  }
+  m.samples += g.samples;
+  m.microbatches += g.microbatches;
+  m.stale_samples += stale ? g.samples : g.stale_samples;
+  return error{};
+}
+
+double stage_worker::last_grad_norm() const { return impl_->last_grad_norm; }
+
+error stage_worker::apply_gradient(const std::vector<float>& mean_grad, double other_norm_sq) {
   auto& m = *impl_;
   const auto expected = static_cast<size_t>(parameter_count());
   if (mean_grad.size() != expected)
@@ -259,8 +282,17 @@ error stage_worker::apply_gradient(const std::vector<float>& mean_grad) {
       p.mutable_grad() = torch::from_blob(data, p.sizes(), torch::kFloat32).clone().to(m.device);
       offset += static_cast<size_t>(p.numel());
     }
-    if (m.cfg.grad_clip > 0)
-      torch::nn::utils::clip_grad_norm_(m.params, m.cfg.grad_clip);
+    double own_sq = 0;
+    for (const auto& p : m.params)
+      own_sq += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
+    m.last_grad_norm = std::sqrt(own_sq);
+    if (m.cfg.grad_clip > 0) {
+      // As torch's clip_grad_norm_ (scale max / (norm + 1e-6) when below 1), over the model's norm.
+      const double scale = m.cfg.grad_clip / (std::sqrt(own_sq + std::max(other_norm_sq, 0.0)) + 1e-6);
+      if (scale < 1)
+        for (auto& p : m.params)
+          p.mutable_grad().mul_(scale);
+    }
     set_learning_rate(*m.optimizer, m.cfg, m.steps);
     m.optimizer->step();
   } catch (const std::exception& e) {

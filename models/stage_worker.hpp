@@ -117,10 +117,21 @@ public:
   /// The mean of the accumulated gradients (all zeros, samples 0, when none) and
   /// their counts; empties the accumulator so later microbatches count towards the next step.
   [[nodiscard]] local_gradient take_gradient();
+  /// Adds back a gradient take_gradient() gave out that no step used (a round
+  /// that failed before using it, a reload's carried accumulator): sums,
+  /// samples and microbatches as if never taken. `stale`: it was computed on
+  /// parameters the worker has stepped past since, so all its samples count as
+  /// stale. WRONG_SHAPE for another length.
+  [[nodiscard]] error restore_gradient(const local_gradient& g, bool stale);
   /// One optimizer step with `mean_grad` (flat, parameter_count() long): clip to
   /// cfg.grad_clip, AdamW, ++steps. WRONG_SHAPE / NON_FINITE leave the parameters untouched.
   /// Leaves the accumulator alone. Deterministic: equal state + equal vector -> equal result.
-  [[nodiscard]] error apply_gradient(const std::vector<float>& mean_grad);
+  /// `other_norm_sq`: the other stages' squared gradient norms; the clip then
+  /// bounds sqrt(this stage's squared norm + them), as one process bounds the
+  /// whole model's norm (0: this stage's alone).
+  [[nodiscard]] error apply_gradient(const std::vector<float>& mean_grad, double other_norm_sq = 0);
+  /// The norm of the gradient the last apply_gradient stepped with, before clipping.
+  [[nodiscard]] double last_grad_norm() const;
 
   /// 64-bit FNV-1a over the float32 bytes of every parameter in flat order.
   [[nodiscard]] uint64_t parameter_hash() const;

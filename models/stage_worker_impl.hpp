@@ -31,6 +31,7 @@ struct stage_worker::impl {
   std::vector<torch::Tensor> held;
   int64_t held_samples = 0;
   int64_t steps = 0;
+  double last_grad_norm = 0;
 
   torch::Device device;
 

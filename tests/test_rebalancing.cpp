@@ -153,6 +153,8 @@ TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no
   const auto left = first_of(metrics, "server_exit", mover, 0);
   REQUIRE(!left.empty());
   CHECK(number(left, "moved_to") == 1);
+  // It handed its gradient to stage 0's next round before leaving: nothing thrown away.
+  CHECK(number(left, "dropped_samples") == 0);
   // Training went on: every step, nothing dropped, every acked sample added exactly once per stage.
   const auto exit = events(metrics, "trainer_exit");
   REQUIRE(exit.size() == 1);

@@ -492,6 +492,76 @@ TEST_CASE("take_gradient counts the samples accumulated before the last step as 
   CHECK(w.take_gradient().stale_samples == 0);
 }
 
+TEST_CASE("the clip bounds the model's norm: this stage's with the other stages' squared norms", "[worker]") {
+  auto cfg = small_config();
+  cfg.grad_clip = 1.0;
+  stage_worker clipped(cfg, 0, 2, "cpu"), own(cfg, 0, 2, "cpu");
+  auto plain_cfg = cfg;
+  plain_cfg.grad_clip = 0;
+  stage_worker scaled(plain_cfg, 0, 2, "cpu");
+  const auto n = static_cast<size_t>(clipped.parameter_count());
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i)
+    g[i] = 0.001f * static_cast<float>(static_cast<int>(i % 17) - 8);
+  double sq = 0;
+  for (float v : g)
+    sq += static_cast<double>(v) * v;
+  const double norm = std::sqrt(sq);
+  REQUIRE(norm > 0.5);  // clipped alone too: the two cases below must differ
+  const double others = 4.0 * sq;  // the model's norm is sqrt(5) x this stage's
+  REQUIRE_FALSE(clipped.apply_gradient(g, others));
+  CHECK(clipped.last_grad_norm() == Approx(norm).epsilon(1e-6));
+  const double scale = 1.0 / (std::sqrt(sq + others) + 1e-6);
+  std::vector<float> by_hand(n);
+  for (size_t i = 0; i < n; ++i)
+    by_hand[i] = static_cast<float>(g[i] * scale);
+  REQUIRE_FALSE(scaled.apply_gradient(by_hand));
+  REQUIRE_FALSE(own.apply_gradient(g));  // the stage's norm alone: a larger step direction after Adam's moments
+  const auto a = clipped.named_parameters(), b = scaled.named_parameters(), c = own.named_parameters();
+  double diff = 0, own_diff = 0;
+  for (const auto& [name, t] : a) {
+    diff = std::max(diff, (t - b.at(name)).abs().max().item<double>());
+    own_diff = std::max(own_diff, (t - c.at(name)).abs().max().item<double>());
+  }
+  std::printf("clip over the model's norm: max |clipped - scaled by hand| %.3g, against the stage's own norm %.3g\n",
+              diff, own_diff);
+  CHECK(diff <= 1e-6);
+  // A first Adam step hardly sees a gradient's scale, so compare a second step.
+  REQUIRE_FALSE(clipped.apply_gradient(g, 0));
+  REQUIRE_FALSE(own.apply_gradient(g, others));
+  const auto a2 = clipped.named_parameters(), c2 = own.named_parameters();
+  double swapped = 0;
+  for (const auto& [name, t] : a2)
+    swapped = std::max(swapped, (t - c2.at(name)).abs().max().item<double>());
+  CHECK(swapped > 1e-7);
+}
+
+TEST_CASE("restore_gradient puts back what a take gave out, as if never taken", "[worker]") {
+  const auto cfg = small_config();
+  stage_worker kept(cfg, 0, 2, "cpu"), whole(cfg, 0, 2, "cpu");
+  feed(kept, 1);
+  feed(kept, 2);
+  feed(whole, 1);
+  feed(whole, 2);
+  feed(whole, 3);
+  auto back = kept.take_gradient();  // a round that failed before using it hands it back
+  REQUIRE_FALSE(kept.restore_gradient(back, false));
+  CHECK(kept.accumulated_samples() == 2 * batch);
+  feed(kept, 3);
+  const auto a = kept.take_gradient(), b = whole.take_gradient();
+  CHECK(a.samples == b.samples);
+  CHECK(a.microbatches == 3);
+  CHECK(a.stale_samples == 0);
+  CHECK(max_abs_diff(a.values, b.values) <= 1e-6);  // mean x 2 / 3 + third / 3: rounding only
+  // Carried past a step: every sample of it is stale.
+  REQUIRE_FALSE(kept.restore_gradient(a, true));
+  CHECK(kept.take_gradient().stale_samples == 3 * batch);
+  // Another length is refused, the accumulator untouched.
+  local_gradient wrong{std::vector<float>(3, 1.0f), batch, 1, 0};
+  CHECK(kept.restore_gradient(wrong, false).code() == errc::WRONG_SHAPE);
+  CHECK(kept.accumulated_samples() == 0);
+}
+
 TEST_CASE("a held microbatch counts only once settled: kept, as if added at once; dropped, not at all",
           "[worker]") {
   const auto cfg = small_config();

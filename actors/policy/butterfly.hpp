@@ -69,6 +69,8 @@ public:
   [[nodiscard]] std::vector<int> waiting_on() const;
   /// The averaged vector; valid once complete().
   [[nodiscard]] const std::vector<float>& result() const { return result_; }
+  /// This member's own gradient, as handed in (kept: it repairs others' shards).
+  [[nodiscard]] const std::vector<float>& input() const { return grad_; }
   [[nodiscard]] int rank() const { return me_; }
   [[nodiscard]] int members() const { return n_; }
   [[nodiscard]] bool is_gone(int r) const { return gone_[static_cast<size_t>(r)]; }
