@@ -210,7 +210,8 @@ void run_or_defer(self_ptr self, const caf::strong_actor_ptr& requester, const c
                   caf::expected<bulk_parts> payload, Run run, caf::typed_response_promise<uint64_t, std::string> rp) {
   auto& st = self->state;
   const bool adds = !std::is_same_v<Req, proto::forward_request> || st.worker->span().has_head();
-  if (adds && st.cfg.stale_wait_s > 0 && st.avg.in_round() && st.serving.waited_out != st.avg.round->id) {
+  if (adds && st.cfg.stale_wait_s > 0 && st.avg.in_round() && st.serving.waited_out != st.avg.round->id &&
+      st.serving.deferred.size() < serving_state::max_deferred) {
     st.serving.deferred.emplace_back([self, requester, op, payload = std::move(payload), run, rp]() mutable {
       run_or_defer<Req>(self, requester, op, std::move(payload), run, rp);
     });

@@ -160,7 +160,9 @@ struct serving_state {
   };
   std::optional<held_reply> held;
   uint64_t next_held = 0;
-  /// Requests that add gradients, waiting for the round in flight to step (see the top).
+  /// Requests that add gradients, waiting for the round in flight to step (see
+  /// the top); at most max_deferred (each holds its payload), later ones run at once.
+  static constexpr size_t max_deferred = 256;
   std::deque<std::function<void()>> deferred;
   uint64_t waited_out = 0;  ///< the round whose stale_wait_s passed: nothing waits for it any more
 
