@@ -52,8 +52,9 @@ void finish(self_ptr self, const std::string& why, bool reply_late = false) {
   o.set_writer(writes(r));
   o.set_parts_sent(r.begun);
   o.set_reply_late(reply_late);
-  // Copies: the exchange keeps both to repair others from.
-  auto values = o.complete() ? r.exchange->result() : r.exchange->input();
+  // The mean moves out (repairs use the reduced shards); the own gradient is
+  // copied: it repairs a gone owner's shard (a failure, so rare).
+  auto values = o.complete() ? r.exchange->take_result() : r.exchange->input();
   self->send<caf::message_priority::high>(self->state.server, done_atom::value, encode(o), std::move(values));
 }
 

@@ -282,11 +282,12 @@ error stage_worker::apply_gradient(const std::vector<float>& mean_grad, double o
       p.mutable_grad() = torch::from_blob(data, p.sizes(), torch::kFloat32).clone().to(m.device);
       offset += static_cast<size_t>(p.numel());
     }
-    double own_sq = 0;
-    for (const auto& p : m.params)
-      own_sq += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
-    m.last_grad_norm = std::sqrt(own_sq);
-    if (m.cfg.grad_clip > 0) {
+    m.last_grad_norm = 0;
+    if (m.cfg.grad_clip > 0) {  // the norm is needed for the clip only (and the other stages' clips)
+      double own_sq = 0;
+      for (const auto& p : m.params)
+        own_sq += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
+      m.last_grad_norm = std::sqrt(own_sq);
       // As torch's clip_grad_norm_ (scale max / (norm + 1e-6) when below 1), over the model's norm.
       const double scale = m.cfg.grad_clip / (std::sqrt(own_sq + std::max(other_norm_sq, 0.0)) + 1e-6);
       if (scale < 1)

@@ -130,7 +130,8 @@ public:
   /// bounds sqrt(this stage's squared norm + them), as one process bounds the
   /// whole model's norm (0: this stage's alone).
   [[nodiscard]] error apply_gradient(const std::vector<float>& mean_grad, double other_norm_sq = 0);
-  /// The norm of the gradient the last apply_gradient stepped with, before clipping.
+  /// The norm of the gradient the last apply_gradient stepped with, before
+  /// clipping; 0 with the clip off (nobody needs it then).
   [[nodiscard]] double last_grad_norm() const;
 
   /// 64-bit FNV-1a over the float32 bytes of every parameter in flat order.

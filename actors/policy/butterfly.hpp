@@ -69,6 +69,8 @@ public:
   [[nodiscard]] std::vector<int> waiting_on() const;
   /// The averaged vector; valid once complete().
   [[nodiscard]] const std::vector<float>& result() const { return result_; }
+  /// Moves the averaged vector out (repairs need only the shards, kept apart).
+  [[nodiscard]] std::vector<float> take_result() { return std::move(result_); }
   /// This member's own gradient, as handed in (kept: it repairs others' shards).
   [[nodiscard]] const std::vector<float>& input() const { return grad_; }
   [[nodiscard]] int rank() const { return me_; }
