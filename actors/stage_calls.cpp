@@ -1,5 +1,8 @@
 #include "actors/stage_calls.hpp"
 
+#include <algorithm>
+#include <optional>
+
 #include <torch/torch.h>
 
 #include "messages/errors.hpp"
@@ -84,7 +87,10 @@ caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, const 
   auto output_grad = decode_tensor(req.output_grad(), "output_grad", worker.device());
   if (!output_grad)
     return output_grad.error();
-  auto r = worker.backward(*inputs, *output_grad, gate);
+  auto r = worker.backward(*inputs, *output_grad, gate,
+                           req.has_forward_step() ? std::optional<int64_t>(static_cast<int64_t>(std::min<uint64_t>(
+                                                        req.forward_step(), uint64_t{1} << 62)))
+                                                  : std::nullopt);
   if (!r)
     return to_caf(r.error());
   proto::backward_reply reply;

@@ -315,6 +315,7 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
             self->state.stages.observe(stage, static_cast<int64_t>(rep->server_step()));
             auto& mb = self->state.live.at(id);
             mb.servers[stage] = server;
+            mb.forward_steps[stage] = rep->server_step();
             if (stage != last_stage(self)) {
               mb.inputs[stage + 1] = std::move(*rep->mutable_outputs());
               send_forward(self, id, stage + 1);
@@ -338,6 +339,7 @@ void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_g
   req.set_trainer_id(st.cfg.trainer_id);
   *req.mutable_inputs() = mb.inputs[stage];
   *req.mutable_output_grad() = std::move(output_grad);
+  req.set_forward_step(mb.forward_steps[stage]);
   req.set_reply_codec(codec_of(st.cfg.train.compression));
   auto parts = encode_parts(req);
   st.wire_bytes += parts_size(parts);
@@ -373,6 +375,7 @@ void launch(self_ptr self) {
     auto& mb = st.live[id];
     mb.inputs.resize(static_cast<size_t>(st.cfg.num_stages));
     mb.servers.resize(static_cast<size_t>(st.cfg.num_stages));
+    mb.forward_steps.resize(static_cast<size_t>(st.cfg.num_stages));
     mb.inputs[0] = make_int64_tensor(tokens.inputs, {tokens.batch, tokens.seq_len});
     mb.targets = make_int64_tensor(tokens.targets, {tokens.batch, tokens.seq_len});
     mb.samples = tokens.batch;

@@ -61,6 +61,7 @@ struct trainer_state {
     std::vector<proto::tensor> inputs;  ///< inputs[k]: what stage k's forward took
     proto::tensor targets;
     std::vector<std::string> servers;   ///< servers[k]: who ran stage k's forward
+    std::vector<uint64_t> forward_steps;  ///< forward_steps[k]: the step stage k's forward ran at
     int64_t samples = 0;
     float loss = 0;    ///< mean loss, known after the last stage's forward
   };

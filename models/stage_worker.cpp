@@ -175,7 +175,7 @@ result<at::Tensor> stage_worker::next_logits(const torch::Tensor& inputs_in) {
 }
 
 result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, const torch::Tensor& grad_in,
-                                                     const commit_gate& gate) {
+                                                     const commit_gate& gate, std::optional<int64_t> forward_step) {
   auto& m = *impl_;
   if (m.span().has_head())
     return error(errc::BAD_REQUEST, "backward on the last stage (its forward already ran backward)");
@@ -191,9 +191,25 @@ result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, c
     if (auto err = check_same_batch(output_grad, "output_grad", inputs, expected))
       return err;
     backward_result result;
-    auto r = m.accumulate(inputs.size(0), gate, result.duplicate, [&] {
-      return loss_and_grad{0.0f, stage_backward(m.module, inputs, output_grad)};
-    });
+    const int64_t behind = forward_step ? m.steps - *forward_step : 0;
+    const bool on_previous = behind >= 1 && behind <= static_cast<int64_t>(m.previous.size());
+    const auto k = static_cast<size_t>(behind - 1);
+    auto r = m.accumulate(
+        inputs.size(0), gate, result.duplicate,
+        [&] {
+          if (!on_previous)
+            return loss_and_grad{0.0f, stage_backward(m.module, inputs, output_grad)};
+          m.swap_previous(k);
+          try {
+            loss_and_grad out{0.0f, stage_backward(m.module, inputs, output_grad)};
+            m.swap_previous(k);
+            return out;
+          } catch (...) {
+            m.swap_previous(k);
+            throw;
+          }
+        },
+        on_previous);
     if (!r)
       return r.error();
     result.input_grad = r->input_grad;
@@ -295,6 +311,7 @@ error stage_worker::apply_gradient(const std::vector<float>& mean_grad, double o
           p.mutable_grad().mul_(scale);
     }
     set_learning_rate(*m.optimizer, m.cfg, m.steps);
+    m.keep_previous();
     m.optimizer->step();
   } catch (const std::exception& e) {
     m.clear_param_grads();

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include <ATen/core/Tensor.h>
 #include "base/error.hpp"
 
@@ -98,8 +100,18 @@ public:
 
   /// Stateless backward (not for the last stage): recomputes the forward from
   /// `inputs`, backpropagates `output_grad`; same validation as forward.
+  /// `forward_step`: the step count its forward ran at. Up to kept_versions
+  /// steps behind, it recomputes on the parameters of that step (kept for
+  /// this), since `output_grad` belongs to the outputs those gave: on the
+  /// stepped ones the gradient would be of a function the next stage never
+  /// saw, and a stage trained on such gradients diverges (measured: stage 0's
+  /// gradient norm 100-1000x within 15 steps on config/tiny, even at in-flight
+  /// 1). Its samples count as stale. Older or unknown: the current parameters.
+  /// Parameter versions a non-last stage keeps for backward (each a copy of its parameters).
+  static constexpr size_t kept_versions = 3;
   [[nodiscard]] result<backward_result> backward(const at::Tensor& inputs, const at::Tensor& output_grad,
-                                                        const commit_gate& gate = {});
+                                                        const commit_gate& gate = {},
+                                                        std::optional<int64_t> forward_step = std::nullopt);
 
   /// Samples whose gradients are accumulated since the last step.
   [[nodiscard]] int64_t accumulated_samples() const;

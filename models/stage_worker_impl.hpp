@@ -3,6 +3,7 @@
 // (compute and steps) and models/stage_worker_state.cpp (state transfer).
 // Not for other users: they see models/stage_worker.hpp.
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,12 @@ struct stage_worker::impl {
   int64_t held_samples = 0;
   int64_t steps = 0;
   double last_grad_norm = 0;
+  /// The parameters before the last steps, newest first (previous[k]: those of
+  /// step steps - 1 - k), for a backward whose forward ran on them
+  /// (stage_worker::backward); empty on the last stage, whose forward runs its
+  /// backward, and after an import.
+  std::deque<std::vector<torch::Tensor>> previous;
+  bool held_stale = false;  ///< the held microbatch was computed on `previous`
 
   torch::Device device;
 
@@ -72,17 +79,51 @@ struct stage_worker::impl {
 
   int64_t settle_held(bool keep) {
     const int64_t n = held_samples;
-    if (keep && n > 0)
+    if (keep && n > 0) {
       add_to_accumulator(held, n);
+      stale_samples += held_stale ? n : 0;
+    }
     held.clear();
     held_samples = 0;
+    held_stale = false;
     return n;
+  }
+
+  /// Swaps the current parameters with previous[k] (twice: back as they were).
+  void swap_previous(size_t k) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto now = params[i].data();
+      params[i].set_data(previous[k][i]);
+      previous[k][i] = now;
+    }
+  }
+
+  /// Keeps the parameters about to be stepped (not on the last stage: see
+  /// `previous`), at most stage_worker::kept_versions of them.
+  void keep_previous() {
+    if (span().has_head())
+      return;
+    torch::NoGradGuard no_grad;
+    if (previous.size() < stage_worker::kept_versions) {
+      std::vector<torch::Tensor> copy;
+      for (const auto& p : params)
+        copy.push_back(p.detach().clone());
+      previous.push_front(std::move(copy));
+      return;
+    }
+    auto oldest = std::move(previous.back());  // its buffers, reused
+    previous.pop_back();
+    for (size_t i = 0; i < params.size(); ++i)
+      oldest[i].copy_(params[i].detach());
+    previous.push_front(std::move(oldest));
   }
 
   /// Runs `fn` (which backpropagates one microbatch into .grad) and adds its
   /// gradients to the sums only when the loss and every gradient are finite.
   template <class Fn>
-  result<loss_and_grad> accumulate(int64_t batch, const commit_gate& gate, bool& duplicate, Fn&& fn) {
+  result<loss_and_grad> accumulate(int64_t batch, const commit_gate& gate, bool& duplicate, Fn&& fn,
+                                   bool stale = false) {
     clear_param_grads();
     loss_and_grad r = fn();
     bool finite = std::isfinite(r.loss) && all_finite(r.input_grad);
@@ -110,8 +151,10 @@ struct stage_worker::impl {
       settle_held(true);
       held = std::move(grads);  // the tensors autograd made: no copy
       held_samples = batch;
+      held_stale = stale;
     } else {
       add_to_accumulator(grads, batch);
+      stale_samples += stale ? batch : 0;
     }
     return r;
   }

@@ -160,6 +160,7 @@ error stage_worker::import_state(const std::string& bytes) {
   m.clear_param_grads();
   m.clear_accumulator();
   m.settle_held(false);
+  m.previous.clear();  // not the parameters before this state's last step
   return error{};
 }
 
@@ -180,6 +181,7 @@ error stage_worker::load_parameters(const named_tensors& values) {
   m.clear_param_grads();
   m.clear_accumulator();
   m.settle_held(false);
+  m.previous.clear();  // not the parameters before this state's last step
   return error{};
 }
 

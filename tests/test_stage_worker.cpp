@@ -20,6 +20,7 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 using namespace swarm;
@@ -490,6 +491,65 @@ TEST_CASE("take_gradient counts the samples accumulated before the last step as 
   w.apply_step();
   feed(w, 6);
   CHECK(w.take_gradient().stale_samples == 0);
+}
+
+TEST_CASE("a backward whose forward ran a step ago recomputes on the parameters before that step", "[worker]") {
+  const auto cfg = small_config();
+  // `before` stays at step 0: the reference; `w` steps once, then gets the backward of a forward of step 0.
+  stage_worker before(cfg, 0, 2, "cpu"), w(cfg, 0, 2, "cpu"), same(cfg, 0, 2, "cpu");
+  feed(w, 1);
+  feed(same, 1);
+  const auto step = w.take_gradient();
+  REQUIRE_FALSE(w.apply_gradient(step.values));
+  REQUIRE_FALSE(same.apply_gradient(same.take_gradient().values));
+  const auto stepped = probe(w);
+  const auto hash = w.parameter_hash();
+  REQUIRE(w.steps() == 1);
+
+  const auto inputs = *decode_tensor(tokens(batch, len, 7), "inputs");
+  const auto grad = *decode_tensor(hidden(batch, len, cfg.d_model, 8), "grad");
+  REQUIRE(before.backward(inputs, grad));
+  const auto reference = before.take_gradient();
+  REQUIRE(w.backward(inputs, grad, {}, int64_t{0}));
+  const auto on_previous = w.take_gradient();
+  // Bit for bit the gradient the parameters of step 0 give, counted stale, and the parameters back as they were.
+  CHECK(on_previous.values == reference.values);
+  CHECK(on_previous.stale_samples == batch);
+  CHECK(w.parameter_hash() == hash);
+  CHECK(torch::equal(probe(w), stepped));
+
+  // At its own step, or older than one step, or unknown: the current parameters, as before this rule.
+  REQUIRE(same.backward(inputs, grad));
+  const auto current = same.take_gradient();
+  CHECK(current.values != reference.values);
+  for (std::optional<int64_t> at : {std::optional<int64_t>{1}, std::optional<int64_t>{}}) {
+    REQUIRE(w.backward(inputs, grad, {}, at));
+    const auto g = w.take_gradient();
+    CHECK(g.values == current.values);
+    CHECK(g.stale_samples == 0);
+  }
+  // Later steps: each kept version serves its own step, up to kept_versions behind; older ones get the current.
+  std::vector<std::vector<float>> at_step{reference.values, current.values};
+  for (int64_t k = 2; k <= static_cast<int64_t>(stage_worker::kept_versions) + 1; ++k) {
+    feed(w, static_cast<uint64_t>(k));
+    feed(same, static_cast<uint64_t>(k));
+    REQUIRE_FALSE(w.apply_gradient(w.take_gradient().values));
+    REQUIRE_FALSE(same.apply_gradient(same.take_gradient().values));
+    REQUIRE(same.backward(inputs, grad));
+    at_step.push_back(same.take_gradient().values);
+  }
+  REQUIRE(w.steps() == static_cast<int64_t>(stage_worker::kept_versions) + 1);
+  for (int64_t at = 0; at <= w.steps(); ++at) {
+    INFO("forward at step " << at << ", backward at step " << w.steps());
+    REQUIRE(w.backward(inputs, grad, {}, at));
+    const bool kept = at >= w.steps() - static_cast<int64_t>(stage_worker::kept_versions);
+    CHECK(w.take_gradient().values == at_step[static_cast<size_t>(kept ? at : w.steps())]);
+  }
+  // An import replaces the parameters: nothing from before it is kept.
+  REQUIRE_FALSE(w.import_state(same.export_state()));
+  REQUIRE(w.backward(inputs, grad, {}, w.steps() - 1));
+  REQUIRE(same.backward(inputs, grad));
+  CHECK(w.take_gradient().values == same.take_gradient().values);
 }
 
 TEST_CASE("the clip bounds the model's norm: this stage's with the other stages' squared norms", "[worker]") {
