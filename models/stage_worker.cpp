@@ -200,14 +200,12 @@ result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, c
           if (!on_previous)
             return loss_and_grad{0.0f, stage_backward(m.module, inputs, output_grad)};
           m.swap_previous(k);
-          try {
-            loss_and_grad out{0.0f, stage_backward(m.module, inputs, output_grad)};
-            m.swap_previous(k);
-            return out;
-          } catch (...) {
-            m.swap_previous(k);
-            throw;
-          }
+          struct swap_back {
+            impl& m;
+            size_t k;
+            ~swap_back() { m.swap_previous(k); }  // also when the backward throws
+          } restore{m, k};
+          return loss_and_grad{0.0f, stage_backward(m.module, inputs, output_grad)};
         },
         on_previous);
     if (!r)

@@ -25,9 +25,8 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
-
 #include <optional>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include "base/error.hpp"
@@ -98,6 +97,9 @@ public:
   /// position; same checks as forward, nothing accumulated.
   [[nodiscard]] result<at::Tensor> next_logits(const at::Tensor& inputs);
 
+  /// Parameter versions a non-last stage keeps for backward (each a copy of its parameters).
+  static constexpr size_t kept_versions = 3;
+
   /// Stateless backward (not for the last stage): recomputes the forward from
   /// `inputs`, backpropagates `output_grad`; same validation as forward.
   /// `forward_step`: the step count its forward ran at. Up to kept_versions
@@ -107,8 +109,6 @@ public:
   /// saw, and a stage trained on such gradients diverges (measured: stage 0's
   /// gradient norm 100-1000x within 15 steps on config/tiny, even at in-flight
   /// 1). Its samples count as stale. Older or unknown: the current parameters.
-  /// Parameter versions a non-last stage keeps for backward (each a copy of its parameters).
-  static constexpr size_t kept_versions = 3;
   [[nodiscard]] result<backward_result> backward(const at::Tensor& inputs, const at::Tensor& output_grad,
                                                         const commit_gate& gate = {},
                                                         std::optional<int64_t> forward_step = std::nullopt);
