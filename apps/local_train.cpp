@@ -15,6 +15,7 @@
 #include "apps/roles.hpp"
 #include "messages/errors.hpp"
 #include "models/checkpoint.hpp"
+#include "models/gpt.hpp"
 #include "apps/data_roles.hpp"
 #include "apps/weight_roles.hpp"
 #include "models/stage_worker.hpp"
@@ -113,6 +114,10 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
   set_torch_threads(cfg.threads);
   const int threads = torch::get_num_threads();
   const auto& m = cfg.model;
+  if (auto err = whole_model_error(m, "local")) {
+    std::cerr << err.what() << "\n";
+    return 2;
+  }
   auto text = training_text(cfg);
   if (!text) {
     std::cerr << "local: " << text.error().what() << "\n";

@@ -11,6 +11,7 @@
 #include "apps/remote_logits.hpp"
 #include "apps/roles.hpp"
 #include "models/generator.hpp"
+#include "models/gpt.hpp"
 #include "models/hf_format.hpp"
 #include "models/hf_weights.hpp"
 
@@ -39,6 +40,8 @@ error write_file(const fs::path& dir, const std::string& name, const std::string
 
 /// The whole model's weights from --checkpoint-dir or --init-from; says where they came from on stderr.
 result<named_tensors> source_weights(const app_config& cfg, const char* who) {
+  if (auto err = whole_model_error(cfg.model, who))
+    return err;
   if (!cfg.init_from.empty()) {
     auto w = read_hf_weights(cfg.model, cfg.init_from);
     if (w)

@@ -44,6 +44,8 @@ uint64_t model_config::hash() const {
     s << " opt " << optimizer;
   if (lr_schedule != "constant" || warmup_steps != 0)  // and constant rates as before schedules
     s << " sched " << lr_schedule << ' ' << warmup_steps << ' ' << min_lr << ' ' << decay_steps;
+  if (boundary != "none")
+    s << " boundary " << boundary;
   if (is_llama())  // gpt leaves it as it was before model families
     s << " llama " << kv_heads() << ' ' << ffn_width() << ' ' << norm_eps << ' ' << rope_theta;
   const auto text = s.str();
@@ -57,6 +59,15 @@ int64_t model_config::ffn_width() const {
     return ffn_dim;
   const int64_t hidden = 2 * (4 * d_model) / 3;  // Llama's: int(2 * 4d / 3), then up to a multiple of 256
   return (hidden + 255) / 256 * 256;
+}
+
+std::pair<std::string, int64_t> model_config::boundary_kind() const {
+  const auto colon = boundary.find(':');
+  if (colon == std::string::npos)
+    return {boundary, 1};
+  const auto k = boundary.substr(colon + 1);
+  const bool digits = !k.empty() && k.size() <= 6 && k.find_first_not_of("0123456789") == std::string::npos;
+  return {boundary.substr(0, colon), digits ? std::max<int64_t>(1, std::stoll(k)) : 1};
 }
 
 std::string model_config::tokenizer_label() const {
@@ -107,6 +118,11 @@ std::string validate(const app_config& c) {
     require(e, (m.d_model / m.n_heads) % 2 == 0, "n-heads", m.n_heads,
             "must leave an even head width (d-model / n-heads) for rotary embeddings");
   }
+  const auto [cut, k] = m.boundary_kind();
+  require(e, cut == "none" || (k >= 2 && m.d_model % k == 0), "boundary", m.boundary,
+          "needs a K of at least 2 that divides --d-model");
+  require(e, cut == "none" || c.stages >= 2, "boundary", m.boundary,
+          "changes the model only at stage cuts: it needs --stages 2 or more");
   require(e, m.n_layers % m.share_layers == 0, "share-layers", m.share_layers, "must divide n-layers");
   require(e, m.lr_schedule != "cosine" || c.trainer.max_steps > m.warmup_steps, "lr-schedule", m.lr_schedule,
           "decays to --min-lr at --max-steps: set --max-steps above --warmup-steps (on every role: it is part of the "

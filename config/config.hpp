@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace swarm {
@@ -31,6 +32,12 @@ struct model_config {
   /// ALBERT-style sharing (the paper's setup): each run of this many layers is
   /// one block applied that many times; stages never split a run. 1 = none.
   int64_t share_layers = 1;
+  /// What a stage cut carries (the paper's compression ablation): none (the
+  /// hidden state as it is) | bottleneck:K (LayerNorm and a learned projection
+  /// down to d_model / K before the cut, a learned projection back up after it)
+  /// | maxout:K (LayerNorm and the max of each K neighbouring features before,
+  /// a learned projection up after). The layers belong to the stages on either side.
+  std::string boundary = "none";
   int64_t seq_len = 128;      ///< context length, bytes per sample
   int64_t microbatch = 8;     ///< samples per microbatch
   int64_t vocab = 256;        ///< vocabulary size: the tokenizer's (256 for bytes), set once it is opened
@@ -57,6 +64,10 @@ struct model_config {
   /// The MLP's hidden width as built: gpt 4 d; llama ffn_dim, or Llama's
   /// rounding of 8/3 d up to a multiple of 256.
   [[nodiscard]] int64_t ffn_width() const;
+  /// "none", "bottleneck" or "maxout", and its K (1 for none).
+  [[nodiscard]] std::pair<std::string, int64_t> boundary_kind() const;
+  /// Features of the hidden states that cross a stage cut: d_model / K.
+  [[nodiscard]] int64_t wire_width() const { return d_model / boundary_kind().second; }
 
   /// Stable hash of every field; peers with different hashes refuse each other.
   [[nodiscard]] uint64_t hash() const;

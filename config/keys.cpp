@@ -96,6 +96,16 @@ bool valid_device(const std::string& d) {
   return !index.empty() && index.size() <= 3 && index.find_first_not_of("0123456789") == std::string::npos;
 }
 
+bool valid_boundary(const std::string& b) {
+  if (b == "none")
+    return true;
+  const auto colon = b.find(':');
+  const auto kind = b.substr(0, colon);
+  const auto k = colon == std::string::npos ? "" : b.substr(colon + 1);
+  return (kind == "bottleneck" || kind == "maxout") && !k.empty() && k.size() <= 6 &&
+         k.find_first_not_of("0123456789") == std::string::npos;
+}
+
 std::pair<int64_t, double> checkpoint_interval(const std::string& s) {
   const bool secs = !s.empty() && s.back() == 's';
   const auto number = secs ? s.substr(0, s.size() - 1) : s;
@@ -170,6 +180,10 @@ const std::vector<keys::row>& swarm_keys() {
       key("n-layers", &model::n_layers, "", range(">= 1"), "transformer blocks in the whole model"),
       key("share-layers", &model::share_layers, "", range(">= 1"),
           "layer sharing (the paper's): each run of this many layers is one block applied that many times; 1 = none"),
+      key("boundary", &model::boundary, "",
+          check::custom(valid_boundary, "must be none, bottleneck:K or maxout:K (K a whole number)"),
+          "what crosses a stage cut: none | bottleneck:K (LayerNorm, learned projection to d-model/K, learned "
+          "projection back) | maxout:K (LayerNorm, max of K features, learned projection back); the paper's ablation"),
       key("n-kv-heads", &model::n_kv_heads, "", range(">= 0"),
           "llama: key/value heads (grouped-query attention), dividing n-heads; 0 = n-heads"),
       key("ffn-dim", &model::ffn_dim, "features", range(">= 0"),

@@ -20,6 +20,7 @@ namespace {
 // as the same layers of the full model.
 constexpr uint64_t embeddings_tag = 0;
 constexpr uint64_t head_tag = uint64_t{1} << 40;
+constexpr uint64_t boundary_tag = uint64_t{2} << 40;  // + 2 stage: up into it; + 2 stage + 1: down out of it
 uint64_t block_tag(int64_t global_index) { return 1 + static_cast<uint64_t>(global_index); }
 
 /// One SplitMix64 step: neighbouring tags give unrelated seeds.
@@ -127,6 +128,33 @@ stage_module_impl::stage_module_impl(const model_config& cfg, const stage_span& 
     for (int r = 0; r < share; ++r)
       blocks_.push_back(blk);
   }
+  const auto [cut, k] = cfg.boundary_kind();
+  if (cut != "none") {
+    // Down keeps the normalised state's scale (1 / sqrt(fan-in)); up writes
+    // into the residual stream at the model's own scale.
+    const int64_t d = cfg.d_model, w = cfg.wire_width();
+    const auto linear = [&](int64_t in, int64_t out) {
+      return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(!cfg.is_llama()));
+    };
+    if (!span.has_embedding()) {
+      auto gen = generator_for(cfg, boundary_tag + 2 * static_cast<uint64_t>(span.stage));
+      boundary_up_ = register_module("boundary_up", linear(w, d));
+      init_linear(*boundary_up_, init_std, gen);
+    }
+    if (!span.has_head()) {
+      auto gen = generator_for(cfg, boundary_tag + 2 * static_cast<uint64_t>(span.stage) + 1);
+      if (cfg.is_llama())
+        boundary_rms_ = register_module("boundary_norm", rms_norm(d, cfg.norm_eps));
+      else
+        boundary_ln_ = register_module("boundary_norm", make_layer_norm(d));
+      if (cut == "maxout") {
+        maxout_k_ = k;
+      } else {
+        boundary_down_ = register_module("boundary_down", linear(d, w));
+        init_linear(*boundary_down_, 1.0 / std::sqrt(static_cast<double>(d)), gen);
+      }
+    }
+  }
   if (span.has_head()) {
     auto gen = generator_for(cfg, head_tag);
     if (cfg.is_llama())
@@ -138,8 +166,22 @@ stage_module_impl::stage_module_impl(const model_config& cfg, const stage_span& 
   }
 }
 
+torch::Tensor stage_module_impl::cut_in(const torch::Tensor& x) {
+  return boundary_up_ ? boundary_up_(x) : x;
+}
+
+torch::Tensor stage_module_impl::cut_out(const torch::Tensor& h) {
+  if (!boundary_ln_ && !boundary_rms_)
+    return h;
+  auto n = boundary_ln_ ? boundary_ln_(h) : boundary_rms_(h);
+  if (boundary_down_)
+    return boundary_down_(n);
+  // Maxout: the largest of each run of K neighbouring features.
+  return std::get<0>(n.unflatten(-1, {n.size(-1) / maxout_k_, maxout_k_}).max(-1));
+}
+
 torch::Tensor stage_module_impl::forward(const torch::Tensor& x) {
-  torch::Tensor h = x;
+  torch::Tensor h = cut_in(x);
   if (span_.has_embedding()) {
     h = tok_emb_(x);
     if (pos_emb_)
@@ -148,14 +190,14 @@ torch::Tensor stage_module_impl::forward(const torch::Tensor& x) {
   for (auto& blk : blocks_)
     h = blk->forward(h);
   if (span_.has_head())
-    h = head_(norm_ ? norm_(h) : ln_f_(h));
-  return h;
+    return head_(norm_ ? norm_(h) : ln_f_(h));
+  return cut_out(h);
 }
 
 torch::Tensor stage_module_impl::forward_cached(const torch::Tensor& x, std::vector<kv_slot>& cache) {
   cache.resize(blocks_.size());
   const int64_t first = cache.empty() ? 0 : cache.front().positions();
-  torch::Tensor h = x;
+  torch::Tensor h = cut_in(x);
   if (span_.has_embedding()) {
     h = tok_emb_(x);
     if (pos_emb_)
@@ -164,12 +206,20 @@ torch::Tensor stage_module_impl::forward_cached(const torch::Tensor& x, std::vec
   for (size_t i = 0; i < blocks_.size(); ++i)
     h = blocks_[i]->forward_cached(h, cache[i]);
   if (span_.has_head())
-    h = head_(norm_ ? norm_(h) : ln_f_(h));
-  return h;
+    return head_(norm_ ? norm_(h) : ln_f_(h));
+  return cut_out(h);
 }
 
 stage_module make_full_model(const model_config& cfg) {
   return stage_module(cfg, partition_layers(cfg, 1).at(0));
+}
+
+error whole_model_error(const model_config& cfg, const std::string& who) {
+  if (cfg.boundary == "none")
+    return error{};
+  return error(errc::BAD_CONFIG, who + ": --boundary " + cfg.boundary +
+                                     " adds layers at stage cuts only, and the whole model (--role local, export, "
+                                     "generate from files, Hugging Face weights) has no cut: use --boundary none there");
 }
 
 error load_parameters(torch::nn::Module& module, const named_tensors& values) {

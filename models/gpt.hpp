@@ -47,8 +47,16 @@ public:
   [[nodiscard]] const stage_span& span() const { return span_; }
 
 private:
+  torch::Tensor cut_in(const torch::Tensor& x);
+  torch::Tensor cut_out(const torch::Tensor& h);
+
   stage_span span_;
   torch::nn::Embedding tok_emb_{nullptr}, pos_emb_{nullptr};  // pos_emb_: gpt only
+  // --boundary: up after the cut before this stage, norm (and down) before the cut after it.
+  int64_t maxout_k_ = 1;  // > 1: maxout of this many features instead of `boundary_down_`
+  torch::nn::Linear boundary_up_{nullptr}, boundary_down_{nullptr};
+  torch::nn::LayerNorm boundary_ln_{nullptr};  // gpt
+  rms_norm boundary_rms_{nullptr};             // llama
   std::vector<std::shared_ptr<decoder_block>> blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};  // gpt
   rms_norm norm_{nullptr};              // llama
@@ -58,6 +66,11 @@ TORCH_MODULE_IMPL(stage_module, stage_module_impl);
 
 /// The whole model as one module (a single stage spanning every block).
 [[nodiscard]] stage_module make_full_model(const model_config& cfg);
+
+/// BAD_CONFIG when `cfg` has --boundary layers, which exist only at stage cuts:
+/// what builds or fills the whole model at once (--role local, export, generate
+/// from files, Hugging Face weights) cannot hold them. `who` names the caller.
+[[nodiscard]] error whole_model_error(const model_config& cfg, const std::string& who);
 
 /// "[8, 64, 32] Float": a tensor's shape and type, for error messages.
 inline std::string shape_of(const torch::Tensor& t) {

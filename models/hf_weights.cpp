@@ -94,6 +94,8 @@ result<std::string> write_hf_weights(const model_config& m, const named_tensors&
 
 result<named_tensors> read_hf_weights(const model_config& m, const std::string& path) {
   auto bad = [&](const std::string& what) { return error(errc::BAD_CONFIG, path + ": " + what); };
+  if (auto err = whole_model_error(m, path))
+    return err;
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return bad("cannot open: " + std::string{std::strerror(errno)});

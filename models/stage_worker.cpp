@@ -42,14 +42,15 @@ error check_finite(const torch::Tensor& t, const char* name) {
   return all_finite(t) ? error{} : error(errc::NON_FINITE, std::string{name} + " hold NaN or Inf");
 }
 
-/// Hidden states: float32 [B, T, d_model], 1 <= B, 1 <= T <= seq_len, finite.
+/// Hidden states as they cross a stage cut: float32 [B, T, wire_width()]
+/// (d_model without --boundary), 1 <= B, 1 <= T <= seq_len, finite.
 error check_hidden(const torch::Tensor& t, const char* name, const model_config& cfg) {
   const bool ok = t.defined() && t.scalar_type() == torch::kFloat32 && t.dim() == 3 && t.size(0) >= 1 &&
-                  t.size(1) >= 1 && t.size(1) <= cfg.seq_len && t.size(2) == cfg.d_model;
+                  t.size(1) >= 1 && t.size(1) <= cfg.seq_len && t.size(2) == cfg.wire_width();
   if (!ok)
     return t.defined() ? wrong_shape(t, name,
-                                     "[B, T<=" + std::to_string(cfg.seq_len) + ", " + std::to_string(cfg.d_model) +
-                                         "] Float")
+                                     "[B, T<=" + std::to_string(cfg.seq_len) + ", " +
+                                         std::to_string(cfg.wire_width()) + "] Float")
                        : error(errc::BAD_REQUEST, std::string{name} + " missing");
   return check_finite(t, name);
 }
@@ -184,10 +185,10 @@ result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, c
     const auto output_grad = grad_in.defined() ? grad_in.to(m.device) : grad_in;
     if (auto err = check_inputs(inputs, m.span(), m.cfg))
       return err;
-    // Outputs of a non-last stage are always [B, T, d_model] for inputs [B, T(, d)].
+    // Outputs of a non-last stage are always [B, T, wire width] for inputs [B, T(, d)].
     if (auto err = check_hidden(output_grad, "output_grad", m.cfg))
       return err;
-    const std::string expected = "[B, T, " + std::to_string(m.cfg.d_model) + "] Float of the inputs";
+    const std::string expected = "[B, T, " + std::to_string(m.cfg.wire_width()) + "] Float of the inputs";
     if (auto err = check_same_batch(output_grad, "output_grad", inputs, expected))
       return err;
     backward_result result;

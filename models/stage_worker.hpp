@@ -60,7 +60,7 @@ struct local_gradient {
 /// What one forward pass gives: the stage's outputs, or on the last stage the
 /// loss and the gradient of the inputs (the backward ran too).
 struct forward_result {
-  at::Tensor outputs;      ///< non-last stage: [B, T, d_model] float32 on the worker's device
+  at::Tensor outputs;      ///< non-last stage: [B, T, wire_width()] float32 on the worker's device
   float loss = 0;          ///< last stage: mean cross-entropy in nats per byte
   at::Tensor input_grad;   ///< last stage: d loss / d inputs; undefined on a one-stage model
   bool duplicate = false;  ///< the gate said the microbatch was already added: not added again

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 
 using namespace swarm;
 
@@ -154,6 +155,71 @@ TEST_CASE("the staged chain reproduces the full model's loss and every gradient"
       CHECK(grad_diff < 1e-5);
     }
   }
+}
+
+TEST_CASE("--boundary: the cut carries d/K features through trained layers on either side", "[model]") {
+  auto cfg = family_config(GENERATE(0, 1));
+  cfg.boundary = GENERATE(std::string{"bottleneck:4"}, std::string{"maxout:2"});
+  INFO(family_name(cfg) << " " << cfg.boundary);
+  const auto x = random_tokens(cfg.microbatch, cfg.seq_len, 1);
+  const auto y = random_tokens(cfg.microbatch, cfg.seq_len, 2);
+  auto stages = make_stages(cfg, 3);
+  // Stage 0 ends in the boundary's norm (and down), stage 1 has both sides, stage 2 begins with up.
+  const auto names = [](stage_module& s) {
+    std::set<std::string> out;
+    for (const auto& p : s->named_parameters())
+      if (p.key().rfind("boundary_", 0) == 0)
+        out.insert(p.key().substr(0, p.key().find('.')));
+    return out;
+  };
+  const bool maxout = cfg.boundary.rfind("maxout", 0) == 0;
+  const std::set<std::string> out_side =
+      maxout ? std::set<std::string>{"boundary_norm"} : std::set<std::string>{"boundary_norm", "boundary_down"};
+  auto both = out_side;
+  both.insert("boundary_up");
+  CHECK(names(stages[0]) == out_side);
+  CHECK(names(stages[1]) == both);
+  CHECK(names(stages[2]) == std::set<std::string>{"boundary_up"});
+  torch::Tensor wire;
+  {
+    torch::NoGradGuard no_grad;
+    wire = stages[0]->forward(x);
+  }
+  CHECK(wire.sizes() == torch::IntArrayRef{cfg.microbatch, cfg.seq_len, cfg.wire_width()});
+  CHECK(cfg.wire_width() == cfg.d_model / (maxout ? 2 : 4));
+  {
+    // By hand from the same stage without a boundary (its blocks are seeded alike):
+    // the norm at its initial unit gain, then down or the max of each pair.
+    torch::NoGradGuard no_grad;
+    auto plain_cfg = cfg;
+    plain_cfg.boundary = "none";
+    const auto h = make_stages(plain_cfg, 3)[0]->forward(x);
+    const auto n = cfg.is_llama() ? h * torch::rsqrt(h.pow(2).mean(-1, true) + cfg.norm_eps)
+                                  : torch::layer_norm(h, {cfg.d_model}, {}, {}, 1e-5);
+    torch::Tensor expected;
+    if (maxout) {
+      expected = std::get<0>(n.unflatten(-1, {cfg.d_model / 2, 2}).max(-1));
+    } else {
+      const auto params = named(*stages[0], false);
+      const auto bias = params.count("boundary_down.bias") ? params.at("boundary_down.bias") : torch::Tensor{};
+      expected = torch::nn::functional::linear(n, params.at("boundary_down.weight"), bias);
+    }
+    CHECK((wire - expected).abs().max().item<double>() < 1e-5);
+  }
+  // Trained like any weight: the staged chain gives every boundary layer a gradient.
+  const float loss = run_staged(stages, x, y);
+  CHECK(std::isfinite(loss));
+  for (auto& s : stages)
+    for (const auto& p : s->named_parameters())
+      if (p.key().rfind("boundary_", 0) == 0) {
+        INFO(p.key());
+        REQUIRE(p.value().grad().defined());
+        CHECK(p.value().grad().abs().sum().item<double>() > 0);
+      }
+  // Another boundary is another model.
+  auto other = cfg;
+  other.boundary = "none";
+  CHECK(other.hash() != cfg.hash());
 }
 
 TEST_CASE("attention is causal", "[model]") {
@@ -330,6 +396,11 @@ TEST_CASE("run_local trains a few steps and reports a missing corpus or device",
     REQUIRE(run_local(cfg, none, stop) == 2);
     cfg.device = "cpu";
   }
+  cfg.model.boundary = "bottleneck:2";  // one stage has no cut to put it at
+  REQUIRE(run_local(cfg, none, stop) == 2);
+  CHECK(whole_model_error(cfg.model, "local").code() == errc::BAD_CONFIG);
+  cfg.model.boundary = "none";
+  CHECK(whole_model_error(cfg.model, "local").code() == errc::OK);
   cfg.trainer.corpus = "/nonexistent/corpus";
   REQUIRE(run_local(cfg, none, stop) == 2);
   std::remove("/tmp/swarm_test_model_corpus.txt");

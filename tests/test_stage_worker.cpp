@@ -815,11 +815,16 @@ TEST_CASE("import_state refuses garbage and other stages' states untouched", "[w
 TEST_CASE("cost model: parameter counts equal the real stages'", "[model][sim]") {
   // swarm-sim sizes state copies and all-reduces from models/shape/cost_model's
   // formula; it must count what models/gpt.cpp builds.
-  for (int stages : {1, 2, 3, 4, 5, 6, 7}) {
+  for (int stages : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
     model_config m;
     m.d_model = 64;
     m.n_layers = 3;
     m.seq_len = 32;
+    if (stages > 7) {  // --boundary on 3 stages: gpt bottleneck, llama maxout
+      m.boundary = stages == 8 ? "bottleneck:4" : "maxout:2";
+      m.arch = stages == 8 ? "gpt" : "llama";
+      stages = 3;
+    }
     if (stages > 3) {  // llama, with grouped-query attention from 5 on, sharing at 7
       m.arch = "llama";
       m.n_kv_heads = stages > 4 ? 2 : 0;
@@ -831,8 +836,8 @@ TEST_CASE("cost model: parameter counts equal the real stages'", "[model][sim]")
       m.share_layers = 3;
       stages = 2;
     }
-    INFO(m.arch << " kv " << m.kv_heads() << " ffn " << m.ffn_width() << " share " << m.share_layers << ", "
-                << stages << " stages");
+    INFO(m.arch << " kv " << m.kv_heads() << " ffn " << m.ffn_width() << " share " << m.share_layers << " boundary "
+                << m.boundary << ", " << stages << " stages");
     const model_shape shape{m, stages, "none"};
     for (int k = 0; k < stages; ++k) {
       stage_worker worker(m, k, stages, "cpu");

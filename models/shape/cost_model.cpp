@@ -16,7 +16,7 @@ bool model_shape::operator==(const model_shape& o) const {
          model.kv_heads() * o.model.n_heads == o.model.kv_heads() * model.n_heads &&
          model.ffn_width() == o.model.ffn_width() && model.share_layers == o.model.share_layers &&
          model.microbatch == o.model.microbatch && stages == o.stages &&
-         compression == o.compression;
+         compression == o.compression && model.boundary == o.model.boundary;
 }
 
 double forward_madds(const model_shape& s, int stage) {
@@ -38,6 +38,11 @@ int64_t stage_parameters(const model_shape& s, int stage) {
   int64_t n = span.blocks() / s.model.share_layers * block_parameters(s.model);  // shared blocks count once
   if (span.has_embedding()) n += (s.model.vocab + (llama ? 0 : s.model.seq_len)) * d;  // llama: rotary positions
   if (span.has_head()) n += (llama ? d : 2 * d) + d * s.model.vocab;  // final norm, head without bias
+  if (s.model.boundary != "none") {  // --boundary: up into the stage, norm and down (bottleneck) out of it
+    const int64_t w = s.model.wire_width(), bias = llama ? 0 : 1;
+    if (!span.has_embedding()) n += (w + bias) * d;
+    if (!span.has_head()) n += (llama ? d : 2 * d) + (s.model.boundary_kind().first == "bottleneck" ? (d + bias) * w : 0);
+  }
   return n;
 }
 
@@ -74,7 +79,7 @@ std::vector<stage_cost> request_costs(const model_shape& s, const calibration& c
   if (spans.empty()) return {};
   const auto madd_cost = stage_costs(s.model, s.stages);
   const bool measured = s == cal.shape && cal.forward_s.size() == spans.size() && cal.backward_s.size() == spans.size();
-  const double values = static_cast<double>(s.model.microbatch * s.model.seq_len * s.model.d_model);
+  const double values = static_cast<double>(s.model.microbatch * s.model.seq_len * s.model.wire_width());
   const double tokens = static_cast<double>(s.model.microbatch * s.model.seq_len);
   const double act = values * wire_bytes_per_value(s.compression, cal);
   const double codec = values * cal.codec_s_per_value;
