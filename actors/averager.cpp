@@ -217,7 +217,7 @@ void on_progress(self_ptr self, const std::string& bytes) {
   // its round_done carries what came after.
   if (sg.running && rank_of(*sg.running, s->handle.address()) && sg.running->finished.count(s->handle.address()) == 0)
     return;
-  s->view = {s->view.id, true, rep->step(), rep->samples(), rep->parameter_hash()};
+  s->view = {s->view.id, true, rep->step(), rep->samples(), rep->parameter_hash(), rep->leaving()};
   if (rep->reloads() != s->reloads)
     s->reload_pending = false;
   s->reloads = rep->reloads();
@@ -233,7 +233,7 @@ void on_done(self_ptr self, const std::string& bytes) {
     return;
   const auto* done = &got->first;
   auto* s = got->second;
-  s->view = {s->view.id, true, done->step(), done->samples(), done->parameter_hash()};
+  s->view = {s->view.id, true, done->step(), done->samples(), done->parameter_hash(), s->view.leaving};
   auto& sg = st.stages[done->stage()];
   if (!sg.running || sg.running->id != done->round())
     return;

@@ -171,7 +171,8 @@ caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf:
   if (!req)
     return reject(self, requester, op, req.error());
   const auto stage = static_cast<uint32_t>(st.worker->span().stage);
-  if (st.member.draining() || (req->stage() != stage && st.member.left_stages.count(req->stage()) > 0))
+  if (st.member.draining() || st.member.stopping ||
+      (req->stage() != stage && st.member.left_stages.count(req->stage()) > 0))
     return reject(self, requester, op,
                   make_error(errc::LEAVING, "this server left stage " + std::to_string(req->stage())));
   if (past_deadline(*req)) {
@@ -329,13 +330,13 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
     self->state.chunks.forget(msg.source);
     self->state.chunk_senders.erase(msg.source);
   });
-  // Its node stops it with an exit message: report the stage it served last.
+  // Its node stops it with an exit message: on purpose (user_shutdown), its
+  // gradient goes into a round first; then it reports the stage it served last.
   self->set_exit_handler([self](caf::exit_msg& msg) {
     settle_held(self);
-    if (msg.reason == caf::exit_reason::user_shutdown)
-      checkpointing::on_stop(self);
-    moving::report_exit(self, -1);
-    self->quit(msg.reason);
+    if (msg.reason == caf::exit_reason::user_shutdown && moving::hand_in_before_stop(self))
+      return;
+    moving::stop(self, msg.reason);
   });
   return {
       [self](forward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
@@ -399,6 +400,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         settle_held(self);
         averaging::report_progress(self, false);
       },
+      [self](leave_atom) { moving::stop_when_handed_in(self, true); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (self->state.chunk_senders.insert(from).second)

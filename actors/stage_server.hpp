@@ -215,6 +215,9 @@ struct membership_state {
   std::optional<proto::move_order> move;   ///< ordered, not done: draining, requests are refused meanwhile
   std::chrono::steady_clock::time_point move_ordered;
   bool hand_in_timer = false;              ///< the move's wait for a round to hand its gradient to is timed
+  /// Stopped on purpose, when: requests refused, its gradient waits for a round (moving::hand_in_before_stop).
+  std::optional<std::chrono::steady_clock::time_point> stopping;
+  int64_t stopping_samples = 0;            ///< gradient samples held when stopped
   std::set<uint32_t> left_stages;          ///< stages it served before: their late requests get LEAVING, not an error
   std::chrono::steady_clock::time_point serving_since = std::chrono::steady_clock::now();  ///< first checkpoint due from here
 

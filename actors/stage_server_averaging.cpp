@@ -175,6 +175,7 @@ void report_progress(server_ptr self, bool force) {
   rep.set_reloads(st.avg.reloads);
   rep.set_busy_seconds(st.serving.busy_s);
   rep.set_committed_samples(static_cast<uint64_t>(st.counters->committed_samples));
+  rep.set_leaving(st.member.stopping.has_value());
   self->send(st.member.averager, progress_atom::value, encode(rep));
 }
 

@@ -19,6 +19,9 @@ using clock_type = std::chrono::steady_clock;
 /// How long a server told to move waits for a round to hand its gradient to
 /// (a stage steps every few seconds when it trains at all).
 constexpr auto hand_in_wait = std::chrono::seconds(10);
+/// The same for a server stopped on purpose: its round starts at once, and a
+/// launcher kills what ignores SIGTERM for 10 s (apps/children.cpp).
+constexpr auto stop_hand_in_wait = std::chrono::seconds(5);
 
 int stage_of(server_ptr self) { return self->state.worker->span().stage; }
 
@@ -184,6 +187,59 @@ void on_move(server_ptr self, const std::string& bytes) {
 void resume(server_ptr self) {
   if (self->state.member.move)
     self->send(self, move_atom::value, encode(*self->state.member.move));
+  stop_when_handed_in(self, false);
+}
+
+bool hand_in_before_stop(server_ptr self) {
+  auto& st = self->state;
+  if (st.member.stopping)
+    return true;  // already waiting
+  const bool coordinator = st.member.averager && (!st.cfg.coordinator_up || *st.cfg.coordinator_up);
+  const int64_t samples = st.worker->accumulated_samples();
+  if (!st.member.registered || st.member.draining() || !coordinator || samples == 0)
+    return false;
+  st.member.stopping = clock_type::now();
+  st.member.stopping_samples = samples;
+  get_logger("stage_server")->info("stage {}: stopping; handing {} samples of gradient to a round first (at most {} s)",
+                                   stage_of(self), samples, stop_hand_in_wait.count());
+  averaging::report_progress(self, true);
+  stop_when_handed_in(self, true);
+  return true;
+}
+
+void stop_when_handed_in(server_ptr self, bool from_timer) {
+  auto& st = self->state;
+  if (!st.member.stopping || st.avg.busy())
+    return;  // the round's end calls again
+  const bool handed_in = st.worker->accumulated_samples() == 0;
+  const bool coordinator_gone = st.cfg.coordinator_up && !*st.cfg.coordinator_up;
+  if (handed_in || coordinator_gone || clock_type::now() - *st.member.stopping >= stop_hand_in_wait) {
+    stop(self, caf::exit_reason::user_shutdown);
+    return;
+  }
+  if (from_timer)
+    self->delayed_send(self, std::chrono::milliseconds(100), leave_atom::value);
+}
+
+void stop(server_ptr self, const caf::error& reason) {
+  auto& st = self->state;
+  if (reason == caf::exit_reason::user_shutdown)
+    checkpointing::on_stop(self);
+  if (st.member.registered) {
+    const int64_t left = st.worker->accumulated_samples();
+    st.counters->dropped_samples += left;
+    if (left > 0)
+      get_logger("stage_server")->info("stage {}: exiting with {} samples of gradient not averaged (dropped)",
+                                       stage_of(self), left);
+    if (reason == caf::exit_reason::user_shutdown)
+      st.metrics->emit("server_stop", {{"stage", int64_t{stage_of(self)}},
+                                       {"server", st.cfg.server_id},
+                                       {"samples", st.member.stopping ? st.member.stopping_samples : left},
+                                       {"handed_in", left == 0},
+                                       {"seconds", st.member.stopping ? seconds_since(*st.member.stopping) : 0.0}});
+  }
+  report_exit(self, -1);
+  self->quit(reason);
 }
 
 void report_exit(server_ptr self, int moved_to) {

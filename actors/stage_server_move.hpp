@@ -13,6 +13,10 @@
 //     the new stage's layers built, its state copied from a live peer (initial
 //     parameters when none holds it), registered for the new stage
 //   moving --> serving: `rebalance` written (seconds from the order)
+//   serving --(exit message, user_shutdown)--> stopping: with gradient held and
+//     the coordinator there, requests refused with LEAVING and a progress
+//     report saying so; the averager starts a round with what the stage holds
+//     (a short step), and the server exits when it ends (at most 5 s)
 // The actor blocks while moving (it is detached, and has left its old stage).
 
 #include <string>
@@ -32,8 +36,20 @@ using server_ptr = stage_actor::stateful_pointer<stage_server_state>;
 [[nodiscard]] caf::result<std::string> on_register(server_ptr self, const std::string& bytes,
                                                    const caf::actor& coordinator);
 void on_move(server_ptr self, const std::string& bytes);
-/// A round or a reload ended: a move that waited for it goes on.
+/// A round or a reload ended: a move that waited for it goes on, a stop that
+/// waited for it ends.
 void resume(server_ptr self);
+/// Stopped on purpose (its node's exit message): true when it stays to hand
+/// its gradient to a round first. It refuses requests and reports itself
+/// leaving, so the averager starts a round with what the stage holds.
+[[nodiscard]] bool hand_in_before_stop(server_ptr self);
+/// While stopping: ends the actor once its gradient went into a round, the
+/// coordinator is gone, or stop_hand_in_wait passed; from_timer: the leave
+/// timer's call, which arms the next one.
+void stop_when_handed_in(server_ptr self, bool from_timer);
+/// Ends the actor: a checkpoint when stopped on purpose, gradient still held
+/// counted in dropped_samples, server_exit.
+void stop(server_ptr self, const caf::error& reason);
 /// Writes server_exit with the totals of the stage served now; moved_to: the
 /// stage it leaves for, or -1 when the server exits. Nothing before it registered.
 void report_exit(server_ptr self, int moved_to);

@@ -71,12 +71,17 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`stage`, `server`, `served`, `rejected` (requests), `committed_samples` (samples whose gradients it "
        "added), `duplicates` (repeats not added again), `late` (refused or discarded after the commit "
        "deadline), `rounds` (applied), `rounds_failed`, `dropped_samples` (gradient samples thrown away: "
-       "computed more than a step before the parameters they would step, or left behind by a move), "
+       "computed more than a step before the parameters they would step, left behind by a move, or held "
+       "when it exited without a round to hand them to), "
        "`carried_gradients` (gradients a failed round or a reload did not use, kept for the next round), "
        "`withheld_samples` (answered, but held back: the reply may have "
        "come after the trainer re-sent it; see docs/design.md), `steps`, `hash` (FNV-1a of its parameters, as a decimal string), "
        "`moved_to` (-1: the server stopped; else the stage it left this one for). One per stage served: "
        "when the server stops, and when it leaves a stage for another, with the totals of its time there"},
+    {"server_stop", "server",
+       "`stage`, `server`, `samples` (gradient samples it held when stopped on purpose), `handed_in` (none left "
+       "behind: they went into a round before it exited, or there were none), `seconds` (from the stop to the exit; at most 5): a server stopped on "
+       "purpose (SIGTERM) hands its gradient to a round first"},
     {"state_download", "server",
        "`stage`, `server`, `from` (the peer), `step` (the state's optimizer steps), `bytes`, `seconds`, "
        "`hash` (of the parameters, checked against the peer's): on joining, on moving and on every reload"},

@@ -99,6 +99,7 @@ using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::strin
 /// move_order (from the rebalancer, or from itself when a deferred move may go on).
 /// bulk: a payload's bytes from the bulk connection, or its own timer on them.
 /// settle: its own timer on a held microbatch (stage_server.hpp, "Exactly once").
+/// leave: its own timer while it stops on purpose (moving::stop_when_handed_in).
 using stage_actor = caf::typed_actor<
     caf::replies_to<forward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
@@ -112,7 +113,8 @@ using stage_actor = caf::typed_actor<
     caf::reacts_to<move_atom, std::string>,
     caf::reacts_to<bulk_atom, uint64_t, std::vector<std::string>>,
     caf::reacts_to<bulk_atom, uint64_t>,
-    caf::reacts_to<settle_atom, uint64_t>>;
+    caf::reacts_to<settle_atom, uint64_t>,
+    caf::reacts_to<leave_atom>>;
 
 /// A stage server's round peer (actors/round_peer.hpp), in the server's process:
 /// the server's part of the all-reduce, beside the thread that computes. round:

@@ -102,7 +102,7 @@ TEST_CASE("a server joins mid-training, then the coordinator restarts: the joine
           "[averaging]") {
   manual_swarm swarm({"--rebalance", "off", "--heartbeat", "0.5", "--connection-timeout", "3"}, "averaging");
   REQUIRE_FALSE(swarm.address.empty());
-  swarm.server(0);
+  const pid_t stopped = swarm.server(0);
   swarm.server(0);
   swarm.server(1);
   swarm.server(1);
@@ -123,6 +123,9 @@ TEST_CASE("a server joins mid-training, then the coordinator restarts: the joine
     return n;
   };
   REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return rounds_after() >= 20; }, 120));
+  // Stopped on purpose mid-training: its gradient goes into a round before it exits.
+  const double stop_t = unix_seconds();
+  CHECK(stop(stopped) == 0);
   CHECK(stop(trainer) == 0);
   swarm.shutdown();
 
@@ -160,6 +163,31 @@ TEST_CASE("a server joins mid-training, then the coordinator restarts: the joine
   for (int stage : {0, 1})
     CHECK(steps_with(swarm.metrics, stage, 2) > 30);
   CHECK(params_disagreements(swarm.metrics).empty());
+
+  // The stop: what it held went into a round it applied after the stop, none dropped.
+  const auto stops = events(swarm.metrics, "server_stop");
+  const auto first_stop =
+      std::find_if(stops.begin(), stops.end(), [&](const std::string& l) { return number(l, "t") >= stop_t; });
+  REQUIRE(first_stop != stops.end());
+  const std::string stopper = text(*first_stop, "server");
+  int64_t dropped = -1;
+  for (const auto& l : events(swarm.metrics, "server_exit"))
+    if (text(l, "server") == stopper && number(l, "t") >= stop_t)
+      dropped = static_cast<int64_t>(number(l, "dropped_samples"));
+  size_t rounds_since = 0;
+  for (const auto& l : events(swarm.metrics, "averaging_round"))
+    rounds_since += text(l, "server") == stopper && number(l, "t") >= stop_t &&
+                    l.find("\"applied\": true") != std::string::npos;
+  const bool handed_in = first_stop->find("\"handed_in\": true") != std::string::npos;
+  std::printf("server %s stopped holding %.0f samples: handed in %d, %zu rounds applied after the stop, %.2f s to exit, "
+              "%lld dropped\n",
+              stopper.c_str(), number(*first_stop, "samples"), int{handed_in}, rounds_since,
+              number(*first_stop, "seconds"), static_cast<long long>(dropped));
+  CHECK(dropped == 0);
+  CHECK(handed_in);
+  CHECK(number(*first_stop, "seconds") < 5);
+  if (number(*first_stop, "samples") > 0)  // nearly always, with 4 microbatches in flight
+    CHECK(rounds_since >= 1);
 }
 
 TEST_CASE("a member that hangs without dying is excluded at the deadline; the round ends without it",

@@ -32,6 +32,22 @@ TEST_CASE("a single server averages alone; no server or no samples never starts"
   CHECK_FALSE(plan_round({{"a", true, 0, 0, 1}}, {0, 1}, 0).start);  // target 0 acts as 1
 }
 
+TEST_CASE("a member stopped on purpose with gradient starts a short round; only an eligible one counts", "[averaging]") {
+  std::vector<member_view> s{{"a", true, 3, 8, 7}, {"b", true, 3, 16, 7}};
+  CHECK_FALSE(plan_round(s, {3, 7}, 64).start);
+  s[0].leaving = true;
+  auto plan = plan_round(s, {3, 7}, 64);
+  CHECK(plan.start);
+  CHECK(plan.samples == 24);                           // everyone's gradient goes in, not only the leaver's
+  CHECK(plan.members == std::vector<size_t>{0, 1});
+  s[0].samples = 0;                                    // nothing left to hand in: wait for the batch again
+  CHECK_FALSE(plan_round(s, {3, 7}, 64).start);
+  s[0] = {"a", true, 2, 8, 5, true};                   // behind the stage: reloaded, not a member
+  plan = plan_round(s, {3, 7}, 64);
+  CHECK_FALSE(plan.start);
+  CHECK(plan.stale == std::vector<size_t>{0});
+}
+
 TEST_CASE("the stage moves to the most common result at the highest step", "[averaging]") {
   CHECK(majority({{4, 1}, {4, 2}, {4, 2}}).hash == 2);
   CHECK(majority({{4, 1}, {4, 2}}).hash == 1);          // tie: rank order

@@ -8,6 +8,7 @@ namespace swarm::policy {
 round_plan plan_round(const std::vector<member_view>& servers, const stage_position& stage,
                       int64_t target_batch_size) {
   round_plan plan;
+  bool leaving_with_gradient = false;
   for (size_t i = 0; i < servers.size(); ++i) {
     const auto& s = servers[i];
     if (!s.reported)
@@ -15,13 +16,17 @@ round_plan plan_round(const std::vector<member_view>& servers, const stage_posit
     if (s.step == stage.step && s.hash == stage.hash) {
       plan.members.push_back(i);
       plan.samples += s.samples;
+      leaving_with_gradient = leaving_with_gradient || (s.leaving && s.samples > 0);
     } else if (s.step < stage.step || s.hash != stage.hash) {
       plan.stale.push_back(i);
     }
   }
   std::sort(plan.members.begin(), plan.members.end(),
             [&](size_t a, size_t b) { return servers[a].id < servers[b].id; });
-  plan.start = !plan.members.empty() && plan.samples >= static_cast<uint64_t>(std::max<int64_t>(1, target_batch_size));
+  // A member stopped on purpose would otherwise wait for a full batch that may
+  // never come (a whole cluster stopping): its gradient goes in now, a short step.
+  plan.start = !plan.members.empty() &&
+               (plan.samples >= static_cast<uint64_t>(std::max<int64_t>(1, target_batch_size)) || leaving_with_gradient);
   return plan;
 }
 

@@ -15,6 +15,7 @@ struct member_view {
   uint64_t step = 0;      ///< optimizer steps it has applied
   uint64_t samples = 0;   ///< samples accumulated towards the next step
   uint64_t hash = 0;      ///< its parameter hash at `step`
+  bool leaving = false;   ///< stopped on purpose, waiting for a round to hand its gradient in
 };
 
 /// The stage's position: the highest step any server reached, and the parameter
@@ -39,14 +40,15 @@ struct round_clock {
 };
 
 struct round_plan {
-  bool start = false;            ///< eligible servers hold at least the target batch
+  bool start = false;            ///< eligible servers hold the target batch, or one leaving holds gradient
   std::vector<size_t> members;   ///< eligible servers, indices into the input, in rank order (by id)
   std::vector<size_t> stale;     ///< reported servers behind the stage or with other parameters: reload them
   uint64_t samples = 0;          ///< samples the eligible servers hold together
 };
 
 /// Eligible: reported, at the stage's step, with its hash. Start when their
-/// samples reach `target_batch_size` (> 0).
+/// samples reach `target_batch_size` (> 0), or when an eligible one that is
+/// leaving holds samples (it exits after this round).
 [[nodiscard]] round_plan plan_round(const std::vector<member_view>& servers, const stage_position& stage,
                                     int64_t target_batch_size);
 
