@@ -232,7 +232,7 @@ void stop(server_ptr self, const caf::error& reason) {
       get_logger("stage_server")->info("stage {}: exiting with {} samples of gradient not averaged (dropped)",
                                        stage_of(self), left);
     if (reason == caf::exit_reason::user_shutdown)
-      st.metrics->emit("server_stop", {{"stage", int64_t{stage_of(self)}},
+      st.metrics->emit("stop_hand_in", {{"stage", int64_t{stage_of(self)}},
                                        {"server", st.cfg.server_id},
                                        {"samples", st.member.stopping ? st.member.stopping_samples : left},
                                        {"handed_in", left == 0},

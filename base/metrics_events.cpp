@@ -78,7 +78,7 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "come after the trainer re-sent it; see docs/design.md), `steps`, `hash` (FNV-1a of its parameters, as a decimal string), "
        "`moved_to` (-1: the server stopped; else the stage it left this one for). One per stage served: "
        "when the server stops, and when it leaves a stage for another, with the totals of its time there"},
-    {"server_stop", "server",
+    {"stop_hand_in", "server",
        "`stage`, `server`, `samples` (gradient samples it held when stopped on purpose), `handed_in` (none left "
        "behind: they went into a round before it exited, or there were none), `seconds` (from the stop to the exit; at most 5): a server stopped on "
        "purpose (SIGTERM) hands its gradient to a round first"},

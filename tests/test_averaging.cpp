@@ -165,7 +165,7 @@ TEST_CASE("a server joins mid-training, then the coordinator restarts: the joine
   CHECK(params_disagreements(swarm.metrics).empty());
 
   // The stop: what it held went into a round it applied after the stop, none dropped.
-  const auto stops = events(swarm.metrics, "server_stop");
+  const auto stops = events(swarm.metrics, "stop_hand_in");
   const auto first_stop =
       std::find_if(stops.begin(), stops.end(), [&](const std::string& l) { return number(l, "t") >= stop_t; });
   REQUIRE(first_stop != stops.end());

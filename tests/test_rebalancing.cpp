@@ -165,6 +165,37 @@ TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no
   std::remove(metrics.c_str());
 }
 
+TEST_CASE("chaos of short SIGSTOPs and a clean move: no gradient dropped anywhere", "[rebalancing]") {
+  // Stops (0.15 s) shorter than a step (128 samples, about 0.4 s here) leave a
+  // stopped server's gradient at most a step stale, which it keeps; the move
+  // hands its gradient in first; the end stops every server on purpose.
+  const std::string metrics = "/tmp/swarm-test-chaos-stop-" + std::to_string(getpid()) + ".jsonl";
+  std::remove(metrics.c_str());
+  REQUIRE(run_swarm({"--role", "cluster", "--config", tiny, "--stage-servers", "3,1", "--rebalance-period", "4",
+                     "--batch-size", "128", "--max-steps", "40", "--chaos", "stop", "--chaos-every", "2",
+                     "--chaos-down", "0.15", "--metrics", metrics, "--log-level", "warn"},
+                    240) == 0);
+  const auto chaos = events(metrics, "chaos");
+  const auto stops = std::count_if(chaos.begin(), chaos.end(), [](const auto& l) { return text(l, "action") == "stop"; });
+  const auto moves = events(metrics, "rebalance");
+  int64_t dropped = 0, carried = 0;
+  for (const auto& l : events(metrics, "server_exit")) {
+    dropped += static_cast<int64_t>(number(l, "dropped_samples"));
+    carried += static_cast<int64_t>(number(l, "carried_gradients"));
+  }
+  std::printf("chaos: %lld stops, %zu moves, %lld samples dropped, %lld gradients carried over\n",
+              static_cast<long long>(stops), moves.size(), static_cast<long long>(dropped),
+              static_cast<long long>(carried));
+  CHECK(stops >= 3);
+  CHECK(moves.size() >= 1);
+  CHECK(dropped == 0);
+  const auto exits = events(metrics, "trainer_exit");
+  REQUIRE(exits.size() == 1);
+  CHECK(number(exits[0], "dropped") == 0);
+  CHECK(params_disagreements(metrics).empty());
+  std::remove(metrics.c_str());
+}
+
 TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fills in before the second kill",
           "[rebalancing]") {
   // The second kill, 10 s after the first, must land mid-run: 1,200 steps
