@@ -19,9 +19,10 @@ using clock_type = std::chrono::steady_clock;
 /// How long a server told to move waits for a round to hand its gradient to
 /// (a stage steps every few seconds when it trains at all).
 constexpr auto hand_in_wait = std::chrono::seconds(10);
-/// The same for a server stopped on purpose: its round starts at once, and a
-/// launcher kills what ignores SIGTERM for 10 s (apps/children.cpp).
-constexpr auto stop_hand_in_wait = std::chrono::seconds(5);
+/// The same for a server stopped on purpose: its round starts at once, and its
+/// node ends the process 5 s after the signal (apps/node.cpp, stop_grace),
+/// which must leave time for the exit's checkpoint and server_exit.
+constexpr auto stop_hand_in_wait = std::chrono::seconds(2);
 
 int stage_of(server_ptr self) { return self->state.worker->span().stage; }
 

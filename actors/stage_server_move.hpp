@@ -16,7 +16,7 @@
 //   serving --(exit message, user_shutdown)--> stopping: with gradient held and
 //     the coordinator there, requests refused with LEAVING and a progress
 //     report saying so; the averager starts a round with what the stage holds
-//     (a short step), and the server exits when it ends (at most 5 s)
+//     (a short step), and the server exits when it ends (at most 2 s)
 // The actor blocks while moving (it is detached, and has left its old stage).
 
 #include <string>

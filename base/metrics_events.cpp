@@ -80,7 +80,7 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "when the server stops, and when it leaves a stage for another, with the totals of its time there"},
     {"stop_hand_in", "server",
        "`stage`, `server`, `samples` (gradient samples it held when stopped on purpose), `handed_in` (none left "
-       "behind: they went into a round before it exited, or there were none), `seconds` (from the stop to the exit; at most 5): a server stopped on "
+       "behind: they went into a round before it exited, or there were none), `seconds` (from the stop to the exit; at most 2): a server stopped on "
        "purpose (SIGTERM) hands its gradient to a round first"},
     {"state_download", "server",
        "`stage`, `server`, `from` (the peer), `step` (the state's optimizer steps), `bytes`, `seconds`, "
