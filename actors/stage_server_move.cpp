@@ -1,6 +1,8 @@
 #include "actors/stage_server_move.hpp"
 #include "base/clock.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
@@ -224,8 +226,13 @@ void stop_when_handed_in(server_ptr self, bool from_timer) {
 
 void stop(server_ptr self, const caf::error& reason) {
   auto& st = self->state;
-  if (reason == caf::exit_reason::user_shutdown)
+  if (reason == caf::exit_reason::user_shutdown) {
     checkpointing::on_stop(self);
+    // So that no round starts with it (the averager hears of its exit later).
+    if (!st.member.stopping)
+      st.member.stopping = clock_type::now();
+    averaging::report_progress(self, true);
+  }
   if (st.member.registered) {
     const int64_t left = st.worker->accumulated_samples();
     st.counters->dropped_samples += left;
@@ -235,9 +242,9 @@ void stop(server_ptr self, const caf::error& reason) {
     if (reason == caf::exit_reason::user_shutdown)
       st.metrics->emit("stop_hand_in", {{"stage", int64_t{stage_of(self)}},
                                        {"server", st.cfg.server_id},
-                                       {"samples", st.member.stopping ? st.member.stopping_samples : left},
+                                       {"samples", std::max(st.member.stopping_samples, left)},
                                        {"handed_in", left == 0},
-                                       {"seconds", st.member.stopping ? seconds_since(*st.member.stopping) : 0.0}});
+                                       {"seconds", seconds_since(*st.member.stopping)}});
   }
   report_exit(self, -1);
   self->quit(reason);

@@ -40,8 +40,13 @@ TEST_CASE("a member stopped on purpose with gradient starts a short round; only 
   CHECK(plan.start);
   CHECK(plan.samples == 24);                           // everyone's gradient goes in, not only the leaver's
   CHECK(plan.members == std::vector<size_t>{0, 1});
-  s[0].samples = 0;                                    // nothing left to hand in: wait for the batch again
-  CHECK_FALSE(plan_round(s, {3, 7}, 64).start);
+  s[0].samples = 0;                                    // nothing left to hand in: it exits, no member
+  plan = plan_round(s, {3, 7}, 64);
+  CHECK_FALSE(plan.start);
+  CHECK(plan.members == std::vector<size_t>{1});
+  s[1].samples = 64;
+  CHECK(plan_round(s, {3, 7}, 64).members == std::vector<size_t>{1});
+  s[1].samples = 16;
   s[0] = {"a", true, 2, 8, 5, true};                   // behind the stage: reloaded, not a member
   plan = plan_round(s, {3, 7}, 64);
   CHECK_FALSE(plan.start);

@@ -11,8 +11,8 @@ round_plan plan_round(const std::vector<member_view>& servers, const stage_posit
   bool leaving_with_gradient = false;
   for (size_t i = 0; i < servers.size(); ++i) {
     const auto& s = servers[i];
-    if (!s.reported)
-      continue;
+    if (!s.reported || (s.leaving && s.samples == 0))
+      continue;  // a server stopping with nothing to hand in is about to exit
     if (s.step == stage.step && s.hash == stage.hash) {
       plan.members.push_back(i);
       plan.samples += s.samples;

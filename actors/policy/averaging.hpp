@@ -46,7 +46,8 @@ struct round_plan {
   uint64_t samples = 0;          ///< samples the eligible servers hold together
 };
 
-/// Eligible: reported, at the stage's step, with its hash. Start when their
+/// Eligible: reported, at the stage's step, with its hash, and not leaving
+/// empty-handed (it exits at once). Start when their
 /// samples reach `target_batch_size` (> 0), or when an eligible one that is
 /// leaving holds samples (it exits after this round).
 [[nodiscard]] round_plan plan_round(const std::vector<member_view>& servers, const stage_position& stage,
