@@ -69,6 +69,7 @@ stage_actor::behavior_type silent_server(stage_actor::pointer self) {
       [](bulk_atom, uint64_t, std::vector<std::string>&) {},
       [](bulk_atom, uint64_t) {},
       [](settle_atom, uint64_t) {},
+      [](leave_atom) {},
   };
 }
 
