@@ -102,7 +102,7 @@ TEST_CASE("a server joins mid-training, then the coordinator restarts: the joine
           "[averaging]") {
   manual_swarm swarm({"--rebalance", "off", "--heartbeat", "0.5", "--connection-timeout", "3"}, "averaging");
   REQUIRE_FALSE(swarm.address.empty());
-  const pid_t stopped = swarm.server(0);
+  swarm.server(0);
   swarm.server(0);
   swarm.server(1);
   swarm.server(1);
@@ -123,9 +123,6 @@ TEST_CASE("a server joins mid-training, then the coordinator restarts: the joine
     return n;
   };
   REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return rounds_after() >= 20; }, 120));
-  // Stopped on purpose mid-training: its gradient goes into a round before it exits.
-  const double stop_t = unix_seconds();
-  CHECK(stop(stopped) == 0);
   CHECK(stop(trainer) == 0);
   swarm.shutdown();
 
@@ -163,8 +160,24 @@ TEST_CASE("a server joins mid-training, then the coordinator restarts: the joine
   for (int stage : {0, 1})
     CHECK(steps_with(swarm.metrics, stage, 2) > 30);
   CHECK(params_disagreements(swarm.metrics).empty());
+}
 
-  // The stop: what it held went into a round it applied after the stop, none dropped.
+TEST_CASE("a server stopped on purpose mid-training hands its gradient to a round before it exits", "[averaging]") {
+  // Rounds of 128 samples: a server holds gradient nearly all the time (with
+  // tiny's 16 it held none at the stop in 3 runs of 4, and nothing was checked).
+  manual_swarm swarm({"--rebalance", "off", "--batch-size", "128"}, "averaging");
+  REQUIRE_FALSE(swarm.address.empty());
+  const pid_t stopped = swarm.server(0);
+  swarm.server(0);
+  swarm.server(1);
+  const pid_t trainer = swarm.trainer({"--max-steps", "0"});
+  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return last_step(swarm.metrics, 0) >= 3; }, 120));
+  const double stop_t = unix_seconds();
+  CHECK(stop(stopped) == 0);
+  CHECK(stop(trainer) == 0);
+  swarm.shutdown();
+
+  // What it held went into a round it applied after the stop, none dropped.
   const auto stops = events(swarm.metrics, "stop_hand_in");
   const auto first_stop =
       std::find_if(stops.begin(), stops.end(), [&](const std::string& l) { return number(l, "t") >= stop_t; });
@@ -186,8 +199,9 @@ TEST_CASE("a server joins mid-training, then the coordinator restarts: the joine
   CHECK(dropped == 0);
   CHECK(handed_in);
   CHECK(number(*first_stop, "seconds") < 2.5);
-  if (number(*first_stop, "samples") > 0)  // nearly always, with 4 microbatches in flight
+  if (number(*first_stop, "samples") > 0)  // nearly always, with rounds of 128 samples
     CHECK(rounds_since >= 1);
+  CHECK(params_disagreements(swarm.metrics).empty());
 }
 
 TEST_CASE("a member that hangs without dying is excluded at the deadline; the round ends without it",
