@@ -28,6 +28,9 @@ constexpr auto stop_hand_in_wait = std::chrono::seconds(2);
 
 int stage_of(server_ptr self) { return self->state.worker->span().stage; }
 
+/// The node has not seen the coordinator's connection drop (always, without a node).
+bool coordinator_up(const stage_server_state& st) { return !st.cfg.coordinator_up || *st.cfg.coordinator_up; }
+
 /// Registers as the stage served now and fetches the averager; the refusal, if any.
 caf::error register_now(server_ptr self) {
   auto& st = self->state;
@@ -113,7 +116,7 @@ void move_now(server_ptr self) {
   }
   // With the coordinator gone (its node noticed), asking it would block this
   // server, which serves nothing while moving, for the requests' timeouts.
-  const bool reachable = st.member.coordinator && (!st.cfg.coordinator_up || *st.cfg.coordinator_up);
+  const bool reachable = st.member.coordinator && coordinator_up(st);
   const auto source = download_state(self->system(), reachable ? st.member.coordinator : coordinator_actor{}, to,
                                      st.cfg.model.hash(), st.cfg.server_id, *fresh, *st.metrics, st.cfg.checkpoints,
                                      st.cfg.num_stages);
@@ -197,7 +200,7 @@ bool hand_in_before_stop(server_ptr self) {
   auto& st = self->state;
   if (st.member.stopping)
     return true;  // already waiting
-  const bool coordinator = st.member.averager && (!st.cfg.coordinator_up || *st.cfg.coordinator_up);
+  const bool coordinator = st.member.averager && coordinator_up(st);
   const int64_t samples = st.worker->accumulated_samples();
   if (!st.member.registered || st.member.draining() || !coordinator || samples == 0)
     return false;
@@ -215,8 +218,7 @@ void stop_when_handed_in(server_ptr self, bool from_timer) {
   if (!st.member.stopping || st.avg.busy())
     return;  // the round's end calls again
   const bool handed_in = st.worker->accumulated_samples() == 0;
-  const bool coordinator_gone = st.cfg.coordinator_up && !*st.cfg.coordinator_up;
-  if (handed_in || coordinator_gone || clock_type::now() - *st.member.stopping >= stop_hand_in_wait) {
+  if (handed_in || !coordinator_up(st) || clock_type::now() - *st.member.stopping >= stop_hand_in_wait) {
     stop(self, caf::exit_reason::user_shutdown);
     return;
   }
