@@ -2,6 +2,8 @@
 #include "actors/evaluator.hpp"
 #include "base/clock.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <sstream>
 
@@ -76,7 +78,7 @@ void report_exit(self_ptr self) {
     acked += (acked.empty() ? "" : ",") + std::to_string(n);
   get_logger("trainer")->info("{}: {} steps, {} microbatches issued, {} completed, {} dropped, {} in flight; acked "
                               "samples per stage {}; stage steps {}",
-                              st.live.empty() ? "done" : "stopped", st.step, st.issued, st.completed, st.dropped,
+                              st.live.empty() && !st.stop_asked ? "done" : "stopped", st.step, st.issued, st.completed, st.dropped,
                               st.live.size(), acked, st.stages.steps_text());
   if (const auto lag = st.stages.stalled(stage_lag_allowed))
     get_logger("trainer")->warn("stage {} ended at optimizer step {}, where it stayed while stage {} took {} steps: "
@@ -407,8 +409,22 @@ caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const
     self->link_to(lb);
   st.acked.assign(static_cast<size_t>(st.cfg.num_stages), 0);
   st.stages = stage_watch(st.cfg.num_stages);
-  // SIGTERM (the node's exit message): report what was done, then go.
+  // SIGTERM (the node's exit message): no new microbatches, and those in flight
+  // finish for at most stop_drain, so that every gradient a server added is one
+  // this trainer saw acknowledged (and counted); then report and go. Any other
+  // exit (a linked load balancer or evaluator gone) ends it at once.
   self->set_exit_handler([self](caf::exit_msg& msg) {
+    auto& st = self->state;
+    const bool from_own = (st.evaluator && msg.source == st.evaluator.address()) ||
+                          std::any_of(st.balancers.begin(), st.balancers.end(),
+                                      [&](const caf::actor& lb) { return msg.source == lb.address(); });
+    if (msg.reason == caf::exit_reason::user_shutdown && !from_own && !st.stop_asked) {
+      st.stop_asked = true;
+      st.draining = true;
+      self->delayed_send(self, stop_drain, deadline_atom::value);
+      maybe_finish(self);
+      return;
+    }
     report_exit(self);
     self->quit(msg.reason);
   });
@@ -435,7 +451,11 @@ caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const
     launch(self);
   }
   // Everything arrives as responses; the behavior only keeps the actor alive.
-  return {[](tick_atom) {}};
+  return {[](tick_atom) {},
+          [self](deadline_atom) {  // stop_drain is over: what is still in flight is reported as such
+            report_exit(self);
+            self->quit(caf::exit_reason::user_shutdown);
+          }};
 }
 
 } // namespace swarm

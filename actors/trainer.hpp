@@ -1,7 +1,7 @@
 #pragma once
 // trainer: drives training through the pipeline of load balancers.
 //
-//   running --(max_steps reached)--> draining --(nothing in flight)--> done
+//   running --(max_steps reached, or SIGTERM)--> draining --(nothing in flight, or stop_drain over)--> done
 //
 // running: keeps in_flight microbatches in the pipeline. Each goes forward
 // through stages 0..S-1 (the last stage also returns loss and the gradient of its
@@ -39,6 +39,10 @@
 
 namespace swarm {
 
+/// How long a trainer told to stop waits for its microbatches in flight: under
+/// the node's stop_grace (apps/node.cpp), after which the process is ended.
+constexpr auto stop_drain = std::chrono::seconds(3);
+
 struct trainer_settings {
   std::string trainer_id;  ///< name in logs and metrics
   int num_stages = 2;
@@ -74,6 +78,7 @@ struct trainer_state {
   std::map<uint64_t, microbatch> live;
   uint64_t next_id = 0;
   bool draining = false;
+  bool stop_asked = false;  ///< SIGTERM: draining for at most stop_drain
   // Accounting: issued = completed + dropped + live.size() at all times.
   int64_t issued = 0, completed = 0, dropped = 0, retries = 0;
   int64_t step_retries_base = 0;  ///< retries at the last step event

@@ -58,11 +58,11 @@ int wait_for_port(const std::string& file, pid_t coordinator) {
 
 namespace {
 
-/// SIGTERM to `which` children (all when nullopt), SIGKILL to those alive 10 s later.
-void stop_children(children_map& children, std::optional<role> except, const std::shared_ptr<spdlog::logger>& log) {
+/// SIGTERM to the children of roles `which`, SIGKILL to those alive 10 s later.
+void stop_children(children_map& children, std::set<role> which, const std::shared_ptr<spdlog::logger>& log) {
   std::set<pid_t> targets;
   for (const auto& [pid, c] : children)
-    if (!except || c.which != *except)
+    if (which.count(c.which))
       targets.insert(pid);
   for (pid_t pid : targets)
     ::kill(pid, SIGTERM);
@@ -90,8 +90,13 @@ void stop_children(children_map& children, std::optional<role> except, const std
 } // namespace
 
 void stop_all(children_map& children, const std::shared_ptr<spdlog::logger>& log) {
-  stop_children(children, role::coordinator, log);
-  stop_children(children, std::nullopt, log);
+  stop_children(children, {role::trainer}, log);  // their microbatches in flight finish on live servers
+  std::set<role> rest;
+  for (const auto& [pid, c] : children)
+    rest.insert(c.which);
+  rest.erase(role::coordinator);
+  stop_children(children, rest, log);
+  stop_children(children, {role::coordinator}, log);
 }
 
 int free_tcp_port(const std::string& host) {

@@ -33,9 +33,10 @@ pid_t spawn_child(const std::vector<std::string>& args);
 /// Polls for the coordinator's port file; 0 when it does not appear in time or the coordinator ended.
 [[nodiscard]] int wait_for_port(const std::string& file, pid_t coordinator);
 
-/// Trainers and servers first, the coordinator last, so nobody sees the
+/// Trainers first (their microbatches in flight finish while the servers still
+/// serve), then servers and the rest, the coordinator last, so nobody sees the
 /// registry vanish and tries to register again on the way out: SIGTERM, and
-/// SIGKILL to those alive 10 s later. Stopped children are removed from `children`.
+/// SIGKILL to those alive 10 s later, per group. Stopped children are removed from `children`.
 void stop_all(children_map& children, const std::shared_ptr<spdlog::logger>& log);
 
 /// A TCP port free on `host` right now (0 when none could be had).

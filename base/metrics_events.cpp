@@ -23,8 +23,8 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`trainer`, `microbatch`, `stage`, `op` (forward/backward), `reason`: a microbatch given up after "
        "`max-retries` attempts or a fatal error"},
     {"trainer_exit", "trainer",
-       "`trainer`, `steps`, `issued`, `completed`, `dropped`, `in_flight` (microbatches abandoned when it "
-       "was stopped by a signal; `issued = completed + dropped + in_flight`), `retries`, `samples`, "
+       "`trainer`, `steps`, `issued`, `completed`, `dropped`, `in_flight` (microbatches still unfinished "
+       "when a stop signal's 3 s to finish them ran out; `issued = completed + dropped + in_flight`), `retries`, `samples`, "
        "`wire_bytes` (as in `step`), `compression`, `acked` (per stage, comma-separated: samples whose "
        "gradients the stage confirmed adding), `stage_steps` (each stage's optimizer step as its last "
        "reply said, `/`-separated)"},

@@ -198,10 +198,11 @@ TEST_CASE("chaos of short SIGSTOPs and a clean move: no gradient dropped anywher
 
 TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fills in before the second kill",
           "[rebalancing]") {
-  // The second kill, 10 s after the first, must land mid-run: 1,200 steps
-  // (about 20 s here) once ran out before it on a quiet machine (2026-12-05).
-  const int steps = 2400;
-  three_two run(steps);
+  // The trainer runs until it has trained on after the second kill, then is
+  // stopped: it lets its microbatches in flight finish, so the accounting stays
+  // exact (a fixed 2,400 steps took 130 s here; 1,200 once ran out before the
+  // second kill).
+  three_two run(0);
   auto& swarm = run.swarm;
   const pid_t trainer = run.trainer;
   kill(run.stage1[0], SIGKILL);
@@ -217,7 +218,15 @@ TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fill
   REQUIRE(wait_exit(trainer, 0.01) == std::nullopt);  // still training: the second kill must land mid-run
   kill(run.stage1[1], SIGKILL);
   const double second_kill = unix_seconds();
-  REQUIRE(wait_exit(trainer, 240) == 0);
+  REQUIRE(wait_for_metrics(
+      swarm.metrics,
+      [&](const auto& lines) {
+        return std::count_if(lines.begin(), lines.end(), [&](const auto& l) {
+                 return is_event(l, "step") && number(l, "t") > second_kill;
+               }) >= 150;
+      },
+      120));
+  CHECK(stop(trainer) == 0);
   const double trained = unix_seconds();
   swarm.shutdown();
 
@@ -242,7 +251,8 @@ TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fill
   std::printf("longest pause between steps after the first kill: %.2f s; training ended %.1f s after it\n", stall,
               trained - first_kill);
   CHECK(stall < 5);
-  check_trainer_accounting(swarm.metrics, steps);
+  check_trainer_accounting(swarm.metrics, -1);
+  CHECK(number(events(swarm.metrics, "trainer_exit").at(0), "in_flight") == 0);  // it let them finish
   // Stage 0 lost no server (one left it cleanly): exact. Stage 1's dead took theirs with them.
   check_exact(swarm.metrics, 0);
   CHECK(committed_per_stage(swarm.metrics).at(1) <= acked_per_stage(swarm.metrics).at(1));
