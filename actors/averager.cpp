@@ -43,6 +43,7 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
       continue;
     whom.reload_sent = now;
     whom.reload_pending = true;
+    whom.reload_step = pos.step;
     proto::reload_order order;
     order.set_stage(whom.stage);
     order.set_from_server_id(s.view.id);
@@ -129,19 +130,28 @@ void maybe_start(self_ptr self, uint32_t stage) {
   const auto now = averager_state::clock::now();
   if (now - st.started < seconds(st.cfg.settle_s))
     return;  // progress reports will call again
+  bool catching_up = false;
   for (auto& [addr, s] : st.servers)
     if (s.stage == stage) {
       if (!s.view.reported && now - s.joined < seconds(st.cfg.settle_s))
         return;  // its report will call again
       of_stage.push_back(&s);
       views.push_back(s.view);
+      views.back().catching_up = s.reload_pending && s.reload_step == sg.position.step &&
+                                 now - s.reload_sent < seconds(policy::catch_up_wait_s);
+      catching_up = catching_up || views.back().catching_up;
     }
   const auto plan =
       policy::plan_round(views, sg.position, std::max<int64_t>(1, st.cfg.target_batch_size - sg.owed));
   for (size_t i : plan.stale)
     order_reload(self, *of_stage[i], of_stage[i]->view.step < sg.position.step ? "behind" : "parameters differ");
-  if (!plan.start)
+  if (!plan.start) {
+    if (catching_up && !sg.recheck_due) {  // its report after the reload calls again; this, if none comes
+      sg.recheck_due = true;
+      self->delayed_send(self, seconds(policy::catch_up_wait_s), deadline_atom::value, stage, uint64_t{0}, int32_t{0});
+    }
     return;
+  }
   round_t r;
   r.id = ++st.next_round;
   r.number = ++sg.rounds_started;
@@ -315,6 +325,11 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
 }
 
 void on_deadline(self_ptr self, uint32_t stage, uint64_t round, int32_t phase) {
+  if (round == 0) {  // maybe_start's own timer: a server it waited for may never have caught up
+    self->state.stages[stage].recheck_due = false;
+    maybe_start(self, stage);
+    return;
+  }
   auto& sg = self->state.stages[stage];
   if (!sg.running || sg.running->id != round)
     return;

@@ -82,6 +82,7 @@ struct averager_state {
     uint64_t reloads = 0;             ///< its count of reload orders dealt with (progress_report.reloads)
     bool reload_pending = false;      ///< ordered, and `reloads` has not moved since
     clock::time_point reload_sent{};
+    uint64_t reload_step = 0;         ///< the stage's step the last order was for
   };
   struct round {
     uint64_t id = 0;
@@ -102,6 +103,7 @@ struct averager_state {
     int64_t owed = 0;  ///< samples earlier rounds took beyond the target; the next round starts this much earlier
     double grad_norm_sq = 0;  ///< its mean gradient's squared norm at its last applied step (the others' clip uses it)
     uint64_t rounds_started = 0;
+    bool recheck_due = false;  ///< maybe_start's timer is set (it waits for a server catching up)
   };
 
   averager_settings cfg;

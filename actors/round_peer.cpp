@@ -121,16 +121,22 @@ void feed(self_ptr self, const caf::actor_addr& from, const std::string& bytes) 
   send_pieces(self, std::move(out));
 }
 
+/// Test hook: a `fault` event for the running round (op: what the hook does).
+void emit_fault(self_ptr self, const char* op) {
+  auto& st = self->state;
+  st.metrics->emit("fault", {{"server", st.cfg.server_id},
+                             {"stage", int64_t{st.round->stage}},
+                             {"op", std::string{op}},
+                             {"pid", static_cast<int64_t>(::getpid())}});
+}
+
 /// Test hook: hang in the round, parts sent, holding its shard (round_peer_config::hang_after).
 void maybe_hang(self_ptr self) {
   auto& st = self->state;
-  if (st.cfg.hang_after <= 0 || ++st.rounds_seen != st.cfg.hang_after)
+  if (st.cfg.hang_after <= 0 || st.rounds_seen != st.cfg.hang_after)
     return;
   get_logger("stage_server")->warn("fault hook: hanging in round {} until killed", st.round->number);
-  st.metrics->emit("fault", {{"server", st.cfg.server_id},
-                             {"stage", int64_t{st.round->stage}},
-                             {"op", std::string{"round"}},
-                             {"pid", static_cast<int64_t>(::getpid())}});
+  emit_fault(self, "round");
   for (;;)
     std::this_thread::sleep_for(std::chrono::hours(1));
 }
@@ -156,6 +162,12 @@ void start_exchange(self_ptr self) {
              true);
       return;
     }
+  }
+  ++st.rounds_seen;
+  if (st.cfg.fail_after > 0 && r.samples > 0 && ++st.rounds_with_gradient == st.cfg.fail_after) {  // test hook
+    emit_fault(self, "fail-round");
+    finish(self, "fault hook: gave the round up before sending any part");
+    return;
   }
   r.begun = true;
   send_pieces(self, r.exchange->start());
@@ -272,6 +284,7 @@ void on_round(self_ptr self, const std::string& bytes, const std::vector<caf::ac
   r.id = begin->round();
   r.number = begin->number();
   r.stage = begin->stage();
+  r.samples = samples;
   for (int i = 0; i < begin->members_size(); ++i) {
     r.ids.push_back(begin->members(i));
     r.members.push_back(caf::actor_cast<round_peer_actor>(members[static_cast<size_t>(i)]));

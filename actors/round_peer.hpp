@@ -47,8 +47,10 @@ struct round_peer_config {
   std::shared_ptr<bulk_endpoint> bulk;
   int64_t bulk_min_bytes = 64 << 10;
   double bulk_wait_s = 60;
-  /// Test hook: hang in the hang_after-th round, after sending its parts (0 = never).
+  /// Test hooks (0 = never): hang in the hang_after-th round, after sending its
+  /// parts; give the fail_after-th round it holds gradient in up before sending any.
   int64_t hang_after = 0;
+  int64_t fail_after = 0;
 };
 
 struct round_peer_state {
@@ -58,6 +60,7 @@ struct round_peer_state {
     uint64_t id = 0;
     uint64_t number = 0;                    ///< within its stage, for logs
     uint32_t stage = 0;
+    int64_t samples = 0;                    ///< in this member's gradient
     std::vector<round_peer_actor> members;  ///< rank order
     std::vector<std::string> ids;           ///< rank order
     std::unique_ptr<policy::butterfly_round> exchange;
@@ -83,7 +86,8 @@ struct round_peer_state {
   std::map<uint64_t, std::set<caf::actor_addr>> early_hellos;
   std::set<caf::actor_addr> monitored;     ///< other members' peers, so a round learns of their death (once each)
   bulk_inbox inbox;
-  int64_t rounds_seen = 0;                 ///< for the hang hook
+  int64_t rounds_seen = 0;                 ///< for the test hooks
+  int64_t rounds_with_gradient = 0;        ///< of them, those it held gradient in
 };
 
 [[nodiscard]] round_peer_actor::behavior_type round_peer(round_peer_actor::stateful_pointer<round_peer_state> self,

@@ -320,7 +320,8 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   {
     const auto& c = self->state.cfg;
     round_peer_config pc{c.server_id, c.averaging_compression, c.bulk, c.bulk_min_bytes, c.bulk_wait_s,
-                         c.fault == stage_server_config::fault_kind::hang_round ? c.fault_after : 0};
+                         c.fault == stage_server_config::fault_kind::hang_round ? c.fault_after : 0,
+                         c.fault == stage_server_config::fault_kind::fail_round ? c.fault_after : 0};
     // Detached: its own thread, so a round moves on while this one computes.
     self->state.avg.peer = self->spawn<caf::detached + caf::linked>(round_peer, std::move(pc), self->state.metrics,
                                                                     caf::actor_cast<stage_actor>(self));

@@ -76,8 +76,10 @@ struct stage_server_config {
   /// Test hook: the fault_after-th request of this kind hangs forever, holding it,
   /// after a `fault` metrics event, so a test can kill -9 a server mid-request.
   /// hang_round: hang in the fault_after-th averaging round, after sending its parts;
+  /// fail_round: give the fault_after-th round it holds gradient in up before
+  /// sending any part (as a peer that cannot be dialed makes it), and go on;
   /// hang_state: when asked for its state (by a joining or reloading peer).
-  enum class fault_kind { none, hang_forward, hang_backward, hang_round, hang_state } fault = fault_kind::none;
+  enum class fault_kind { none, hang_forward, hang_backward, hang_round, fail_round, hang_state } fault = fault_kind::none;
   int64_t fault_after = 1;
   // What it needs to build another stage when it moves:
   model_config model;

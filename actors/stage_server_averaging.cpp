@@ -62,7 +62,7 @@ const char* keep_gradient(server_ptr self, const server_round& r, const proto::r
   }
   local_gradient g{values, r.samples, r.microbatches, r.stale_samples};
   if (!o.parts_sent()) {
-    carry_over(self, std::move(g), static_cast<int64_t>(r.step));
+    carry_over(self, std::move(g), static_cast<int64_t>(r.step), "failed_round");
     return "goes into the next round (nobody got any of it)";
   }
   st.avg.returned = averaging_state::returned_gradient{std::move(g), static_cast<int64_t>(r.step)};
@@ -145,12 +145,20 @@ void emit_params(server_ptr self) {
                                        {"hash", std::to_string(self->state.avg.hash)}});
 }
 
-void carry_over(server_ptr self, local_gradient g, int64_t computed_at) {
+void carry_over(server_ptr self, local_gradient g, int64_t computed_at, const char* why) {
   auto& st = self->state;
   if (g.samples == 0)
     return;
   const int64_t behind = st.worker->steps() - computed_at;
-  if (behind >= 0 && behind <= 1 && !st.worker->restore_gradient(g, behind > 0)) {
+  const bool kept = behind >= 0 && behind <= 1 && !st.worker->restore_gradient(g, behind > 0);
+  st.metrics->emit("gradient_carry", {{"stage", stage_of(self)},
+                                      {"server", st.cfg.server_id},
+                                      {"reason", std::string{why}},
+                                      {"samples", g.samples},
+                                      {"computed_at", computed_at},
+                                      {"step", st.worker->steps()},
+                                      {"kept", kept}});
+  if (kept) {
     ++st.counters->carried_gradients;
     return;
   }
@@ -201,7 +209,7 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
     auto back = std::move(*st.avg.returned);
     st.avg.returned.reset();
     if (begin->step() == static_cast<uint64_t>(back.step))  // nobody stepped with it
-      carry_over(self, std::move(back.gradient), back.step);
+      carry_over(self, std::move(back.gradient), back.step, "returned");
   }
   if (st.avg.in_round())
     give_up(self, "a newer round began");

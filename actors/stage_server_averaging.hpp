@@ -44,7 +44,8 @@ void abandon_round(server_ptr self);
 /// stage's next round while the worker is at most one step past it (a step
 /// stale then), else dropped and counted in dropped_samples: two steps on, the
 /// parameters it points from are gone, and Adam's moments have moved past it.
-void carry_over(server_ptr self, local_gradient g, int64_t computed_at);
+/// Either way a `gradient_carry` event says so, with `why` (what left it unused).
+void carry_over(server_ptr self, local_gradient g, int64_t computed_at, const char* why);
 /// Writes `params` (stage, step, parameter hash) after a step or a reload.
 void emit_params(server_ptr self);
 

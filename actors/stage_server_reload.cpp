@@ -31,7 +31,7 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
     const int64_t before = st.worker->steps();
     auto carried = st.worker->take_gradient();
     auto loaded = checkpointing::load_if_ahead(self);
-    carry_over(self, std::move(carried), before);
+    carry_over(self, std::move(carried), before, "checkpoint_reload");
     if (loaded && *loaded) {
       st.avg.hash = st.worker->parameter_hash();
       emit_params(self);
@@ -65,7 +65,7 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
               auto carried = st.worker->take_gradient();
               auto err = adopt_state(*st.worker, st.chunks.finish(handle.address(), transfer_id, std::move(tail)),
                                      st.cfg.server_id, from, started, *st.metrics);
-              carry_over(self, std::move(carried), before);
+              carry_over(self, std::move(carried), before, "reload");
               st.avg.hash = st.worker->parameter_hash();
               if (err)
                 get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage(self), from,

@@ -57,6 +57,8 @@ stage_server_config stage_server_settings(const app_config& cfg, const std::stri
     scfg.fault = stage_server_config::fault_kind::hang_backward;
   else if (cfg.server.fault == "hang-round")
     scfg.fault = stage_server_config::fault_kind::hang_round;
+  else if (cfg.server.fault == "fail-round")
+    scfg.fault = stage_server_config::fault_kind::fail_round;
   else if (cfg.server.fault == "hang-state")
     scfg.fault = stage_server_config::fault_kind::hang_state;
   scfg.fault_after = cfg.server.fault_after;

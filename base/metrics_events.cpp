@@ -78,6 +78,13 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "come after the trainer re-sent it; see docs/design.md), `steps`, `hash` (FNV-1a of its parameters, as a decimal string), "
        "`moved_to` (-1: the server stopped; else the stage it left this one for). One per stage served: "
        "when the server stops, and when it leaves a stage for another, with the totals of its time there"},
+    {"gradient_carry", "server",
+       "`stage`, `server`, `reason` (what left a gradient unused: `failed_round` (given up before any part left), "
+       "`returned` (given up after parts left; the next round began at the same step, so nobody stepped with "
+       "it), `reload` (taken before adopting a peer's state), `checkpoint_reload` (before loading the stage's "
+       "newest checkpoint)), `samples`, `computed_at` (the step it was computed at), `step` (the server's step "
+       "now), `kept` (true: it goes into the next round, at most one step stale; false: dropped and counted "
+       "in `dropped_samples`, two or more steps behind)"},
     {"stop_hand_in", "server",
        "`stage`, `server`, `samples` (gradient samples it held when stopped on purpose), `handed_in` (none left "
        "behind: they went into a round before it exited, or there were none), `seconds` (from the stop to the exit; at most 2): a server stopped on "
@@ -109,8 +116,9 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "trained stage's state died (a clean stop writes none); the next server of the stage loads the "
        "stage's newest checkpoint, or starts from initial parameters without one"},
     {"fault", "server",
-       "`server`, `stage`, `op` (`forward`, `backward`, `round`, `state`), `pid`: the `--fault` test hook "
-       "now holds a request (or its shard of a round) and hangs until stopped"},
+       "`server`, `stage`, `op` (`forward`, `backward`, `round`, `state`, `fail-round`), `pid`: the `--fault` "
+       "test hook now holds a request (or its shard of a round) and hangs until stopped; `fail-round`: it gave "
+       "the round up before sending any part and goes on"},
     {"checkpoint", "server, trainer, local",
        "`stage` (-1: a trainer's position), `server` or `trainer`, `step`, `file`, `bytes` (of the payload: "
        "the state, or the position), `seconds` (export and write): a checkpoint written (see Checkpoints)"},

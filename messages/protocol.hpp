@@ -77,7 +77,7 @@ using rebalancer_actor = caf::typed_actor<caf::reacts_to<join_atom, std::string,
 /// The averaging coordinator (actors/averager.hpp). progress: progress_report;
 /// done: round_done; waiting: round_waiting (all three from servers); join: register_server plus the server's
 /// handle and its round peer's (actors/round_peer.hpp); leave: the server left its stage (both from the coordinator,
-/// which spawned it); deadline: its own timer (stage, round, phase). waiting comes from a server's round peer. Server
+/// which spawned it); deadline: its own timer (stage, round, phase; round 0: whether a round may start now). waiting comes from a server's round peer. Server
 /// handles travel as plain caf::actor because stage_actor (below) refers to this type.
 using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::string>,
                                         caf::reacts_to<done_atom, std::string>,

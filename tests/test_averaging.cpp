@@ -248,3 +248,67 @@ TEST_CASE("a member that hangs without dying is excluded at the deadline; the ro
   CHECK(number(*end, "seconds") < 2 + 0.5);  // never past the timeout (plus scheduling slack)
   CHECK(params_disagreements(swarm.metrics).empty());
 }
+
+TEST_CASE("a round given up before any part left, then a reload: the gradient goes into later rounds, none dropped",
+          "[averaging]") {
+  // The failing member's peer counts it out at the deadline (0.75 x 2 s) and
+  // steps alone; the failing one keeps the gradient it took into the round (same
+  // step), is then a step behind, reloads the peer's state and keeps what it
+  // holds (a step stale) for its next round.
+  manual_swarm swarm({"--rebalance", "off", "--averaging-timeout", "2"}, "averaging");
+  REQUIRE_FALSE(swarm.address.empty());
+  swarm.server(0);
+  swarm.server(0, {"--fault", "fail-round", "--fault-after", "5"});
+  swarm.server(1);
+  REQUIRE(swarm.public_ports(3).size() == 4);  // both of stage 0 in rounds from the first
+  const pid_t trainer = swarm.trainer({"--max-steps", "0"});
+  const auto carried_and_stepped = [&] {
+    const auto faults = events(swarm.metrics, "fault");
+    if (faults.empty())
+      return false;
+    for (const auto& l : events(swarm.metrics, "gradient_carry"))
+      if (text(l, "server") == text(faults[0], "server") && text(l, "reason") == "reload")
+        return last_step(swarm.metrics, 0) > number(l, "step") + 3;
+    return false;
+  };
+  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return carried_and_stepped(); }, 120));
+  CHECK(stop(trainer) == 0);
+  swarm.shutdown();
+
+  const auto faults = events(swarm.metrics, "fault");
+  REQUIRE(faults.size() == 1);
+  CHECK(text(faults[0], "op") == "fail-round");
+  const std::string failing = text(faults[0], "server");
+  std::vector<std::string> carries;
+  for (const auto& l : events(swarm.metrics, "gradient_carry")) {
+    std::printf("carry: %s %s %.0f samples computed at step %.0f, now at %.0f, kept %d\n", text(l, "server").c_str(),
+                text(l, "reason").c_str(), number(l, "samples"), number(l, "computed_at"), number(l, "step"),
+                int{l.find("\"kept\": true") != std::string::npos});
+    CHECK(l.find("\"kept\": true") != std::string::npos);
+    if (text(l, "server") == failing)
+      carries.push_back(l);
+  }
+  REQUIRE(carries.size() >= 2);
+  CHECK(text(carries[0], "reason") == "failed_round");
+  CHECK(number(carries[0], "step") == number(carries[0], "computed_at"));  // nobody stepped with it: not stale
+  CHECK(text(carries[1], "reason") == "reload");
+  CHECK(number(carries[1], "step") == number(carries[1], "computed_at") + 1);  // the reload: a step on
+  CHECK(number(carries[1], "samples") >= number(carries[0], "samples"));     // what failed is in it
+  // Its next applied round took at least what it carried from the reload.
+  double next_round = -1;
+  for (const auto& l : events(swarm.metrics, "averaging_round"))
+    if (next_round < 0 && text(l, "server") == failing && number(l, "t") >= number(carries[1], "t") &&
+        l.find("\"applied\": true") != std::string::npos)
+      next_round = number(l, "samples");
+  CHECK(next_round >= number(carries[1], "samples"));
+  int64_t dropped = 0;
+  for (const auto& l : events(swarm.metrics, "server_exit"))
+    dropped += static_cast<int64_t>(number(l, "dropped_samples"));
+  CHECK(dropped == 0);
+  CHECK(number(events(swarm.metrics, "trainer_exit").at(0), "dropped") == 0);
+  const auto disagreements = params_disagreements(swarm.metrics);
+  for (const auto& [stage, step] : disagreements)
+    for (const auto& [server, hash] : params_by_step(swarm.metrics).at({stage, step}))
+      UNSCOPED_INFO("stage " << stage << " step " << step << ": " << server << " " << hash);
+  CHECK(disagreements.empty());
+}

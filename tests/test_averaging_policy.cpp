@@ -76,3 +76,25 @@ TEST_CASE("a stage's state survives while a live server is at its position or st
   CHECK_FALSE(state_held({behind, fresh}, {false, false}, at));
   CHECK(state_held({fresh, behind}, {false, true}, at));
 }
+
+TEST_CASE("a round waits for a server catching up to the stage's position, unless one leaving must go",
+          "[averaging]") {
+  const stage_position at{5, 0xabc};
+  std::vector<member_view> v{{"a", true, 5, 64, 0xabc}, {"b", true, 4, 24, 0x111}};
+  v[1].catching_up = true;  // told to reload step 5 a moment ago
+  auto plan = plan_round(v, at, 64);
+  CHECK_FALSE(plan.start);
+  CHECK(plan.members == std::vector<size_t>{0});
+  CHECK(plan.stale == std::vector<size_t>{1});
+  // Reloaded: at the position with what it kept, a member of the round.
+  v[1] = {"b", true, 5, 24, 0xabc};
+  plan = plan_round(v, at, 64);
+  CHECK(plan.start);
+  CHECK(plan.members == std::vector<size_t>{0, 1});
+  CHECK(plan.samples == 88);
+  // A member stopped on purpose hands its gradient in without waiting.
+  v[1] = {"b", true, 4, 24, 0x111};
+  v[1].catching_up = true;
+  v[0].leaving = true;
+  CHECK(plan_round(v, at, 64).start);
+}

@@ -8,11 +8,12 @@ namespace swarm::policy {
 round_plan plan_round(const std::vector<member_view>& servers, const stage_position& stage,
                       int64_t target_batch_size) {
   round_plan plan;
-  bool leaving_with_gradient = false;
+  bool leaving_with_gradient = false, catching_up = false;
   for (size_t i = 0; i < servers.size(); ++i) {
     const auto& s = servers[i];
     if (!s.reported || (s.leaving && s.samples == 0))
       continue;  // a server stopping with nothing to hand in is about to exit
+    catching_up = catching_up || s.catching_up;
     if (s.step == stage.step && s.hash == stage.hash) {
       plan.members.push_back(i);
       plan.samples += s.samples;
@@ -26,7 +27,8 @@ round_plan plan_round(const std::vector<member_view>& servers, const stage_posit
   // A member stopped on purpose would otherwise wait for a full batch that may
   // never come (a whole cluster stopping): its gradient goes in now, a short step.
   plan.start = !plan.members.empty() &&
-               (plan.samples >= static_cast<uint64_t>(std::max<int64_t>(1, target_batch_size)) || leaving_with_gradient);
+               ((plan.samples >= static_cast<uint64_t>(std::max<int64_t>(1, target_batch_size)) && !catching_up) ||
+                leaving_with_gradient);
   return plan;
 }
 

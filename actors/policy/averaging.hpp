@@ -16,7 +16,16 @@ struct member_view {
   uint64_t samples = 0;   ///< samples accumulated towards the next step
   uint64_t hash = 0;      ///< its parameter hash at `step`
   bool leaving = false;   ///< stopped on purpose, waiting for a round to hand its gradient in
+  /// Told to reload the stage's current state a moment ago (at most
+  /// catch_up_wait_s): a member again, with the gradient it keeps, once it has.
+  bool catching_up = false;
 };
+
+/// How long a round waits for a server catching up (member_view::catching_up).
+/// A stage that stepped without it left it a step behind again, its kept
+/// gradient two steps stale and dropped at the next reload: a tiny stage steps
+/// every 0.1 s and a reload takes 0.03-0.06 s (2026-12-06).
+constexpr double catch_up_wait_s = 2.0;
 
 /// The stage's position: the highest step any server reached, and the parameter
 /// hash servers at that step must have (the reference: a round's majority, or
@@ -49,7 +58,8 @@ struct round_plan {
 /// Eligible: reported, at the stage's step, with its hash, and not leaving
 /// empty-handed (it exits at once). Start when their
 /// samples reach `target_batch_size` (> 0), or when an eligible one that is
-/// leaving holds samples (it exits after this round).
+/// leaving holds samples (it exits after this round); not while a server is
+/// catching up, unless one leaving must hand its gradient in.
 [[nodiscard]] round_plan plan_round(const std::vector<member_view>& servers, const stage_position& stage,
                                     int64_t target_batch_size);
 
