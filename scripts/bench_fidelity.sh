@@ -9,6 +9,7 @@
 #   the last lets rounds overlap compute fully: a step-stale gradient for every
 #   request computed during a round, see docs/design.md, Staleness).
 # RUNS: swarm runs per setting (default 1), same seeds; the summary shows each.
+# FLAGS: more flags for the local run and every swarm run alike (e.g. "--batch-size 256").
 # in-flight: the trainer's microbatches in the pipeline; those in flight when a
 # stage steps are computed partly on the old parameters (see docs/design.md, Staleness).
 set -euo pipefail
@@ -19,10 +20,11 @@ servers=${3:-2}
 in_flight=${4:-4}
 settings=${SETTINGS:-none/none fp16/fp16 blockwise8/fp16 blockwise8/blockwise8 blockwise8/fp16/0}
 runs_each=${RUNS:-1}
+read -r -a flags <<< "${FLAGS:-}"
 bash scripts/build.sh swarm > /dev/null
 out=$(mktemp -d /tmp/swarm-fidelity-XXXXXX)
-echo "config $config, $steps steps of --batch-size samples each, $servers servers per stage, in-flight $in_flight, $(nproc) cores; metrics in $out"
-./build/swarm --role local --config "$config" --max-steps "$steps" --metrics "$out/local.jsonl" --log-level warn > /dev/null
+echo "config $config${FLAGS:+ $FLAGS}, $steps steps of --batch-size samples each, $servers servers per stage, in-flight $in_flight, $(nproc) cores; metrics in $out"
+./build/swarm --role local --config "$config" --max-steps "$steps" "${flags[@]}" --metrics "$out/local.jsonl" --log-level warn > /dev/null
 runs=()
 for s in $settings; do
   IFS=/ read -r c a w <<< "$s"
@@ -31,7 +33,7 @@ for s in $settings; do
     tag=$name${RUNS:+-run$i}
     echo "swarm: --compression $c --averaging-compression $a${w:+ --stale-wait $w} (run $i of $runs_each)"
     ./build/swarm --role cluster --config "$config" --max-steps "$steps" --servers-per-stage "$servers" --in-flight "$in_flight" \
-      --compression "$c" --averaging-compression "$a" ${w:+--stale-wait "$w"} --metrics "$out/swarm-$tag.jsonl" --log-level warn > /dev/null
+      --compression "$c" --averaging-compression "$a" ${w:+--stale-wait "$w"} "${flags[@]}" --metrics "$out/swarm-$tag.jsonl" --log-level warn > /dev/null
     runs+=("$out/swarm-$tag.jsonl")
   done
 done

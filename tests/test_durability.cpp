@@ -251,20 +251,41 @@ TEST_CASE("the cluster restarts a killed coordinator on its port and training go
   // 3 servers a stage: two that joined by copying the first never dialed each
   // other, and CAF's route between them went through the coordinator (they
   // now dial each other at every round; before, no round ever ended again).
-  REQUIRE(run_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn",
-                     "--servers-per-stage", "3", "--max-steps", "1200", "--chaos-coordinator-every", "10"},  // ~38 s: 3 kills
-                    240) == 0);
+  const pid_t cluster = spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn",
+                                     "--servers-per-stage", "3", "--max-steps", "0", "--chaos-coordinator-every", "10"});
   std::vector<double> kills;
-  for (const auto& l : events(metrics, "chaos"))
-    if (text(l, "process") == "coordinator")
-      kills.push_back(number(l, "t"));
+  const auto coordinator_kills = [&] {
+    kills.clear();
+    for (const auto& l : events(metrics, "chaos"))
+      if (text(l, "process") == "coordinator")
+        kills.push_back(number(l, "t"));
+    return kills;
+  };
+  // Two kills, and both stages applying rounds again after the second: then
+  // the cluster is stopped (its trainer lets its microbatches finish).
+  const bool recovered_twice = wait_for_metrics(
+      metrics,
+      [&](const auto& lines) {
+        if (coordinator_kills().size() < 2)
+          return false;
+        std::set<int> stepped;
+        for (const auto& l : lines)
+          if (is_event(l, "round_end") && number(l, "t") > kills[1] && number(l, "applied") > 0)
+            stepped.insert(static_cast<int>(number(l, "stage")));
+        return stepped.size() == 2;
+      },
+      120);
+  kill(cluster, SIGTERM);
+  REQUIRE(wait_exit(cluster, 60) == 0);
+  REQUIRE(recovered_twice);
+  coordinator_kills();
   REQUIRE(kills.size() >= 2);
   CHECK(events(metrics, "process_start").size() >= kills.size() - 1);
   const double end = number(events(metrics, "trainer_exit").at(0), "t");
   for (size_t k = 0; k < kills.size(); ++k) {
     const double until = k + 1 < kills.size() ? kills[k + 1] : end;
-    if (until - kills[k] < 8)
-      continue;  // training ended too soon after it
+    if (k >= 2)
+      continue;  // a third kill the stop came too late to see through
     // The new coordinator hears from both stages' servers, and both run rounds again before the next kill.
     std::set<int> joined;
     std::map<int, double> first_round;
@@ -280,7 +301,7 @@ TEST_CASE("the cluster restarts a killed coordinator on its port and training go
     CHECK(joined.size() == 2);
     CHECK(first_round.size() == 2);
   }
-  CHECK(number(events(metrics, "trainer_exit").at(0), "steps") == 1200);
+  CHECK(number(events(metrics, "trainer_exit").at(0), "steps") > 100);  // it trained on through both kills
   std::remove(metrics.c_str());
 }
 
