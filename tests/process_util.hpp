@@ -2,6 +2,7 @@
 // Helpers for tier (c) tests: start the real swarm binary as real processes,
 // wait for them with a deadline, and read the metrics file they append to.
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -179,6 +180,12 @@ bool wait_for_metrics(const std::string& path, Pred pred, double timeout_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
+}
+
+/// Trainer `step` events among `lines` after unix time `t` (the metrics' "t").
+inline int64_t steps_after(const std::vector<std::string>& lines, double t) {
+  return std::count_if(lines.begin(), lines.end(),
+                       [&](const std::string& l) { return is_event(l, "step") && number(l, "t") > t; });
 }
 
 /// Mean loss of the first and of the last `n` step events.

@@ -229,14 +229,10 @@ TEST_CASE("a stage wiped out at once resumes from its newest checkpoint, losing 
   const bool resumed = wait_for_metrics(
       metrics,
       [](const auto& lines) {
-        double loaded = 0;
-        int after = 0;
-        for (const auto& l : lines) {
-          if (loaded == 0 && is_event(l, "checkpoint_load") && number(l, "stage") == 1)
-            loaded = number(l, "t");
-          after += loaded > 0 && is_event(l, "step") && number(l, "t") > loaded;
-        }
-        return after >= 20;
+        for (const auto& l : lines)
+          if (is_event(l, "checkpoint_load") && number(l, "stage") == 1)
+            return steps_after(lines, number(l, "t")) >= 20;
+        return false;
       },
       120);
   kill(cluster, SIGTERM);

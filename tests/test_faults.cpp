@@ -45,10 +45,7 @@ TEST_CASE("training goes on when servers die holding a forward and a backward", 
   const double killed = unix_seconds();
   REQUIRE(wait_for_metrics(
       swarm.metrics,
-      [&](const std::vector<std::string>& lines) {
-        return std::count_if(lines.begin(), lines.end(),
-                             [&](const auto& l) { return is_event(l, "step") && number(l, "t") > killed; }) >= 60;
-      },
+      [&](const std::vector<std::string>& lines) { return steps_after(lines, killed) >= 60; },
       120));
   CHECK(stop(trainer) == 0);
   swarm.shutdown();

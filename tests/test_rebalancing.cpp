@@ -234,11 +234,7 @@ TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fill
   const double second_kill = unix_seconds();
   REQUIRE(wait_for_metrics(
       swarm.metrics,
-      [&](const auto& lines) {
-        return std::count_if(lines.begin(), lines.end(), [&](const auto& l) {
-                 return is_event(l, "step") && number(l, "t") > second_kill;
-               }) >= 60;
-      },
+      [&](const auto& lines) { return steps_after(lines, second_kill) >= 60; },
       120));
   CHECK(stop(trainer) == 0);
   const double trained = unix_seconds();
