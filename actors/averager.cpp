@@ -120,6 +120,18 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
   maybe_start(self, stage);
 }
 
+/// Calls maybe_start again at `when` unless an earlier call is already due:
+/// what it waits for may send nothing (a stopping server waits silently for
+/// the round that takes its gradient).
+void recheck_at(self_ptr self, uint32_t stage, averager_state::clock::time_point when) {
+  auto& due = self->state.stages[stage].recheck_at;
+  if (due && *due <= when)
+    return;
+  due = when;
+  const auto delay = std::max(when - averager_state::clock::now(), averager_state::clock::duration::zero());
+  self->delayed_send(self, delay + std::chrono::milliseconds(1), deadline_atom::value, stage, uint64_t{0}, int32_t{0});
+}
+
 void maybe_start(self_ptr self, uint32_t stage) {
   auto& st = self->state;
   auto& sg = st.stages[stage];
@@ -128,13 +140,18 @@ void maybe_start(self_ptr self, uint32_t stage) {
   std::vector<averager_state::server*> of_stage;
   std::vector<policy::member_view> views;
   const auto now = averager_state::clock::now();
-  if (now - st.started < seconds(st.cfg.settle_s))
-    return;  // progress reports will call again
+  const auto settle = std::chrono::duration_cast<averager_state::clock::duration>(seconds(st.cfg.settle_s));
+  if (now - st.started < settle) {
+    recheck_at(self, stage, st.started + settle);  // reports usually call again first
+    return;
+  }
   bool catching_up = false;
   for (auto& [addr, s] : st.servers)
     if (s.stage == stage) {
-      if (!s.view.reported && now - s.joined < seconds(st.cfg.settle_s))
-        return;  // its report will call again
+      if (!s.view.reported && now - s.joined < settle) {
+        recheck_at(self, stage, s.joined + settle);  // its report usually calls again first
+        return;
+      }
       of_stage.push_back(&s);
       views.push_back(s.view);
       views.back().catching_up = s.reload_pending && s.reload_step == sg.position.step &&
@@ -146,10 +163,9 @@ void maybe_start(self_ptr self, uint32_t stage) {
   for (size_t i : plan.stale)
     order_reload(self, *of_stage[i], of_stage[i]->view.step < sg.position.step ? "behind" : "parameters differ");
   if (!plan.start) {
-    if (catching_up && !sg.recheck_due) {  // its report after the reload calls again; this, if none comes
-      sg.recheck_due = true;
-      self->delayed_send(self, seconds(policy::catch_up_wait_s), deadline_atom::value, stage, uint64_t{0}, int32_t{0});
-    }
+    if (catching_up)  // its report after the reload calls again; this, if none comes
+      recheck_at(self, stage, now + std::chrono::duration_cast<averager_state::clock::duration>(
+                                         seconds(policy::catch_up_wait_s)));
     return;
   }
   round_t r;
@@ -325,8 +341,10 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
 }
 
 void on_deadline(self_ptr self, uint32_t stage, uint64_t round, int32_t phase) {
-  if (round == 0) {  // maybe_start's own timer: a server it waited for may never have caught up
-    self->state.stages[stage].recheck_due = false;
+  if (round == 0) {  // maybe_start's own timer (recheck_at)
+    auto& due = self->state.stages[stage].recheck_at;
+    if (due && averager_state::clock::now() >= *due)
+      due.reset();
     maybe_start(self, stage);
     return;
   }

@@ -103,7 +103,9 @@ struct averager_state {
     int64_t owed = 0;  ///< samples earlier rounds took beyond the target; the next round starts this much earlier
     double grad_norm_sq = 0;  ///< its mean gradient's squared norm at its last applied step (the others' clip uses it)
     uint64_t rounds_started = 0;
-    bool recheck_due = false;  ///< maybe_start's timer is set (it waits for a server catching up)
+    /// When maybe_start's own timer fires (it waits for the settle time, a
+    /// server's first report or one catching up, which may never call again).
+    std::optional<clock::time_point> recheck_at;
   };
 
   averager_settings cfg;
