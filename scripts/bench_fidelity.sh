@@ -10,6 +10,9 @@
 #   request computed during a round, see docs/design.md, Staleness).
 # RUNS: swarm runs per setting (default 1), same seeds; the summary shows each.
 # FLAGS: more flags for the local run and every swarm run alike (e.g. "--batch-size 256").
+# BASELINE: another build's swarm binary (e.g. one built from the commit before a
+#   change): each swarm run is preceded by the same run of it, and the summary
+#   ends with this build's tokens/s against it per setting (settings it lacks fail).
 # in-flight: the trainer's microbatches in the pipeline; those in flight when a
 # stage steps are computed partly on the old parameters (see docs/design.md, Staleness).
 set -euo pipefail
@@ -31,10 +34,13 @@ for s in $settings; do
   name="$c-$a${w:+-wait$w}"
   for i in $(seq "$runs_each"); do
     tag=$name${RUNS:+-run$i}
-    echo "swarm: --compression $c --averaging-compression $a${w:+ --stale-wait $w} (run $i of $runs_each)"
-    ./build/swarm --role cluster --config "$config" --max-steps "$steps" --servers-per-stage "$servers" --in-flight "$in_flight" \
-      --compression "$c" --averaging-compression "$a" ${w:+--stale-wait "$w"} "${flags[@]}" --metrics "$out/swarm-$tag.jsonl" --log-level warn > /dev/null
-    runs+=("$out/swarm-$tag.jsonl")
+    for bin in ${BASELINE:+"$BASELINE"} ./build/swarm; do
+      [[ $bin == ./build/swarm ]] && file=$out/swarm-$tag.jsonl || file=$out/swarm-baseline-$tag.jsonl
+      echo "swarm ($bin): --compression $c --averaging-compression $a${w:+ --stale-wait $w} (run $i of $runs_each)"
+      "$bin" --role cluster --config "$config" --max-steps "$steps" --servers-per-stage "$servers" --in-flight "$in_flight" \
+        --compression "$c" --averaging-compression "$a" ${w:+--stale-wait "$w"} "${flags[@]}" --metrics "$file" --log-level warn > /dev/null
+      runs+=("$file")
+    done
   done
 done
 python3 scripts/fidelity_summary.py "$out/local.jsonl" "${runs[@]}"

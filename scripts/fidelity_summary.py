@@ -8,7 +8,8 @@ local, in nats and per cent. Per swarm run: the trainer's wire bytes per sample
 (`trainer_exit`), median tokens/s after the first 10% of steps, parameter hash
 agreement, and per stage the averaging rounds (`averaging_round`, `round_end`) with
 the share of samples whose gradient was computed on parameters a step older than
-the ones it stepped (`stale_samples`).
+the ones it stepped (`stale_samples`). Runs named baseline-X (bench_fidelity.sh's
+BASELINE) are compared with X: mean of the median tokens/s over the runs of each.
 """
 import json
 import os
@@ -56,6 +57,27 @@ def rounds_summary(swarm):
         print(line)
 
 
+def median_tps(steps):
+    return statistics.median(e["tokens_per_s"] for e in steps[len(steps) // 10:])
+
+
+def setting(run):
+    """A run's setting: its name without the -runN that RUNS adds."""
+    head, _, tail = run.rpartition("-run")
+    return head if head and tail.isdigit() else run
+
+
+def baseline_ratios(steps):
+    groups = {}
+    for run, ss in steps.items():
+        groups.setdefault(setting(run), []).append(median_tps(ss))
+    for name, tps in sorted(groups.items()):
+        base = groups.get("baseline-" + name)
+        if base:
+            now, then = statistics.mean(tps), statistics.mean(base)
+            print(f"{name}: {now:.0f} tokens/s against the baseline's {then:.0f}: {now / then:.3f} x")
+
+
 def main(local_path, swarm_paths):
     local = load(local_path)
     ls = [e for e in local if e.get("event") == "step"]
@@ -79,7 +101,7 @@ def main(local_path, swarm_paths):
         wire = sum(e.get("wire_bytes", 0) for e in exits)
         samples = sum(e["samples"] for e in exits)
         ss = steps[run]
-        tps = statistics.median(e["tokens_per_s"] for e in ss[len(ss) // 10:])
+        tps = median_tps(ss)
         params = {}
         for e in swarm:
             if e.get("event") == "params":
@@ -88,6 +110,7 @@ def main(local_path, swarm_paths):
         print(f"{run}: {wire / max(samples, 1) / 1e3:.1f} kB on the wire per sample (trainer <-> servers), "
               f"{tps:.0f} tokens/s median, {len(params)} (stage, step) hashes reported, {disagree} differing")
         rounds_summary(swarm)
+    baseline_ratios(steps)
 
 
 if __name__ == "__main__":
