@@ -12,7 +12,8 @@
 # FLAGS: more flags for the local run and every swarm run alike (e.g. "--batch-size 256").
 # BASELINE: another build's swarm binary (e.g. one built from the commit before a
 #   change): each swarm run is preceded by the same run of it, and the summary
-#   ends with this build's tokens/s against it per setting (settings it lacks fail).
+#   ends with this build's tokens/s against it per setting. Its runs leave out
+#   --stale-wait (builds before 2026-12-05 lack it and never wait).
 # in-flight: the trainer's microbatches in the pipeline; those in flight when a
 # stage steps are computed partly on the old parameters (see docs/design.md, Staleness).
 set -euo pipefail
@@ -35,10 +36,11 @@ for s in $settings; do
   for i in $(seq "$runs_each"); do
     tag=$name${RUNS:+-run$i}
     for bin in ${BASELINE:+"$BASELINE"} ./build/swarm; do
-      [[ $bin == ./build/swarm ]] && file=$out/swarm-$tag.jsonl || file=$out/swarm-baseline-$tag.jsonl
-      echo "swarm ($bin): --compression $c --averaging-compression $a${w:+ --stale-wait $w} (run $i of $runs_each)"
+      wait=$w file=$out/swarm-$tag.jsonl
+      [[ $bin == ./build/swarm ]] || { wait= file=$out/swarm-baseline-$tag.jsonl; }
+      echo "swarm ($bin): --compression $c --averaging-compression $a${wait:+ --stale-wait $wait} (run $i of $runs_each)"
       "$bin" --role cluster --config "$config" --max-steps "$steps" --servers-per-stage "$servers" --in-flight "$in_flight" \
-        --compression "$c" --averaging-compression "$a" ${w:+--stale-wait "$w"} "${flags[@]}" --metrics "$file" --log-level warn > /dev/null
+        --compression "$c" --averaging-compression "$a" ${wait:+--stale-wait "$wait"} "${flags[@]}" --metrics "$file" --log-level warn > /dev/null
       runs+=("$file")
     done
   done
