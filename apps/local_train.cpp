@@ -111,9 +111,8 @@ struct local_checkpoints {
 } // namespace
 
 int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bool>& stop_requested) {
-  set_torch_threads(cfg.threads);
-  const int threads = torch::get_num_threads();
   const auto& m = cfg.model;
+  const auto threads = set_torch_threads(cfg.threads, m.d_model);
   if (auto err = whole_model_error(m, "local")) {
     std::cerr << err.what() << "\n";
     return 2;
@@ -150,7 +149,7 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
   const int64_t microbatches = std::max<int64_t>(1, cfg.trainer.batch_size / m.microbatch);
   const int64_t samples_per_step = microbatches * m.microbatch;
   std::cout << "local: " << (*text)->tokens() << (cfg.trainer.data.empty() ? " corpus bytes" : " tokens") << ", batch " << samples_per_step << " = " << microbatches
-            << " x " << m.microbatch << ", " << threads << " threads, device " << cfg.device << std::endl;
+            << " x " << m.microbatch << ", " << threads.torch << " torch + " << threads.blas << " BLAS threads, device " << cfg.device << std::endl;
 
   // Validation on the same windows as a swarm trainer's (data/corpus.hpp, eval_batches).
   std::vector<microbatch_tokens> eval_set;

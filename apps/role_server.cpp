@@ -112,7 +112,7 @@ int run_server(const app_config& cfg) {
                                 (cfg.server.host == "127.0.0.1" ? std::string{} : "@" + cfg.server.host);
   node n{cfg, "server " + server_id, "server", "server"};
   auto log = get_logger("stage_server");
-  set_torch_threads(cfg.threads);
+  set_torch_threads(cfg.threads, cfg.model.d_model);
   // --init-from: read once, checked before anything connects; every stage
   // this server builds (moves too) starts from it unless a peer or a checkpoint is further along.
   auto initial = initial_weights(cfg);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "apps/thread_split.hpp"
 #include "config/config.hpp"
 
 namespace swarm {
@@ -21,7 +22,9 @@ int run_status(const app_config& cfg);
 /// Measures this machine's stage request costs for swarm-sim (apps/calibrate.cpp, a torch TU).
 int run_calibrate(const app_config& cfg);
 
-/// Sets torch's intra-op thread count (0 = all cores); lives in a torch TU.
-void set_torch_threads(int threads);
+/// Gives the process `threads` (0 = all cores), split between torch's intra-op
+/// pool and OpenBLAS's by the model width (apps/thread_split.hpp; 0 = unknown);
+/// lives in a torch TU.
+thread_split set_torch_threads(int threads, int64_t width = 0);
 
 } // namespace swarm

@@ -162,7 +162,7 @@ const std::vector<keys::row>& swarm_keys() {
           own),
       key("stages", &app::stages, "", range(">= 1"), "pipeline stages the model is cut into (1..n-layers)"),
       key("threads", &app::threads, "", range(">= 0"),
-          "torch intra-op threads per process; 0 = all cores (cluster: cores / servers)"),
+          "threads per process; 0 = all cores (cluster: cores / servers); torch gets them below d-model 512, OpenBLAS from 512 on"),
       key("device", &app::device, "", check::custom(valid_device, "must be cpu, cuda or cuda:N"),
           "server, local: torch device: cpu | cuda | cuda:N (needs a CUDA build of libtorch)"),
       key("init-from", &app::init_from, "", {},

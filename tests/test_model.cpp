@@ -6,6 +6,7 @@
 #include "models/gpt.hpp"
 #include "models/optimizer.hpp"
 #include "apps/local_train.hpp"
+#include "apps/thread_split.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -404,4 +405,18 @@ TEST_CASE("run_local trains a few steps and reports a missing corpus or device",
   cfg.trainer.corpus = "/nonexistent/corpus";
   REQUIRE(run_local(cfg, none, stop) == 2);
   std::remove("/tmp/swarm_test_model_corpus.txt");
+}
+
+TEST_CASE("a process's threads go to torch for narrow models and to OpenBLAS from a width of 512", "[config]") {
+  using swarm::split_threads;
+  auto is = [](swarm::thread_split s, int torch, int blas) { return s.torch == torch && s.blas == blas; };
+  CHECK(is(split_threads(2, 128), 2, 1));
+  CHECK(is(split_threads(2, 0), 2, 1));  // width unknown: as a narrow model
+  CHECK(is(split_threads(2, 511), 2, 1));
+  CHECK(is(split_threads(2, 512), 1, 2));
+  CHECK(is(split_threads(4, 1024), 1, 4));
+  // Never more than it was given, never none.
+  CHECK(is(split_threads(1, 1024), 1, 1));
+  CHECK(is(split_threads(0, 128), 1, 1));
+  CHECK(is(split_threads(-3, 4096), 1, 1));
 }
