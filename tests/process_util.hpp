@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 #include <optional>
+#include <utility>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -180,6 +181,16 @@ bool wait_for_metrics(const std::string& path, Pred pred, double timeout_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
+}
+
+/// Waits until `pred(lines)` holds on the metrics file (at most `timeout_s`),
+/// then stops the swarm process `pid` with SIGTERM as a user would: whether
+/// `pred` held, and its exit code (none if it did not exit within 60 s).
+template <class Pred>
+std::pair<bool, std::optional<int>> stop_when(pid_t pid, const std::string& metrics, Pred pred, double timeout_s) {
+  const bool held = wait_for_metrics(metrics, pred, timeout_s);
+  kill(pid, SIGTERM);
+  return {held, wait_exit(pid, 60)};
 }
 
 /// Trainer `step` events among `lines` after unix time `t` (the metrics' "t").

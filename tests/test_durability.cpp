@@ -250,9 +250,8 @@ TEST_CASE("a stage wiped out at once resumes from its newest checkpoint, losing 
   // steps more, then the cluster is stopped.
   auto flags = cluster_flags(metrics, dir, 0);
   flags.insert(flags.end(), {"--chaos-wipe-at", "8", "--chaos-stage", "1", "--chaos-down", "2"});
-  const pid_t cluster = spawn_swarm(flags);
-  const bool resumed = wait_for_metrics(
-      metrics,
+  const auto [resumed, code] = stop_when(
+      spawn_swarm(flags), metrics,
       [](const auto& lines) {
         for (const auto& l : lines)
           if (is_event(l, "checkpoint_load") && number(l, "stage") == 1)
@@ -260,8 +259,7 @@ TEST_CASE("a stage wiped out at once resumes from its newest checkpoint, losing 
         return false;
       },
       120);
-  kill(cluster, SIGTERM);
-  REQUIRE(wait_exit(cluster, 60) == 0);
+  REQUIRE(code == 0);
   REQUIRE(resumed);
   const auto lost = events(metrics, "stage_lost");  // the wipe; the clean stop at the end writes none
   REQUIRE(lost.size() == 1);
@@ -300,8 +298,8 @@ TEST_CASE("the cluster restarts a killed coordinator on its port and training go
   };
   // Two kills, and both stages applying rounds again after the second: then
   // the cluster is stopped (its trainer lets its microbatches finish).
-  const bool recovered_twice = wait_for_metrics(
-      metrics,
+  const auto [recovered_twice, code] = stop_when(
+      cluster, metrics,
       [&](const auto& lines) {
         if (coordinator_kills().size() < 2)
           return false;
@@ -312,8 +310,7 @@ TEST_CASE("the cluster restarts a killed coordinator on its port and training go
         return stepped.size() == 2;
       },
       120);
-  kill(cluster, SIGTERM);
-  REQUIRE(wait_exit(cluster, 60) == 0);
+  REQUIRE(code == 0);
   REQUIRE(recovered_twice);
   coordinator_kills();
   REQUIRE(kills.size() >= 2);

@@ -124,8 +124,8 @@ TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no
   const pid_t cluster = spawn_swarm({"--role", "cluster", "--config", tiny, "--stage-servers", "3,1",
                                      "--rebalance-period", std::to_string(period), "--max-steps", "0", "--metrics",
                                      metrics, "--log-level", "warn"});
-  const bool stepped_together = wait_for_metrics(
-      metrics,
+  const auto [stepped_together, code] = stop_when(
+      cluster, metrics,
       [&](const auto&) {
         const auto moves = events(metrics, "rebalance");
         if (moves.empty())
@@ -135,8 +135,7 @@ TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no
                                                  static_cast<int64_t>(number(download, "step"))) >= 10;
       },
       120);
-  kill(cluster, SIGTERM);
-  REQUIRE(wait_exit(cluster, 60) == 0);
+  REQUIRE(code == 0);
   REQUIRE(stepped_together);
 
   const auto moves = events(metrics, "rebalance");
