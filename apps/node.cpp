@@ -165,9 +165,12 @@ void node::phase(const char* what) {
 /// them apart.
 caf::expected<coordinator_actor> node::dial_coordinator(const std::string& address, const caf::actor_addr& lost) {
   const auto hp = split_host_port(address);  // validated by parse_config
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const double wait_s = cfg_.net.coordinator_wait_s;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                              std::chrono::duration<double>(wait_s));
   const bool tls = sys_->has_openssl_manager();
-  bool told = false;  // a person should not wait 30 s to learn that it is trying
+  bool told = false;  // a person should not wait the whole time to learn that it is trying
   for (;;) {
     caf::expected<coordinator_actor> handle{caf::error{}};
     if (auto found = dial(*sys_, hp->first, hp->second, std::chrono::seconds(5)))
@@ -182,8 +185,8 @@ caf::expected<coordinator_actor> node::dial_coordinator(const std::string& addre
                 << tls_hint(describe(handle.error()), tls) << "\n";
     else if (!handle && !lost && !told) {
       told = true;
-      get_logger(who_)->warn("cannot reach the coordinator at {} yet: {}{}; trying again for up to 30 s", address,
-                             describe(handle.error()), tls_hint(describe(handle.error()), tls));
+      get_logger(who_)->warn("cannot reach the coordinator at {} yet: {}{}; trying again for up to {:g} s (--coordinator-wait)",
+                             address, describe(handle.error()), tls_hint(describe(handle.error()), tls), wait_s);
     }
     if (handle || out_of_time)
       return handle;

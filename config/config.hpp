@@ -79,6 +79,9 @@ struct model_config {
 struct net_config {
   double heartbeat_s = 1.0;           ///< CAF middleman heartbeat interval, seconds
   double connection_timeout_s = 5.0;  ///< drop a silent connection after, seconds
+  /// How long a node keeps dialing a coordinator it cannot reach (at start, or
+  /// after losing it) before it gives up with exit 1, seconds.
+  double coordinator_wait_s = 30.0;
   /// Largest message payload, bytes. Measured here (scripts/bench_transfer.sh): one
   /// 16 MiB message moves at ~500 MB/s, one 64 MiB message at ~270 MB/s, and every
   /// extra message costs ~35 ms, so payloads up to 16 MiB go whole.

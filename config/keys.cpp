@@ -218,6 +218,8 @@ const std::vector<keys::row>& swarm_keys() {
       key("heartbeat", &net::heartbeat_s, "seconds", range("> 0"), "CAF heartbeat interval"),
       key("connection-timeout", &net::connection_timeout_s, "seconds", range("> 0"),
           "drop a connection silent this long"),
+      key("coordinator-wait", &net::coordinator_wait_s, "seconds", range("> 0"),
+          "keep dialing an unreachable coordinator this long (at start, or after losing it), then exit 1"),
       key("chunk-bytes", &net::chunk_bytes, "bytes", range(">= 1024"), "largest single message payload"),
       key("bulk-min-bytes", &net::bulk_min_bytes, "bytes", range(">= 0"),
           "payloads at least this large go over a dedicated bulk connection (0 = all through CAF)"),
