@@ -27,6 +27,12 @@ caf::expected<proto::codec> check_call(const stage_worker& worker, const Req& re
   return static_cast<proto::codec>(req.reply_codec());
 }
 
+/// The activation cache's key of a microbatch: its trainer and id.
+template <class Req>
+std::string cache_key(const Req& req) {
+  return req.trainer_id() + "#" + std::to_string(req.microbatch_id());
+}
+
 } // namespace
 
 caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, const proto::forward_request& req,
@@ -62,7 +68,7 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, const pr
     reply.set_server_step(static_cast<uint64_t>(worker.steps()));
     return reply;
   }
-  auto r = worker.forward(*inputs, targets ? &*targets : nullptr, gate);
+  auto r = worker.forward(*inputs, targets ? &*targets : nullptr, gate, cache_key(req));
   if (!r)
     return to_caf(r.error());
   proto::forward_reply reply;
@@ -90,7 +96,8 @@ caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, const 
   auto r = worker.backward(*inputs, *output_grad, gate,
                            req.has_forward_step() ? std::optional<int64_t>(static_cast<int64_t>(std::min<uint64_t>(
                                                         req.forward_step(), uint64_t{1} << 62)))
-                                                  : std::nullopt);
+                                                  : std::nullopt,
+                           cache_key(req));
   if (!r)
     return to_caf(r.error());
   proto::backward_reply reply;

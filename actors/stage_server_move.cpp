@@ -106,6 +106,7 @@ void move_now(server_ptr self) {
   std::shared_ptr<stage_worker> fresh;
   try {
     fresh = std::make_shared<stage_worker>(st.cfg.model, to, st.cfg.num_stages, st.cfg.device);
+    fresh->set_activation_cache(st.cfg.activation_cache_bytes);
     if (st.cfg.initial_weights)
       if (auto err = fresh->load_parameters(*st.cfg.initial_weights))
         throw std::invalid_argument("--init-from: " + std::string{err.what()});
@@ -270,6 +271,11 @@ void report_exit(server_ptr self, int moved_to) {
                                    {"carried_gradients", c.carried_gradients},
                                    {"withheld_samples", c.withheld_samples},
                                    {"steps", st.worker->steps()},
+                                   {"cache_hits", st.worker->activation_cache().hits},
+                                   {"cache_misses", st.worker->activation_cache().misses},
+                                   {"cache_stepped", st.worker->activation_cache().stepped},
+                                   {"cache_evicted", st.worker->activation_cache().evicted},
+                                   {"cache_peak_mib", static_cast<double>(st.worker->activation_cache().peak_bytes) / (1 << 20)},
                                    {"hash", std::to_string(st.avg.hash)},
                                    {"moved_to", int64_t{moved_to}}});
 }

@@ -67,6 +67,7 @@ stage_server_config stage_server_settings(const app_config& cfg, const std::stri
   scfg.device = cfg.device;
   scfg.averaging_compression = cfg.server.averaging_compression;
   scfg.stale_wait_s = cfg.server.stale_wait_s;
+  scfg.activation_cache_bytes = cfg.server.activation_cache_mb << 20;
   scfg.bulk = std::move(bulk);
   scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
   scfg.checkpoints = checkpoints;
@@ -124,6 +125,7 @@ int run_server(const app_config& cfg) {
   auto build = [&](int stage) {
     try {
       worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.stages, cfg.device);
+      worker->set_activation_cache(cfg.server.activation_cache_mb << 20);
       if (*initial)
         if (auto err = worker->load_parameters(**initial))
           throw std::invalid_argument("--init-from " + cfg.init_from + ": " + err.what());

@@ -75,7 +75,10 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "when it exited without a round to hand them to), "
        "`carried_gradients` (gradients a failed round or a reload did not use, kept for the next round), "
        "`withheld_samples` (answered, but held back: the reply may have "
-       "come after the trainer re-sent it; see docs/design.md), `steps`, `hash` (FNV-1a of its parameters, as a decimal string), "
+       "come after the trainer re-sent it; see docs/design.md), `cache_hits` and `cache_misses` (backwards "
+       "that found their forward in the activation cache, `--activation-cache-mb`, and those that recomputed it), "
+       "`cache_stepped` and `cache_evicted` (recorded forwards dropped because the parameters stepped before "
+       "their backward came, or for room), `cache_peak_mib` (most held at once, estimated), `steps`, `hash` (FNV-1a of its parameters, as a decimal string), "
        "`moved_to` (-1: the server stopped; else the stage it left this one for). One per stage served: "
        "when the server stops, and when it leaves a stage for another, with the totals of its time there"},
     {"gradient_carry", "server",

@@ -131,6 +131,9 @@ struct server_config {
   /// A request that would add gradients while a round of its stage runs waits
   /// up to this long for the round's step (else its gradient is a step stale); 0 = never waits.
   double stale_wait_s = 1.0;
+  /// MiB of forwards kept with their graphs for their backward, which then
+  /// need not recompute them (estimated sizes; oldest dropped first); 0 = off.
+  int64_t activation_cache_mb = 1024;
   std::string fault = "none";    ///< test hook: none | hang-forward | hang-backward | hang-round | hang-state
   int64_t fault_after = 1;       ///< the fault hits the Nth request of its kind
 };

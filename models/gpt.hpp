@@ -100,6 +100,27 @@ inline bool all_finite(const torch::Tensor& t) {
 [[nodiscard]] torch::Tensor stage_backward(stage_module& stage, const torch::Tensor& inputs,
                                            const torch::Tensor& output_grad);
 
+/// A stage's forward run with autograd recording (the activation cache keeps
+/// it): `outputs` still holds its graph, `leaf` is what d/d inputs lands in
+/// (the token ids themselves on stage 0).
+struct recorded_forward {
+  torch::Tensor leaf;
+  torch::Tensor outputs;
+};
+[[nodiscard]] recorded_forward stage_forward_recorded(stage_module& stage, const torch::Tensor& inputs);
+
+/// stage_backward on a recorded forward instead of a recomputed one: the same
+/// operations on the same tensors, so the same gradients bit for bit, valid
+/// while the parameters are those the forward ran on. Frees the graph.
+[[nodiscard]] torch::Tensor stage_backward(const recorded_forward& forward, const torch::Tensor& output_grad);
+
+/// Bytes a recorded forward of `batch` x `tokens` keeps on a stage of `blocks`
+/// blocks, estimated from the shapes a block saves for its backward (its
+/// inputs, normalised inputs, q, k, v, attention weights before and after
+/// the softmax, the MLP's hidden layer before and after its activation) and
+/// the outputs. An estimate: the activation cache's budget is in these bytes.
+[[nodiscard]] int64_t recorded_forward_bytes(const model_config& cfg, int blocks, int64_t batch, int64_t tokens);
+
 /// Last stage: forward, loss against `targets`, backward; accumulates parameter
 /// gradients and returns (loss, d loss / d inputs).
 struct loss_and_grad {

@@ -100,7 +100,7 @@ stage_worker::stage_worker(stage_worker&&) noexcept = default;
 stage_worker& stage_worker::operator=(stage_worker&&) noexcept = default;
 
 result<forward_result> stage_worker::forward(const torch::Tensor& inputs_in, const torch::Tensor* targets_in,
-                                                   const commit_gate& gate) {
+                                                   const commit_gate& gate, const std::string& cache_key) {
   auto& m = *impl_;
   try {
     const auto inputs = inputs_in.defined() ? inputs_in.to(m.device) : inputs_in;
@@ -111,6 +111,15 @@ result<forward_result> stage_worker::forward(const torch::Tensor& inputs_in, con
       if (targets_in)
         return error(errc::BAD_REQUEST, "targets given to stage " + std::to_string(m.span().stage) +
                                                  ", which is not the last");
+      if (!cache_key.empty() && m.cache.enabled()) {
+        auto recorded = stage_forward_recorded(m.module, inputs);
+        result.outputs = recorded.outputs.detach();
+        if (auto err = check_finite(result.outputs, "outputs"))
+          return err;
+        m.cache.put(cache_key, m.steps, inputs, std::move(recorded),
+                    recorded_forward_bytes(m.cfg, m.span().blocks(), inputs.size(0), inputs.size(1)));
+        return result;
+      }
       torch::NoGradGuard no_grad;
       result.outputs = m.module->forward(inputs);
       if (auto err = check_finite(result.outputs, "outputs"))
@@ -176,7 +185,8 @@ result<at::Tensor> stage_worker::next_logits(const torch::Tensor& inputs_in) {
 }
 
 result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, const torch::Tensor& grad_in,
-                                                     const commit_gate& gate, std::optional<int64_t> forward_step) {
+                                                     const commit_gate& gate, std::optional<int64_t> forward_step,
+                                                     const std::string& cache_key) {
   auto& m = *impl_;
   if (m.span().has_head())
     return error(errc::BAD_REQUEST, "backward on the last stage (its forward already ran backward)");
@@ -195,9 +205,14 @@ result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, c
     const int64_t behind = forward_step ? m.steps - *forward_step : 0;
     const bool on_previous = behind >= 1 && behind <= static_cast<int64_t>(m.previous.size());
     const auto k = static_cast<size_t>(behind - 1);
+    std::optional<recorded_forward> recorded;
+    if (!cache_key.empty() && m.cache.enabled() && behind == 0)
+      recorded = m.cache.take(cache_key, m.steps, inputs);
     auto r = m.accumulate(
         inputs.size(0), gate, result.duplicate,
         [&] {
+          if (recorded)
+            return loss_and_grad{0.0f, stage_backward(*recorded, output_grad)};
           if (!on_previous)
             return loss_and_grad{0.0f, stage_backward(m.module, inputs, output_grad)};
           m.swap_previous(k);
@@ -218,6 +233,10 @@ result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, c
     return error(errc::INTERNAL, std::string{"backward of stage "} + std::to_string(m.span().stage) + ": " + e.what());
   }
 }
+
+void stage_worker::set_activation_cache(int64_t bytes) { impl_->cache.set_limit(bytes); }
+
+const activation_cache_stats& stage_worker::activation_cache() const { return impl_->cache.stats(); }
 
 int64_t stage_worker::accumulated_samples() const { return impl_->samples; }
 
@@ -317,6 +336,7 @@ error stage_worker::apply_gradient(const std::vector<float>& mean_grad, double o
     return error(errc::INTERNAL, "optimizer step of stage " + std::to_string(m.span().stage) + ": " + e.what());
   }
   m.clear_param_grads();
+  m.cache.parameters_changed();
   ++m.steps;
   m.stale_samples = m.samples + m.held_samples;  // computed on the parameters just stepped
   return error{};

@@ -57,6 +57,17 @@ struct local_gradient {
   int64_t stale_samples = 0;
 };
 
+/// What the activation cache (stage_worker::set_activation_cache) did.
+struct activation_cache_stats {
+  int64_t hits = 0;        ///< backwards that ran on their forward's recorded graph
+  int64_t misses = 0;      ///< backwards with a key that found none (or another microbatch's): recomputed
+  int64_t stepped = 0;     ///< recorded forwards dropped because the parameters stepped before their backward
+  int64_t evicted = 0;     ///< recorded forwards dropped for room (or alone over the budget)
+  int64_t bytes = 0;       ///< held now (recorded_forward_bytes estimates)
+  int64_t peak_bytes = 0;  ///< most held at once
+  int64_t limit_bytes = 0; ///< the budget; 0 = off
+};
+
 /// What one forward pass gives: the stage's outputs, or on the last stage the
 /// loss and the gradient of the inputs (the backward ran too).
 struct forward_result {
@@ -86,8 +97,10 @@ public:
   /// (WRONG_SHAPE, NON_FINITE, BAD_REQUEST); never throws. Inputs may live on
   /// any device. Runs the stage; on the last stage (`targets` given, int64
   /// [B, T]) also the loss and backward, adding the gradients when `gate` agrees.
+  /// `cache_key` (a non-last stage with the activation cache on): the
+  /// forward is recorded and kept for the backward given the same key.
   [[nodiscard]] result<forward_result> forward(const at::Tensor& inputs, const at::Tensor* targets = nullptr,
-                                                      const commit_gate& gate = {});
+                                                      const commit_gate& gate = {}, const std::string& cache_key = {});
 
   /// Validation on the last stage: the mean loss of `inputs` against
   /// `targets`, same checks as forward; no backward, nothing accumulated.
@@ -109,9 +122,19 @@ public:
   /// saw, and a stage trained on such gradients diverges (measured: stage 0's
   /// gradient norm 100-1000x within 15 steps on config/tiny, even at in-flight
   /// 1). Its samples count as stale. Older or unknown: the current parameters.
+  /// `cache_key`: the key of its forward. Its recorded graph is used when it
+  /// is still there, of these exact inputs, and the parameters have not
+  /// stepped since (same gradients bit for bit); else it recomputes as above.
   [[nodiscard]] result<backward_result> backward(const at::Tensor& inputs, const at::Tensor& output_grad,
                                                         const commit_gate& gate = {},
-                                                        std::optional<int64_t> forward_step = std::nullopt);
+                                                        std::optional<int64_t> forward_step = std::nullopt,
+                                                        const std::string& cache_key = {});
+
+  /// Keeps recorded forwards for their backward, up to `bytes` of them
+  /// (estimated: recorded_forward_bytes in models/gpt.hpp), oldest dropped
+  /// first; 0 (the default) = off, every backward recomputes its forward.
+  void set_activation_cache(int64_t bytes);
+  [[nodiscard]] const activation_cache_stats& activation_cache() const;
 
   /// Samples whose gradients are accumulated since the last step.
   [[nodiscard]] int64_t accumulated_samples() const;

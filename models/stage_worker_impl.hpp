@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "models/activation_cache.hpp"
 #include "models/gpt.hpp"
 #include "models/optimizer.hpp"
 #include "models/stage_worker.hpp"
@@ -39,6 +40,7 @@ struct stage_worker::impl {
   /// backward, and after an import.
   std::deque<std::vector<torch::Tensor>> previous;
   bool held_stale = false;  ///< the held microbatch was computed on `previous`
+  swarm::activation_cache cache;  ///< recorded forwards awaiting their backward
 
   torch::Device device;
 

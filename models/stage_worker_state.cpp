@@ -161,6 +161,7 @@ error stage_worker::import_state(const std::string& bytes) {
   m.clear_accumulator();
   m.settle_held(false);
   m.previous.clear();  // not the parameters before this state's last step
+  m.cache.parameters_changed();
   return error{};
 }
 
@@ -182,6 +183,7 @@ error stage_worker::load_parameters(const named_tensors& values) {
   m.clear_accumulator();
   m.settle_held(false);
   m.previous.clear();  // not the parameters before this state's last step
+  m.cache.parameters_changed();
   return error{};
 }
 

@@ -100,6 +100,20 @@ TEST_CASE("a multi-process swarm trains config/tiny below the unigram entropy", 
   std::printf("bulk: %.0f bytes sent, %.0f received over %zu processes\n", sent, received, bulk.size());
   CHECK(received <= sent);  // a piece may still be on its way when the swarm stops
   CHECK(received > 1e6);
+  // Stage 0's backwards ran on their forward's recorded graph when no step
+  // came between them (the activation cache, on by default); the last stage
+  // runs its backward within its forward and records nothing.
+  std::map<int, int64_t> hits, recorded;
+  for (const auto& e : events(metrics, "server_exit")) {
+    const int stage = static_cast<int>(number(e, "stage"));
+    hits[stage] += static_cast<int64_t>(number(e, "cache_hits"));
+    recorded[stage] += static_cast<int64_t>(number(e, "cache_hits") + number(e, "cache_misses") +
+                                            number(e, "cache_stepped") + number(e, "cache_evicted"));
+  }
+  std::printf("activation cache, stage 0: %lld of %lld backwards on their recorded forward\n",
+              static_cast<long long>(hits[0]), static_cast<long long>(recorded[0]));
+  CHECK(hits[0] > 0);
+  CHECK(recorded[1] == 0);
   CHECK(params_disagreements(metrics).empty());
   std::remove(metrics.c_str());
 }

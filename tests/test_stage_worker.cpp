@@ -552,6 +552,78 @@ TEST_CASE("a backward whose forward ran a step ago recomputes on the parameters 
   CHECK(w.take_gradient().values == same.take_gradient().values);
 }
 
+TEST_CASE("a backward on its forward's recorded graph gives what recomputing gives, bit for bit", "[worker][cache]") {
+  auto cfg = small_config();
+  cfg.n_layers = 3;
+  for (int stage : {0, 1}) {  // token ids in; hidden states in, with d/d inputs out
+    INFO("stage " << stage << " of 3");
+    stage_worker plain(cfg, stage, 3, "cpu"), cached(cfg, stage, 3, "cpu");
+    const int64_t entry = recorded_forward_bytes(cfg, cached.span().blocks(), batch, len);
+    cached.set_activation_cache(2 * entry);  // room for two
+    auto input = [&](uint64_t seed) {
+      return *decode_tensor(stage == 0 ? tokens(batch, len, seed) : hidden(batch, len, cfg.d_model, seed), "inputs");
+    };
+    const auto grad = *decode_tensor(hidden(batch, len, cfg.d_model, 99), "grad");
+    // Backward of `x` on both: the same input gradient and accumulated gradient.
+    auto same_backward = [&](const torch::Tensor& x, const std::string& key, std::optional<int64_t> at = {}) {
+      auto a = plain.backward(x, grad, {}, at);
+      auto b = cached.backward(x, grad, {}, at, key);
+      REQUIRE(a);
+      REQUIRE(b);
+      CHECK(a->input_grad.defined() == (stage > 0));
+      if (stage > 0)
+        CHECK(torch::equal(a->input_grad, b->input_grad));
+      CHECK(plain.take_gradient().values == cached.take_gradient().values);
+    };
+    auto forward = [&](const torch::Tensor& x, const std::string& key) {
+      auto a = plain.forward(x);
+      auto b = cached.forward(x, nullptr, {}, key);
+      REQUIRE(a);
+      REQUIRE(b);
+      CHECK(torch::equal(a->outputs, b->outputs));  // recording changes nothing the wire carries
+    };
+    const auto x1 = input(1), x2 = input(2), x3 = input(3);
+    forward(x1, "t#1");
+    CHECK(cached.activation_cache().bytes == entry);
+    same_backward(x1, "t#1");
+    CHECK(cached.activation_cache().hits == 1);
+    CHECK(cached.activation_cache().bytes == 0);  // taken out
+    // Oldest out first: of three forwards with room for two, the first recomputes.
+    forward(x1, "t#1");
+    forward(x2, "t#2");
+    forward(x3, "t#3");
+    CHECK(cached.activation_cache().evicted == 1);
+    CHECK(cached.activation_cache().peak_bytes == 2 * entry);
+    same_backward(x3, "t#3");
+    same_backward(x1, "t#1");
+    CHECK(cached.activation_cache().hits == 2);
+    CHECK(cached.activation_cache().misses == 1);
+    // Other inputs under the key of a kept forward: recomputed, never the other microbatch's graph.
+    same_backward(x1, "t#2");
+    CHECK(cached.activation_cache().misses == 2);
+    // A step between forward and backward: the recorded graph is gone; the
+    // backward recomputes on the parameters before the step, as without a cache.
+    forward(x2, "t#2");
+    REQUIRE(plain.backward(input(5), grad));
+    const auto step = plain.take_gradient().values;
+    REQUIRE_FALSE(plain.apply_gradient(step));
+    REQUIRE_FALSE(cached.apply_gradient(step));
+    CHECK(cached.activation_cache().stepped == 1);
+    CHECK(cached.activation_cache().bytes == 0);
+    same_backward(x2, "t#2", 0);
+    CHECK(cached.activation_cache().hits == 2);
+    forward(x2, "t#2");
+    same_backward(x2, "t#2", plain.steps());
+    CHECK(cached.activation_cache().hits == 3);
+    // Off: nothing kept.
+    cached.set_activation_cache(0);
+    forward(x3, "t#3");
+    same_backward(x3, "t#3");
+    CHECK(cached.activation_cache().hits == 3);
+    CHECK(cached.activation_cache().bytes == 0);
+  }
+}
+
 TEST_CASE("the clip bounds the model's norm: this stage's with the other stages' squared norms", "[worker]") {
   auto cfg = small_config();
   cfg.grad_clip = 1.0;
