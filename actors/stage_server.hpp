@@ -88,6 +88,7 @@ struct stage_server_config {
   std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: how its all-reduce pieces travel
   double stale_wait_s = 1.0;  ///< see "Staleness" above
   int64_t activation_cache_bytes = 0;  ///< a moved-to stage's worker gets this activation cache budget
+  bool bf16 = false;                   ///< ... and this precision (--precision)
   /// The bulk data plane (net/bulk.hpp): replies and pieces of at least
   /// bulk_min_bytes go over it; null = everything through CAF.
   std::shared_ptr<bulk_endpoint> bulk;

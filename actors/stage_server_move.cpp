@@ -107,6 +107,7 @@ void move_now(server_ptr self) {
   try {
     fresh = std::make_shared<stage_worker>(st.cfg.model, to, st.cfg.num_stages, st.cfg.device);
     fresh->set_activation_cache(st.cfg.activation_cache_bytes);
+    fresh->set_bf16(st.cfg.bf16);
     if (st.cfg.initial_weights)
       if (auto err = fresh->load_parameters(*st.cfg.initial_weights))
         throw std::invalid_argument("--init-from: " + std::string{err.what()});

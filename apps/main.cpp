@@ -12,6 +12,7 @@
 //
 // Every option: swarm --help. Config files: config/. Metrics: docs/metrics.md.
 
+#include "apps/malloc_reuse.hpp"
 #include <iostream>
 
 #include "base/log.hpp"
@@ -24,6 +25,7 @@
 #include "net/tls.hpp"
 
 int main(int argc, char** argv) {
+  swarm::keep_freed_memory();
   auto parsed = swarm::parse_config(argc, argv);
   if (!parsed.config) {
     (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.message << "\n";

@@ -23,8 +23,8 @@ int run_status(const app_config& cfg);
 int run_calibrate(const app_config& cfg);
 
 /// Gives the process `threads` (0 = all cores), split between torch's intra-op
-/// pool and OpenBLAS's by the model width (apps/thread_split.hpp; 0 = unknown);
+/// pool and OpenBLAS's by the model width and precision (apps/thread_split.hpp; 0 = unknown);
 /// lives in a torch TU.
-thread_split set_torch_threads(int threads, int64_t width = 0);
+thread_split set_torch_threads(int threads, int64_t width = 0, bool bf16 = false);
 
 } // namespace swarm

@@ -22,9 +22,11 @@ constexpr int64_t blas_width = 512;
 
 /// `threads`: what the process may use (already resolved, >= 1); `width`: the
 /// model's d_model, 0 when unknown (then torch gets them, as for small models).
-[[nodiscard]] inline thread_split split_threads(int threads, int64_t width) {
+/// `bf16` (--precision bf16): torch gets them at every width, as its bfloat16
+/// products run in oneDNN on torch's own pool, not in OpenBLAS.
+[[nodiscard]] inline thread_split split_threads(int threads, int64_t width, bool bf16 = false) {
   threads = std::max(threads, 1);
-  if (width >= blas_width)
+  if (width >= blas_width && !bf16)
     return {1, threads};
   return {threads, 1};
 }

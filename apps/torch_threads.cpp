@@ -10,9 +10,9 @@
 
 namespace swarm {
 
-thread_split set_torch_threads(int threads, int64_t width) {
+thread_split set_torch_threads(int threads, int64_t width, bool bf16) {
   const int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const auto split = split_threads(n, width);
+  const auto split = split_threads(n, width, bf16);
   torch::set_num_threads(split.torch);
   // Debian's libtorch calls OpenBLAS, which starts its own pool on top of
   // torch's; split_threads says which of the two gets the cores (looked up at

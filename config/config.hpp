@@ -219,6 +219,9 @@ struct app_config {
   int stages = 2;            ///< pipeline stages the model is cut into
   int threads = 0;           ///< torch intra-op threads; 0 = all cores (cluster: cores / servers)
   std::string device = "cpu";///< torch device of the stage: cpu, cuda, cuda:N (CUDA needs a CUDA build of libtorch)
+  /// fp32, or bf16: forwards in bfloat16 under autocast, with float32 master
+  /// parameters, gradients, optimizer state, all-reduce and wire tensors.
+  std::string precision = "fp32";
   std::string metrics;       ///< JSON-lines metrics file to append to; empty = none
   std::string out = "-";     ///< calibrate: where the calibration goes (- = standard output)
   std::string log_level = "info";  ///< trace, debug, info, warn, error

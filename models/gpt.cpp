@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 
 #include "base/hash.hpp"
 
@@ -180,7 +181,62 @@ torch::Tensor stage_module_impl::cut_out(const torch::Tensor& h) {
   return std::get<0>(n.unflatten(-1, {n.size(-1) / maxout_k_, maxout_k_}).max(-1));
 }
 
+namespace {
+
+/// Autocast to bfloat16 on the device of the tensors within its scope. Its
+/// cache of casted parameters is cleared when the scope ends: the optimizer
+/// changes the parameters in place, and a cast kept past a step would be stale.
+class bf16_scope {
+public:
+  explicit bf16_scope(const at::Device& device) : cuda_(device.is_cuda()) {
+    was_on_ = cuda_ ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+    was_dtype_ = cuda_ ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+    if (cuda_) {
+      at::autocast::set_enabled(true);
+      at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    } else {
+      at::autocast::set_cpu_enabled(true);
+      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    }
+    at::autocast::increment_nesting();
+  }
+  ~bf16_scope() {
+    if (at::autocast::decrement_nesting() == 0)
+      at::autocast::clear_cache();
+    if (cuda_) {
+      at::autocast::set_enabled(was_on_);
+      at::autocast::set_autocast_gpu_dtype(was_dtype_);
+    } else {
+      at::autocast::set_cpu_enabled(was_on_);
+      at::autocast::set_autocast_cpu_dtype(was_dtype_);
+    }
+  }
+  bf16_scope(const bf16_scope&) = delete;
+  bf16_scope& operator=(const bf16_scope&) = delete;
+
+private:
+  bool cuda_;
+  bool was_on_;
+  at::ScalarType was_dtype_;
+};
+
+} // namespace
+
 torch::Tensor stage_module_impl::forward(const torch::Tensor& x) {
+  if (!bf16_)
+    return forward_body(x);
+  bf16_scope scope(x.device());
+  return forward_body(x).to(torch::kFloat32);
+}
+
+torch::Tensor stage_module_impl::forward_cached(const torch::Tensor& x, std::vector<kv_slot>& cache) {
+  if (!bf16_)
+    return forward_cached_body(x, cache);
+  bf16_scope scope(x.device());
+  return forward_cached_body(x, cache).to(torch::kFloat32);
+}
+
+torch::Tensor stage_module_impl::forward_body(const torch::Tensor& x) {
   torch::Tensor h = cut_in(x);
   if (span_.has_embedding()) {
     h = tok_emb_(x);
@@ -194,7 +250,7 @@ torch::Tensor stage_module_impl::forward(const torch::Tensor& x) {
   return cut_out(h);
 }
 
-torch::Tensor stage_module_impl::forward_cached(const torch::Tensor& x, std::vector<kv_slot>& cache) {
+torch::Tensor stage_module_impl::forward_cached_body(const torch::Tensor& x, std::vector<kv_slot>& cache) {
   cache.resize(blocks_.size());
   const int64_t first = cache.empty() ? 0 : cache.front().positions();
   torch::Tensor h = cut_in(x);

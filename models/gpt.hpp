@@ -45,8 +45,17 @@ public:
   /// application; empty: none yet), appending theirs: generation.
   torch::Tensor forward_cached(const torch::Tensor& x, std::vector<kv_slot>& cache);
   [[nodiscard]] const stage_span& span() const { return span_; }
+  /// --precision bf16: forward under autocast (matrix products in bfloat16 on
+  /// the parameters' float32 masters), outputs back in float32. Backward runs
+  /// outside it and follows the dtypes the forward used.
+  void set_bf16(bool on) { bf16_ = on; }
+  [[nodiscard]] bool bf16() const { return bf16_; }
 
 private:
+  torch::Tensor forward_body(const torch::Tensor& x);
+  torch::Tensor forward_cached_body(const torch::Tensor& x, std::vector<kv_slot>& cache);
+
+  bool bf16_ = false;
   torch::Tensor cut_in(const torch::Tensor& x);
   torch::Tensor cut_out(const torch::Tensor& h);
 

@@ -236,6 +236,8 @@ result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, c
 
 void stage_worker::set_activation_cache(int64_t bytes) { impl_->cache.set_limit(bytes); }
 
+void stage_worker::set_bf16(bool on) { impl_->module->set_bf16(on); }
+
 const activation_cache_stats& stage_worker::activation_cache() const { return impl_->cache.stats(); }
 
 int64_t stage_worker::accumulated_samples() const { return impl_->samples; }

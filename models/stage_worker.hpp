@@ -134,6 +134,9 @@ public:
   /// (estimated: recorded_forward_bytes in models/gpt.hpp), oldest dropped
   /// first; 0 (the default) = off, every backward recomputes its forward.
   void set_activation_cache(int64_t bytes);
+  /// --precision: false (fp32, the default) or true (bf16: forwards under
+  /// autocast, parameters, gradients, optimizer state and all-reduce in float32).
+  void set_bf16(bool on);
   [[nodiscard]] const activation_cache_stats& activation_cache() const;
 
   /// Samples whose gradients are accumulated since the last step.

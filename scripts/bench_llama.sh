@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The llama model's training throughput: `swarm --role local` against the same
-# model in PyTorch (Debian's python3-torch, scripts/bench_llama_torch.py: same
+# model in PyTorch (Debian's python3-torch, scripts/bench_torch.py: same
 # threads, batch, microbatch, optimizer and clipping) in one run, at d_model
 # 256 and 1024, and `--role cluster` on the d=256 model beside them; then
 # generation speed with the KV cache against recomputing the window.
@@ -36,7 +36,7 @@ run_size() {
     --max-steps "$steps" --metrics "$out/$name.jsonl" --log-level warn >/dev/null
   local ours torch
   ours=$(swarm_rate "$out/$name.jsonl")
-  torch=$($py scripts/bench_llama_torch.py --d-model "$d" --n-heads "$heads" --n-kv-heads "$kv" --n-layers "$layers" \
+  torch=$($py scripts/bench_torch.py --model llama --d-model "$d" --n-heads "$heads" --n-kv-heads "$kv" --n-layers "$layers" \
     --ffn-dim "$ffn" --seq-len 128 --microbatch 8 --batch-size "$batch" --steps "$steps" --threads "$threads" \
     --corpus "$corpus" | $py -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["tokens_per_s"])')
   printf '%-7s d=%-4s layers %s, batch %s: swarm local %9s tokens/s, PyTorch %9s tokens/s, ratio %s\n' "$name" "$d" \

@@ -383,7 +383,7 @@ const std::vector<std::string> every_key_set = {
     "--min-replicas", "3",
     "--coordinator", "example.org:7000", "--stage", "1", "--host", "10.0.0.2", "--server-port", "7002",
     "--bulk-port", "7003",
-    "--batch-size", "32", "--slowdown", "2.5", "--averaging-compression", "blockwise8", "--stale-wait", "0.25", "--activation-cache-mb", "64", "--fault", "hang-round",
+    "--batch-size", "32", "--slowdown", "2.5", "--averaging-compression", "blockwise8", "--stale-wait", "0.25", "--activation-cache-mb", "64", "--precision", "bf16", "--fault", "hang-round",
     "--fault-after", "3",
     "--corpus", "/tmp/corpus", "--trainer-slot", "3", "--in-flight", "2", "--max-steps", "9", "--forward-timeout", "11",
     "--backward-timeout", "22", "--max-retries", "2", "--no-server-wait", "33", "--routing", "static",

@@ -407,7 +407,7 @@ TEST_CASE("run_local trains a few steps and reports a missing corpus or device",
   std::remove("/tmp/swarm_test_model_corpus.txt");
 }
 
-TEST_CASE("a process's threads go to torch for narrow models and to OpenBLAS from a width of 512", "[config]") {
+TEST_CASE("a process's threads go to torch for narrow models and bf16, to OpenBLAS from a width of 512", "[config]") {
   using swarm::split_threads;
   auto is = [](swarm::thread_split s, int torch, int blas) { return s.torch == torch && s.blas == blas; };
   CHECK(is(split_threads(2, 128), 2, 1));
@@ -415,6 +415,9 @@ TEST_CASE("a process's threads go to torch for narrow models and to OpenBLAS fro
   CHECK(is(split_threads(2, 511), 2, 1));
   CHECK(is(split_threads(2, 512), 1, 2));
   CHECK(is(split_threads(4, 1024), 1, 4));
+  // bf16 products run on torch's pool (oneDNN) at every width.
+  CHECK(is(split_threads(2, 1024, true), 2, 1));
+  CHECK(is(split_threads(2, 128, true), 2, 1));
   // Never more than it was given, never none.
   CHECK(is(split_threads(1, 1024), 1, 1));
   CHECK(is(split_threads(0, 128), 1, 1));

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <sstream>
 
@@ -621,6 +622,62 @@ TEST_CASE("a backward on its forward's recorded graph gives what recomputing giv
     same_backward(x3, "t#3");
     CHECK(cached.activation_cache().hits == 3);
     CHECK(cached.activation_cache().bytes == 0);
+  }
+}
+
+TEST_CASE("bf16 computes near fp32, keeps float32 everywhere else, and sees every step", "[worker][bf16]") {
+  auto cfg = small_config();
+  cfg.n_layers = 3;
+  for (int stage : {0, 1, 2}) {
+    INFO("stage " << stage << " of 3");
+    stage_worker fp32(cfg, stage, 3, "cpu"), bf16(cfg, stage, 3, "cpu");
+    bf16.set_bf16(true);
+    const auto x = *decode_tensor(stage == 0 ? tokens(batch, len, 1) : hidden(batch, len, cfg.d_model, 1), "inputs");
+    const auto targets = *decode_tensor(tokens(batch, len, 2), "targets");
+    const auto grad = *decode_tensor(hidden(batch, len, cfg.d_model, 3), "grad");
+    // One microbatch through both: forward (and the loss) and backward.
+    auto through = [&](stage_worker& w) {
+      torch::Tensor wire;
+      float loss = 0;
+      if (stage == 2) {
+        auto r = w.forward(x, &targets);
+        REQUIRE(r);
+        wire = r->input_grad;
+        loss = r->loss;
+      } else {
+        auto f = w.forward(x);
+        REQUIRE(f);
+        wire = f->outputs;
+        auto b = w.backward(x, grad);
+        REQUIRE(b);
+        if (stage == 1)
+          CHECK(b->input_grad.scalar_type() == torch::kFloat32);
+      }
+      return std::make_tuple(wire, loss, w.take_gradient());
+    };
+    const auto [wire32, loss32, g32] = through(fp32);
+    const auto [wire16, loss16, g16] = through(bf16);
+    // What crosses the wire stays float32, near fp32's: bfloat16 keeps 8 bits of mantissa.
+    CHECK(wire16.scalar_type() == torch::kFloat32);
+    const double scale = wire32.abs().max().item<double>();
+    CHECK((wire16 - wire32).abs().max().item<double>() < 0.05 * scale + 1e-6);
+    CHECK(std::abs(loss16 - loss32) < 0.01 * std::max(1.0f, loss32));
+    // Exactly bf16's own rounding, not fp32's: the products did run in bfloat16.
+    CHECK_FALSE(torch::equal(wire16, wire32));
+    const double norm32 = std::sqrt(std::inner_product(g32.values.begin(), g32.values.end(), g32.values.begin(), 0.0));
+    CHECK(max_abs_diff(g32.values, g16.values) < 0.05 * norm32);
+    // A step changes the float32 masters in place; the next forward must use
+    // them, not a bfloat16 copy cast before the step (autocast's cache).
+    REQUIRE_FALSE(bf16.apply_gradient(g16.values));
+    stage_worker fresh(cfg, stage, 3, "cpu");
+    fresh.set_bf16(true);
+    REQUIRE_FALSE(fresh.import_state(bf16.export_state()));
+    CHECK(fresh.parameter_hash() == bf16.parameter_hash());
+    const auto [after, loss_after, g_after] = through(bf16);
+    const auto [fresh_wire, fresh_loss, g_fresh] = through(fresh);
+    CHECK(torch::equal(after, fresh_wire));
+    CHECK(g_after.values == g_fresh.values);
+    CHECK_FALSE(torch::equal(after, wire16));
   }
 }
 

@@ -1,13 +1,18 @@
 #!/usr/bin/python3
-"""The PyTorch side of scripts/bench_llama.sh: the same Llama model (RMSNorm,
-rotary positions in the rotate-half layout, grouped-query attention, SwiGLU,
-no biases, untied head) trained as `swarm --role local` trains it: batch =
+"""The PyTorch side of scripts/bench_torch.sh and scripts/bench_llama.sh: the
+same models as `swarm --role local` trains, trained as it trains them: batch =
 microbatches x microbatch with gradient accumulation, AdamW (weight decay on
-matrices), gradient clipping at 1.0, byte-level windows of a text. Prints one
-line of JSON: tokens per second over the steps after the first.
+matrices), gradient clipping at 1.0, byte-level windows of a text.
+  --model gpt: pre-LayerNorm blocks, fused qkv, tanh GELU MLP of 4 d, learned
+    positions, untied head (models/gpt.cpp).
+  --model llama: RMSNorm, rotary positions in the rotate-half layout,
+    grouped-query attention, SwiGLU, no biases, untied head (models/llama.cpp).
+  --precision bf16: forward under torch.autocast("cpu", torch.bfloat16), as
+    swarm's --precision bf16; fp32 masters and optimizer.
+Prints one line of JSON: tokens per second over the steps after the first.
 
-    bench_llama_torch.py --d-model 256 --n-heads 8 --n-kv-heads 4 --n-layers 4 \\
-        --ffn-dim 768 --seq-len 128 --microbatch 8 --batch-size 64 --steps 10 --threads 2 --corpus FILE
+    bench_torch.py --model gpt --d-model 1024 --n-heads 16 --n-layers 4 \\
+        --seq-len 128 --microbatch 8 --batch-size 16 --steps 6 --threads 2 --corpus FILE
 """
 import argparse
 import json
@@ -61,6 +66,39 @@ class Block(torch.nn.Module):
         return r + self.down_proj(F.silu(self.gate_proj(m)) * self.up_proj(m))
 
 
+class GptBlock(torch.nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        d, self.h = a.d_model, a.n_heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc, self.out = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x, mask):
+        b, t, d = x.shape
+        q, k, v = (m.view(b, t, self.h, d // self.h).transpose(1, 2) for m in self.qkv(self.ln1(x)).chunk(3, -1))
+        scores = (q @ k.transpose(-2, -1)) / (d // self.h) ** 0.5
+        y = torch.softmax(scores.masked_fill(mask, float("-inf")), -1) @ v
+        h = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return h + self.out(F.gelu(self.fc(self.ln2(h)), approximate="tanh"))
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(256, a.d_model), torch.nn.Embedding(a.seq_len, a.d_model)
+        self.blocks = torch.nn.ModuleList(GptBlock(a) for _ in range(a.n_layers))
+        self.ln_f = torch.nn.LayerNorm(a.d_model)
+        self.head = torch.nn.Linear(a.d_model, 256)
+        self.mask = torch.ones(a.seq_len, a.seq_len, dtype=torch.bool).triu(1)
+
+    def forward(self, x):
+        h = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+        for blk in self.blocks:
+            h = blk(h, self.mask)
+        return self.head(self.ln_f(h))
+
+
 class Llama(torch.nn.Module):
     def __init__(self, a):
         super().__init__()
@@ -88,12 +126,14 @@ def main():
                           ("seq-len", 128), ("microbatch", 8), ("batch-size", 64), ("steps", 10), ("threads", 2)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--corpus", default="/usr/share/games/fortunes/fortunes")
+    p.add_argument("--model", choices=["gpt", "llama"], default="llama")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     text = np.frombuffer(open(a.corpus, "rb").read(), dtype=np.uint8).astype(np.int64)
     rng = np.random.default_rng(1)
-    model = Llama(a)
+    model = Gpt(a) if a.model == "gpt" else Llama(a)
     decay = [q for q in model.parameters() if q.dim() >= 2]
     rest = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
@@ -105,8 +145,9 @@ def main():
         for _ in range(micro):
             at = rng.integers(0, len(text) - a.seq_len - 1, a.microbatch)
             window = torch.from_numpy(np.stack([text[i:i + a.seq_len + 1] for i in at]))
-            logits = model(window[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, 256), window[:, 1:].reshape(-1)) / micro
+            with torch.autocast("cpu", torch.bfloat16, enabled=a.precision == "bf16"):
+                logits = model(window[:, :-1])
+            loss = F.cross_entropy(logits.float().reshape(-1, 256), window[:, 1:].reshape(-1)) / micro
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -115,7 +156,7 @@ def main():
     tokens = micro * a.microbatch * a.seq_len
     rates = [tokens / t for t in times[1:]]  # the first step warms up allocator and threads
     print(json.dumps({"tokens_per_s": sum(rates) / len(rates), "steps": len(rates), "torch": torch.__version__,
-                      "threads": torch.get_num_threads()}))
+                      "threads": torch.get_num_threads(), "model": a.model, "precision": a.precision}))
 
 
 if __name__ == "__main__":
