@@ -121,6 +121,11 @@ struct stage_worker::impl {
     previous.push_front(std::move(oldest));
   }
 
+  /// Clips the gradients in the parameters' .grad (to cfg.grad_clip over the
+  /// model's norm, `other_norm_sq` the other stages' part), steps the optimizer
+  /// and clears them (stage_worker::apply_gradient and apply_step).
+  [[nodiscard]] error step_on_grads(double other_norm_sq);
+
   /// Runs `fn` (which backpropagates one microbatch into .grad) and adds its
   /// gradients to the sums only when the loss and every gradient are finite.
   template <class Fn>

@@ -329,6 +329,12 @@ TEST_CASE("apply_step steps only when gradients were accumulated", "[worker]") {
   REQUIRE(!torch::equal(probe(w), before));
   REQUIRE(serve_forward(w, fwd(0, tokens(batch, len, 1)))->server_step() == 1);
   REQUIRE(w.parameter_count() > 0);
+  // It steps exactly as a server's take_gradient and apply_gradient do, bit for bit.
+  stage_worker server(cfg, 0, 2, "cpu");
+  for (uint64_t i = 0; i < 2; ++i)
+    REQUIRE(serve_backward(server, bwd(0, tokens(batch, len, 10 + i), hidden(batch, len, cfg.d_model, 20 + i))));
+  REQUIRE_FALSE(server.apply_gradient(server.take_gradient().values));
+  CHECK(server.parameter_hash() == w.parameter_hash());
 }
 
 TEST_CASE("two workers and two microbatches step like the whole model", "[worker]") {
