@@ -112,7 +112,7 @@ struct local_checkpoints {
 
 int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bool>& stop_requested) {
   const auto& m = cfg.model;
-  const auto threads = set_torch_threads(cfg.threads, m.d_model, cfg.precision == "bf16");
+  const auto threads = set_torch_threads(cfg.threads, m.d_model, cfg.bf16());
   if (auto err = whole_model_error(m, "local")) {
     std::cerr << err.what() << "\n";
     return 2;
@@ -127,7 +127,7 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
   std::optional<stage_worker> worker;
   try {
     worker.emplace(m, 0, 1, cfg.device);
-    worker->set_bf16(cfg.precision == "bf16");
+    worker->set_bf16(cfg.bf16());
   } catch (const std::exception& e) {
     std::cerr << "local: " << e.what() << "\n";
     return 2;

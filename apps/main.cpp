@@ -12,13 +12,13 @@
 //
 // Every option: swarm --help. Config files: config/. Metrics: docs/metrics.md.
 
-#include "apps/malloc_reuse.hpp"
 #include <iostream>
 
 #include "base/log.hpp"
 #include "base/metrics.hpp"
 #include "apps/data_roles.hpp"
 #include "apps/local_train.hpp"
+#include "apps/malloc_reuse.hpp"
 #include "apps/roles.hpp"
 #include "apps/weight_roles.hpp"
 #include "messages/errors.hpp"

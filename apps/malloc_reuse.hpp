@@ -6,7 +6,7 @@
 // its time in the kernel's page-fault path. Keeping freed memory in the heap
 // (blocks up to glibc's largest threshold, 32 MiB, from the heap; the heap
 // never trimmed) measured 336 -> 420 tokens/s in fp32 and 435 -> 823 in bf16
-// there (docs/benchmarks.md, Memory reuse). The price: a process keeps its
+// there (docs/benchmarks.md, bench_torch.sh: "Freed memory kept"). The price: a process keeps its
 // peak heap until it exits.
 
 #include <malloc.h>

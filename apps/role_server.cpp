@@ -68,7 +68,7 @@ stage_server_config stage_server_settings(const app_config& cfg, const std::stri
   scfg.averaging_compression = cfg.server.averaging_compression;
   scfg.stale_wait_s = cfg.server.stale_wait_s;
   scfg.activation_cache_bytes = cfg.server.activation_cache_mb << 20;
-  scfg.bf16 = cfg.precision == "bf16";
+  scfg.bf16 = cfg.bf16();
   scfg.bulk = std::move(bulk);
   scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
   scfg.checkpoints = checkpoints;
@@ -114,7 +114,7 @@ int run_server(const app_config& cfg) {
                                 (cfg.server.host == "127.0.0.1" ? std::string{} : "@" + cfg.server.host);
   node n{cfg, "server " + server_id, "server", "server"};
   auto log = get_logger("stage_server");
-  set_torch_threads(cfg.threads, cfg.model.d_model, cfg.precision == "bf16");
+  set_torch_threads(cfg.threads, cfg.model.d_model, cfg.bf16());
   // --init-from: read once, checked before anything connects; every stage
   // this server builds (moves too) starts from it unless a peer or a checkpoint is further along.
   auto initial = initial_weights(cfg);
@@ -127,7 +127,7 @@ int run_server(const app_config& cfg) {
     try {
       worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.stages, cfg.device);
       worker->set_activation_cache(cfg.server.activation_cache_mb << 20);
-      worker->set_bf16(cfg.precision == "bf16");
+      worker->set_bf16(cfg.bf16());
       if (*initial)
         if (auto err = worker->load_parameters(**initial))
           throw std::invalid_argument("--init-from " + cfg.init_from + ": " + err.what());

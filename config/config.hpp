@@ -222,6 +222,7 @@ struct app_config {
   /// fp32, or bf16: forwards in bfloat16 under autocast, with float32 master
   /// parameters, gradients, optimizer state, all-reduce and wire tensors.
   std::string precision = "fp32";
+  [[nodiscard]] bool bf16() const { return precision == "bf16"; }
   std::string metrics;       ///< JSON-lines metrics file to append to; empty = none
   std::string out = "-";     ///< calibrate: where the calibration goes (- = standard output)
   std::string log_level = "info";  ///< trace, debug, info, warn, error

@@ -276,7 +276,7 @@ const std::vector<keys::row>& swarm_keys() {
       key("stale-wait", &server::stale_wait_s, "seconds", range(">= 0"),
           "server: a request that adds gradients waits up to this long for a round of its stage in flight to step, "
           "so its gradient is not a step stale; 0 = never waits (rounds overlap compute fully)"),
-      key("activation-cache-mb", &server::activation_cache_mb, "MiB", range(">= 0"),
+      key("activation-cache-mb", &server::activation_cache_mb, "MiB", range("[0, 1048576]"),
           "server: forwards kept with their autograd graphs for their backward, which then does not recompute "
           "them (estimated from the activations' shapes, oldest dropped first; a step drops them all); 0 = off"),
       key("fault", &server::fault, "", one_of({"none", "hang-forward", "hang-backward", "hang-round", "fail-round", "hang-state"}),

@@ -325,11 +325,16 @@ error stage_worker::apply_gradient(const std::vector<float>& mean_grad, double o
     if (!std::isfinite(mean_grad[i]))
       return error(errc::NON_FINITE, "gradient for stage " + std::to_string(m.span().stage) + " holds " +
                                               std::to_string(mean_grad[i]) + " at index " + std::to_string(i));
-  size_t offset = 0;
-  for (auto& p : m.params) {
-    auto* data = const_cast<float*>(mean_grad.data() + offset);  // from_blob only reads: cloned at once
-    p.mutable_grad() = torch::from_blob(data, p.sizes(), torch::kFloat32).clone().to(m.device);
-    offset += static_cast<size_t>(p.numel());
+  try {
+    size_t offset = 0;
+    for (auto& p : m.params) {
+      auto* data = const_cast<float*>(mean_grad.data() + offset);  // from_blob only reads: cloned at once
+      p.mutable_grad() = torch::from_blob(data, p.sizes(), torch::kFloat32).clone().to(m.device);
+      offset += static_cast<size_t>(p.numel());
+    }
+  } catch (const std::exception& e) {
+    m.clear_param_grads();
+    return error(errc::INTERNAL, "gradient of stage " + std::to_string(m.span().stage) + ": " + e.what());
   }
   return m.step_on_grads(other_norm_sq);
 }
