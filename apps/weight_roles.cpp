@@ -159,7 +159,7 @@ int run_export(const app_config& cfg, const tokenizer& tok) {
 }
 
 int run_generate(const app_config& cfg, const tokenizer& tok) {
-  set_torch_threads(cfg.threads);
+  set_torch_threads(cfg.threads, 0, cfg.bf16());
   const auto& g = cfg.generate;
   // A document's start: after its end-of-document token (bytes have none).
   std::vector<int64_t> context;
@@ -202,13 +202,15 @@ int run_generate(const app_config& cfg, const tokenizer& tok) {
       return 2;
     }
     try {
-      local.emplace(cfg.model, *weights, g.kv_cache == "on");
+      local.emplace(cfg.model, *weights, g.kv_cache == "on", cfg.bf16());
     } catch (const std::exception& e) {
       std::cerr << "generate: " << e.what() << "\n";
       return 2;
     }
     logits = [&](const std::vector<int64_t>& tokens, int64_t window) { return local->next_logits(tokens, window); };
     how = g.kv_cache == "on" ? "local, KV cache" : "local, the window recomputed per token (--kv-cache off)";
+    if (cfg.bf16())
+      how += ", bf16";
   }
   req.stopped = [] { return stop_requested.load(); };
   text_printer printer(tok, context);

@@ -166,7 +166,7 @@ const std::vector<keys::row>& swarm_keys() {
       key("device", &app::device, "", check::custom(valid_device, "must be cpu, cuda or cuda:N"),
           "server, local: torch device: cpu | cuda | cuda:N (needs a CUDA build of libtorch)"),
       key("precision", &app::precision, "", one_of({"fp32", "bf16"}),
-          "server, local: fp32 | bf16 (forwards under autocast: matrix products in bfloat16; parameters, "
+          "server, local, generate: fp32 | bf16 (forwards under autocast: matrix products in bfloat16; parameters, "
           "gradients, optimizer state, all-reduce and what travels between stages stay float32)"),
       key("init-from", &app::init_from, "", {},
           "server, local, cluster, export, generate: start from this safetensors file (Hugging Face names, as "

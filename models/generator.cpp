@@ -48,16 +48,17 @@ struct local_model::impl {
     cached_window = -1;
   }
 
-  impl(const model_config& m, const named_tensors& params, bool kv)
+  impl(const model_config& m, const named_tensors& params, bool kv, bool bf16)
       : cfg(m), model(make_full_model(m)), kv_cache(kv) {
     if (auto err = load_parameters(*model, params))
       throw std::invalid_argument(err.what());
     model->eval();
+    model->set_bf16(bf16);
   }
 };
 
-local_model::local_model(const model_config& m, const named_tensors& params, bool kv_cache)
-    : impl_(std::make_unique<impl>(m, params, kv_cache)) {}
+local_model::local_model(const model_config& m, const named_tensors& params, bool kv_cache, bool bf16)
+    : impl_(std::make_unique<impl>(m, params, kv_cache, bf16)) {}
 local_model::~local_model() = default;
 local_model::local_model(local_model&&) noexcept = default;
 

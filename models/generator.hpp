@@ -36,7 +36,8 @@ using next_logits_fn = std::function<result<at::Tensor>(const std::vector<int64_
 class local_model {
 public:
   /// Throws std::invalid_argument when `params` do not fit the model (the message names the parameter).
-  local_model(const model_config& m, const named_tensors& params, bool kv_cache);
+  /// `bf16`: forwards under autocast (--precision bf16); logits in float32.
+  local_model(const model_config& m, const named_tensors& params, bool kv_cache, bool bf16 = false);
   ~local_model();
   local_model(local_model&&) noexcept;
   [[nodiscard]] result<at::Tensor> next_logits(const std::vector<int64_t>& tokens, int64_t window);

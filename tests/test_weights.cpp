@@ -249,6 +249,27 @@ TEST_CASE("greedy generation is the same with and without the cache, past the co
   CHECK(logits[0][-1].argmax().item<int64_t>() == a->tokens[5]);
 }
 
+TEST_CASE("bf16 generation: logits near fp32's, the KV cache continuing as the recomputed window", "[weights][generate]") {
+  const auto cfg = family(GENERATE(0, 2));
+  auto m = perturbed_model(cfg);
+  const auto params = params_of(m);
+  local_model fp32(cfg, params, true), cached(cfg, params, true, true), recomputed(cfg, params, false, true);
+  const std::vector<int64_t> tokens{3, 1, 4, 1, 5, 9, 2, 6};
+  for (size_t n : {4u, 6u, 8u}) {  // fed on: the cache takes each continuation
+    const std::vector<int64_t> head(tokens.begin(), tokens.begin() + static_cast<int64_t>(n));
+    auto a = fp32.next_logits(head, 0), b = cached.next_logits(head, 0), c = recomputed.next_logits(head, 0);
+    REQUIRE(a);
+    REQUIRE(b);
+    REQUIRE(c);
+    CHECK(b->scalar_type() == torch::kFloat32);
+    const double scale = a->abs().max().item<double>();
+    INFO("context " << n << ": logits of scale " << scale);
+    CHECK((*b - *a).abs().max().item<double>() < 0.05 * scale);
+    CHECK_FALSE(torch::equal(*a, *b));                              // bfloat16's rounding, not float32's
+    CHECK((*b - *c).abs().max().item<double>() < 0.02 * scale);  // cached k, v are bfloat16 too
+  }
+}
+
 TEST_CASE("the cache serves only continuations: the same or other tokens are recomputed; a stop ends early",
           "[weights][generate]") {
   const auto cfg = family(2);
