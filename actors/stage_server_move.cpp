@@ -259,6 +259,7 @@ void report_exit(server_ptr self, int moved_to) {
   if (!st.member.registered)
     return;
   const auto& c = *st.counters;
+  const auto& cache = st.worker->activation_cache();
   st.metrics->emit("server_exit", {{"stage", int64_t{stage_of(self)}},
                                    {"server", st.cfg.server_id},
                                    {"served", c.served},
@@ -272,11 +273,11 @@ void report_exit(server_ptr self, int moved_to) {
                                    {"carried_gradients", c.carried_gradients},
                                    {"withheld_samples", c.withheld_samples},
                                    {"steps", st.worker->steps()},
-                                   {"cache_hits", st.worker->activation_cache().hits},
-                                   {"cache_misses", st.worker->activation_cache().misses},
-                                   {"cache_stepped", st.worker->activation_cache().stepped},
-                                   {"cache_evicted", st.worker->activation_cache().evicted},
-                                   {"cache_peak_mib", static_cast<double>(st.worker->activation_cache().peak_bytes) / (1 << 20)},
+                                   {"cache_hits", cache.hits},
+                                   {"cache_misses", cache.misses},
+                                   {"cache_stepped", cache.stepped},
+                                   {"cache_evicted", cache.evicted},
+                                   {"cache_peak_mib", static_cast<double>(cache.peak_bytes) / (1 << 20)},
                                    {"hash", std::to_string(st.avg.hash)},
                                    {"moved_to", int64_t{moved_to}}});
 }

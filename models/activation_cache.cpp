@@ -6,7 +6,11 @@ namespace swarm {
 
 void activation_cache::set_limit(int64_t bytes) {
   stats_.limit_bytes = std::max<int64_t>(bytes, 0);
-  while (!entries_.empty() && stats_.bytes > stats_.limit_bytes) {
+  make_room(0);
+}
+
+void activation_cache::make_room(int64_t incoming) {
+  while (!entries_.empty() && stats_.bytes + incoming > stats_.limit_bytes) {
     ++stats_.evicted;
     erase(entries_.begin());
   }
@@ -26,10 +30,7 @@ void activation_cache::put(const std::string& key, int64_t step, const torch::Te
     ++stats_.evicted;
     return;
   }
-  while (!entries_.empty() && stats_.bytes + bytes > stats_.limit_bytes) {
-    ++stats_.evicted;
-    erase(entries_.begin());
-  }
+  make_room(bytes);
   entries_.push_back({key, step, inputs, std::move(forward), bytes});
   by_key_[key] = std::prev(entries_.end());
   stats_.bytes += bytes;

@@ -49,6 +49,8 @@ private:
     int64_t bytes;
   };
   void erase(std::list<entry>::iterator it);
+  /// Drops the oldest entries (counted as evicted) until `incoming` more bytes fit.
+  void make_room(int64_t incoming);
 
   std::list<entry> entries_;  // oldest first
   std::unordered_map<std::string, std::list<entry>::iterator> by_key_;
