@@ -35,17 +35,17 @@ std::string cache_key(const Req& req) {
 
 } // namespace
 
-caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, const proto::forward_request& req,
+caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::forward_request&& req,
                                                   const commit_gate& gate) {
   const auto codec = check_call(worker, req);
   if (!codec)
     return codec.error();
-  auto inputs = decode_tensor(req.inputs(), "inputs", worker.device());
+  auto inputs = decode_tensor(std::move(*req.mutable_inputs()), "inputs", worker.device());
   if (!inputs)
     return inputs.error();
   std::optional<torch::Tensor> targets;
   if (req.has_targets()) {
-    auto t = decode_tensor(req.targets(), "targets", worker.device());
+    auto t = decode_tensor(std::move(*req.mutable_targets()), "targets", worker.device());
     if (!t)
       return t.error();
     targets = std::move(*t);
@@ -82,15 +82,15 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, const pr
   return reply;
 }
 
-caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, const proto::backward_request& req,
+caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, proto::backward_request&& req,
                                                     const commit_gate& gate) {
   const auto codec = check_call(worker, req);
   if (!codec)
     return codec.error();
-  auto inputs = decode_tensor(req.inputs(), "inputs", worker.device());
+  auto inputs = decode_tensor(std::move(*req.mutable_inputs()), "inputs", worker.device());
   if (!inputs)
     return inputs.error();
-  auto output_grad = decode_tensor(req.output_grad(), "output_grad", worker.device());
+  auto output_grad = decode_tensor(std::move(*req.mutable_output_grad()), "output_grad", worker.device());
   if (!output_grad)
     return output_grad.error();
   auto r = worker.backward(*inputs, *output_grad, gate,

@@ -12,13 +12,27 @@
 namespace swarm {
 
 /// UNKNOWN_STAGE when `req` is for another stage; BAD_REQUEST when malformed;
-/// then whatever stage_worker::forward says.
-[[nodiscard]] caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, const proto::forward_request& req,
+/// then whatever stage_worker::forward says. Takes the bytes of `req`'s
+/// tensors (a raw tensor's become the decoded tensor's memory): `req` keeps
+/// every other field, its tensors' data is empty afterwards.
+[[nodiscard]] caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::forward_request&& req,
                                                                 const commit_gate& gate = {});
 
 /// As serve_forward, for stage_worker::backward.
-[[nodiscard]] caf::expected<proto::backward_reply> serve_backward(stage_worker& worker,
-                                                                  const proto::backward_request& req,
+[[nodiscard]] caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, proto::backward_request&& req,
                                                                   const commit_gate& gate = {});
+
+/// On a copy of `req` (tests that send one request twice).
+[[nodiscard]] inline caf::expected<proto::forward_reply> serve_forward(stage_worker& worker,
+                                                                       const proto::forward_request& req,
+                                                                       const commit_gate& gate = {}) {
+  return serve_forward(worker, proto::forward_request(req), gate);
+}
+
+[[nodiscard]] inline caf::expected<proto::backward_reply> serve_backward(stage_worker& worker,
+                                                                         const proto::backward_request& req,
+                                                                         const commit_gate& gate = {}) {
+  return serve_backward(worker, proto::backward_request(req), gate);
+}
 
 } // namespace swarm

@@ -343,12 +343,14 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
       [self](forward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
         return receive_request<proto::forward_request>(
             self, "forward_request", transfer_id, std::move(tail),
-            [self](const proto::forward_request& r, const commit_gate& g) { return serve_forward(*self->state.worker, r, g); });
+            [self](proto::forward_request& r, const commit_gate& g) {
+              return serve_forward(*self->state.worker, std::move(r), g);  // takes only r's tensor bytes
+            });
       },
       [self](backward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
         return receive_request<proto::backward_request>(self, "backward_request", transfer_id, std::move(tail),
-                                               [self](const proto::backward_request& r, const commit_gate& g) {
-                                                 return serve_backward(*self->state.worker, r, g);
+                                               [self](proto::backward_request& r, const commit_gate& g) {
+                                                 return serve_backward(*self->state.worker, std::move(r), g);
                                                });
       },
       [self](state_atom, uint64_t transfer_id, std::string tail) -> reply_t {

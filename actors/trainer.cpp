@@ -292,9 +292,15 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
   req.set_microbatch_id(id);
   req.set_stage(static_cast<uint32_t>(stage));
   req.set_trainer_id(st.cfg.trainer_id);
-  *req.mutable_inputs() = mb.inputs[stage];
-  if (stage == last_stage(self))
-    *req.mutable_targets() = mb.targets;
+  // The balancer keeps what it sends for its retries, so the trainer needs a
+  // stage's inputs again only for that stage's backward: the last stage has
+  // none (its forward returns the input gradient), so its inputs move.
+  if (stage == last_stage(self)) {
+    *req.mutable_inputs() = std::move(mb.inputs[stage]);
+    *req.mutable_targets() = std::move(mb.targets);
+  } else {
+    *req.mutable_inputs() = mb.inputs[stage];
+  }
   req.set_reply_codec(codec_of(st.cfg.train.compression));
   auto parts = encode_parts(req);
   st.wire_bytes += parts_size(parts);
@@ -339,7 +345,7 @@ void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_g
   req.set_microbatch_id(id);
   req.set_stage(static_cast<uint32_t>(stage));
   req.set_trainer_id(st.cfg.trainer_id);
-  *req.mutable_inputs() = mb.inputs[stage];
+  *req.mutable_inputs() = std::move(mb.inputs[stage]);  // its last use: retries are the balancer's
   *req.mutable_output_grad() = std::move(output_grad);
   req.set_forward_step(mb.forward_steps[stage]);
   req.set_reply_codec(codec_of(st.cfg.train.compression));

@@ -12,7 +12,7 @@
 //                 last one acknowledged;
 //   bulk e2e:     a forward request holding the tensor, built beforehand, its
 //                 bytes beside the encoded rest (the swarm's path), decoded
-//                 and checked by the receiver;
+//                 and checked by the receiver into a torch tensor, as a server;
 //   caf e2e:      the same request serialized whole over CAF alone (chunks of
 //                 --chunk-bytes), the path below the bulk threshold;
 //   raw tcp:      the bytes alone over a plain TCP socket, the ceiling.
@@ -41,10 +41,12 @@
 #include <caf/io/all.hpp>
 
 #include "apps/huge_pages.hpp"
+#include "apps/malloc_reuse.hpp"
 #include "base/clock.hpp"
 #include "net/bulk.hpp"
 #include "net/chunks.hpp"
 #include "net/tcp.hpp"
+#include "messages/tensor_codec.hpp"
 #include "messages/types.hpp"
 #include "messages/wire.hpp"
 
@@ -59,14 +61,16 @@ namespace {
 
 proto::forward_request make_request(size_t bytes);
 
-/// Decodes and checks a request (whole or in parts): what a server does first.
+/// Decodes a request (whole or in parts) and its tensor, checked, as a
+/// server does before it computes (actors/stage_calls.cpp).
 caf::expected<int64_t> check_payload(bulk_parts parts) {
   auto req = decode_parts<proto::forward_request>(std::move(parts), "forward_request");
   if (!req)
     return req.error();
-  if (auto err = check_tensor(req->inputs(), "inputs"))
-    return err;
-  return numel(req->inputs());
+  auto inputs = decode_tensor(std::move(*req->mutable_inputs()), "inputs");
+  if (!inputs)
+    return inputs.error();
+  return inputs->numel();
 }
 
 double cpu_seconds() {
@@ -382,6 +386,7 @@ int connect_plain(uint16_t port) {
 
 int main(int argc, char** argv) {
   restart_with_huge_pages(argv);  // as the cluster launcher gives its children
+  keep_freed_memory();             // as every role does
   int reps = 5;
   size_t chunk = 16 << 20;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -422,8 +427,9 @@ int main(int argc, char** argv) {
   std::printf("payloads between two processes on loopback, %d reps each, best of 3 rounds; MB/s, and ratios to raw\n"
               "TCP measured in the same run. Transport: the bytes reach the receiving actor (raw TCP: its reader).\n"
               "End to end: a forward request holding a float32 tensor (built beforehand, as the trainer's encode_tensor\n"
-              "leaves it) sent, decoded and checked: bulk (the tensor's bytes beside the encoded rest, as every request\n"
-              "and reply travels), and CAF alone (serialized whole, in chunks of %zu bytes).\n",
+              "leaves it) sent, decoded into a torch tensor and checked, as a server does: bulk (the tensor's bytes\n"
+              "beside the encoded rest, as every request and reply travels), and CAF alone (serialized whole, in\n"
+              "chunks of %zu bytes).\n",
               reps, chunk);
   std::printf("%5s | %9s %9s %9s %9s | %7s %7s %7s | %9s %9s %7s %7s\n", "MiB", "request", "reply", "pieces", "raw tcp",
               "req/raw", "rep/raw", "pcs/raw", "bulk e2e", "caf e2e", "b/raw", "c/raw");

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "base/buffer_pool.hpp"
 #include "messages/codebook.hpp"
 #include "messages/errors.hpp"
 #include "messages/float_codec.hpp"
@@ -47,9 +48,16 @@ std::optional<torch::ScalarType> to_torch(proto::dtype t) {
   }
 }
 
-/// Appends the bytes of a host copy of `t`.
+/// Appends the bytes of a host copy of `t`; into an empty `out`, in a
+/// buffer from transfer_buffers() (base/buffer_pool.hpp): a payload's bytes
+/// are sent and given back, so the next one's need no fresh pages.
 void append(std::string& out, const torch::Tensor& t) {
   const auto c = t.to(torch::kCPU).contiguous();
+  if (out.empty() && c.nbytes() >= buffer_pool::min_size) {
+    out = transfer_buffers().take(c.nbytes());
+    std::memcpy(out.data(), c.data_ptr(), c.nbytes());
+    return;
+  }
   out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
 }
 
@@ -75,8 +83,8 @@ torch::Tensor as_blocks(const torch::Tensor& flat, int64_t blocks) {
 std::string encode_blockwise8(const torch::Tensor& flat) {
   const int64_t n = flat.numel();
   const int64_t blocks = (n + blockwise8_block - 1) / blockwise8_block;
-  std::string out;
-  out.reserve(encoded_bytes(proto::BLOCKWISE8, n, 4));
+  std::string out = transfer_buffers().take(encoded_bytes(proto::BLOCKWISE8, n, 4));
+  out.clear();  // keeps the capacity: the appends below write into it
   const int64_t header[2] = {blocks, 256};
   out.append(reinterpret_cast<const char*>(header), sizeof header);
   const auto code = codebook_on(flat.device());
@@ -189,6 +197,37 @@ caf::expected<torch::Tensor> decode_tensor(const proto::tensor& t, const char* n
     return decode_checked(t.data(), t.codec(), n, device).to(*dtype).view(shape);
   } catch (const std::exception& e) {
     return make_error(errc::INTERNAL, std::string{name} + ": cannot allocate: " + e.what());
+  }
+}
+
+caf::expected<torch::Tensor> decode_tensor(proto::tensor&& t, const char* name, const torch::Device& device) {
+  if (t.codec() != proto::RAW || !device.is_cpu() || t.data().size() < buffer_pool::min_size) {
+    auto out = decode_tensor(static_cast<const proto::tensor&>(t), name, device);
+    transfer_buffers().give(std::move(*t.mutable_data()));
+    return out;
+  }
+  if (auto err = check_tensor(t, name))
+    return err;
+  const auto dtype = to_torch(t.dtype());
+  if (!dtype)
+    return make_error(errc::BAD_REQUEST, std::string{name} + ": unsupported dtype " + std::to_string(t.dtype()));
+  const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+  // The tensor lives in the message's buffer, which goes back to the pool when
+  // the tensor dies. malloc aligns it to 16 bytes, enough for every dtype.
+  auto held = std::make_unique<std::string>(std::move(*t.mutable_data()));
+  void* p = held->data();
+  try {
+    auto out = torch::from_blob(
+        p, shape,
+        [buffer = held.get()](void*) {
+          transfer_buffers().give(std::move(*buffer));
+          delete buffer;
+        },
+        torch::TensorOptions().dtype(*dtype));
+    held.release();  // the deleter owns it now
+    return out;
+  } catch (const std::exception& e) {
+    return make_error(errc::INTERNAL, std::string{name} + ": cannot wrap: " + e.what());
   }
 }
 

@@ -11,6 +11,7 @@
 #include <caf/io/basp_broker.hpp>
 #include <caf/io/middleman.hpp>
 
+#include "base/buffer_pool.hpp"
 #include "base/log.hpp"
 #include "messages/errors.hpp"
 #include "net/bulk_impl.hpp"
@@ -105,6 +106,21 @@ std::unique_ptr<tls_link> bulk_endpoint::impl::secure(int fd, bool server) const
   return tls_link::handshake(*opts.tls, fd, server, static_cast<int>(opts.connect_timeout.count()));
 }
 
+namespace {
+
+/// Gives a sent frame's buffers to the pool (base/buffer_pool.hpp) when the
+/// writer held the last reference: nobody else can see them any more, so
+/// taking them out of the const parts is safe. A sender that kept the parts
+/// for a retry keeps them alive, and then they are left alone.
+void recycle(std::shared_ptr<const bulk_parts> data) {
+  if (!data || data.use_count() != 1)
+    return;
+  for (auto& part : const_cast<bulk_parts&>(*data))
+    transfer_buffers().give(std::move(part));
+}
+
+} // namespace
+
 void bulk_endpoint::impl::write_loop(const caf::node_id node, peer_link* link) {
   int fd = -1;
   std::unique_ptr<tls_link> out;
@@ -144,6 +160,7 @@ void bulk_endpoint::impl::write_loop(const caf::node_id node, peer_link* link) {
     for (size_t i = 0; i < h.parts; ++i)
       h.size += h.part_size[i];
     const bool ok = out && write_frame(*out, j, h);
+    recycle(std::move(j.data));
     size_t dropped = 0;
     if (!ok) {
       std::lock_guard<std::mutex> lock(link->m);

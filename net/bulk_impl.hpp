@@ -109,8 +109,7 @@ struct bulk_endpoint::impl {
 
   /// A frame's parts read from `in` into `parts`; false when the connection
   /// broke or stalled mid-frame (said in the log), the half frame dropped.
-  bool read_parts(tls_link& in, const bulk_frame_header& h, bulk_parts& parts, std::vector<char>& scratch,
-                  const std::string& who);
+  bool read_parts(tls_link& in, const bulk_frame_header& h, bulk_parts& parts, const std::string& who);
 
   /// Closes a connection that has not shown this endpoint's token in time:
   /// false, said in the log once per peer address.

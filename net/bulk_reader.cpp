@@ -4,34 +4,17 @@
 #include <algorithm>
 #include <cerrno>
 
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <caf/all.hpp>
 
+#include "base/buffer_pool.hpp"
 #include "base/log.hpp"
 #include "net/bulk_impl.hpp"
 #include "net/tcp.hpp"
 
 namespace swarm {
-
-namespace {
-
-/// Large buffers are fresh memory every time (glibc maps them anew), and
-/// faulting them in 4 KiB pages cost more than copying into them: ask for huge
-/// pages where the kernel grants them on request (THP "madvise" mode).
-void advise_huge_pages(void* p, size_t n) {
-  constexpr uintptr_t huge = uintptr_t{2} << 20;
-  if (n < 2 * huge)
-    return;
-  const auto begin = (reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1);
-  const auto end = (reinterpret_cast<uintptr_t>(p) + n) & ~(huge - 1);
-  if (end > begin)
-    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-}
-
-} // namespace
 
 void bulk_endpoint::impl::deliver(caf::actor_id dest, uint64_t key, bulk_parts parts) {
   caf::actor target;
@@ -74,31 +57,26 @@ void bulk_endpoint::impl::release(uint64_t n) {
 }
 
 bool bulk_endpoint::impl::read_parts(tls_link& in, const bulk_frame_header& h, bulk_parts& parts,
-                                     std::vector<char>& scratch, const std::string& who) {
+                                     const std::string& who) {
   for (size_t i = 0; i < h.parts; ++i) {
     auto& bytes = parts[i];
     try {
-      bytes.reserve(h.part_size[i]);
-      advise_huge_pages(bytes.data(), h.part_size[i]);
+      // A kept buffer when one fits (base/buffer_pool.hpp), read into
+      // directly: no page to fault in or zero. A fresh one is zeroed by
+      // take(), which costs what the copy out of a scratch buffer used to.
+      bytes = transfer_buffers().take(h.part_size[i]);
     } catch (const std::bad_alloc&) {
       return false;
     }
-    // Through a scratch buffer that stays in cache: a std::string cannot
-    // grow without zeroing, and zeroing a fresh buffer first cost one more
-    // pass over memory than the copy out of the scratch.
-    while (bytes.size() < h.part_size[i]) {
-      const size_t n = std::min<uint64_t>(scratch.size(), h.part_size[i] - bytes.size());
-      errno = 0;  // a peer that hangs up leaves it alone
-      if (!in.read_all(scratch.data(), n)) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          std::lock_guard<std::mutex> lock(m);
-          ++stats.stalled;
-          get_logger("bulk")->warn("closed a bulk connection from {}: nothing came for {} s in the middle of a frame",
-                                   who, opts.read_timeout.count());
-        }
-        return false;
+    errno = 0;  // a peer that hangs up leaves it alone
+    if (!in.read_all(bytes.data(), bytes.size())) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        std::lock_guard<std::mutex> lock(m);
+        ++stats.stalled;
+        get_logger("bulk")->warn("closed a bulk connection from {}: nothing came for {} s in the middle of a frame",
+                                 who, opts.read_timeout.count());
       }
-      bytes.append(scratch.data(), n);
+      return false;
     }
   }
   return true;
@@ -131,7 +109,6 @@ void bulk_endpoint::impl::read_loop(int fd) {
   auto in = secure(fd, true);  // a refused handshake is logged where it fails (net/tls.cpp)
   if (in && !greeted(*in, fd, who))
     in.reset();
-  std::vector<char> scratch(in ? size_t{256} << 10 : 0);  // a member's only
   while (in) {
     bulk_frame_header h;
     set_receive_timeout(fd, std::chrono::seconds(0));  // between frames a peer keeps its connection idle
@@ -153,7 +130,7 @@ void bulk_endpoint::impl::read_loop(int fd) {
     if (!reserve(h.size, who))
       break;
     bulk_parts parts(h.parts);
-    const bool whole = read_parts(*in, h, parts, scratch, who);
+    const bool whole = read_parts(*in, h, parts, who);
     release(h.size);  // delivered bytes are the receiver's inbox's to bound (bulk_inbox)
     if (!whole)
       break;  // half a frame: dropped, never delivered

@@ -8,6 +8,7 @@
 #include "base/hash.hpp"
 #include "messages/float_codec.hpp"
 #include "messages/tensor_codec.hpp"
+#include "base/buffer_pool.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -92,6 +93,42 @@ TEST_CASE("the decoded tensor owns its memory", "[codec]") {
   REQUIRE(back);
   wire.reset();  // the message's bytes are gone; the tensor must not care
   REQUIRE(back->sum().item<float>() == 4.0f);
+}
+
+TEST_CASE("a taking decode builds a raw tensor on the message's bytes and gives them back", "[codec][pool]") {
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kInt64}) {
+    const auto t = torch::arange(1 << 16, torch::TensorOptions().dtype(torch::kFloat32)).view({256, 256}).to(dtype);
+    auto wire = encode_tensor(t);
+    const char* bytes = wire.data().data();
+    auto back = decode_tensor(std::move(wire), "t");
+    REQUIRE(back);
+    REQUIRE(back->data_ptr() == static_cast<const void*>(bytes));  // no copy
+    REQUIRE(wire.data().empty());
+    REQUIRE(back->scalar_type() == dtype);
+    REQUIRE(torch::equal(*back, t));
+    const auto held = transfer_buffers().stats().held;
+    back->reset();  // its bytes go back to the pool
+    REQUIRE(transfer_buffers().stats().held == held + 1);
+    auto again = transfer_buffers().take(static_cast<size_t>(t.nbytes()));
+    REQUIRE(again.data() == bytes);
+  }
+  SECTION("compressed, small or refused: decoded as before, the bytes given back where large") {
+    const auto x = torch::randn({1 << 16});
+    auto wire = encode_tensor(x, proto::FP16);
+    const auto held = transfer_buffers().stats().held;
+    auto back = decode_tensor(std::move(wire), "x");
+    REQUIRE(back);
+    REQUIRE((*back - x).abs().max().item<float>() < 1e-2f);
+    REQUIRE(transfer_buffers().stats().held == held + 1);
+    auto small = decode_tensor(encode_tensor(torch::ones({4})), "t");
+    REQUIRE(small);
+    REQUIRE(small->sum().item<float>() == 4.0f);
+    auto bad = encode_tensor(torch::ones({1 << 16}));
+    bad.mutable_data()->pop_back();
+    auto refused = decode_tensor(std::move(bad), "inputs");
+    REQUIRE(!refused);
+    REQUIRE(code_of(refused.error()) == errc::BAD_REQUEST);
+  }
 }
 
 TEST_CASE("decode rejects inconsistent payloads", "[codec]") {
