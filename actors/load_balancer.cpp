@@ -300,7 +300,7 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
       req.head = std::move(payload.front());
       payload.erase(payload.begin());
     }
-    req.data = std::make_shared<const bulk_parts>(std::move(payload));
+    req.data = shared_parts(std::move(payload));
     req.samples = samples;
     req.preferred = std::move(preferred);
     req.promise = promise;

@@ -60,7 +60,7 @@ std::pair<uint64_t, std::string> send_reply(self_ptr self, const caf::strong_act
   auto& cfg = self->state.cfg;
   const auto to = caf::actor_cast<caf::actor>(requester);
   if (bulk_ok && cfg.bulk && cfg.bulk_min_bytes > 0 && static_cast<int64_t>(reply.ByteSizeLong()) >= cfg.bulk_min_bytes) {
-    auto data = std::make_shared<const bulk_parts>(take_tensor_data(reply));
+    auto data = shared_parts(take_tensor_data(reply));
     return {cfg.bulk->push(to, reply.SerializeAsString(), std::move(data)), std::string{}};
   }
   auto p = cut(reply.SerializeAsString(), static_cast<size_t>(cfg.chunk_bytes), self->state.next_transfer);

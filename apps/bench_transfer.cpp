@@ -42,6 +42,7 @@
 
 #include "apps/huge_pages.hpp"
 #include "apps/malloc_reuse.hpp"
+#include "base/buffer_pool.hpp"
 #include "base/clock.hpp"
 #include "net/bulk.hpp"
 #include "net/chunks.hpp"
@@ -71,6 +72,13 @@ caf::expected<int64_t> check_payload(bulk_parts parts) {
   if (!inputs)
     return inputs.error();
   return inputs->numel();
+}
+
+/// A transport variant's receiver is done with the bytes: back to the pool,
+/// as the swarm's receivers do once they decoded them (decode_tensor).
+void give_back(bulk_parts& parts) {
+  for (auto& p : parts)
+    transfer_buffers().give(std::move(p));
 }
 
 double cpu_seconds() {
@@ -134,8 +142,10 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
         self->state.inbox.claim(
             key,
             [self, rp, last](caf::expected<bulk_parts> whole) mutable {
-              if (whole)
+              if (whole) {
                 ++self->state.pieces;
+                give_back(*whole);
+              }
               if (last)
                 rp.deliver(self->state.pieces);
             },
@@ -149,9 +159,10 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
         self->state.inbox.claim(
             key,
             [rp, expected](caf::expected<bulk_parts> whole) mutable {
-              if (whole && parts_size(*whole) == static_cast<int64_t>(expected))
+              if (whole && parts_size(*whole) == static_cast<int64_t>(expected)) {
                 rp.deliver(uint64_t{expected});
-              else
+                give_back(*whole);
+              } else
                 rp.deliver(make_error(errc::BAD_REQUEST, "wrong size"));
             },
             bulk_inbox::clock::now());
@@ -257,7 +268,7 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
         auto parts = encode_parts(req);
         auto head = std::move(parts.front());
         parts.erase(parts.begin());
-        const auto key = bulk->push(dest, std::move(head), std::make_shared<const bulk_parts>(std::move(parts)));
+        const auto key = bulk->push(dest, std::move(head), shared_parts(std::move(parts)));
         self->request(dest, std::chrono::seconds(120), transfer_atom::value, key, std::string{})
             .then([next](int64_t) { (*next)(); }, fail);
       } else if (kind == bulk_kind::request) {
@@ -271,8 +282,10 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
                   self->state.inbox.claim(
                       key,
                       [next, bytes](caf::expected<bulk_parts> whole) {
-                        if (whole && whole->size() == 2 && (*whole)[1].size() == bytes)
+                        if (whole && whole->size() == 2 && (*whole)[1].size() == bytes) {
+                          give_back(*whole);
                           (*next)();
+                        }
                       },
                       bulk_inbox::clock::now());
                 },

@@ -22,14 +22,17 @@ void advise_huge_pages(void* p, size_t n) {
 
 } // namespace
 
-buffer_pool::buffer_pool(uint64_t max_bytes, size_t max_buffers) : max_bytes_(max_bytes), max_buffers_(max_buffers) {}
+buffer_pool::buffer_pool(uint64_t max_bytes, size_t max_buffers, size_t min_size)
+    : max_bytes_(max_bytes), max_buffers_(max_buffers), min_size_(min_size) {}
 
 std::string buffer_pool::take(size_t n) {
   std::string s;
-  if (n >= min_size) {
+  if (n >= min_size_) {
     std::lock_guard<std::mutex> lock(m_);
     size_t best = kept_.size(), best_cap = std::numeric_limits<size_t>::max();
-    for (size_t i = 0; i < kept_.size(); ++i) {
+    // Newest first, so that of equal fits the one given last wins: its bytes
+    // are likeliest still in cache.
+    for (size_t i = kept_.size(); i-- > 0;) {
       const size_t cap = kept_[i].capacity();
       // At most 4x: a large buffer serving a small transfer would hold memory
       // the next large one needs.
@@ -58,7 +61,7 @@ std::string buffer_pool::take(size_t n) {
 }
 
 void buffer_pool::give(std::string&& s) {
-  if (s.capacity() < min_size || s.capacity() > max_bytes_)
+  if (s.capacity() < min_size_ || s.capacity() > max_bytes_)
     return;
   // Filled to capacity now, while it is ours and mostly already the right
   // size, so that take() never has to write into it.
@@ -85,7 +88,7 @@ buffer_pool_stats buffer_pool::stats() const {
 }
 
 buffer_pool& transfer_buffers() {
-  static buffer_pool pool(uint64_t{512} << 20, 64);
+  static buffer_pool pool(uint64_t{1} << 30, 8, size_t{32} << 20);
   return pool;
 }
 

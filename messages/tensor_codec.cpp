@@ -53,7 +53,7 @@ std::optional<torch::ScalarType> to_torch(proto::dtype t) {
 /// are sent and given back, so the next one's need no fresh pages.
 void append(std::string& out, const torch::Tensor& t) {
   const auto c = t.to(torch::kCPU).contiguous();
-  if (out.empty() && c.nbytes() >= buffer_pool::min_size) {
+  if (out.empty()) {
     out = transfer_buffers().take(c.nbytes());
     std::memcpy(out.data(), c.data_ptr(), c.nbytes());
     return;
@@ -201,7 +201,7 @@ caf::expected<torch::Tensor> decode_tensor(const proto::tensor& t, const char* n
 }
 
 caf::expected<torch::Tensor> decode_tensor(proto::tensor&& t, const char* name, const torch::Device& device) {
-  if (t.codec() != proto::RAW || !device.is_cpu() || t.data().size() < buffer_pool::min_size) {
+  if (t.codec() != proto::RAW || !device.is_cpu() || t.data().empty()) {
     auto out = decode_tensor(static_cast<const proto::tensor&>(t), name, device);
     transfer_buffers().give(std::move(*t.mutable_data()));
     return out;

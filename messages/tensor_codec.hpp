@@ -30,9 +30,8 @@ namespace swarm {
                                                       const at::Device& device = at::kCPU);
 
 /// As above, taking `t`'s bytes (its data is empty afterwards): a raw tensor
-/// of at least buffer_pool::min_size bytes decoded onto the CPU is built on
-/// them without a copy, and they go back to transfer_buffers() when it dies;
-/// other bytes go back at once.
+/// decoded onto the CPU is built on them without a copy, and they go back to
+/// transfer_buffers() when it dies; other bytes go back at once.
 [[nodiscard]] caf::expected<at::Tensor> decode_tensor(proto::tensor&& t, const char* name,
                                                       const at::Device& device = at::kCPU);
 

@@ -106,21 +106,6 @@ std::unique_ptr<tls_link> bulk_endpoint::impl::secure(int fd, bool server) const
   return tls_link::handshake(*opts.tls, fd, server, static_cast<int>(opts.connect_timeout.count()));
 }
 
-namespace {
-
-/// Gives a sent frame's buffers to the pool (base/buffer_pool.hpp) when the
-/// writer held the last reference: nobody else can see them any more, so
-/// taking them out of the const parts is safe. A sender that kept the parts
-/// for a retry keeps them alive, and then they are left alone.
-void recycle(std::shared_ptr<const bulk_parts> data) {
-  if (!data || data.use_count() != 1)
-    return;
-  for (auto& part : const_cast<bulk_parts&>(*data))
-    transfer_buffers().give(std::move(part));
-}
-
-} // namespace
-
 void bulk_endpoint::impl::write_loop(const caf::node_id node, peer_link* link) {
   int fd = -1;
   std::unique_ptr<tls_link> out;
@@ -160,7 +145,7 @@ void bulk_endpoint::impl::write_loop(const caf::node_id node, peer_link* link) {
     for (size_t i = 0; i < h.parts; ++i)
       h.size += h.part_size[i];
     const bool ok = out && write_frame(*out, j, h);
-    recycle(std::move(j.data));
+    transfer_buffers().give(std::move(j.head));  // the frame's own; its shared parts are their holders' (shared_parts)
     size_t dropped = 0;
     if (!ok) {
       std::lock_guard<std::mutex> lock(link->m);
@@ -259,6 +244,14 @@ void bulk_endpoint::attach(const caf::actor& receiver) {
 void bulk_endpoint::detach(caf::actor_id id) {
   std::lock_guard<std::mutex> lock(impl_->m);
   impl_->receivers.erase(id);
+}
+
+std::shared_ptr<const bulk_parts> shared_parts(bulk_parts parts) {
+  return {new bulk_parts(std::move(parts)), [](const bulk_parts* p) {
+            for (auto& part : *const_cast<bulk_parts*>(p))  // the last holder: nobody sees them any more
+              transfer_buffers().give(std::move(part));
+            delete p;
+          }};
 }
 
 uint64_t bulk_endpoint::push(const caf::actor& dest, std::string head, std::shared_ptr<const bulk_parts> data) {

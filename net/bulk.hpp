@@ -61,6 +61,11 @@ namespace swarm {
 /// What a bulk frame carries: parts[0] the head, then the bytes beside it.
 using bulk_parts = std::vector<std::string>;
 
+/// `parts` shared by a sender and its retries; when the last holder drops
+/// them, their buffers go back to transfer_buffers() (base/buffer_pool.hpp)
+/// for the next payload.
+[[nodiscard]] std::shared_ptr<const bulk_parts> shared_parts(bulk_parts parts);
+
 /// A whole payload (e.g. reassembled from chunks) as parts.
 inline caf::expected<bulk_parts> one_part(caf::expected<std::string> whole) {
   if (!whole)

@@ -10,7 +10,7 @@ constexpr size_t mib = size_t{1} << 20;
 }
 
 TEST_CASE("buffer pool: a given buffer serves the next take of a size it fits", "[pool]") {
-  buffer_pool pool(64 * mib, 8);
+  buffer_pool pool(64 * mib, 8, 64 << 10);
   auto a = pool.take(4 * mib);
   REQUIRE(a.size() == 4 * mib);
   const char* memory = a.data();
@@ -33,7 +33,7 @@ TEST_CASE("buffer pool: a given buffer serves the next take of a size it fits", 
 }
 
 TEST_CASE("buffer pool: the smallest fitting buffer, never one over 4x the size", "[pool]") {
-  buffer_pool pool(256 * mib, 8);
+  buffer_pool pool(256 * mib, 8, 64 << 10);
   auto big = pool.take(32 * mib), mid = pool.take(8 * mib);
   const char *big_at = big.data(), *mid_at = mid.data();
   pool.give(std::move(big));
@@ -47,7 +47,7 @@ TEST_CASE("buffer pool: the smallest fitting buffer, never one over 4x the size"
 }
 
 TEST_CASE("buffer pool: bounded in bytes and buffers, oldest dropped; small buffers are malloc's", "[pool]") {
-  buffer_pool pool(10 * mib, 3);
+  buffer_pool pool(10 * mib, 3, 64 << 10);
   for (int i = 0; i < 4; ++i)
     pool.give(pool.take(2 * mib));  // each take reuses the one given before
   REQUIRE(pool.stats().held == 1);
