@@ -313,9 +313,12 @@ TEST_CASE("a stage wiped out at once: a server is reassigned at once and starts 
   CHECK(number(exits[0], "issued") == number(exits[0], "completed") + number(exits[0], "dropped"));
   check_exact(swarm.metrics, 0);
   // Stage 1 started over, so its steps up to the lost one were reported twice with
-  // other parameters; nothing else may differ.
+  // other parameters; nothing else may differ. The servers finish a round among
+  // themselves (actors/round_peer.cpp), so the killed ones may have applied one
+  // more than stage_lost names, which is the last the averager heard of (seen
+  // once in CI: params at step 73, stage_lost at 72).
   for (const auto& [stage, step] : params_disagreements(swarm.metrics)) {
     INFO("stage " << stage << " step " << step);
-    CHECK((stage == 1 && step <= number(lost[0], "step")));
+    CHECK((stage == 1 && step <= number(lost[0], "step") + 1));
   }
 }
