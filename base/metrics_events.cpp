@@ -115,7 +115,8 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "for 30 s), `peak_pending` (most bytes of frames being received at once): at exit, what the process "
        "moved over its bulk connections"},
     {"stage_lost", "coordinator",
-       "`stage`, `step` (optimizer steps of the state lost), `hash`, `reason`: the last server holding a "
+       "`stage`, `step` (optimizer steps of the state lost, as the averager last heard: servers that "
+       "finished a round among themselves just before they died may have been one further), `hash`, `reason`: the last server holding a "
        "trained stage's state died (a clean stop writes none); the next server of the stage loads the "
        "stage's newest checkpoint, or starts from initial parameters without one"},
     {"fault", "server",

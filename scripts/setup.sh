@@ -30,6 +30,7 @@ packages=(
   nlohmann-json3-dev               # safetensors headers (models/safetensors.cpp)
   python3-numpy                    # the tests' NumPy reference forward (tests/reference_forward.py)
   python3-torch                    # scripts/bench_llama.sh: the PyTorch side (reference benchmarks only)
+  etcd-server etcd-client          # --control etcd://: standby coordinators elected through etcd 3.4
 )
 # --fuzz: also what scripts/fuzz.sh builds with (the test suite replays the
 # fuzz corpora without them).

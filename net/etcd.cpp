@@ -1,0 +1,250 @@
+#include "net/etcd.hpp"
+
+#include <cstring>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "messages/errors.hpp"
+
+namespace swarm {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string b64_encode(const std::string& in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint32_t{static_cast<uint8_t>(in[i])} << 16) |
+                       (uint32_t{static_cast<uint8_t>(in[i + 1])} << 8) | static_cast<uint8_t>(in[i + 2]);
+    for (int s = 18; s >= 0; s -= 6)
+      out += b64_chars[(v >> s) & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = uint32_t{static_cast<uint8_t>(in[i])} << 16;
+    if (i + 1 < in.size())
+      v |= uint32_t{static_cast<uint8_t>(in[i + 1])} << 8;
+    out += b64_chars[(v >> 18) & 63];
+    out += b64_chars[(v >> 12) & 63];
+    out += i + 1 < in.size() ? b64_chars[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+/// Decodes base64 (padding optional); nullopt for any other character.
+std::optional<std::string> b64_decode(const std::string& in) {
+  std::string out;
+  uint32_t v = 0;
+  int bits = 0;
+  for (char c : in) {
+    if (c == '=')
+      break;
+    const char* at = std::strchr(b64_chars, c);
+    if (c == '\0' || !at)
+      return std::nullopt;
+    v = (v << 6) | static_cast<uint32_t>(at - b64_chars);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((v >> bits) & 0xff);
+    }
+  }
+  return out;
+}
+
+/// The gateway writes 64-bit integers as strings; absent means 0.
+int64_t int_field(const json& j, const char* name) {
+  const auto it = j.find(name);
+  if (it == j.end() || it->is_null())
+    return 0;
+  if (it->is_string())
+    return std::stoll(it->get<std::string>());
+  return it->get<int64_t>();
+}
+
+std::string bytes_field(const json& j, const char* name) {
+  const auto it = j.find(name);
+  if (it == j.end() || !it->is_string())
+    return {};
+  return b64_decode(it->get<std::string>()).value_or(std::string{});
+}
+
+etcd_kv kv_of(const json& j) {
+  return {bytes_field(j, "key"), bytes_field(j, "value"), int_field(j, "create_revision"),
+          int_field(j, "mod_revision"), int_field(j, "lease")};
+}
+
+} // namespace
+
+caf::expected<std::vector<etcd_member>> parse_etcd_url(const std::string& url) {
+  const std::string scheme = "etcd://";
+  if (url.compare(0, scheme.size(), scheme) != 0)
+    return make_error(errc::BAD_REQUEST, "--control " + url + ": expected etcd://HOST:PORT[,HOST:PORT...]");
+  std::vector<etcd_member> out;
+  size_t at = scheme.size();
+  while (at <= url.size()) {
+    const size_t end = std::min(url.find(',', at), url.size());
+    const std::string item = url.substr(at, end - at);
+    const size_t colon = item.rfind(':');
+    int port = 0;
+    try {
+      port = colon == std::string::npos ? 0 : std::stoi(item.substr(colon + 1));
+    } catch (const std::exception&) {
+      port = 0;
+    }
+    if (colon == std::string::npos || colon == 0 || port <= 0 || port > 65535 ||
+        item.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+      return make_error(errc::BAD_REQUEST, "--control " + url + ": member '" + item + "' is not HOST:PORT");
+    out.push_back({item.substr(0, colon), static_cast<uint16_t>(port)});
+    at = end + 1;
+  }
+  return out;
+}
+
+struct etcd_client::impl {
+  std::vector<etcd_member> members;
+  std::chrono::milliseconds timeout;
+  size_t next = 0;  ///< the member that answered last: asked first
+
+  /// POSTs `body` to `path` on the members in turn, the first that answers
+  /// (any HTTP status) wins; `wait` bounds each member's reply.
+  caf::expected<json> call(const std::string& path, const json& body, std::chrono::milliseconds wait) {
+    std::string why = "no member";
+    bool silent = false;  // a member took the request and said nothing within `wait`
+    const std::string text = body.dump();
+    for (size_t n = 0; n < members.size(); ++n) {
+      const size_t i = (next + n) % members.size();
+      httplib::Client http(members[i].host, members[i].port);
+      http.set_connection_timeout(timeout);
+      http.set_read_timeout(wait);
+      http.set_write_timeout(timeout);
+      // Through a content receiver: the gateway ends an error's chunked
+      // body with a gRPC trailer, which cpp-httplib 0.11 refuses (a read
+      // error after the whole body came); the body is what counts.
+      httplib::Request req;
+      req.method = "POST";
+      req.path = path;
+      req.body = text;
+      req.set_header("Content-Type", "application/json");
+      std::string got;
+      req.content_receiver = [&got](const char* data, size_t n, uint64_t, uint64_t) {
+        got.append(data, n);
+        return true;
+      };
+      httplib::Response res;
+      httplib::Error error = httplib::Error::Success;
+      const bool sent = http.send(req, res, error);
+      const std::string who = members[i].host + ":" + std::to_string(members[i].port);
+      json reply = json::parse(got, nullptr, false);
+      if (!sent && (got.empty() || reply.is_discarded())) {
+        silent = silent || error == httplib::Error::Read;
+        why = who + ": " + httplib::to_string(error);
+        continue;
+      }
+      if (reply.is_discarded())
+        return make_error(errc::INTERNAL, "etcd " + who + " " + path + ": not JSON (HTTP " +
+                                              std::to_string(res.status) + ")");
+      if (res.status != 200) {
+        const std::string message = reply.value("message", reply.value("error", std::string{"?"}));
+        // Unavailable (14) and deadline exceeded (4): a member without quorum; try another.
+        const int code = reply.value("code", 0);
+        if (code == 14 || code == 4) {
+          why = who + ": " + message;
+          continue;
+        }
+        return make_error(errc::BAD_REQUEST, "etcd " + who + " " + path + ": " + message);
+      }
+      next = i;
+      return reply;
+    }
+    if (silent)
+      return make_error(errc::TIMEOUT, "etcd " + path + ": no reply within " + std::to_string(wait.count()) + " ms");
+    return make_error(errc::PEER_GONE, "etcd " + path + ": no member answered (" + why + ")");
+  }
+};
+
+etcd_client::etcd_client(std::vector<etcd_member> members, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<impl>()) {
+  impl_->members = std::move(members);
+  impl_->timeout = timeout;
+}
+
+etcd_client::~etcd_client() = default;
+
+caf::expected<int64_t> etcd_client::grant(int64_t ttl_s) {
+  auto r = impl_->call("/v3/lease/grant", {{"TTL", ttl_s}}, impl_->timeout);
+  if (!r)
+    return r.error();
+  return int_field(*r, "ID");
+}
+
+caf::expected<int64_t> etcd_client::keep_alive(int64_t lease) {
+  // A stream in gRPC; through the gateway one request gets one answer.
+  auto r = impl_->call("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}, impl_->timeout);
+  if (!r)
+    return r.error();
+  return int_field(r->value("result", json::object()), "TTL");
+}
+
+caf::error etcd_client::revoke(int64_t lease) {
+  auto r = impl_->call("/v3/lease/revoke", {{"ID", std::to_string(lease)}}, impl_->timeout);
+  return r ? caf::error{} : r.error();
+}
+
+caf::expected<int64_t> etcd_client::put(const std::string& key, const std::string& value, int64_t lease) {
+  json body{{"key", b64_encode(key)}, {"value", b64_encode(value)}};
+  if (lease != 0)
+    body["lease"] = std::to_string(lease);
+  auto r = impl_->call("/v3/kv/put", body, impl_->timeout);
+  if (!r)
+    return r.error();
+  return int_field(r->value("header", json::object()), "revision");
+}
+
+caf::expected<std::optional<etcd_kv>> etcd_client::get(const std::string& key) {
+  auto r = impl_->call("/v3/kv/range", {{"key", b64_encode(key)}}, impl_->timeout);
+  if (!r)
+    return r.error();
+  const auto kvs = r->value("kvs", json::array());
+  if (kvs.empty())
+    return std::optional<etcd_kv>{};
+  return std::optional<etcd_kv>{kv_of(kvs.front())};
+}
+
+caf::expected<etcd_leadership> etcd_client::campaign(const std::string& name, const std::string& value, int64_t lease,
+                                                     std::chrono::milliseconds wait) {
+  auto r = impl_->call("/v3/election/campaign",
+                       {{"name", b64_encode(name)}, {"value", b64_encode(value)}, {"lease", std::to_string(lease)}},
+                       wait);
+  if (!r)
+    return r.error();
+  const auto l = r->value("leader", json::object());
+  return etcd_leadership{bytes_field(l, "name"), bytes_field(l, "key"), int_field(l, "rev"), int_field(l, "lease")};
+}
+
+caf::expected<std::optional<etcd_kv>> etcd_client::leader(const std::string& name) {
+  auto r = impl_->call("/v3/election/leader", {{"name", b64_encode(name)}}, impl_->timeout);
+  if (!r) {
+    if (describe(r.error()).find("no leader") != std::string::npos)
+      return std::optional<etcd_kv>{};
+    return r.error();
+  }
+  return std::optional<etcd_kv>{kv_of(r->value("kv", json::object()))};
+}
+
+caf::error etcd_client::resign(const etcd_leadership& l) {
+  const json leader{{"name", b64_encode(l.name)},
+                    {"key", b64_encode(l.key)},
+                    {"rev", std::to_string(l.term)},
+                    {"lease", std::to_string(l.lease)}};
+  auto r = impl_->call("/v3/election/resign", {{"leader", leader}}, impl_->timeout);
+  return r ? caf::error{} : r.error();
+}
+
+} // namespace swarm

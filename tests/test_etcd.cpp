@@ -1,0 +1,165 @@
+// Tier (c): the etcd client (net/etcd.hpp) against a real etcd 3.4 process
+// (Debian's etcd-server) on loopback: keys, leases, the election and its
+// terms, a member that is gone, and bad --control values.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <future>
+
+#include "messages/errors.hpp"
+#include "net/etcd.hpp"
+#include "process_util.hpp"
+
+using namespace swarm;
+using namespace swarm::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// One etcd member in a fresh data folder, stopped and removed at the end.
+struct etcd_process {
+  fs::path dir;
+  int client_port = free_port(), peer_port = free_port();
+  pid_t pid = -1;
+
+  etcd_process() {
+    dir = fs::temp_directory_path() / ("swarm-test-etcd-" + std::to_string(::getpid()) + "-" +
+                                       std::to_string(client_port));
+    fs::create_directories(dir);
+    const std::string client = "http://127.0.0.1:" + std::to_string(client_port);
+    const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port);
+    pid = spawn_command({"etcd", "--name", "m0", "--data-dir", (dir / "data").string(), "--listen-client-urls", client,
+                         "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                         "--initial-advertise-peer-urls", peer, "--initial-cluster", "m0=" + peer},
+                        (dir / "etcd.log").string());
+  }
+  ~etcd_process() {
+    if (pid > 0)
+      stop(pid);
+    if (std::getenv("SWARM_TEST_KEEP") == nullptr)
+      fs::remove_all(dir);
+  }
+  [[nodiscard]] etcd_member member() const { return {"127.0.0.1", static_cast<uint16_t>(client_port)}; }
+};
+
+/// Waits until etcd answers (its start takes about a second).
+bool ready(etcd_client& c) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (c.put("swarm/ready", "1"))
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+} // namespace
+
+TEST_CASE("etcd: keys, leases, and an election whose term grows with each leader", "[etcd]") {
+  etcd_process etcd;
+  etcd_client c({etcd.member()}, std::chrono::milliseconds(2000));
+  REQUIRE(ready(c));
+
+  SECTION("keys round-trip bytes; a missing key is none") {
+    const std::string value{"a\0b\xff", 4};
+    auto rev = c.put("swarm/stage/0", value);
+    REQUIRE(rev);
+    auto got = c.get("swarm/stage/0");
+    REQUIRE(got);
+    REQUIRE(*got);
+    CHECK((*got)->value == value);
+    CHECK((*got)->mod_revision == *rev);
+    auto none = c.get("swarm/nothing");
+    REQUIRE(none);
+    CHECK_FALSE(*none);
+  }
+
+  SECTION("a key tied to a lease goes with it") {
+    auto lease = c.grant(30);
+    REQUIRE(lease);
+    REQUIRE(c.put("swarm/leased", "x", *lease));
+    auto ttl = c.keep_alive(*lease);
+    REQUIRE(ttl);
+    CHECK(*ttl > 0);
+    REQUIRE_FALSE(c.revoke(*lease));
+    auto gone = c.get("swarm/leased");
+    REQUIRE(gone);
+    CHECK_FALSE(*gone);
+    auto expired = c.keep_alive(*lease);
+    CHECK((!expired || *expired == 0));
+  }
+
+  SECTION("one leader at a time; the next one's term is larger") {
+    auto a_lease = c.grant(30), b_lease = c.grant(30);
+    REQUIRE(a_lease);
+    REQUIRE(b_lease);
+    auto none = c.leader("swarm/coordinator");
+    INFO((none ? std::string{} : describe(none.error())));
+    REQUIRE(none);
+    CHECK_FALSE(*none);
+
+    auto a = c.campaign("swarm/coordinator", "a:1", *a_lease, std::chrono::milliseconds(5000));
+    REQUIRE(a);
+    CHECK(a->term > 0);
+    auto now = c.leader("swarm/coordinator");
+    REQUIRE(now);
+    REQUIRE(*now);
+    CHECK((*now)->value == "a:1");
+    CHECK((*now)->create_revision == a->term);
+
+    // b waits behind a: its campaign does not return while a leads.
+    etcd_client other({etcd.member()}, std::chrono::milliseconds(2000));
+    auto early = other.campaign("swarm/coordinator", "b:0", *b_lease, std::chrono::milliseconds(1500));
+    REQUIRE_FALSE(early);
+    CHECK(code_of(early.error()) == errc::TIMEOUT);
+
+    // a's lease ends (as when its process dies and stops renewing): b leads.
+    // Under a fresh lease: etcd withdraws the campaign that timed out.
+    auto b_fresh = other.grant(30);
+    REQUIRE(b_fresh);
+    auto b = std::async(std::launch::async, [&] {
+      return other.campaign("swarm/coordinator", "b:1", *b_fresh, std::chrono::milliseconds(10000));
+    });
+    REQUIRE_FALSE(c.revoke(*a_lease));
+    auto won = b.get();
+    REQUIRE(won);
+    CHECK(won->term > a->term);
+    auto after = c.leader("swarm/coordinator");
+    REQUIRE(after);
+    REQUIRE(*after);
+    CHECK((*after)->value == "b:1");
+
+    REQUIRE_FALSE(other.resign(*won));
+    auto empty = c.leader("swarm/coordinator");
+    REQUIRE(empty);
+    CHECK_FALSE(*empty);
+  }
+
+  SECTION("a member that is gone answers with an error, in time") {
+    etcd_client both({{"127.0.0.1", static_cast<uint16_t>(free_port())}, etcd.member()},
+                     std::chrono::milliseconds(1000));
+    CHECK(both.put("swarm/k", "v"));  // the dead first member is skipped
+    stop(etcd.pid);
+    etcd.pid = -1;
+    const auto start = std::chrono::steady_clock::now();
+    auto r = c.get("swarm/k");
+    REQUIRE_FALSE(r);
+    CHECK(is_retryable(r.error()));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  }
+}
+
+TEST_CASE("etcd: --control values", "[etcd]") {
+  auto ok = parse_etcd_url("etcd://10.0.0.1:2379,host-b:2380");
+  REQUIRE(ok);
+  REQUIRE(ok->size() == 2);
+  CHECK((*ok)[0].host == "10.0.0.1");
+  CHECK((*ok)[1].port == 2380);
+  for (const char* bad : {"", "etcd://", "http://h:1", "etcd://h", "etcd://h:0", "etcd://h:99999", "etcd://h:1,",
+                          "etcd://:1", "etcd://h:1x"}) {
+    INFO(bad);
+    auto r = parse_etcd_url(bad);
+    REQUIRE_FALSE(r);
+    CHECK(code_of(r.error()) == errc::BAD_REQUEST);
+  }
+}
