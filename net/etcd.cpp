@@ -58,21 +58,40 @@ std::optional<std::string> b64_decode(const std::string& in) {
   return out;
 }
 
-/// The gateway writes 64-bit integers as strings; absent means 0.
+/// The gateway writes 64-bit integers as strings; absent (or not a number) means 0.
 int64_t int_field(const json& j, const char* name) {
-  const auto it = j.find(name);
-  if (it == j.end() || it->is_null())
+  if (!j.is_object())
     return 0;
-  if (it->is_string())
-    return std::stoll(it->get<std::string>());
-  return it->get<int64_t>();
+  const auto it = j.find(name);
+  if (it == j.end())
+    return 0;
+  if (it->is_number_integer())
+    return it->get<int64_t>();
+  if (!it->is_string())
+    return 0;
+  const auto text = it->get<std::string>();
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  return end != nullptr && *end == '\0' ? v : 0;
+}
+
+std::string text_field(const json& j, const char* name) {
+  if (!j.is_object())
+    return {};
+  const auto it = j.find(name);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string{};
 }
 
 std::string bytes_field(const json& j, const char* name) {
+  return b64_decode(text_field(j, name)).value_or(std::string{});
+}
+
+/// `j[name]` when it is an object, else an empty object.
+json object_field(const json& j, const char* name) {
+  if (!j.is_object())
+    return json::object();
   const auto it = j.find(name);
-  if (it == j.end() || !it->is_string())
-    return {};
-  return b64_decode(it->get<std::string>()).value_or(std::string{});
+  return it != j.end() && it->is_object() ? *it : json::object();
 }
 
 etcd_kv kv_of(const json& j) {
@@ -147,13 +166,15 @@ struct etcd_client::impl {
         why = who + ": " + httplib::to_string(error);
         continue;
       }
-      if (reply.is_discarded())
-        return make_error(errc::INTERNAL, "etcd " + who + " " + path + ": not JSON (HTTP " +
+      if (reply.is_discarded() || !reply.is_object())
+        return make_error(errc::INTERNAL, "etcd " + who + " " + path + ": not a JSON object (HTTP " +
                                               std::to_string(res.status) + ")");
       if (res.status != 200) {
-        const std::string message = reply.value("message", reply.value("error", std::string{"?"}));
+        std::string message = text_field(reply, "message");
+        if (message.empty())
+          message = "HTTP " + std::to_string(res.status);
         // Unavailable (14) and deadline exceeded (4): a member without quorum; try another.
-        const int code = reply.value("code", 0);
+        const int64_t code = int_field(reply, "code");
         if (code == 14 || code == 4) {
           why = who + ": " + message;
           continue;
@@ -189,7 +210,7 @@ caf::expected<int64_t> etcd_client::keep_alive(int64_t lease) {
   auto r = impl_->call("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}, impl_->timeout);
   if (!r)
     return r.error();
-  return int_field(r->value("result", json::object()), "TTL");
+  return int_field(object_field(*r, "result"), "TTL");
 }
 
 caf::error etcd_client::revoke(int64_t lease) {
@@ -204,17 +225,17 @@ caf::expected<int64_t> etcd_client::put(const std::string& key, const std::strin
   auto r = impl_->call("/v3/kv/put", body, impl_->timeout);
   if (!r)
     return r.error();
-  return int_field(r->value("header", json::object()), "revision");
+  return int_field(object_field(*r, "header"), "revision");
 }
 
 caf::expected<std::optional<etcd_kv>> etcd_client::get(const std::string& key) {
   auto r = impl_->call("/v3/kv/range", {{"key", b64_encode(key)}}, impl_->timeout);
   if (!r)
     return r.error();
-  const auto kvs = r->value("kvs", json::array());
-  if (kvs.empty())
+  const auto it = r->find("kvs");
+  if (it == r->end() || !it->is_array() || it->empty())
     return std::optional<etcd_kv>{};
-  return std::optional<etcd_kv>{kv_of(kvs.front())};
+  return std::optional<etcd_kv>{kv_of(it->front())};
 }
 
 caf::expected<etcd_leadership> etcd_client::campaign(const std::string& name, const std::string& value, int64_t lease,
@@ -224,18 +245,19 @@ caf::expected<etcd_leadership> etcd_client::campaign(const std::string& name, co
                        wait);
   if (!r)
     return r.error();
-  const auto l = r->value("leader", json::object());
+  const auto l = object_field(*r, "leader");
   return etcd_leadership{bytes_field(l, "name"), bytes_field(l, "key"), int_field(l, "rev"), int_field(l, "lease")};
 }
 
 caf::expected<std::optional<etcd_kv>> etcd_client::leader(const std::string& name) {
   auto r = impl_->call("/v3/election/leader", {{"name", b64_encode(name)}}, impl_->timeout);
   if (!r) {
+    // etcd says so only in words ("election: no leader", gRPC code 2: unknown).
     if (describe(r.error()).find("no leader") != std::string::npos)
       return std::optional<etcd_kv>{};
     return r.error();
   }
-  return std::optional<etcd_kv>{kv_of(r->value("kv", json::object()))};
+  return std::optional<etcd_kv>{kv_of(object_field(*r, "kv"))};
 }
 
 caf::error etcd_client::resign(const etcd_leadership& l) {

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <future>
 
+#include <httplib.h>
+
 #include "messages/errors.hpp"
 #include "net/etcd.hpp"
 #include "process_util.hpp"
@@ -162,4 +164,43 @@ TEST_CASE("etcd: --control values", "[etcd]") {
     REQUIRE_FALSE(r);
     CHECK(code_of(r.error()) == errc::BAD_REQUEST);
   }
+}
+
+TEST_CASE("etcd: an answer that is not etcd's is an error, never a crash", "[etcd]") {
+  // A stand-in on the member's port answering each path with something wrong.
+  httplib::Server fake;
+  fake.Post("/v3/kv/put", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("[1, 2]", "application/json");  // JSON, not an object
+  });
+  fake.Post("/v3/kv/range", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{\"kvs\": 7, \"count\": \"x\"}", "application/json");  // fields of the wrong types
+  });
+  fake.Post("/v3/lease/grant", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("not json at all", "text/plain");
+  });
+  fake.Post("/v3/lease/revoke", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 500;
+    res.set_content("{\"code\": \"fourteen\", \"message\": 3}", "application/json");
+  });
+  const int port = fake.bind_to_any_port("127.0.0.1");
+  std::thread server([&] { fake.listen_after_bind(); });
+  etcd_client c({{"127.0.0.1", static_cast<uint16_t>(port)}}, std::chrono::milliseconds(2000));
+
+  auto put = c.put("k", "v");
+  REQUIRE_FALSE(put);
+  CHECK(code_of(put.error()) == errc::INTERNAL);
+  auto get = c.get("k");
+  REQUIRE(get);  // wrong types read as absent
+  CHECK_FALSE(*get);
+  auto grant = c.grant(5);
+  REQUIRE_FALSE(grant);
+  CHECK(code_of(grant.error()) == errc::INTERNAL);
+  auto revoke = c.revoke(1);
+  REQUIRE(revoke);
+  CHECK(code_of(revoke) == errc::BAD_REQUEST);
+  CHECK(describe(revoke).find("HTTP 500") != std::string::npos);
+  auto unknown = c.leader("x");  // 404 with a body that is not JSON
+  REQUIRE_FALSE(unknown);
+  fake.stop();
+  server.join();
 }
