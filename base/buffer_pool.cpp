@@ -25,7 +25,7 @@ void advise_huge_pages(void* p, size_t n) {
 buffer_pool::buffer_pool(uint64_t max_bytes, size_t max_buffers, size_t min_size)
     : max_bytes_(max_bytes), max_buffers_(max_buffers), min_size_(min_size) {}
 
-std::string buffer_pool::take(size_t n) {
+std::string buffer_pool::reuse(size_t n) {
   std::string s;
   if (n >= min_size_) {
     std::lock_guard<std::mutex> lock(m_);
@@ -54,9 +54,20 @@ std::string buffer_pool::take(size_t n) {
     s.reserve(n);
     advise_huge_pages(s.data(), n);
   }
+  return s;
+}
+
+std::string buffer_pool::take(size_t n) {
+  auto s = reuse(n);
   // A kept buffer is given back at its full capacity (give), so shrinking it
   // to n writes nothing; only a fresh one is zeroed here.
   s.resize(n);
+  return s;
+}
+
+std::string buffer_pool::take_empty(size_t n) {
+  auto s = reuse(n);
+  s.clear();  // keeps the capacity
   return s;
 }
 

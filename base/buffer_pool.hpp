@@ -42,12 +42,18 @@ public:
   /// most 4 times larger, else allocated (zeroed).
   [[nodiscard]] std::string take(size_t n);
 
+  /// An empty string with room for `n` bytes, from the same buffers: for a
+  /// writer that appends (nothing zeroed that is about to be overwritten).
+  [[nodiscard]] std::string take_empty(size_t n);
+
   /// Keeps `s`'s memory for a later take (when it is at least min_size).
   void give(std::string&& s);
 
   [[nodiscard]] buffer_pool_stats stats() const;
 
 private:
+  /// The smallest fitting kept buffer (or a fresh one) with capacity >= n; its size unspecified.
+  std::string reuse(size_t n);
   void trim_locked();
 
   const uint64_t max_bytes_;

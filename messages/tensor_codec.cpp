@@ -53,11 +53,8 @@ std::optional<torch::ScalarType> to_torch(proto::dtype t) {
 /// are sent and given back, so the next one's need no fresh pages.
 void append(std::string& out, const torch::Tensor& t) {
   const auto c = t.to(torch::kCPU).contiguous();
-  if (out.empty()) {
-    out = transfer_buffers().take(c.nbytes());
-    std::memcpy(out.data(), c.data_ptr(), c.nbytes());
-    return;
-  }
+  if (out.empty())
+    out = transfer_buffers().take_empty(c.nbytes());
   out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
 }
 
@@ -83,8 +80,7 @@ torch::Tensor as_blocks(const torch::Tensor& flat, int64_t blocks) {
 std::string encode_blockwise8(const torch::Tensor& flat) {
   const int64_t n = flat.numel();
   const int64_t blocks = (n + blockwise8_block - 1) / blockwise8_block;
-  std::string out = transfer_buffers().take(encoded_bytes(proto::BLOCKWISE8, n, 4));
-  out.clear();  // keeps the capacity: the appends below write into it
+  std::string out = transfer_buffers().take_empty(encoded_bytes(proto::BLOCKWISE8, n, 4));
   const int64_t header[2] = {blocks, 256};
   out.append(reinterpret_cast<const char*>(header), sizeof header);
   const auto code = codebook_on(flat.device());
@@ -183,12 +179,24 @@ proto::tensor encode_tensor(const torch::Tensor& t, proto::codec c) {
   return out;
 }
 
-caf::expected<torch::Tensor> decode_tensor(const proto::tensor& t, const char* name, const torch::Device& device) {
+namespace {
+
+/// check_tensor(), then `t`'s dtype as torch's: what both decoders start with.
+caf::expected<torch::ScalarType> checked_dtype(const proto::tensor& t, const char* name) {
   if (auto err = check_tensor(t, name))
     return err;
   const auto dtype = to_torch(t.dtype());
   if (!dtype)  // check_tensor knows every dtype we do; kept so the two cannot drift silently
     return make_error(errc::BAD_REQUEST, std::string{name} + ": unsupported dtype " + std::to_string(t.dtype()));
+  return *dtype;
+}
+
+} // namespace
+
+caf::expected<torch::Tensor> decode_tensor(const proto::tensor& t, const char* name, const torch::Device& device) {
+  const auto dtype = checked_dtype(t, name);
+  if (!dtype)
+    return dtype.error();
   try {
     const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
     const int64_t n = numel(t);
@@ -206,11 +214,9 @@ caf::expected<torch::Tensor> decode_tensor(proto::tensor&& t, const char* name, 
     transfer_buffers().give(std::move(*t.mutable_data()));
     return out;
   }
-  if (auto err = check_tensor(t, name))
-    return err;
-  const auto dtype = to_torch(t.dtype());
+  const auto dtype = checked_dtype(t, name);
   if (!dtype)
-    return make_error(errc::BAD_REQUEST, std::string{name} + ": unsupported dtype " + std::to_string(t.dtype()));
+    return dtype.error();
   const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
   // The tensor lives in the message's buffer, which goes back to the pool when
   // the tensor dies. malloc aligns it to 16 bytes, enough for every dtype.

@@ -30,6 +30,16 @@ TEST_CASE("buffer pool: a given buffer serves the next take of a size it fits", 
   REQUIRE(c.size() == 3 * mib);
   REQUIRE(c.find_first_not_of('\0') == std::string::npos);
   REQUIRE(pool.stats().misses == 2);
+
+  pool.give(std::move(b));  // for a writer: the same memory, empty, with room
+  auto d = pool.take_empty(2 * mib);
+  REQUIRE(d.data() == memory);
+  REQUIRE(d.empty());
+  REQUIRE(d.capacity() >= 2 * mib);
+  REQUIRE(pool.stats().hits == 2);
+  auto e = pool.take_empty(2 * mib);  // nothing kept: room, nothing written
+  REQUIRE(e.empty());
+  REQUIRE(e.capacity() >= 2 * mib);
 }
 
 TEST_CASE("buffer pool: the smallest fitting buffer, never one over 4x the size", "[pool]") {
