@@ -26,6 +26,39 @@ std::optional<size_t> rank_of(const round_t& r, const caf::actor_addr& a) {
 
 void maybe_start(self_ptr self, uint32_t stage);
 
+/// Records the stage's position and servers in etcd when they changed (elected only).
+void record_stage(self_ptr self, uint32_t stage) {
+  auto& st = self->state;
+  if (!st.cfg.leader)
+    return;
+  auto& sg = st.stages[stage];
+  stage_record now{sg.position.step, sg.position.hash, {}};
+  for (const auto& [addr, s] : st.servers)
+    if (s.stage == stage)
+      now.members.push_back(s.view.id);
+  std::sort(now.members.begin(), now.members.end());
+  if (sg.recorded && *sg.recorded == now)
+    return;
+  sg.recorded = now;
+  record(st.cfg.leader, stage_key(stage), encode_record(now));
+}
+
+/// Whether every server the predecessor recorded for `stage` has reported to
+/// this averager: then it knows the stage as well as after settle_s.
+bool resumed_all_reported(const averager_state& st, uint32_t stage) {
+  const auto& ids = st.stages[stage].resumed_members;
+  if (ids.empty())
+    return false;
+  for (const auto& id : ids) {
+    const bool heard = std::any_of(st.servers.begin(), st.servers.end(), [&](const auto& s) {
+      return s.second.stage == stage && s.second.view.id == id && s.second.view.reported;
+    });
+    if (!heard)
+      return false;
+  }
+  return true;
+}
+
 /// Orders `whom` to copy the state of an up-to-date server of its stage.
 void order_reload(self_ptr self, averager_state::server& whom, const char* reason) {
   auto& st = self->state;
@@ -36,6 +69,8 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
   // up to the timeout for a frozen member) and says so at once; asking again
   // at once made a storm of thousands of orders a second. Once a second is enough.
   if (now - whom.reload_sent < std::chrono::seconds(1))
+    return;
+  if (!may_order(st.cfg.leader))
     return;
   const auto& pos = st.stages[whom.stage].position;
   for (const auto& [addr, s] : st.servers) {
@@ -49,13 +84,15 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
     order.set_from_server_id(s.view.id);
     order.set_step(pos.step);
     order.set_from_endpoint(s.endpoint);
+    order.set_term(term_of(st.cfg.leader));
     get_logger("averager")->debug("stage {}: {} at step {} ({}) reloads from {} at step {}", whom.stage, whom.view.id,
                                  whom.view.step, reason, s.view.id, pos.step);
     st.metrics->emit("reload", {{"stage", int64_t{whom.stage}},
                                 {"server", whom.view.id},
                                 {"from", s.view.id},
                                 {"step", static_cast<int64_t>(pos.step)},
-                                {"reason", std::string{reason}}});
+                                {"reason", std::string{reason}},
+                                {"term", term_of(st.cfg.leader)}});
     self->send(caf::actor_cast<stage_actor>(whom.handle), reload_atom::value, encode(order), s.handle);
     return;
   }
@@ -111,6 +148,7 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
                                  {"seconds", secs}});
   if (applied > 0 && agreed.step >= sg.position.step)
     sg.position = agreed;
+  record_stage(self, stage);
   if (applied > 0)  // at most a batch is carried: a swarm slower than its rounds cannot pay back more
     sg.owed = std::clamp<int64_t>(sg.owed + taken - st.cfg.target_batch_size, 0, st.cfg.target_batch_size);
   sg.running.reset();
@@ -141,7 +179,7 @@ void maybe_start(self_ptr self, uint32_t stage) {
   std::vector<policy::member_view> views;
   const auto now = averager_state::clock::now();
   const auto settle = std::chrono::duration_cast<averager_state::clock::duration>(seconds(st.cfg.settle_s));
-  if (now - st.started < settle) {
+  if (now - st.started < settle && !resumed_all_reported(st, stage)) {
     recheck_at(self, stage, st.started + settle);  // reports usually call again first
     return;
   }
@@ -162,7 +200,7 @@ void maybe_start(self_ptr self, uint32_t stage) {
       policy::plan_round(views, sg.position, std::max<int64_t>(1, st.cfg.target_batch_size - sg.owed));
   for (size_t i : plan.stale)
     order_reload(self, *of_stage[i], of_stage[i]->view.step < sg.position.step ? "behind" : "parameters differ");
-  if (!plan.start) {
+  if (!plan.start || !may_order(st.cfg.leader)) {
     if (catching_up)  // its report after the reload calls again; this, if none comes
       recheck_at(self, stage, now + std::chrono::duration_cast<averager_state::clock::duration>(
                                          seconds(policy::catch_up_wait_s)));
@@ -185,6 +223,7 @@ void maybe_start(self_ptr self, uint32_t stage) {
     if (k != stage)
       others += st.stages[k].grad_norm_sq;
   begin.set_other_norm_sq(others);
+  begin.set_term(term_of(st.cfg.leader));
   std::vector<caf::actor> servers, peers;
   for (size_t i : plan.members) {
     r.members.push_back(of_stage[i]->handle.address());
@@ -197,6 +236,11 @@ void maybe_start(self_ptr self, uint32_t stage) {
   }
   get_logger("averager")->debug("stage {}: round {} at step {} among {} servers, {} samples", stage, r.number, r.step,
                                 r.members.size(), plan.samples);
+  st.metrics->emit("round_start", {{"stage", int64_t{stage}},
+                                   {"round", static_cast<int64_t>(r.id)},
+                                   {"step", static_cast<int64_t>(r.step)},
+                                   {"peers", static_cast<int64_t>(r.members.size())},
+                                   {"term", term_of(st.cfg.leader)}});
   const auto bytes = encode(begin);
   // High priority: the hand-over waits for the request a server is computing,
   // not for every request queued behind it.
@@ -249,6 +293,7 @@ void on_progress(self_ptr self, const std::string& bytes) {
   s->reloads = rep->reloads();
   if (rep->step() > sg.position.step || (sg.position.hash == 0 && rep->step() == sg.position.step))
     sg.position = {rep->step(), rep->parameter_hash()};  // a restarted averager learns where the stage is
+  record_stage(self, rep->stage());
   maybe_start(self, rep->stage());
 }
 
@@ -296,6 +341,7 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
   const auto stage = it->second.stage;
   st.servers.erase(it);
   auto& sg = st.stages[stage];
+  record_stage(self, stage);
   if (sg.running)
     if (auto rank = rank_of(*sg.running, who); rank && sg.running->finished.count(who) == 0)
       exclude(self, stage, *sg.running, *rank, why);
@@ -333,8 +379,12 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
   // Servers left behind on the stage (stopped, or turned reloads down) may be
   // further back than its newest checkpoint: a reload order without a peer
   // tells them to load it if it is ahead of them.
+  record_stage(self, stage);
+  if (!may_order(st.cfg.leader))
+    return;
   proto::reload_order from_disk;
   from_disk.set_stage(stage);
+  from_disk.set_term(term_of(st.cfg.leader));
   for (const auto& [addr, s] : st.servers)
     if (s.stage == stage)
       self->send(caf::actor_cast<stage_actor>(s.handle), reload_atom::value, encode(from_disk), caf::actor{});
@@ -386,6 +436,12 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
   st.rebalancing = std::move(rebalancing);
   st.stages.resize(static_cast<size_t>(cfg.num_stages));
   st.started = averager_state::clock::now();
+  for (size_t k = 0; k < st.stages.size() && k < cfg.resume.size(); ++k)
+    if (const auto& rec = cfg.resume[k]) {
+      st.stages[k].position = {rec->step, rec->hash};
+      st.stages[k].resumed_members = rec->members;
+      st.stages[k].recorded = *rec;
+    }
   // Round ids only need to differ from the previous averager's, whose rounds
   // may still be finishing among the servers: start from the clock.
   st.next_round = static_cast<uint64_t>(unix_seconds() * 1000.0) << 8;
@@ -407,6 +463,7 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
         s.view.id = reg->server_id();
         s.endpoint = reg->host() + ":" + std::to_string(reg->port());
         s.joined = averager_state::clock::now();
+        record_stage(self, s.stage);
       },
       [self](leave_atom, const caf::actor& server) { forget(self, server.address(), "left"); },
       [self](deadline_atom, uint32_t stage, uint64_t round, int32_t phase) { on_deadline(self, stage, round, phase); },

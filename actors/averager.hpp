@@ -37,6 +37,12 @@
 // rebuilt (the highest step wins; no round starts until every server that
 // registered has reported, or settle_s passed); a round in flight when it died
 // finishes among the servers themselves.
+//
+// Elected (--control, actors/leadership.hpp): every order carries the term and
+// is sent only while the lease holds. Each stage's position and servers are
+// recorded in etcd as they change (actors/control_records.hpp); a successor
+// starts from them (`resume`), and a stage whose recorded servers have all
+// reported again needs no settle time: its first round can start at once.
 
 #include <chrono>
 #include <cstdint>
@@ -50,6 +56,8 @@
 #include <caf/actor.hpp>
 #include <caf/actor_addr.hpp>
 
+#include "actors/control_records.hpp"
+#include "actors/leadership.hpp"
 #include "base/metrics.hpp"
 #include "actors/policy/averaging.hpp"
 #include "messages/protocol.hpp"
@@ -66,6 +74,8 @@ struct averager_settings {
   /// restart every server must be heard before the stage's position is taken
   /// from the highest step.
   double settle_s = 3.0;
+  std::shared_ptr<leadership> leader;             ///< elected: term, lease, record (null: the one coordinator)
+  std::vector<std::optional<stage_record>> resume;  ///< per stage, what the predecessor recorded (may be empty)
 };
 
 struct averager_state {
@@ -106,6 +116,8 @@ struct averager_state {
     /// When maybe_start's own timer fires (it waits for the settle time, a
     /// server's first report or one catching up, which may never call again).
     std::optional<clock::time_point> recheck_at;
+    std::vector<std::string> resumed_members;  ///< the predecessor's servers: once all reported, no settle wait
+    std::optional<stage_record> recorded;      ///< what was last recorded in etcd
   };
 
   averager_settings cfg;

@@ -36,6 +36,7 @@ std::string admit(self_ptr self, const proto::register_server& reg, const std::s
   notify(self, reg, proto::membership_update::JOIN);
   proto::register_reply rep;
   rep.set_num_stages(static_cast<uint32_t>(self->state.cfg.num_stages));
+  rep.set_term(term_of(self->state.cfg.leader));
   return encode(rep);
 }
 
@@ -211,6 +212,8 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
   self->state.metrics = std::move(metrics);
   cfg.averaging.num_stages = cfg.num_stages;
   cfg.rebalancing.num_stages = cfg.num_stages;
+  cfg.averaging.leader = cfg.leader;
+  cfg.rebalancing.leader = cfg.leader;
   self->state.rebalancing = self->spawn<caf::linked>(rebalancer, cfg.rebalancing, self->state.metrics);
   self->state.averaging = self->spawn<caf::linked>(averager, cfg.averaging, self->state.metrics,
                                                    self->state.rebalancing);

@@ -24,6 +24,7 @@
 #include <caf/actor_addr.hpp>
 
 #include "actors/averager.hpp"
+#include "actors/leadership.hpp"
 #include "base/metrics.hpp"
 #include "observe/status_board.hpp"
 #include "actors/rebalancer.hpp"
@@ -39,6 +40,9 @@ struct coordinator_settings {
   averager_settings averaging;  ///< the averaging coordinator it spawns (num_stages is copied in)
   rebalancer_settings rebalancing;  ///< the rebalancer it spawns (num_stages is copied in)
   std::shared_ptr<status_board> board;  ///< answers status requests; fed by the metrics sink's observer (may be null)
+  /// Elected through etcd (--control): its term and lease, shared with the
+  /// averager and the rebalancer (copied into theirs); null: the one coordinator.
+  std::shared_ptr<leadership> leader;
 };
 
 struct coordinator_state {

@@ -41,7 +41,26 @@ std::vector<policy::server_load> view(self_ptr self) {
   return out;
 }
 
+/// Records the cooldowns in etcd when they changed (elected only).
+void record_cooldowns(self_ptr self) {
+  auto& st = self->state;
+  if (!st.cfg.leader)
+    return;
+  rebalancer_record now;
+  if (std::isfinite(st.last_load_check))
+    now.last_load_move = st.started_unix + st.last_load_check;
+  for (const auto& [id, s] : st.servers)
+    if (std::isfinite(s.settled_at))
+      now.movers[id] = st.started_unix + s.settled_at;
+  if (now.last_load_move == st.recorded.last_load_move && now.movers == st.recorded.movers)
+    return;
+  st.recorded = now;
+  record(st.cfg.leader, rebalancer_key, encode_record(now));
+}
+
 void order_move(self_ptr self, const policy::move_plan& m) {
+  if (!may_order(self->state.cfg.leader))
+    return;
   auto& s = self->state.servers.at(m.server);
   s.moving_to = m.to;
   s.move_sent = now_s(self);
@@ -53,6 +72,7 @@ void order_move(self_ptr self, const policy::move_plan& m) {
   order.set_to_stage(static_cast<uint32_t>(m.to));
   order.set_reason(policy::to_string(m.reason));
   order.set_predicted_gain(m.gain);
+  order.set_term(term_of(self->state.cfg.leader));
   self->send(caf::actor_cast<stage_actor>(s.handle), move_atom::value, encode(order));
 }
 
@@ -68,8 +88,10 @@ void evaluate(self_ptr self, bool tick) {
       return s.second.moving_to.has_value();
     });
     const bool periodic = tick && !busy && now - st.last_load_check >= st.cfg.period_s;
-    if (periodic)
+    if (periodic) {
       st.last_load_check = now;
+      record_cooldowns(self);
+    }
     const auto m = policy::plan_move(st.cfg.stage_cost, view(self), now, periodic, st.cfg.policy);
     // One move at a time, but an empty stage does not wait; a placed server that
     // has not registered yet cannot be told anything.
@@ -136,6 +158,9 @@ void on_join(self_ptr self, const std::string& bytes, const caf::actor& handle) 
     s = {};
     s.handle = handle;
     s.settled_at = -std::numeric_limits<double>::infinity();  // a newcomer may move at once: only movers cool down
+    if (st.cfg.resume)  // a mover of the predecessor's still cools down
+      if (auto m = st.cfg.resume->movers.find(reg->server_id()); m != st.cfg.resume->movers.end())
+        s.settled_at = m->second - st.started_unix;
   } else if (s.stage == stage && !s.moving_to) {
     return;  // registered again (its coordinator connection had dropped), same stage
   } else {
@@ -147,6 +172,7 @@ void on_join(self_ptr self, const std::string& bytes, const caf::actor& handle) 
     s.settled_at = now;
   }
   s.stage = stage;
+  record_cooldowns(self);
   evaluate(self, false);
 }
 
@@ -172,6 +198,8 @@ caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
     return req.error();
   if (req->server_id().empty())
     return make_error(errc::BAD_REQUEST, "placement_request without a server id");
+  if (!may_order(st.cfg.leader))
+    return make_error(errc::PEER_GONE, "this coordinator's lease ran out: ask the new leader");
   const auto p = policy::place_joiner(st.cfg.stage_cost, view(self), st.cfg.policy);
   st.placed[req->server_id()] = {p.to, now_s(self)};
   get_logger("rebalancer")->info("placing new server {} on stage {}: slowest stage {:.1f} -> {:.1f} samples/s predicted",
@@ -179,6 +207,7 @@ caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
   proto::placement out;
   out.set_stage(static_cast<uint32_t>(p.to));
   out.set_predicted_gain(p.gain);
+  out.set_term(term_of(st.cfg.leader));
   return encode(out);
 }
 
@@ -194,6 +223,12 @@ rebalancer_actor::behavior_type rebalancer(self_ptr self, rebalancer_settings cf
   st.cfg = std::move(cfg);
   st.metrics = std::move(metrics);
   st.started = rebalancer_state::clock::now();
+  st.started_unix = unix_seconds();
+  if (st.cfg.resume) {
+    if (st.cfg.resume->last_load_move > 0)
+      st.last_load_check = st.cfg.resume->last_load_move - st.started_unix;
+    st.recorded = *st.cfg.resume;
+  }
   self->set_down_handler([self](caf::down_msg& msg) {
     auto& servers = self->state.servers;
     for (auto it = servers.begin(); it != servers.end(); ++it)

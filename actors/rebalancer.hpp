@@ -22,7 +22,10 @@
 // spread out. `enabled` false (--rebalance off): placements only, no moves.
 //
 // Restart: it keeps nothing. Servers register again (a mover registers on its
-// new stage when done); rates are measured anew.
+// new stage when done); rates are measured anew. Elected (--control): moves
+// carry the term and go out only while the lease holds; when the last load
+// move was weighed and when each mover arrived (the cooldowns) are recorded in
+// etcd (actors/control_records.hpp), and a successor resumes them.
 
 #include <chrono>
 #include <cmath>
@@ -34,6 +37,8 @@
 
 #include <caf/actor.hpp>
 
+#include "actors/control_records.hpp"
+#include "actors/leadership.hpp"
 #include "base/metrics.hpp"
 #include "actors/policy/rebalancing.hpp"
 #include "messages/protocol.hpp"
@@ -53,6 +58,8 @@ struct rebalancer_settings {
   /// cores are too noisy to compare servers by.
   double min_busy_s = 1.0;
   policy::rebalance_config policy; ///< cooldown_s is set from period_s (two periods)
+  std::shared_ptr<leadership> leader;        ///< elected: term, lease, record (null: the one coordinator)
+  std::optional<rebalancer_record> resume;   ///< the predecessor's cooldowns
 };
 
 struct rebalancer_state {
@@ -79,6 +86,8 @@ struct rebalancer_state {
   std::map<std::string, std::pair<int, double>> placed;   ///< id -> (stage, when): placed, not registered yet
   clock::time_point started;
   double last_load_check = 0;                             ///< when load moves were last considered
+  double started_unix = 0;                                ///< `started` as unix seconds: records hold unix times
+  rebalancer_record recorded;                             ///< the cooldowns as last recorded
 };
 
 [[nodiscard]] rebalancer_actor::behavior_type rebalancer(rebalancer_actor::stateful_pointer<rebalancer_state> self,

@@ -138,6 +138,7 @@ struct server_round {
   int64_t stale_samples = 0;              ///< of those, computed on parameters before `step` (local_gradient)
   int64_t microbatches = 0;
   double other_norm_sq = 0;               ///< round_begin.other_norm_sq: the clip's other stages
+  int64_t term = 0;                       ///< round_begin.term: the ordering coordinator's
   std::optional<reply_check> check;       ///< a provisional microbatch in its gradient (settle_held_for_round)
   bool finished = false;                  ///< applied or given up
   bool writer = false;                    ///< its lowest live member: writes the stage's checkpoint
@@ -223,6 +224,7 @@ struct membership_state {
   std::optional<std::chrono::steady_clock::time_point> stopping;
   int64_t stopping_samples = 0;            ///< gradient samples held when stopped
   std::set<uint32_t> left_stages;          ///< stages it served before: their late requests get LEAVING, not an error
+  int64_t newest_term = 0;                 ///< the newest coordinator term seen (Fencing, moving::accept_term)
   std::chrono::steady_clock::time_point serving_since = std::chrono::steady_clock::now();  ///< first checkpoint due from here
 
   [[nodiscard]] bool draining() const { return move.has_value(); }

@@ -111,6 +111,7 @@ void finish(server_ptr self, std::string why, const proto::round_outcome& o, con
                    {{"stage", stage_of(self)},
                     {"server", st.cfg.server_id},
                     {"round", static_cast<int64_t>(r.id)},
+                    {"term", r.term},
                     {"step", st.worker->steps()},
                     {"applied", applied},
                     {"peers", int64_t{r.members}},
@@ -200,6 +201,8 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
     log->info("stage {}: ignored a round of stage {} (this server left it)", stage_of(self), begin->stage());
     return;
   }
+  if (!moving::accept_term(self, begin->term(), "round"))
+    return;
   bool member = false;
   for (const auto& m : members)
     member = member || m.address() == st.avg.peer.address();
@@ -219,6 +222,7 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
   r.step = begin->step();
   r.members = begin->members_size();
   r.other_norm_sq = std::isfinite(begin->other_norm_sq()) ? std::max(begin->other_norm_sq(), 0.0) : 0.0;
+  r.term = begin->term();
   r.started = clock_type::now();
   st.avg.round = r;
   // A draining server takes part too: its gradient goes in before it leaves (stage_server_move.hpp).

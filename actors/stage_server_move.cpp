@@ -37,10 +37,19 @@ caf::error register_now(server_ptr self) {
   st.member.registration.set_stage(static_cast<uint32_t>(stage_of(self)));
   caf::error refused;
   caf::scoped_actor blocking{self->system()};
+  int64_t term = 0;
   blocking
       ->request(st.member.coordinator, std::chrono::seconds(10), register_atom::value, encode(st.member.registration),
                 caf::actor_cast<stage_actor>(self), caf::actor_cast<caf::actor>(st.avg.peer))
-      .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
+      .receive(
+          [&](const std::string& bytes) {
+            if (auto rep = decode<proto::register_reply>(bytes, "register_reply"))
+              term = rep->term();
+          },
+          [&](caf::error& err) { refused = std::move(err); });
+  if (!refused && !accept_term(self, term, "registration"))
+    refused = make_error(errc::PEER_GONE, "the coordinator's term " + std::to_string(term) +
+                                              " is older than one this server saw: it no longer leads");
   if (refused)
     return refused;
   blocking->request(st.member.coordinator, std::chrono::seconds(10), averager_atom::value)
@@ -161,10 +170,29 @@ caf::result<std::string> on_register(server_ptr self, const std::string& bytes, 
   return std::string{};
 }
 
+bool accept_term(server_ptr self, int64_t term, const char* what) {
+  auto& st = self->state;
+  if (term >= st.member.newest_term) {
+    st.member.newest_term = term;
+    return true;
+  }
+  get_logger("stage_server")
+      ->warn("stage {}: refused a {} order of coordinator term {}: term {} leads now (a deposed coordinator's order)",
+             stage_of(self), what, term, st.member.newest_term);
+  st.metrics->emit("stale_order", {{"stage", stage_of(self)},
+                                   {"server", st.cfg.server_id},
+                                   {"order", std::string{what}},
+                                   {"term", term},
+                                   {"newest_term", st.member.newest_term}});
+  return false;
+}
+
 void on_move(server_ptr self, const std::string& bytes) {
   auto& st = self->state;
   auto log = get_logger("stage_server");
   auto order = decode<proto::move_order>(bytes, "move_order");
+  if (order && !accept_term(self, order->term(), "move"))
+    return;
   const auto here = static_cast<uint32_t>(stage_of(self));
   if (!order || order->stage() != here || order->to_stage() == here ||
       order->to_stage() >= static_cast<uint32_t>(st.cfg.num_stages) || (st.member.move && st.member.move->to_stage() != order->to_stage())) {

@@ -36,6 +36,11 @@ using server_ptr = stage_actor::stateful_pointer<stage_server_state>;
 [[nodiscard]] caf::result<std::string> on_register(server_ptr self, const std::string& bytes,
                                                    const caf::actor& coordinator);
 void on_move(server_ptr self, const std::string& bytes);
+/// Fencing: whether an order (`what`: round, reload, move) of coordinator term
+/// `term` may be carried out. A term older than the newest this server saw
+/// (on an order, or registering) comes from a deposed leader: refused, logged
+/// and counted (`stale_order`). A newer one becomes the newest.
+bool accept_term(server_ptr self, int64_t term, const char* what);
 /// A round or a reload ended: a move that waited for it goes on, a stop that
 /// waited for it ends.
 void resume(server_ptr self);

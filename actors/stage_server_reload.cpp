@@ -22,7 +22,7 @@ int64_t stage(server_ptr self) { return self->state.worker->span().stage; }
 void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer) {
   auto& st = self->state;
   auto order = decode<proto::reload_order>(bytes, "reload_order");
-  if (!order || st.avg.reloading)
+  if (!order || st.avg.reloading || !moving::accept_term(self, order->term(), "reload"))
     return;
   if (!peer) {  // the stage's state was lost: its newest checkpoint, if ahead of this server
     if (st.avg.in_round() || st.member.draining() || order->stage() != static_cast<uint32_t>(stage(self)))

@@ -58,11 +58,12 @@ int wait_for_port(const std::string& file, pid_t coordinator) {
 
 namespace {
 
-/// SIGTERM to the children of roles `which`, SIGKILL to those alive 10 s later.
-void stop_children(children_map& children, std::set<role> which, const std::shared_ptr<spdlog::logger>& log) {
+/// SIGTERM to the children of roles `which` (etcd members: `etcd`), SIGKILL to those alive 10 s later.
+void stop_children(children_map& children, std::set<role> which, const std::shared_ptr<spdlog::logger>& log,
+                   bool etcd = false) {
   std::set<pid_t> targets;
   for (const auto& [pid, c] : children)
-    if (which.count(c.which))
+    if (c.etcd == etcd && (etcd || which.count(c.which)))
       targets.insert(pid);
   for (pid_t pid : targets)
     ::kill(pid, SIGTERM);
@@ -97,6 +98,7 @@ void stop_all(children_map& children, const std::shared_ptr<spdlog::logger>& log
   rest.erase(role::coordinator);
   stop_children(children, rest, log);
   stop_children(children, {role::coordinator}, log);
+  stop_children(children, {}, log, true);
 }
 
 int free_tcp_port(const std::string& host) {

@@ -21,6 +21,7 @@ struct child {
   std::string name;  ///< "coordinator", "server 1.0", "trainer 0"
   role which = role::server;
   int stage = -1;    ///< servers: the stage it was started on (it may have moved since)
+  bool etcd = false; ///< an etcd member (--control-replicas), not this binary: stopped last
 };
 using children_map = std::map<pid_t, child>;
 
@@ -35,7 +36,8 @@ pid_t spawn_child(const std::vector<std::string>& args);
 
 /// Trainers first (their microbatches in flight finish while the servers still
 /// serve), then servers and the rest, the coordinator last, so nobody sees the
-/// registry vanish and tries to register again on the way out: SIGTERM, and
+/// registry vanish and tries to register again on the way out, etcd members
+/// after them (a leader resigns on its way out): SIGTERM, and
 /// SIGKILL to those alive 10 s later, per group. Stopped children are removed from `children`.
 void stop_all(children_map& children, const std::shared_ptr<spdlog::logger>& log);
 

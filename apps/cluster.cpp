@@ -10,6 +10,12 @@
 // --chaos hits servers and the coordinator. What to do in either case is a
 // pure decision of actors/policy/chaos.hpp; this file carries it out.
 //
+// --control-replicas N: no single coordinator. N etcd members on loopback
+// (their data and logs in the run's folder, etcd/), two coordinator
+// candidates elected through them, and every child with --control. A
+// candidate or member that exits is started again (the same ports and data);
+// --chaos-coordinator-every hits whichever candidate leads.
+//
 // Every child is this same binary with another --role and the full config as
 // flags. Children inherit stdout/stderr, so their progress lines show here.
 
@@ -17,6 +23,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <set>
@@ -34,6 +41,7 @@
 #include "apps/roles.hpp"
 #include "apps/weight_roles.hpp"
 #include "base/log.hpp"
+#include "apps/control.hpp"
 #include "base/metrics.hpp"
 #include "observe/run_summary.hpp"
 
@@ -109,6 +117,17 @@ struct recovery {
   bool killed = false;  ///< restart it (SIGKILLed) rather than continue it (SIGSTOPped)
 };
 
+/// --control-replicas: an etcd member or a coordinator candidate, started
+/// again with the same arguments whenever it exits.
+struct control_process {
+  std::string name;
+  std::vector<std::string> args;
+  bool etcd = false;
+  int port = 0;  ///< candidates: the port they publish on (how the leader's address names one)
+  pid_t pid = 0;
+  std::optional<clock_type::time_point> restart_at;
+};
+
 class supervisor {
 public:
   explicit supervisor(app_config cfg);
@@ -121,6 +140,9 @@ private:
   std::vector<std::string> coordinator_args(std::vector<std::string> extra) const;
   pid_t start_server(const child& c, bool restart);
   void start_coordinator_again();
+  bool start_control(const std::string& dir);
+  void start_control_process(control_process& p);
+  pid_t leading_candidate();
   // running
   void chaos(clock_type::time_point now);
   void hit(pid_t pid, bool kill, clock_type::time_point now);
@@ -159,6 +181,9 @@ private:
   bool wiped_ = false;
   std::vector<recovery> recoveries_;
   std::set<pid_t> chaos_killed_;
+  // --control-replicas.
+  std::vector<control_process> control_;
+  std::unique_ptr<etcd_client> etcd_;
 };
 
 supervisor::supervisor(app_config cfg)
@@ -193,13 +218,113 @@ std::vector<std::string> supervisor::coordinator_args(std::vector<std::string> e
 /// then servers stay where they started, restarts included.
 pid_t supervisor::start_server(const child& c, bool restart) {
   const bool auto_stage = restart && cfg_.coordinator.rebalance == "on";
-  std::vector<std::string> extra{"--coordinator", address_, "--stage",
-                                 auto_stage ? std::string{"auto"} : std::to_string(c.stage), "--threads", threads_};
+  std::vector<std::string> extra{"--stage", auto_stage ? std::string{"auto"} : std::to_string(c.stage), "--threads",
+                                 threads_};
+  if (control_.empty())
+    extra.insert(extra.end(), {"--coordinator", address_});
   if (const auto i = launch_index_.at(c.name); i < slowdowns_.size())
     extra.insert(extra.end(), {"--slowdown", slowdowns_[i]});
   const pid_t pid = spawn_child(args_for(role::server, extra));
   children_[pid] = c;
   return pid;
+}
+
+void supervisor::start_control_process(control_process& p) {
+  p.pid = spawn_child(p.args);
+  p.restart_at.reset();
+  children_[p.pid] = {p.name, role::coordinator, -1, p.etcd};
+  metrics_->emit("process_start", {{"process", p.name}, {"pid", int64_t{p.pid}}});
+}
+
+/// --control-replicas: the etcd members, then two candidates; true once one
+/// of them leads (its port file appeared), with address_ its address.
+bool supervisor::start_control(const std::string& dir) {
+  const int n = cfg_.cluster.control_replicas;
+  std::string etcd_exe;
+  for (const char* d : {"/usr/bin", "/usr/local/bin", "/usr/sbin"})
+    if (::access((std::string{d} + "/etcd").c_str(), X_OK) == 0) {
+      etcd_exe = std::string{d} + "/etcd";
+      break;
+    }
+  if (etcd_exe.empty()) {
+    log_->error("--control-replicas needs etcd, which is not installed here (Debian's etcd-server; scripts/setup.sh "
+                "installs it)");
+    return false;
+  }
+  const std::string data = std::filesystem::path(cfg_.metrics).parent_path() / "etcd";
+  std::filesystem::create_directories(data);
+  std::vector<int> client(n), peer(n);
+  std::string initial, endpoints;
+  for (int i = 0; i < n; ++i) {
+    client[i] = free_tcp_port("127.0.0.1");
+    peer[i] = free_tcp_port("127.0.0.1");
+    initial += (i ? "," : "") + ("m" + std::to_string(i)) + "=http://127.0.0.1:" + std::to_string(peer[i]);
+    endpoints += (i ? "," : "") + ("127.0.0.1:" + std::to_string(client[i]));
+  }
+  for (int i = 0; i < n; ++i) {
+    const std::string name = "m" + std::to_string(i), c = "http://127.0.0.1:" + std::to_string(client[i]),
+                      p = "http://127.0.0.1:" + std::to_string(peer[i]);
+    // Heartbeat 50 ms, election 500 ms: etcd's lease minimum becomes 1 s
+    // (1.5 election timeouts, rounded up), so --control-lease 1 is honoured.
+    control_.push_back({"etcd " + name,
+                        {etcd_exe, "--name", name, "--data-dir", data + "/" + name, "--listen-client-urls", c,
+                         "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+                         "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token",
+                         "swarm-" + std::to_string(::getpid()), "--heartbeat-interval", "50", "--election-timeout",
+                         "500", "--logger", "zap", "--log-outputs", data + "/" + name + ".log"},
+                        true});
+  }
+  cfg_.net.control = "etcd://" + endpoints;
+  common_ = to_flags(cfg_);
+  etcd_ = control::client_of(cfg_, std::chrono::milliseconds(500));
+  for (int i = 0; i < 2; ++i) {
+    const int port = free_tcp_port("127.0.0.1");
+    std::vector<std::string> extra{"--port", std::to_string(port), "--port-file",
+                                   dir + "/candidate" + std::to_string(i) + ".port"};
+    if (i == 0)  // the status page of the first candidate; the other's on its own port
+      extra.insert(extra.end(), http_flags_.begin(), http_flags_.end());
+    else if (!http_flags_.empty())
+      extra.insert(extra.end(), {"--http-port", std::to_string(free_tcp_port(cfg_.coordinator.http_host)), "--http-host",
+                                 cfg_.coordinator.http_host});
+    control_.push_back({"coordinator " + std::string(1, static_cast<char>('A' + i)),
+                        args_for(role::coordinator, extra), false, port});
+  }
+  for (auto& p : control_)
+    start_control_process(p);
+  log_->info("etcd members on {} (data and logs in {}); coordinator candidates on ports {} and {}", endpoints, data,
+             control_[static_cast<size_t>(n)].port, control_[static_cast<size_t>(n) + 1].port);
+  // One of them leads once its port file appears (a standby writes none).
+  const auto deadline = clock_type::now() + after_s(std::max(30.0, cfg_.net.coordinator_wait_s));
+  while (clock_type::now() < deadline && !stop_requested) {
+    for (int i = 0; i < 2; ++i) {
+      std::ifstream in(dir + "/candidate" + std::to_string(i) + ".port");
+      if (in >> port_ && port_ > 0) {
+        address_ = "127.0.0.1:" + std::to_string(port_);
+        return true;
+      }
+    }
+    int status = 0;
+    if (const pid_t pid = ::waitpid(-1, &status, WNOHANG); pid > 0) {
+      log_->error("{} exited with code {} while starting", children_[pid].name,
+                  WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+      children_.erase(pid);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  log_->error("no coordinator candidate was elected within {:.0f} s", std::max(30.0, cfg_.net.coordinator_wait_s));
+  return false;
+}
+
+/// The pid of the candidate etcd names as leader; 0 when none leads or etcd does not answer.
+pid_t supervisor::leading_candidate() {
+  auto found = control::find_leader(*etcd_);
+  if (!found || !*found)
+    return 0;
+  for (const auto& p : control_)
+    if (!p.etcd && p.pid > 0 && (*found)->address == "127.0.0.1:" + std::to_string(p.port))
+      return p.pid;
+  return 0;
 }
 
 /// starting: the coordinator (until its port file appears), the servers, the trainers.
@@ -212,15 +337,22 @@ bool supervisor::start() {
     http_flags_ = {"--http-port", std::to_string(http_port), "--http-host", cfg_.coordinator.http_host};
   char dir_template[] = "/tmp/swarm-cluster-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
-  coordinator_ = spawn_child(coordinator_args({"--port", "0", "--port-file", dir + "/coordinator.port"}));
-  children_[coordinator_] = {"coordinator", role::coordinator, -1};
-  port_ = wait_for_port(dir + "/coordinator.port", coordinator_);
-  std::filesystem::remove_all(dir);
-  if (port_ == 0) {
-    log_->error("the coordinator did not start (see its message above)");
-    return false;
+  if (cfg_.cluster.control_replicas > 0) {
+    const bool elected = start_control(dir);
+    std::filesystem::remove_all(dir);
+    if (!elected)
+      return false;
+  } else {
+    coordinator_ = spawn_child(coordinator_args({"--port", "0", "--port-file", dir + "/coordinator.port"}));
+    children_[coordinator_] = {"coordinator", role::coordinator, -1};
+    port_ = wait_for_port(dir + "/coordinator.port", coordinator_);
+    std::filesystem::remove_all(dir);
+    if (port_ == 0) {
+      log_->error("the coordinator did not start (see its message above)");
+      return false;
+    }
+    address_ = "127.0.0.1:" + std::to_string(port_);
   }
-  address_ = "127.0.0.1:" + std::to_string(port_);
   const auto per_stage = cfg_.cluster.servers_of_stages(cfg_.stages);
   threads_ = std::to_string(threads_per_server(cfg_, std::accumulate(per_stage.begin(), per_stage.end(), 0)));
   for (int s = 0; s < cfg_.stages; ++s)
@@ -230,16 +362,18 @@ bool supervisor::start() {
       start_server(c, false);
     }
   trainers_left_ = cfg_.cluster.trainers;
-  for (int i = 0; i < cfg_.cluster.trainers; ++i)
-    children_[spawn_child(args_for(role::trainer,
-                                     {"--coordinator", address_, "--threads", "1", "--trainer-slot", std::to_string(i)}))] = {
-        "trainer " + std::to_string(i), role::trainer, -1};
+  for (int i = 0; i < cfg_.cluster.trainers; ++i) {
+    std::vector<std::string> extra{"--threads", "1", "--trainer-slot", std::to_string(i)};
+    if (control_.empty())
+      extra.insert(extra.end(), {"--coordinator", address_});
+    children_[spawn_child(args_for(role::trainer, extra))] = {"trainer " + std::to_string(i), role::trainer, -1};
+  }
   log_->info("coordinator on {}, {} stages with {} servers ({} torch threads each), {} trainer(s); Ctrl-C stops all",
              address_, cfg_.stages, join_list(per_stage), threads_, cfg_.cluster.trainers);
   if (http_port > 0)
-    log_->info("status page: http://{}:{}/  (swarm --role status --coordinator {} prints it here)",
+    log_->info("status page: http://{}:{}/  (swarm --role status {} prints it here)",
                cfg_.coordinator.http_host == "0.0.0.0" ? "127.0.0.1" : cfg_.coordinator.http_host, http_port,
-               address_);
+               control_.empty() ? "--coordinator " + address_ : "--control " + cfg_.net.control);
   metrics_->emit("cluster_start", {{"stages", int64_t{cfg_.stages}},
                                    {"stage_servers", join_list(per_stage)},
                                    {"trainers", int64_t{cfg_.cluster.trainers}},
@@ -290,6 +424,13 @@ void supervisor::chaos(clock_type::time_point now) {
       if (s.stage == stage)
         hit(static_cast<pid_t>(s.id), true, now);
   }
+  if (c.chaos_coordinator_every_s > 0 && now >= next_coordinator_hit_ && !control_.empty()) {
+    next_coordinator_hit_ = now + after_s(c.chaos_coordinator_every_s);
+    if (const pid_t leader = leading_candidate(); leader > 0)
+      hit(leader, c.chaos_coordinator_action == "kill", now);
+    else
+      log_->warn("chaos: no coordinator leads right now; none hit");
+  }
   if (c.chaos_coordinator_every_s > 0 && now >= next_coordinator_hit_ && children_.count(coordinator_)) {
     next_coordinator_hit_ = now + after_s(c.chaos_coordinator_every_s);
     ::kill(coordinator_, SIGKILL);
@@ -303,6 +444,11 @@ void supervisor::chaos(clock_type::time_point now) {
 
 /// running: servers hit by chaos come back when due; the coordinator when its restart is due.
 void supervisor::recover(clock_type::time_point now) {
+  for (auto& p : control_)
+    if (p.restart_at && now >= *p.restart_at) {
+      start_control_process(p);
+      log_->info("started {} again (pid {})", p.name, p.pid);
+    }
   if (restart_coordinator_at_ && now >= *restart_coordinator_at_) {
     restart_coordinator_at_.reset();
     start_coordinator_again();
@@ -310,6 +456,10 @@ void supervisor::recover(clock_type::time_point now) {
   for (auto it = recoveries_.begin(); it != recoveries_.end();) {
     if (now < it->at) {
       ++it;
+      continue;
+    }
+    if (it->killed && it->victim.which != role::server) {  // a candidate: restarted when it exited
+      it = recoveries_.erase(it);
       continue;
     }
     const pid_t pid = it->killed ? start_server(it->victim, true) : it->pid;
@@ -327,6 +477,16 @@ void supervisor::recover(clock_type::time_point now) {
 bool supervisor::on_exit(pid_t pid, int status) {
   const auto c = children_[pid];
   children_.erase(pid);
+  for (auto& p : control_)
+    if (p.pid == pid) {
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (chaos_killed_.erase(pid) == 0)
+        metrics_->emit("process_exit", {{"process", p.name}, {"pid", int64_t{pid}}, {"code", int64_t{code}}});
+      log_->warn("{} (pid {}) exited with code {}; starting it again", p.name, pid, code);
+      p.pid = 0;
+      p.restart_at = clock_type::now() + std::chrono::milliseconds(p.etcd ? 1000 : 200);
+      return true;
+    }
   if (chaos_killed_.erase(pid) > 0)
     return true;  // our own doing, logged when it happened
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

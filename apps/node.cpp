@@ -12,6 +12,7 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
+#include "apps/control.hpp"
 #include "messages/errors.hpp"
 #include "models/shape/cost_model.hpp"
 #include "messages/types.hpp"
@@ -149,6 +150,8 @@ caf::actor_system& node::start() {
   configure(sys_cfg_, cfg_);
   sys_ = std::make_unique<caf::actor_system>(sys_cfg_);
   start_stop_watchdog(who_);
+  if (!cfg_.net.control.empty())
+    etcd_ = control::client_of(cfg_, std::chrono::milliseconds(500));
   return *sys_;
 }
 
@@ -163,8 +166,26 @@ void node::phase(const char* what) {
 /// the link dropped (this process or the coordinator was stopped longer than
 /// the connection timeout) and the coordinator lives on. A timed request tells
 /// them apart.
-caf::expected<coordinator_actor> node::dial_coordinator(const std::string& address, const caf::actor_addr& lost) {
-  const auto hp = split_host_port(address);  // validated by parse_config
+caf::expected<std::string> node::leader_address(int64_t lost_term) {
+  auto found = control::find_leader(*etcd_);
+  if (!found)
+    return make_error(errc::PEER_GONE, "etcd at " + cfg_.net.control + ": " + describe(found.error()));
+  if (!*found)
+    return make_error(errc::PEER_GONE, "no coordinator leads now (etcd at " + cfg_.net.control + ")");
+  if ((*found)->term <= lost_term)
+    return make_error(errc::PEER_GONE, "etcd still names the lost leader (term " + std::to_string((*found)->term) +
+                                           ") until its lease expires");
+  found_term_ = (*found)->term;
+  return (*found)->address;
+}
+
+bool node::newer_leader() {
+  auto found = control::find_leader(*etcd_);
+  return found && *found && (*found)->term > term_;
+}
+
+caf::expected<coordinator_actor> node::dial_coordinator(const std::string& fixed, const caf::actor_addr& lost) {
+  const int64_t lost_term = lost ? term_ : 0;
   const double wait_s = cfg_.net.coordinator_wait_s;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -173,24 +194,34 @@ caf::expected<coordinator_actor> node::dial_coordinator(const std::string& addre
   bool told = false;  // a person should not wait the whole time to learn that it is trying
   for (;;) {
     caf::expected<coordinator_actor> handle{caf::error{}};
-    if (auto found = dial(*sys_, hp->first, hp->second, std::chrono::seconds(5)))
+    auto address = etcd_ ? leader_address(lost_term) : caf::expected<std::string>{fixed};
+    const auto hp = address ? split_host_port(*address) : std::nullopt;  // --coordinator: validated by parse_config
+    if (!address)
+      handle = std::move(address.error());
+    else if (!hp)
+      handle = make_error(errc::BAD_REQUEST, "etcd names the leader at '" + *address + "', not HOST:PORT");
+    else if (auto found = dial(*sys_, hp->first, hp->second, std::chrono::seconds(5)))
       handle = caf::actor_cast<coordinator_actor>(std::move(*found));
     else
       handle = std::move(found.error());
     if (handle && lost && handle->address() == lost && !answers(*sys_, *handle, std::chrono::seconds(3)))
       handle = make_error(errc::PEER_GONE, "the lost coordinator is still cached and does not answer");
+    if (handle && etcd_)
+      term_ = found_term_;
+    const std::string address_text = etcd_ ? "(the leader through etcd at " + cfg_.net.control + ")" : fixed;
     const bool out_of_time = std::chrono::steady_clock::now() > deadline || stop_requested;
     if (!handle && out_of_time)
-      std::cerr << "swarm: " << who_ << " cannot reach coordinator " << address << ": " << describe(handle.error())
+      std::cerr << "swarm: " << who_ << " cannot reach coordinator " << address_text << ": " << describe(handle.error())
                 << tls_hint(describe(handle.error()), tls) << "\n";
     else if (!handle && !lost && !told) {
       told = true;
       get_logger(who_)->warn("cannot reach the coordinator at {} yet: {}{}; trying again for up to {:g} s (--coordinator-wait)",
-                             address, describe(handle.error()), tls_hint(describe(handle.error()), tls), wait_s);
+                             address_text, describe(handle.error()), tls_hint(describe(handle.error()), tls), wait_s);
     }
     if (handle || out_of_time)
       return handle;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Following etcd: a successor is elected the moment the lost leader's lease ends.
+    std::this_thread::sleep_for(std::chrono::milliseconds(etcd_ ? 50 : 200));
   }
 }
 
@@ -257,7 +288,15 @@ node::wait_result node::wait_for(const caf::actor& whom, const caf::actor& watch
   if (watched)
     self->monitor(watched);
   bool asked = false;
+  auto next_poll = std::chrono::steady_clock::now();
   for (;;) {
+    // --control: a newer leader can be elected while the old one's link still
+    // looks alive (it was stopped, or cut off from etcd): follow etcd.
+    if (etcd_ && watched && std::chrono::steady_clock::now() >= next_poll) {
+      next_poll = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
+      if (newer_leader())
+        return {true, {}};
+    }
     if (stop_requested && !asked) {
       self->send_exit(whom, caf::exit_reason::user_shutdown);
       asked = true;
@@ -285,7 +324,9 @@ caf::error node::run_with_coordinator(const caf::actor& whom, coordinator_actor 
       return waited.reason;
     if (coordinator_up)
       *coordinator_up = false;
-    get_logger(who_)->warn("lost the coordinator; joining it again when it is back");
+    get_logger(who_)->warn(etcd_ ? "lost the coordinator (term {}); joining the next leader etcd names"
+                                 : "lost the coordinator; joining it again when it is back",
+                           term_);
     const auto lost = coord.address();
     for (;;) {
       auto fresh = dial_coordinator(address, lost);
@@ -295,7 +336,10 @@ caf::error node::run_with_coordinator(const caf::actor& whom, coordinator_actor 
         coord = *fresh;
         if (coordinator_up)
           *coordinator_up = true;
-        get_logger(who_)->info("joined the coordinator again");
+        if (etcd_)
+          get_logger(who_)->info("joined the coordinator of term {}", term_);
+        else
+          get_logger(who_)->info("joined the coordinator again");
         break;
       }
     }

@@ -33,6 +33,7 @@
 #include "models/checkpoint.hpp"
 #include "net/basp_guard.hpp"
 #include "net/bulk.hpp"
+#include "net/etcd.hpp"
 
 namespace swarm {
 
@@ -67,8 +68,9 @@ public:
   /// What the process is doing now, for the stop watchdog's message.
   void phase(const char* what);
 
-  /// The coordinator at `address`, retried while it starts up; ends the process
-  /// with 1 when it cannot be reached within 30 s.
+  /// The coordinator at `address` (with --control: the leader etcd names),
+  /// retried while it starts up; ends the process with 1 when it cannot be
+  /// reached within --coordinator-wait.
   coordinator_actor connect(const std::string& address);
 
   /// This process's end of the bulk data plane on --host; ends the process with
@@ -90,9 +92,11 @@ public:
   }
 
   /// Waits until `whom` terminates and returns its exit reason; a signal asks
-  /// it to exit. Whenever the coordinator goes down meanwhile, connects to its
-  /// successor at `address` and calls `rejoin(new coordinator)` until that
-  /// returns true; `coordinator_up`, if given, says whether one is joined.
+  /// it to exit. Whenever the coordinator goes down meanwhile (with
+  /// --control: or etcd names a leader of a newer term), connects to its
+  /// successor at `address` (or etcd's leader) and calls `rejoin(new
+  /// coordinator)` until that returns true; `coordinator_up`, if given, says
+  /// whether one is joined.
   caf::error run_with_coordinator(const caf::actor& whom, coordinator_actor coord, const std::string& address,
                                   const std::function<bool(const coordinator_actor&)>& rejoin,
                                   std::atomic<bool>* coordinator_up = nullptr);
@@ -112,6 +116,11 @@ private:
   };
   wait_result wait_for(const caf::actor& whom, const caf::actor& watched);
   caf::expected<coordinator_actor> dial_coordinator(const std::string& address, const caf::actor_addr& lost);
+  /// --control: the leader's address now; an error while none leads, or
+  /// while etcd still names the lost one (a term not above `lost_term`).
+  caf::expected<std::string> leader_address(int64_t lost_term);
+  /// --control: whether etcd names a leader of a newer term than the one joined.
+  bool newer_leader();
   std::unique_ptr<basp_guard> guard(const caf::expected<uint16_t>& local, int port, bool tls);
 
   const app_config& cfg_;
@@ -120,6 +129,9 @@ private:
   caf::actor_system_config sys_cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   std::shared_ptr<bulk_endpoint> bulk_;
+  std::unique_ptr<etcd_client> etcd_;  ///< --control only
+  int64_t term_ = 0;                   ///< --control: the joined leader's term
+  int64_t found_term_ = 0;             ///< --control: the term of the leader leader_address found last
 };
 
 } // namespace swarm

@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 #include <fstream>
 #include <iostream>
 
 #include <caf/all.hpp>
 
 #include "actors/coordinator.hpp"
+#include "apps/children.hpp"
+#include "apps/control.hpp"
 #include "apps/http_status.hpp"
 #include "apps/node.hpp"
 #include "apps/roles.hpp"
@@ -43,41 +46,170 @@ void write_port_file(const std::string& path, uint16_t port) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
-} // namespace
-
-int run_coordinator(const app_config& cfg) {
-  node n{cfg, "coordinator", "coordinator", "coordinator"};
-  auto log = get_logger("coordinator");
-  auto settings = settings_of(cfg);
-  n.start();
+/// The status page (when --http-port asks for one), fed by the process's events.
+std::unique_ptr<http_status> start_status_page(node& n, const app_config& cfg, coordinator_settings& settings) {
   settings.board = std::make_shared<status_board>(unix_seconds());
   n.metrics()->observe([board = settings.board](double t, const char* event,
                                                 std::initializer_list<metrics_sink::field> fields) {
     board->on_event(t, event, fields);
   });
-  std::unique_ptr<http_status> http;
-  if (cfg.coordinator.http_port > 0) {
-    std::string error;
-    http = http_status::start(cfg.coordinator.http_host, static_cast<uint16_t>(cfg.coordinator.http_port),
-                              settings.board, error);
-    if (!http) {
-      std::cerr << "swarm: coordinator: " << error << " (--http-port, --http-host)\n";
-      n.end(2);
-    }
-    log->info("status page on http://{}:{}/ (also /api/status and /metrics)", cfg.coordinator.http_host,
-              http->port());
+  if (cfg.coordinator.http_port <= 0)
+    return nullptr;
+  std::string error;
+  auto http = http_status::start(cfg.coordinator.http_host, static_cast<uint16_t>(cfg.coordinator.http_port),
+                                 settings.board, error);
+  if (!http) {
+    std::cerr << "swarm: coordinator: " << error << " (--http-port, --http-host)\n";
+    n.end(2);
   }
+  get_logger("coordinator")->info("status page on http://{}:{}/ (also /api/status and /metrics)",
+                                  cfg.coordinator.http_host, http->port());
+  return http;
+}
+
+/// The coordinator actor published on `port`; ends the process when it cannot listen.
+std::pair<coordinator_actor, std::unique_ptr<basp_guard>> serve(node& n, const app_config& cfg,
+                                                               const coordinator_settings& settings, int port) {
   auto coord = n.sys().spawn(coordinator, settings, n.metrics());
   // reuse: a coordinator restarted on its old port must not wait out TIME_WAIT.
-  auto guard = n.publish(coord, cfg.coordinator.port, true);
+  auto guard = n.publish(coord, port, true);
   if (!guard) {
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     n.end(1);
   }
   if (!cfg.coordinator.port_file.empty())
     write_port_file(cfg.coordinator.port_file, guard->port());
-  log->info("listening on port {} for {} stages (model hash {}, tokenizer {}, {} ids)", guard->port(), cfg.stages,
-            cfg.model.hash(), cfg.model.tokenizer, cfg.model.vocab);
+  get_logger("coordinator")
+      ->info("listening on port {} for {} stages (model hash {}, tokenizer {}, {} ids)", guard->port(), cfg.stages,
+             cfg.model.hash(), cfg.model.tokenizer, cfg.model.vocab);
+  return {coord, std::move(guard)};
+}
+
+/// A lease from etcd, tried for up to --coordinator-wait at start (then exit
+/// 1 naming the endpoints), and for as long as it takes later.
+int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at_start) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                               std::chrono::duration<double>(cfg.net.coordinator_wait_s));
+  bool told = false;
+  for (;;) {
+    auto lease = client.grant(cfg.net.control_lease_s);
+    if (lease)
+      return *lease;
+    if (stop_requested)
+      n.end(0);
+    if (at_start && std::chrono::steady_clock::now() > deadline) {
+      std::cerr << "swarm: coordinator cannot reach etcd at " << cfg.net.control << " within "
+                << cfg.net.coordinator_wait_s << " s (--coordinator-wait): " << describe(lease.error()) << "\n";
+      n.end(1);
+    }
+    if (!told)
+      get_logger("coordinator")->warn("etcd at {}: {}; trying again", cfg.net.control, describe(lease.error()));
+    told = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+/// --control: a candidate. Stands by until etcd elects it, then coordinates
+/// as the one coordinator does, with its term on every order, until it stops
+/// (resigning, so a standby takes over at once) or loses its lease (exit 3:
+/// it must not order any more, and it stands again as a fresh process).
+[[noreturn]] void run_candidate(node& n, const app_config& cfg, coordinator_settings settings) {
+  auto log = get_logger("coordinator");
+  auto client = control::client_of(cfg, std::chrono::seconds(1));
+  const int port = cfg.coordinator.port > 0 ? cfg.coordinator.port : free_tcp_port("0.0.0.0");
+  if (port == 0) {
+    std::cerr << "swarm: coordinator: no free port to listen on\n";
+    n.end(1);
+  }
+  const std::string address = cfg.server.host + ":" + std::to_string(port);
+  const auto since = std::chrono::steady_clock::now();
+  int64_t lease = grant_lease(n, *client, cfg, true);
+  auto leader = std::make_shared<leadership>();
+  std::unique_ptr<control::lease_keeper> keeper;
+  std::optional<etcd_leadership> won;
+  n.phase("standing by");
+  log->info("standing by as {} for the election through etcd at {}", address, cfg.net.control);
+  for (bool told = false; !won;) {
+    leader = std::make_shared<leadership>();
+    keeper = std::make_unique<control::lease_keeper>(control::members_of(cfg), lease, cfg.net.control_lease_s, leader);
+    auto result = client->campaign(control::election, address, lease, std::chrono::seconds(5));
+    if (result && keeper->wait_renewed(std::chrono::milliseconds(500))) {
+      won = *result;
+      break;
+    }
+    if (stop_requested)
+      n.end(0);
+    if (!result && code_of(result.error()) != errc::TIMEOUT && !told) {
+      log->warn("campaign through etcd failed: {}; trying again", describe(result.error()));
+      told = true;
+    }
+    // A campaign given up is withdrawn by etcd later (net/etcd.hpp): never reuse its lease.
+    keeper.reset();
+    (void)client->revoke(lease);
+    lease = grant_lease(n, *client, cfg, false);
+  }
+  leader->term = won->term;
+  keeper->watch(*won);
+  auto resume = control::load_resume(*client, cfg.stages);
+  if (!resume) {
+    log->warn("reading what the previous leader recorded failed: {}; starting from the servers' reports",
+              describe(resume.error()));
+    resume = control::resume_state{};
+  }
+  control::recorder recorder(control::members_of(cfg), *won);
+  leader->record = [&recorder](const std::string& key, const std::string& value) { recorder.put(key, value); };
+  settings.leader = leader;
+  settings.averaging.resume = resume->stages;
+  settings.rebalancing.resume = resume->rebalancer;
+  auto [coord, guard] = serve(n, cfg, settings, port);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  log->info("leading as term {} at {} (stood by {:.1f} s)", won->term, address, waited);
+  n.metrics()->emit("leadership", {{"change", std::string{"won"}},
+                                   {"term", won->term},
+                                   {"address", address},
+                                   {"stood_by_s", waited}});
+  n.phase("coordinating (elected)");
+  caf::scoped_actor self{n.sys()};
+  self->monitor(coord);
+  for (;;) {
+    bool down = false;
+    caf::error reason;
+    self->receive(
+        [&](caf::down_msg& msg) {
+          down = true;
+          reason = std::move(msg.reason);
+        },
+        caf::after(std::chrono::milliseconds(20)) >> [] {});
+    if (down)
+      n.end(exit_code_of(reason));
+    if (keeper->lost()) {
+      // Its actors stopped ordering when the lease's deadline passed (may_order); now the process goes.
+      log->error("lost its etcd lease (term {}): another candidate may lead now; exiting so as to stand again", won->term);
+      n.metrics()->emit("leadership", {{"change", std::string{"lost"}},
+                                       {"term", won->term},
+                                       {"address", address},
+                                       {"stood_by_s", 0.0}});
+      n.end(3);
+    }
+    if (stop_requested) {
+      (void)client->resign(*won);  // a standby need not wait out the lease
+      log->info("resigned leadership (term {})", won->term);
+      caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+      n.end(0);
+    }
+  }
+}
+
+} // namespace
+
+int run_coordinator(const app_config& cfg) {
+  node n{cfg, "coordinator", "coordinator", "coordinator"};
+  auto settings = settings_of(cfg);
+  n.start();
+  auto http = start_status_page(n, cfg, settings);
+  if (!cfg.net.control.empty())
+    run_candidate(n, cfg, settings);
+  auto [coord, guard] = serve(n, cfg, settings, cfg.coordinator.port);
   n.phase("coordinating");
   n.end(exit_code_of(n.wait_for(caf::actor_cast<caf::actor>(coord))));
 }

@@ -53,7 +53,8 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`stage`, `server`, `step` (optimizer steps applied), `hash` (FNV-1a of its parameters, decimal "
        "string): after every step and every reload; servers of a stage must agree at each step"},
     {"averaging_round", "server",
-       "`stage`, `server`, `round`, `step` (after it), `applied` (false: gave up, no step), `peers`, "
+       "`stage`, `server`, `round`, `term` (the ordering coordinator's, 0 without --control), `step` (after it), "
+       "`applied` (false: gave up, no step), `peers`, "
        "`excluded` (members gone: died, late or refused), `reassigned` (shards of a gone owner it had to "
        "get elsewhere), `samples` (of its gradient), `stale_samples` (of those, computed on the parameters "
        "before the previous step: a step stale), `lr` (the step's learning rate), `compression` (its "
@@ -61,11 +62,20 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "and `bytes_received` (encoded gradient values it sent and got), `raw_bytes` (what it sent as "
        "float32), `ideal_bytes` (2 x (peers-1)/peers x float32 gradient bytes), `seconds` (from its hand-over "
        "to its step)"},
+    {"round_start", "coordinator",
+       "`stage`, `round`, `step` (the stage's, which the round makes step + 1), `peers`, `term` (0 without "
+       "--control): a round ordered (scripts/check_history.py checks that no two leaders ordered at once)"},
+    {"leadership", "coordinator",
+       "`change` (`won`: this candidate leads from now; `lost`: its etcd lease ran out, it stopped ordering and "
+       "exits), `term`, `address`, `stood_by_s` (won: seconds from its start to leading)"},
+    {"stale_order", "server",
+       "`stage`, `server`, `order` (`round`, `reload`, `move`, `registration`), `term`, `newest_term`: an order "
+       "of a deposed coordinator's term refused (fencing)"},
     {"round_end", "coordinator",
        "`stage`, `round`, `step` (the stage's afterwards), `peers`, `applied`, `agreeing` (members with the "
        "majority hash), `excluded`, `seconds` (start to last result)"},
     {"reload", "coordinator",
-       "`stage`, `server`, `from`, `step`, `reason` (`behind`, `parameters differ`): a server told to copy "
+       "`stage`, `server`, `from`, `step`, `reason` (`behind`, `parameters differ`), `term`: a server told to copy "
        "an up-to-date peer's state"},
     {"server_exit", "server",
        "`stage`, `server`, `served`, `rejected` (requests), `committed_samples` (samples whose gradients it "

@@ -91,6 +91,30 @@ std::optional<std::pair<std::string, uint16_t>> split_host_port(const std::strin
   return std::make_pair(s.substr(0, colon), static_cast<uint16_t>(port));
 }
 
+std::optional<std::vector<std::pair<std::string, uint16_t>>> parse_control(const std::string& url,
+                                                                            std::string& why) {
+  const std::string scheme = "etcd://";
+  if (url.compare(0, scheme.size(), scheme) != 0) {
+    why = "--control " + url + ": expected etcd://HOST:PORT[,HOST:PORT...]";
+    return std::nullopt;
+  }
+  std::vector<std::pair<std::string, uint16_t>> out;
+  std::stringstream in(url.substr(scheme.size()) + ",");  // a trailing comma names an empty member
+  for (std::string item; std::getline(in, item, ',');) {
+    auto hp = split_host_port(item);
+    if (!hp) {
+      why = "--control " + url + ": member '" + item + "' is not HOST:PORT";
+      return std::nullopt;
+    }
+    out.push_back(*hp);
+  }
+  if (out.empty()) {
+    why = "--control " + url + ": names no member";
+    return std::nullopt;
+  }
+  return out;
+}
+
 namespace {
 
 template <class T>
@@ -155,8 +179,16 @@ std::string validate(const app_config& c) {
     return e;
   // Role-specific required values.
   const bool needs_coordinator = c.which == role::server || c.which == role::trainer || c.which == role::status;
-  if (needs_coordinator && !split_host_port(c.server.coordinator))
-    return "--coordinator '" + c.server.coordinator + "': " + to_string(c.which) + " needs HOST:PORT of the coordinator";
+  if (!c.net.control.empty()) {
+    std::string why;
+    if (!parse_control(c.net.control, why))
+      return why;
+  }
+  if (c.which == role::cluster && c.cluster.control_replicas > 0 && !c.net.control.empty())
+    return "--control with --control-replicas: the cluster starts its own etcd members and sets --control itself";
+  if (needs_coordinator && c.net.control.empty() && !split_host_port(c.server.coordinator))
+    return "--coordinator '" + c.server.coordinator + "': " + to_string(c.which) + " needs HOST:PORT of the coordinator "
+           "(or --control etcd://...)";
   if (c.which == role::server && c.server.stage >= c.stages)
     return "--stage " + std::to_string(c.server.stage) + ": server needs auto or a stage in [0, " +
            std::to_string(c.stages) + ")";

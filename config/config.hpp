@@ -82,6 +82,15 @@ struct net_config {
   /// How long a node keeps dialing a coordinator it cannot reach (at start, or
   /// after losing it) before it gives up with exit 1, seconds.
   double coordinator_wait_s = 30.0;
+  /// etcd://HOST:PORT[,HOST:PORT...]: coordinators are candidates elected
+  /// through that etcd cluster, and every node follows its leader
+  /// (apps/control.hpp); empty: one coordinator at --coordinator.
+  std::string control;
+  /// The leader's etcd lease, seconds: a dead leader's successor leads about
+  /// this long after it died; a live leader cut off from etcd stops ordering
+  /// before it. etcd raises it to its own minimum (2 s with etcd's default
+  /// timings; the cluster's own members allow 1 s).
+  int64_t control_lease_s = 2;
   /// Largest message payload, bytes. Measured here (scripts/bench_transfer.sh): one
   /// 16 MiB message moves at ~500 MB/s, one 64 MiB message at ~270 MB/s, and every
   /// extra message costs ~35 ms, so payloads up to 16 MiB go whole.
@@ -194,6 +203,12 @@ struct cluster_config {
   int chaos_stage = -1;       ///< only servers of this stage; -1 = any stage
   uint64_t chaos_seed = 1;    ///< seed of the victim choice
   double chaos_coordinator_every_s = 0;  ///< SIGKILL the coordinator this often (it is restarted at once); 0 = never
+  /// kill (SIGKILL) or stop (SIGSTOP, SIGCONT after chaos_down_s): what
+  /// chaos_coordinator_every_s does to the (leading) coordinator.
+  std::string chaos_coordinator_action = "kill";
+  /// 0: one coordinator, restarted when it dies; N: N etcd members on loopback
+  /// (data in the run's folder) and two coordinator candidates elected through them.
+  int control_replicas = 0;
   double chaos_wipe_at_s = 0;            ///< once, this many seconds in: SIGKILL every server of one stage; 0 = never
   std::string server_slowdowns;  ///< per-server --slowdown, comma-separated in launch order (stage-major)
   std::string stage_servers;     ///< servers per stage in stage order, e.g. "3,1"; empty: servers_per_stage each
@@ -258,5 +273,9 @@ struct parse_result {
 
 /// Splits "host:port"; nullopt when malformed.
 [[nodiscard]] std::optional<std::pair<std::string, uint16_t>> split_host_port(const std::string& s);
+/// The members named by `--control etcd://H1:P1,H2:P2,...`; nullopt, with
+/// `why` saying what is wrong, otherwise.
+[[nodiscard]] std::optional<std::vector<std::pair<std::string, uint16_t>>> parse_control(const std::string& url,
+                                                                                       std::string& why);
 
 } // namespace swarm

@@ -223,6 +223,13 @@ const std::vector<keys::row>& swarm_keys() {
           "drop a connection silent this long"),
       key("coordinator-wait", &net::coordinator_wait_s, "seconds", range("> 0"),
           "keep dialing an unreachable coordinator this long (at start, or after losing it), then exit 1"),
+      key("control", &net::control, "", {},
+          "coordinator, server, trainer, status: etcd://HOST:PORT[,HOST:PORT...]: coordinators campaign for "
+          "leadership through this etcd cluster and nodes follow the leader (no --coordinator needed); empty: one "
+          "coordinator at --coordinator"),
+      key("control-lease", &net::control_lease_s, "seconds", range(">= 1"),
+          "coordinator with --control: the leader's etcd lease; a dead leader is replaced about this long after it "
+          "died (etcd's minimum applies: 2 with its default timings)"),
       key("chunk-bytes", &net::chunk_bytes, "bytes", range(">= 1024"), "largest single message payload"),
       key("bulk-min-bytes", &net::bulk_min_bytes, "bytes", range(">= 0"),
           "payloads at least this large go over a dedicated bulk connection (0 = all through CAF)"),
@@ -343,6 +350,14 @@ const std::vector<keys::row>& swarm_keys() {
       key("chaos-seed", &cluster::chaos_seed, "", {}, "cluster: seed of the victim choice", own),
       key("chaos-coordinator-every", &cluster::chaos_coordinator_every_s, "seconds", range(">= 0"),
           "cluster: SIGKILL the coordinator this often (restarted at once on its port; 0 = never)", own),
+      key("chaos-coordinator-action", &cluster::chaos_coordinator_action, "", one_of({"kill", "stop"}),
+          "cluster: what --chaos-coordinator-every does to the (leading) coordinator: kill (SIGKILL) | stop (SIGSTOP, "
+          "SIGCONT after --chaos-down)",
+          own),
+      key("control-replicas", &cluster::control_replicas, "", range("[0, 7]"),
+          "cluster: 0 = one coordinator, restarted when it dies; N = N etcd members on loopback (data in the run's "
+          "folder) and two coordinator candidates elected through them (--control is set for every child)",
+          own),
       key("chaos-wipe-at", &cluster::chaos_wipe_at_s, "seconds", range(">= 0"),
           "cluster: once, this long after the start, SIGKILL every server of one stage (--chaos-stage, or random; "
           "0 = never)",

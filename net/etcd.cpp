@@ -101,39 +101,19 @@ etcd_kv kv_of(const json& j) {
 
 } // namespace
 
-caf::expected<std::vector<etcd_member>> parse_etcd_url(const std::string& url) {
-  const std::string scheme = "etcd://";
-  if (url.compare(0, scheme.size(), scheme) != 0)
-    return make_error(errc::BAD_REQUEST, "--control " + url + ": expected etcd://HOST:PORT[,HOST:PORT...]");
-  std::vector<etcd_member> out;
-  size_t at = scheme.size();
-  while (at <= url.size()) {
-    const size_t end = std::min(url.find(',', at), url.size());
-    const std::string item = url.substr(at, end - at);
-    const size_t colon = item.rfind(':');
-    int port = 0;
-    try {
-      port = colon == std::string::npos ? 0 : std::stoi(item.substr(colon + 1));
-    } catch (const std::exception&) {
-      port = 0;
-    }
-    if (colon == std::string::npos || colon == 0 || port <= 0 || port > 65535 ||
-        item.find_first_not_of("0123456789", colon + 1) != std::string::npos)
-      return make_error(errc::BAD_REQUEST, "--control " + url + ": member '" + item + "' is not HOST:PORT");
-    out.push_back({item.substr(0, colon), static_cast<uint16_t>(port)});
-    at = end + 1;
-  }
-  return out;
-}
-
 struct etcd_client::impl {
   std::vector<etcd_member> members;
   std::chrono::milliseconds timeout;
   size_t next = 0;  ///< the member that answered last: asked first
 
   /// POSTs `body` to `path` on the members in turn, the first that answers
-  /// (any HTTP status) wins; `wait` bounds each member's reply.
-  caf::expected<json> call(const std::string& path, const json& body, std::chrono::milliseconds wait) {
+  /// (any HTTP status) wins; `wait` bounds each member's reply. `repeatable`
+  /// false: a member that took the request and said nothing within `wait` may
+  /// have carried it out, so it is not sent to another (a campaign: etcd
+  /// withdraws the silent one later by deleting the candidate's key, which a
+  /// second campaign under the same lease would share).
+  caf::expected<json> call(const std::string& path, const json& body, std::chrono::milliseconds wait,
+                           bool repeatable = true) {
     std::string why = "no member";
     bool silent = false;  // a member took the request and said nothing within `wait`
     const std::string text = body.dump();
@@ -164,6 +144,8 @@ struct etcd_client::impl {
       if (!sent && (got.empty() || reply.is_discarded())) {
         silent = silent || error == httplib::Error::Read;
         why = who + ": " + httplib::to_string(error);
+        if (silent && !repeatable)
+          break;
         continue;
       }
       if (reply.is_discarded() || !reply.is_object())
@@ -238,11 +220,50 @@ caf::expected<std::optional<etcd_kv>> etcd_client::get(const std::string& key) {
   return std::optional<etcd_kv>{kv_of(it->front())};
 }
 
+/// The key just past every key that starts with `prefix` (etcd's range_end).
+static std::string prefix_end(std::string prefix) {
+  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff)
+    prefix.pop_back();
+  if (prefix.empty())
+    return std::string(1, '\0');  // every key
+  prefix.back() = static_cast<char>(static_cast<unsigned char>(prefix.back()) + 1);
+  return prefix;
+}
+
+caf::expected<std::vector<etcd_kv>> etcd_client::get_prefix(const std::string& prefix) {
+  auto r = impl_->call("/v3/kv/range", {{"key", b64_encode(prefix)}, {"range_end", b64_encode(prefix_end(prefix))}},
+                       impl_->timeout);
+  if (!r)
+    return r.error();
+  std::vector<etcd_kv> out;
+  const auto it = r->find("kvs");
+  if (it != r->end() && it->is_array())
+    for (const auto& kv : *it)
+      out.push_back(kv_of(kv));
+  return out;
+}
+
+caf::expected<bool> etcd_client::put_if_leader(const etcd_leadership& l, const std::string& key,
+                                               const std::string& value) {
+  // One transaction: the put happens only while the leader key still exists
+  // with the creation revision this leader won with.
+  const json body{{"compare", json::array({{{"key", b64_encode(l.key)},
+                                            {"target", "CREATE"},
+                                            {"result", "EQUAL"},
+                                            {"create_revision", std::to_string(l.term)}}})},
+                  {"success", json::array({{{"request_put", {{"key", b64_encode(key)}, {"value", b64_encode(value)}}}}})}};
+  auto r = impl_->call("/v3/kv/txn", body, impl_->timeout);
+  if (!r)
+    return r.error();
+  const auto it = r->find("succeeded");
+  return it != r->end() && it->is_boolean() && it->get<bool>();
+}
+
 caf::expected<etcd_leadership> etcd_client::campaign(const std::string& name, const std::string& value, int64_t lease,
                                                      std::chrono::milliseconds wait) {
   auto r = impl_->call("/v3/election/campaign",
                        {{"name", b64_encode(name)}, {"value", b64_encode(value)}, {"lease", std::to_string(lease)}},
-                       wait);
+                       wait, false);
   if (!r)
     return r.error();
   const auto l = object_field(*r, "leader");

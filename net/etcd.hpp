@@ -31,10 +31,6 @@ struct etcd_member {
   uint16_t port = 0;
 };
 
-/// The members named by `--control etcd://H1:P1,H2:P2,...`; BAD_REQUEST saying
-/// what is wrong otherwise.
-[[nodiscard]] caf::expected<std::vector<etcd_member>> parse_etcd_url(const std::string& url);
-
 struct etcd_kv {
   std::string key, value;
   int64_t create_revision = 0, mod_revision = 0, lease = 0;
@@ -64,6 +60,14 @@ public:
   [[nodiscard]] caf::expected<int64_t> put(const std::string& key, const std::string& value, int64_t lease = 0);
   /// The key, or none.
   [[nodiscard]] caf::expected<std::optional<etcd_kv>> get(const std::string& key);
+
+  /// Every key starting with `prefix`, in key order.
+  [[nodiscard]] caf::expected<std::vector<etcd_kv>> get_prefix(const std::string& prefix);
+  /// Sets `key` only while `l` still leads (its leader key exists with its
+  /// term as creation revision): false when it no longer does. A deposed
+  /// leader's late writes cannot overwrite its successor's.
+  [[nodiscard]] caf::expected<bool> put_if_leader(const etcd_leadership& l, const std::string& key,
+                                                  const std::string& value);
 
   /// Waits, up to `wait`, until this candidate (`value`, held by `lease`) leads
   /// election `name`; TIMEOUT when it did not within `wait`. etcd withdraws a

@@ -9,6 +9,7 @@
 #include <httplib.h>
 
 #include "messages/errors.hpp"
+#include "config/config.hpp"
 #include "net/etcd.hpp"
 #include "process_util.hpp"
 
@@ -152,17 +153,18 @@ TEST_CASE("etcd: keys, leases, and an election whose term grows with each leader
 }
 
 TEST_CASE("etcd: --control values", "[etcd]") {
-  auto ok = parse_etcd_url("etcd://10.0.0.1:2379,host-b:2380");
+  std::string why;
+  auto ok = parse_control("etcd://10.0.0.1:2379,host-b:2380", why);
   REQUIRE(ok);
   REQUIRE(ok->size() == 2);
-  CHECK((*ok)[0].host == "10.0.0.1");
-  CHECK((*ok)[1].port == 2380);
+  CHECK((*ok)[0].first == "10.0.0.1");
+  CHECK((*ok)[1].second == 2380);
   for (const char* bad : {"", "etcd://", "http://h:1", "etcd://h", "etcd://h:0", "etcd://h:99999", "etcd://h:1,",
                           "etcd://:1", "etcd://h:1x"}) {
     INFO(bad);
-    auto r = parse_etcd_url(bad);
-    REQUIRE_FALSE(r);
-    CHECK(code_of(r.error()) == errc::BAD_REQUEST);
+    why.clear();
+    CHECK_FALSE(parse_control(bad, why));
+    CHECK(why.find("--control") != std::string::npos);
   }
 }
 

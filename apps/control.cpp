@@ -1,0 +1,205 @@
+#include "apps/control.hpp"
+
+#include <algorithm>
+
+#include "base/log.hpp"
+#include "messages/errors.hpp"
+
+namespace swarm::control {
+
+std::vector<etcd_member> members_of(const app_config& cfg) {
+  std::string why;
+  std::vector<etcd_member> out;
+  if (auto parsed = parse_control(cfg.net.control, why))
+    for (const auto& [host, port] : *parsed)
+      out.push_back({host, port});
+  return out;
+}
+
+std::unique_ptr<etcd_client> client_of(const app_config& cfg, std::chrono::milliseconds timeout) {
+  return std::make_unique<etcd_client>(members_of(cfg), timeout);
+}
+
+caf::expected<std::optional<leader_info>> find_leader(etcd_client& client) {
+  auto kv = client.leader(election);
+  if (!kv)
+    return kv.error();
+  if (!*kv)
+    return std::optional<leader_info>{};
+  return std::optional<leader_info>{leader_info{(*kv)->value, (*kv)->create_revision}};
+}
+
+caf::expected<std::vector<std::string>> candidates(etcd_client& client) {
+  auto kvs = client.get_prefix(election + "/");
+  if (!kvs)
+    return kvs.error();
+  std::sort(kvs->begin(), kvs->end(),
+            [](const etcd_kv& a, const etcd_kv& b) { return a.create_revision < b.create_revision; });
+  std::vector<std::string> out;
+  for (const auto& kv : *kvs)
+    out.push_back(kv.value);
+  return out;
+}
+
+caf::expected<resume_state> load_resume(etcd_client& client, int stages) {
+  auto log = get_logger("coordinator");
+  resume_state out;
+  out.stages.resize(static_cast<size_t>(stages));
+  auto kvs = client.get_prefix(state_prefix + "state/");
+  if (!kvs)
+    return kvs.error();
+  for (const auto& kv : *kvs) {
+    const std::string key = kv.key.substr(state_prefix.size());
+    std::string why;
+    if (key == rebalancer_key) {
+      out.rebalancer = decode_rebalancer_record(kv.value, why);
+    } else {
+      bool known = false;
+      for (int s = 0; s < stages && !known; ++s)
+        if (key == stage_key(static_cast<uint32_t>(s))) {
+          known = true;
+          out.stages[static_cast<size_t>(s)] = decode_stage_record(kv.value, why);
+        }
+      if (!known) {
+        log->warn("etcd key {}: not a stage of this swarm's {}; ignored", kv.key, stages);
+        continue;
+      }
+    }
+    if (!why.empty())
+      log->warn("etcd key {}: {}; ignored (that part starts from nothing)", kv.key, why);
+  }
+  return out;
+}
+
+lease_keeper::lease_keeper(std::vector<etcd_member> members, int64_t lease, int64_t ttl_s,
+                           std::shared_ptr<leadership> leader)
+    : lease_(lease), ttl_s_(ttl_s), leader_(std::move(leader)) {
+  leader_->valid_until_ns = 0;  // not before the first renewal's answer
+  thread_ = std::thread([this, m = std::move(members)]() mutable { run(std::move(m)); });
+}
+
+lease_keeper::~lease_keeper() {
+  stop_ = true;
+  if (thread_.joinable())
+    thread_.join();
+}
+
+bool lease_keeper::wait_renewed(std::chrono::milliseconds wait) const {
+  const auto until = leadership::clock::now() + wait;
+  while (!gone_ && !leader_->valid_at(leadership::clock::now()) && leadership::clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return !lost();
+}
+
+void lease_keeper::watch(const etcd_leadership& won) {
+  std::lock_guard<std::mutex> lock(m_);
+  watched_ = won;
+}
+
+bool lease_keeper::lost() const {
+  return gone_ || !leader_->valid_at(leadership::clock::now());
+}
+
+std::chrono::milliseconds lease_keeper::margin(int64_t ttl_s) {
+  // A tenth of the TTL, at least 100 ms: etcd's lease clock and ours may run
+  // at slightly different rates, and a renewal's answer takes a moment.
+  return std::chrono::milliseconds(std::max<int64_t>(100, ttl_s * 100));
+}
+
+void lease_keeper::run(std::vector<etcd_member> members) {
+  const auto every = std::chrono::milliseconds(ttl_s_ * 1000 / 4);
+  // Each call is bounded well inside the lease: a renewal that comes back
+  // later than that is worth nothing anyway.
+  etcd_client client(std::move(members), std::chrono::milliseconds(ttl_s_ * 1000 / 3));
+  auto log = get_logger("coordinator");
+  while (!stop_ && !gone_) {
+    const auto sent = leadership::clock::now();
+    auto ttl = client.keep_alive(lease_);
+    if (ttl && *ttl <= 0) {
+      leader_->valid_until_ns = 0;
+      gone_ = true;
+      log->warn("etcd says lease {:x} has expired", lease_);
+      break;
+    }
+    std::optional<etcd_leadership> watched;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      watched = watched_;
+    }
+    if (ttl && watched) {
+      auto kv = client.get(watched->key);
+      if (kv && (!*kv || (**kv).create_revision != watched->term)) {
+        leader_->valid_until_ns = 0;
+        gone_ = true;
+        log->warn("the election key of term {} is gone from etcd: no longer leading", watched->term);
+        break;
+      }
+      if (!kv)  // not confirmed: this renewal does not count
+        ttl = kv.error();
+    }
+    if (ttl) {
+      const auto until = sent + std::chrono::seconds(*ttl) - margin(*ttl);
+      leader_->valid_until_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count();
+    }
+    const auto next = sent + every;
+    while (!stop_ && leadership::clock::now() < next)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+recorder::recorder(std::vector<etcd_member> members, etcd_leadership won) : won_(std::move(won)) {
+  thread_ = std::thread([this, m = std::move(members)]() mutable { run(std::move(m)); });
+}
+
+recorder::~recorder() {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable())
+    thread_.join();
+}
+
+void recorder::put(const std::string& key, const std::string& value) {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    pending_[key] = value;  // a newer value of a key not written yet replaces it
+  }
+  cv_.notify_one();
+}
+
+void recorder::run(std::vector<etcd_member> members) {
+  etcd_client client(std::move(members), std::chrono::seconds(2));
+  auto log = get_logger("coordinator");
+  for (;;) {
+    std::map<std::string, std::string> batch;
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      if (stop_)
+        return;
+      batch.swap(pending_);
+    }
+    for (const auto& [key, value] : batch) {
+      auto ok = client.put_if_leader(won_, state_prefix + key, value);
+      if (ok && !*ok) {
+        log->warn("etcd: not recording {}: this coordinator no longer leads (term {})", key, won_.term);
+        return;
+      }
+      if (!ok) {  // kept for the next round of writes: the newest value wins
+        log->warn("etcd: recording {} failed: {}; trying again", key, describe(ok.error()));
+        std::lock_guard<std::mutex> lock(m_);
+        pending_.try_emplace(key, value);
+      }
+    }
+    if (!batch.empty()) {
+      std::unique_lock<std::mutex> lock(m_);
+      if (!pending_.empty())  // failed writes: not in a tight loop
+        cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_; });
+    }
+  }
+}
+
+} // namespace swarm::control
