@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "apps/node.hpp"
@@ -24,7 +25,7 @@ std::string self_exe() {
   return std::filesystem::read_symlink("/proc/self/exe").string();
 }
 
-pid_t spawn_child(const std::vector<std::string>& args) {
+pid_t spawn_child(const std::vector<std::string>& args, const std::string& output) {
   std::vector<char*> argv;
   for (const auto& a : args)
     argv.push_back(const_cast<char*>(a.c_str()));
@@ -35,6 +36,12 @@ pid_t spawn_child(const std::vector<std::string>& args) {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent)  // the launcher died between fork and prctl
       std::_Exit(1);
+    if (!output.empty())
+      if (const int fd = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644); fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        ::close(fd);
+      }
     ::execv(argv[0], argv.data());
     std::perror("swarm: exec");
     std::_Exit(127);

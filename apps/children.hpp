@@ -28,8 +28,9 @@ using children_map = std::map<pid_t, child>;
 /// The path of this executable.
 [[nodiscard]] std::string self_exe();
 
-/// Starts `args` (args[0]: the executable) as a child that gets SIGTERM when the launcher dies.
-pid_t spawn_child(const std::vector<std::string>& args);
+/// Starts `args` (args[0]: the executable) as a child that gets SIGTERM when
+/// the launcher dies; its output appended to `output` when given, else the launcher's.
+pid_t spawn_child(const std::vector<std::string>& args, const std::string& output = {});
 
 /// Polls for the coordinator's port file; 0 when it does not appear in time or the coordinator ended.
 [[nodiscard]] int wait_for_port(const std::string& file, pid_t coordinator);

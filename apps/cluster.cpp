@@ -124,6 +124,7 @@ struct control_process {
   std::vector<std::string> args;
   bool etcd = false;
   int port = 0;  ///< candidates: the port they publish on (how the leader's address names one)
+  std::string output;  ///< etcd: its log file (grpc writes to stderr past --log-outputs)
   pid_t pid = 0;
   std::optional<clock_type::time_point> restart_at;
 };
@@ -230,7 +231,7 @@ pid_t supervisor::start_server(const child& c, bool restart) {
 }
 
 void supervisor::start_control_process(control_process& p) {
-  p.pid = spawn_child(p.args);
+  p.pid = spawn_child(p.args, p.output);
   p.restart_at.reset();
   children_[p.pid] = {p.name, role::coordinator, -1, p.etcd};
   metrics_->emit("process_start", {{"process", p.name}, {"pid", int64_t{p.pid}}});
@@ -271,8 +272,8 @@ bool supervisor::start_control(const std::string& dir) {
                          "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
                          "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token",
                          "swarm-" + std::to_string(::getpid()), "--heartbeat-interval", "50", "--election-timeout",
-                         "500", "--logger", "zap", "--log-outputs", data + "/" + name + ".log"},
-                        true});
+                         "500", "--logger", "zap", "--log-outputs", "stderr"},
+                        true, 0, data + "/" + name + ".log"});
   }
   cfg_.net.control = "etcd://" + endpoints;
   common_ = to_flags(cfg_);

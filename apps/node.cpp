@@ -210,7 +210,7 @@ caf::expected<coordinator_actor> node::dial_coordinator(const std::string& fixed
       term_ = found_term_;
     const std::string address_text = etcd_ ? "(the leader through etcd at " + cfg_.net.control + ")" : fixed;
     const bool out_of_time = std::chrono::steady_clock::now() > deadline || stop_requested;
-    if (!handle && out_of_time)
+    if (!handle && out_of_time && !stop_requested)  // a stop while dialing is no failure to report
       std::cerr << "swarm: " << who_ << " cannot reach coordinator " << address_text << ": " << describe(handle.error())
                 << tls_hint(describe(handle.error()), tls) << "\n";
     else if (!handle && !lost && !told) {

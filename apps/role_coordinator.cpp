@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <thread>
+
+#include <unistd.h>
 #include <fstream>
 #include <iostream>
 
@@ -167,6 +169,7 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
   n.metrics()->emit("leadership", {{"change", std::string{"won"}},
                                    {"term", won->term},
                                    {"address", address},
+                                   {"pid", int64_t{::getpid()}},
                                    {"stood_by_s", waited}});
   n.phase("coordinating (elected)");
   caf::scoped_actor self{n.sys()};
@@ -188,6 +191,7 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
       n.metrics()->emit("leadership", {{"change", std::string{"lost"}},
                                        {"term", won->term},
                                        {"address", address},
+                                       {"pid", int64_t{::getpid()}},
                                        {"stood_by_s", 0.0}});
       n.end(3);
     }

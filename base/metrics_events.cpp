@@ -67,7 +67,7 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "--control): a round ordered (scripts/check_history.py checks that no two leaders ordered at once)"},
     {"leadership", "coordinator",
        "`change` (`won`: this candidate leads from now; `lost`: its etcd lease ran out, it stopped ordering and "
-       "exits), `term`, `address`, `stood_by_s` (won: seconds from its start to leading)"},
+       "exits), `term`, `address`, `pid`, `stood_by_s` (won: seconds from its start to leading)"},
     {"stale_order", "server",
        "`stage`, `server`, `order` (`round`, `reload`, `move`, `registration`), `term`, `newest_term`: an order "
        "of a deposed coordinator's term refused (fencing)"},

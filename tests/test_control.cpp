@@ -1,0 +1,210 @@
+// Standby coordinators elected through etcd (issue 27), with real processes:
+// `swarm --role cluster --control-replicas 3` (three etcd members, two
+// candidates, servers and a trainer following etcd's leader), hit by this
+// test as a user's world would: the leader SIGKILLed, the leader SIGSTOPped
+// past its lease, one etcd member killed, two etcd members stopped (no
+// quorum). After each, scripts/check_history.py must find no order of a
+// deposed leader, no stale round applied and one hash per (stage, step).
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "process_util.hpp"
+
+using namespace swarm::test;
+
+namespace {
+
+const std::string checker = SWARM_SOURCE_DIR "/scripts/check_history.py";
+
+/// The checker's exit code over `files`, its output in `out`.
+int check_history(const std::vector<std::string>& files, const std::string& extra, std::string& out) {
+  const std::string log = "/tmp/swarm-test-history-" + std::to_string(getpid()) + ".txt";
+  std::string cmd = "python3 " + checker + " " + extra;
+  for (const auto& f : files)
+    cmd += " " + f;
+  const int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
+  out.clear();
+  for (const auto& l : read_lines(log))
+    out += l + "\n";
+  std::remove(log.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/// The newest `leadership` won event: (pid, term); (0, 0) when none.
+std::pair<pid_t, int64_t> leader_now(const std::string& metrics) {
+  const auto won = events(metrics, "leadership");
+  for (auto it = won.rbegin(); it != won.rend(); ++it)
+    if (text(*it, "change") == "won")
+      return {static_cast<pid_t>(number(*it, "pid")), static_cast<int64_t>(number(*it, "term"))};
+  return {0, 0};
+}
+
+/// The pid of the newest start of cluster child `name` ("etcd m1").
+pid_t pid_of(const std::string& metrics, const std::string& name) {
+  pid_t pid = 0;
+  for (const auto& l : events(metrics, "process_start"))
+    if (text(l, "process") == name)
+      pid = static_cast<pid_t>(number(l, "pid"));
+  return pid;
+}
+
+/// Applied averaging rounds of `stage` within (from, to] (unix seconds).
+int64_t rounds_between(const std::string& metrics, int stage, double from, double to) {
+  int64_t n = 0;
+  for (const auto& l : events(metrics, "averaging_round"))
+    if (number(l, "stage") == stage && l.find("\"applied\": true") != std::string::npos && number(l, "t") > from &&
+        number(l, "t") <= to)
+      ++n;
+  return n;
+}
+
+void append(const std::string& path, const std::string& line) {
+  std::ofstream(path, std::ios::app) << line << "\n";
+}
+
+} // namespace
+
+TEST_CASE("control: the history checker finds two leaders, stale applies and split hashes", "[control]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("swarm-history-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string ok = (dir / "ok.jsonl").string(), bad = (dir / "bad.jsonl").string();
+  // Term 5 orders, term 9 takes over; a round of term 5 ordered before term 9 began may finish after.
+  for (const auto& p : {ok, bad}) {
+    append(p, R"({"t": 10.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 1, "step": 3, "peers": 2, "term": 5})");
+    append(p, R"({"t": 12.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 2, "step": 4, "peers": 2, "term": 9})");
+    append(p, R"({"t": 12.5, "role": "server", "event": "averaging_round", "stage": 0, "server": "a", "round": 1, "term": 5, "step": 4, "applied": true})");
+    append(p, R"({"t": 12.6, "role": "server", "event": "params", "stage": 0, "server": "a", "step": 4, "hash": "77"})");
+    append(p, R"({"t": 12.7, "role": "server", "event": "params", "stage": 0, "server": "b", "step": 4, "hash": "77"})");
+  }
+  std::string out;
+  CHECK(check_history({ok}, "", out) == 0);
+  INFO(out);
+  CHECK(out.find("history: OK") != std::string::npos);
+  // The deposed term 5 orders again after term 9 began, a server applies it, and hashes split.
+  append(bad, R"({"t": 13.0, "role": "coordinator", "event": "round_start", "stage": 1, "round": 3, "step": 4, "peers": 2, "term": 5})");
+  append(bad, R"({"t": 13.2, "role": "server", "event": "averaging_round", "stage": 1, "server": "c", "round": 3, "term": 5, "step": 5, "applied": true})");
+  append(bad, R"({"t": 13.3, "role": "server", "event": "params", "stage": 0, "server": "c", "step": 4, "hash": "78"})");
+  CHECK(check_history({bad}, "", out) == 1);
+  CHECK(out.find("stale order") != std::string::npos);
+  CHECK(out.find("stale apply") != std::string::npos);
+  CHECK(out.find("two hashes") != std::string::npos);
+  // A kill whose successor's first round came 3 s later: slow for a 2 s limit.
+  const std::string slow = (dir / "slow.jsonl").string();
+  append(slow, R"({"t": 10.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 1, "step": 3, "peers": 2, "term": 5})");
+  append(slow, R"({"t": 11.0, "role": "test", "event": "chaos", "action": "kill", "process": "coordinator", "pid": 1})");
+  append(slow, R"({"t": 14.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 2, "step": 3, "peers": 2, "term": 9})");
+  append(slow, R"({"t": 14.0, "role": "server", "event": "averaging_round", "stage": 0, "server": "a", "round": 2, "term": 9, "step": 4, "applied": true})");
+  CHECK(check_history({slow}, "--max-recovery 2", out) == 1);
+  CHECK(out.find("slow recovery") != std::string::npos);
+  CHECK(check_history({slow}, "--max-recovery 4", out) == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("control: leaders killed and stopped, etcd members lost, and training goes on", "[control][process]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("swarm-control-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string metrics = (dir / "metrics.jsonl").string(), hits = (dir / "hits.jsonl").string();
+  const pid_t cluster = spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn",
+                                     "--control-replicas", "3", "--control-lease", "1", "--max-steps", "0",
+                                     "--http-port", "-1"},
+                                    (dir / "cluster.log").string());
+  auto now = [] { return unix_seconds(); };
+  auto wait_s = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
+  auto hit = [&](pid_t pid, int sig, const std::string& what) {
+    append(hits, "{\"t\": " + std::to_string(now()) + ", \"role\": \"test\", \"event\": \"chaos\", \"action\": \"" +
+                     (sig == SIGKILL ? "kill" : "stop") + "\", \"process\": \"" + what + "\", \"pid\": " +
+                     std::to_string(pid) + "}");
+    ::kill(pid, sig);
+  };
+  // Training under way: a leader, rounds on both stages.
+  REQUIRE(wait_for_metrics(metrics, [&](const std::vector<std::string>&) {
+    return rounds_between(metrics, 0, 0, 1e12) >= 3 && rounds_between(metrics, 1, 0, 1e12) >= 3;
+  }, 60));
+
+  // 1. The leader SIGKILLed, twice: the other candidate leads, both stages step again.
+  for (int i = 0; i < 2; ++i) {
+    const auto [leader, term] = leader_now(metrics);
+    REQUIRE(leader > 0);
+    hit(leader, SIGKILL, "coordinator");
+    REQUIRE(wait_for_metrics(metrics, [&](const std::vector<std::string>&) {
+      return leader_now(metrics).second > term;
+    }, 20));
+    wait_s(3);
+  }
+
+  // 2. The leader SIGSTOPped past its lease, then continued: a successor
+  // leads meanwhile, and the old one exits (3) without ordering again.
+  const auto [stopped, stopped_term] = leader_now(metrics);
+  hit(stopped, SIGSTOP, "coordinator (stopped)");
+  REQUIRE(wait_for_metrics(metrics, [&](const std::vector<std::string>&) {
+    return leader_now(metrics).second > stopped_term;
+  }, 20));
+  wait_s(1.5);
+  ::kill(stopped, SIGCONT);
+  REQUIRE(wait_for_metrics(metrics, [&](const std::vector<std::string>& lines) {
+    for (const auto& l : lines)
+      if (is_event(l, "process_exit") && number(l, "pid") == stopped)
+        return number(l, "code") == 3;
+    return false;
+  }, 20));
+
+  // 3. One etcd member of three killed (the launcher restarts it a second
+  // later): the leader keeps its lease, rounds go on.
+  const auto term_before = leader_now(metrics).second;
+  const double member_killed = now();
+  hit(pid_of(metrics, "etcd m0"), SIGKILL, "etcd m0");
+  wait_s(4);
+  CHECK(leader_now(metrics).second == term_before);
+  CHECK(rounds_between(metrics, 0, member_killed, now()) >= 3);
+  CHECK(rounds_between(metrics, 1, member_killed, now()) >= 3);
+
+  // 4. Two members stopped: no quorum, so nobody leads and no round starts;
+  // the trainer goes on (servers accumulate). Rounds resume once they are back.
+  const pid_t m1 = pid_of(metrics, "etcd m1"), m2 = pid_of(metrics, "etcd m2");
+  const double quorum_lost = now();
+  ::kill(m1, SIGSTOP);
+  ::kill(m2, SIGSTOP);
+  wait_s(6);
+  const double quorum_back = now();
+  ::kill(m1, SIGCONT);
+  ::kill(m2, SIGCONT);
+  int64_t orders_without_quorum = 0, steps_without_quorum = 0;
+  for (const auto& l : read_lines(metrics)) {
+    const double t = number(l, "t");
+    // The leader may finish what it began in its last lease (at most ~1 s).
+    if (is_event(l, "round_start") && t > quorum_lost + 1.5 && t < quorum_back)
+      ++orders_without_quorum;
+    if (is_event(l, "step") && t > quorum_lost + 1.5 && t < quorum_back)
+      ++steps_without_quorum;
+  }
+  CHECK(orders_without_quorum == 0);
+  CHECK(steps_without_quorum >= 5);
+  const bool resumed = wait_for_metrics(metrics, [&](const std::vector<std::string>&) {
+    return rounds_between(metrics, 0, quorum_back, 1e12) > 0 && rounds_between(metrics, 1, quorum_back, 1e12) > 0;
+  }, 45);
+  CHECK(resumed);
+  double first_after = 1e12;
+  for (const auto& l : events(metrics, "averaging_round"))
+    if (number(l, "t") > quorum_back && l.find("\"applied\": true") != std::string::npos)
+      first_after = std::min(first_after, number(l, "t"));
+  INFO("first round " << first_after - quorum_back << " s after quorum came back");
+  CHECK(first_after - quorum_back < 15);
+
+  ::kill(cluster, SIGTERM);
+  CHECK(wait_exit(cluster, 60) == std::optional<int>{0});
+  for (const auto& l : events(metrics, "trainer_exit"))
+    CHECK(number(l, "dropped") == 0);
+  std::string out;
+  // Recovery from a kill is bounded loosely here (a loaded machine); the 2 s
+  // goal is measured by scripts/bench_control.sh.
+  const int rc = check_history({metrics, hits}, "--max-recovery 4", out);
+  INFO(out);
+  CHECK(rc == 0);
+  if (!getenv("SWARM_TEST_KEEP"))
+    std::filesystem::remove_all(dir);
+}
