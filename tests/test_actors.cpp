@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "actors/control_records.hpp"
 #include "actors/coordinator.hpp"
 #include "base/clock.hpp"
 #include "actors/load_balancer.hpp"
@@ -446,4 +447,110 @@ TEST_CASE_METHOD(system_fixture, "placement: a new server gets the emptiest stag
       .receive([&](const std::string& bytes) { list.ParseFromString(bytes); }, [](caf::error& err) { FAIL(describe(err)); });
   CHECK(list.servers_size() == 0);
   self->send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(system_fixture, "fencing: a server refuses orders of a term older than its coordinator's",
+                 "[actors][control]") {
+  const std::string path = "/tmp/swarm-test-fencing-metrics.jsonl";
+  std::remove(path.c_str());
+  const auto hash = tiny_model().hash();
+  coordinator_settings cs{2, hash};
+  cs.rebalancing.enabled = false;
+  cs.leader = std::make_shared<leadership>();
+  cs.leader->term = 7;  // an elected coordinator's term: the server learns it by registering
+  auto coord = sys->spawn(coordinator, cs, std::make_shared<metrics_sink>());
+  stage_server_config scfg{"fenced", 4 << 20};
+  scfg.model = tiny_model();
+  scfg.num_stages = 2;
+  auto server = sys->spawn<caf::detached>(stage_server, scfg, std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu"),
+                                          std::make_shared<metrics_sink>(path, "server"),
+                                          std::make_shared<stage_server_counters>());
+  auto port = sys->middleman().publish(server, 0, "127.0.0.1");
+  REQUIRE(port);
+  caf::scoped_actor self{*sys}, watch{*sys};
+  proto::subscribe sub;
+  sub.set_stage(0);
+  sub.set_config_hash(hash);
+  watch->request(coord, 5s, subscribe_atom::value, encode(sub))
+      .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
+  self->request(server, 10s, register_atom::value, encode(registration("fenced", 0, *port, hash)),
+                caf::actor_cast<caf::actor>(coord))
+      .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
+  auto next_update = [&](caf::duration wait) {
+    std::optional<proto::membership_update> up;
+    watch->receive([&](membership_atom, const std::string& bytes) { up.emplace().ParseFromString(bytes); },
+                   caf::after(wait) >> [] {});
+    return up;
+  };
+  REQUIRE(next_update(caf::duration{10s}));  // its JOIN
+
+  // A deposed leader's (term 3) round and move: refused, the server stays.
+  proto::round_begin begin;
+  begin.set_stage(0);
+  begin.set_round(1);
+  begin.set_step(0);
+  begin.add_members("fenced");
+  begin.set_timeout_s(5);
+  begin.set_piece_elements(1024);
+  begin.set_term(3);
+  self->send(server, round_atom::value, encode(begin), std::vector<caf::actor>{caf::actor_cast<caf::actor>(server)});
+  proto::move_order order;
+  order.set_stage(0);
+  order.set_to_stage(1);
+  order.set_reason("load");
+  order.set_term(3);
+  self->send(server, move_atom::value, encode(order));
+  CHECK_FALSE(next_update(caf::duration{1500ms}));  // no LEAVE
+  // The same move of the current term is carried out.
+  order.set_term(7);
+  self->send(server, move_atom::value, encode(order));
+  const auto left = next_update(caf::duration{10s});
+  REQUIRE(left);
+  CHECK(left->kind() == proto::membership_update::LEAVE);
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  self->send_exit(coord, caf::exit_reason::user_shutdown);
+  self->wait_for(server);
+
+  std::ifstream in(path);
+  int refused_round = 0, refused_move = 0;
+  for (std::string l; std::getline(in, l);) {
+    if (l.find("\"event\": \"stale_order\"") == std::string::npos)
+      continue;
+    CHECK(l.find("\"term\": 3, \"newest_term\": 7") != std::string::npos);
+    refused_round += l.find("\"order\": \"round\"") != std::string::npos;
+    refused_move += l.find("\"order\": \"move\"") != std::string::npos;
+  }
+  CHECK(refused_round == 1);
+  CHECK(refused_move == 1);
+}
+
+TEST_CASE("control records: what a leader keeps in etcd round-trips; wrong shapes are refused with why",
+          "[control]") {
+  stage_record st{41, 18446744073709551615ull, {"s-1", "s-2"}};
+  std::string why;
+  auto back = decode_stage_record(encode_record(st), why);
+  REQUIRE(back);
+  CHECK(*back == st);
+  rebalancer_record rb{1796580000.5, {{"s-1", 1796580010.25}}};
+  auto rb_back = decode_rebalancer_record(encode_record(rb), why);
+  REQUIRE(rb_back);
+  CHECK(rb_back->last_load_move == rb.last_load_move);
+  CHECK(rb_back->movers == rb.movers);
+  for (const char* bad : {"", "[]", "not json", R"({"step": -1, "hash": "1", "members": []})",
+                          R"({"step": 1, "hash": 1, "members": []})", R"({"step": 1, "hash": "12x", "members": []})",
+                          R"({"step": 1, "hash": "99999999999999999999", "members": []})",
+                          R"({"step": 1, "hash": "1", "members": "s-1"})", R"({"step": 1, "hash": "1", "members": [3]})",
+                          R"({"step": "1", "hash": "1", "members": []})"}) {
+    INFO(bad);
+    why.clear();
+    CHECK_FALSE(decode_stage_record(bad, why));
+    CHECK_FALSE(why.empty());
+  }
+  for (const char* bad : {"{}", R"({"last_load_move": "x", "movers": {}})", R"({"last_load_move": 1, "movers": []})",
+                          R"({"last_load_move": 1, "movers": {"s-1": "soon"}})"}) {
+    INFO(bad);
+    why.clear();
+    CHECK_FALSE(decode_rebalancer_record(bad, why));
+    CHECK_FALSE(why.empty());
+  }
 }
