@@ -71,6 +71,35 @@ caf::expected<resume_state> load_resume(etcd_client& client, int stages) {
   return out;
 }
 
+void start_watch(std::vector<etcd_member> members, std::shared_ptr<metrics_sink> metrics,
+                 std::shared_ptr<std::atomic<int64_t>> leading_term) {
+  std::thread([members = std::move(members), metrics = std::move(metrics), leading_term = std::move(leading_term)] {
+    etcd_client client(members, std::chrono::milliseconds(500));
+    for (;;) {
+      auto found = find_leader(client);
+      auto cands = candidates(client);
+      std::string listed, health;
+      for (const auto& c : cands ? *cands : std::vector<std::string>{})
+        listed += (listed.empty() ? "" : ",") + c;
+      int64_t healthy = 0;
+      for (const auto& m : members) {
+        etcd_client one({m}, std::chrono::milliseconds(300));
+        const bool ok = !one.status();
+        healthy += ok;
+        health += (health.empty() ? "" : ",") + m.host + ":" + std::to_string(m.port) + (ok ? "=ok" : "=down");
+      }
+      const bool leads = leading_term->load() > 0;
+      metrics->note("control", {{"role", std::string{leads ? "leader" : "standby"}},
+                                {"leader", found && *found ? (*found)->address : std::string{}},
+                                {"term", found && *found ? (*found)->term : int64_t{0}},
+                                {"candidates", listed},
+                                {"members", health},
+                                {"healthy", healthy}});
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    }
+  }).detach();
+}
+
 lease_keeper::lease_keeper(std::vector<etcd_member> members, int64_t lease, int64_t ttl_s,
                            std::shared_ptr<leadership> leader)
     : lease_(lease), ttl_s_(ttl_s), leader_(std::move(leader)) {

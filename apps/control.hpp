@@ -26,6 +26,7 @@
 
 #include "actors/control_records.hpp"
 #include "actors/leadership.hpp"
+#include "base/metrics.hpp"
 #include "config/config.hpp"
 #include "net/etcd.hpp"
 
@@ -57,6 +58,13 @@ struct resume_state {
 /// What the predecessor recorded; a value of the wrong shape is logged and
 /// skipped (that part starts from nothing).
 [[nodiscard]] caf::expected<resume_state> load_resume(etcd_client& client, int stages);
+
+/// A thread that every 2 s tells `metrics`' observers (the status board; not
+/// the file) a `control` note: this process's role (it leads while
+/// `*leading_term` > 0), etcd's leader and term, the candidates, and which
+/// members answer. Runs until the process ends.
+void start_watch(std::vector<etcd_member> members, std::shared_ptr<metrics_sink> metrics,
+                 std::shared_ptr<std::atomic<int64_t>> leading_term);
 
 /// Keeps `lease` alive every ttl/4 and moves `leader->valid_until` to each
 /// renewal's send time + ttl - margin; stops renewing when the lease is gone.

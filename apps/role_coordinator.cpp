@@ -126,6 +126,8 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
   const std::string address = cfg.server.host + ":" + std::to_string(port);
   const auto since = std::chrono::steady_clock::now();
   int64_t lease = grant_lease(n, *client, cfg, true);
+  auto leading_term = std::make_shared<std::atomic<int64_t>>(0);
+  control::start_watch(control::members_of(cfg), n.metrics(), leading_term);
   auto leader = std::make_shared<leadership>();
   std::unique_ptr<control::lease_keeper> keeper;
   std::optional<etcd_leadership> won;
@@ -164,6 +166,7 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
   settings.averaging.resume = resume->stages;
   settings.rebalancing.resume = resume->rebalancer;
   auto [coord, guard] = serve(n, cfg, settings, port);
+  *leading_term = won->term;
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
   log->info("leading as term {} at {} (stood by {:.1f} s)", won->term, address, waited);
   n.metrics()->emit("leadership", {{"change", std::string{"won"}},

@@ -230,6 +230,11 @@ static std::string prefix_end(std::string prefix) {
   return prefix;
 }
 
+caf::error etcd_client::status() {
+  auto r = impl_->call("/v3/maintenance/status", json::object(), impl_->timeout);
+  return r ? caf::error{} : r.error();
+}
+
 caf::expected<std::vector<etcd_kv>> etcd_client::get_prefix(const std::string& prefix) {
   auto r = impl_->call("/v3/kv/range", {{"key", b64_encode(prefix)}, {"range_end", b64_encode(prefix_end(prefix))}},
                        impl_->timeout);

@@ -61,6 +61,9 @@ public:
   /// The key, or none.
   [[nodiscard]] caf::expected<std::optional<etcd_kv>> get(const std::string& key);
 
+  /// Whether a member answers etcd's status call (the first that does).
+  [[nodiscard]] caf::error status();
+
   /// Every key starting with `prefix`, in key order.
   [[nodiscard]] caf::expected<std::vector<etcd_kv>> get_prefix(const std::string& prefix);
   /// Sets `key` only while `l` still leads (its leader key exists with its

@@ -223,8 +223,43 @@ void status_board::on_event(double t, const char* event, fields_t f) {
                               std::to_string(get_int(f, "step")) + " (its next server loads a checkpoint)");
   } else if (e == "stage_load") {
     stage_at(get_int(f, "stage")).servers = get_int(f, "servers");
+  } else if (e == "leadership") {
+    ++leadership_changes_;
+    control_.on = true;
+    const bool won = get_string(f, "change") == "won";
+    if (won) {
+      control_.role = "leader";
+      control_.term = get_int(f, "term");
+      control_.leader = get_string(f, "address");
+    }
+    note(t, "leadership", won ? "leads as term " + std::to_string(get_int(f, "term")) + " at " + get_string(f, "address")
+                              : "lost its etcd lease (term " + std::to_string(get_int(f, "term")) + ")");
+  } else if (e == "control") {
+    control_.on = true;
+    control_.role = get_string(f, "role");
+    control_.leader = get_string(f, "leader");
+    control_.term = get_int(f, "term");
+    control_.candidates = get_string(f, "candidates");
+    control_.members = get_string(f, "members");
+    control_.healthy = get_int(f, "healthy");
   }
 }
+
+namespace {
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    if (end > at)
+      out.push_back(s.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+} // namespace
 
 int64_t status_board::stalled_by(int64_t stage) const {
   const int64_t gained = watch_.gained_on(static_cast<int>(stage)).first;
@@ -295,7 +330,31 @@ std::string status_board::json(double now) const {
     }
     o += "]";
   }
-  o += "}, \"events\": [";
+  o += "}";
+  if (control_.on) {
+    o += ", \"control\": {\"role\": ";
+    append_json_string(o, control_.role);
+    o += ", \"leader\": ";
+    append_json_string(o, control_.leader);
+    o += ", \"term\": " + std::to_string(control_.term) + ", \"leadership_changes\": " +
+         std::to_string(leadership_changes_) + ", \"candidates\": [";
+    const auto cands = split_commas(control_.candidates);
+    for (size_t i = 0; i < cands.size(); ++i) {
+      o += i ? ", " : "";
+      append_json_string(o, cands[i]);
+    }
+    o += "], \"members\": [";
+    const auto members = split_commas(control_.members);
+    for (size_t i = 0; i < members.size(); ++i) {
+      const auto eq = members[i].rfind('=');
+      o += i ? ", {\"endpoint\": " : "{\"endpoint\": ";
+      append_json_string(o, members[i].substr(0, eq));
+      o += std::string{", \"healthy\": "} + (eq != std::string::npos && members[i].substr(eq + 1) == "ok" ? "true" : "false") +
+           "}";
+    }
+    o += "]}";
+  }
+  o += ", \"events\": [";
   for (size_t i = 0; i < events_.size(); ++i) {
     o += (i ? ", {\"t\": " : "{\"t\": ") + fmt("%.3f", events_[i].t) + ", \"event\": ";
     append_json_string(o, events_[i].name);
@@ -380,6 +439,16 @@ std::string status_board::prometheus(double now) const {
     for (const auto& [id, tr] : trainers_)
       sample(m.name, "trainer=\"" + label(id) + "\"", m.get(tr));
   }
+  if (control_.on) {
+    family("swarm_control_term", "gauge", "The election term this process last saw leading (--control).");
+    sample("swarm_control_term", "", static_cast<double>(control_.term));
+    family("swarm_control_leading", "gauge", "1 while this coordinator process leads, 0 while it stands by.");
+    sample("swarm_control_leading", "", control_.role == "leader" ? 1.0 : 0.0);
+    family("swarm_control_leadership_changes_total", "counter", "Leadership won or lost by this process.");
+    sample("swarm_control_leadership_changes_total", "", static_cast<double>(leadership_changes_));
+    family("swarm_control_members_healthy", "gauge", "etcd members answering this process's status call.");
+    sample("swarm_control_members_healthy", "", static_cast<double>(control_.healthy));
+  }
   family("swarm_eval_loss", "gauge", "Validation loss of a trainer's latest measurement (--eval-every).");
   for (const auto& [id, tr] : trainers_)
     if (tr.has_eval)
@@ -409,6 +478,11 @@ std::string status_board::text(double now) const {
   std::lock_guard<std::mutex> lock(m_);
   std::string o = "swarm: up " + fmt("%.0f", now - started_) + " s, " + std::to_string(stages_.size()) +
                   " stages, " + std::to_string(trainers_.size()) + " trainers\n\n";
+  if (control_.on)
+    o += "control: this process is the " + control_.role + "; leader " +
+         (control_.leader.empty() ? std::string{"none now"} : control_.leader) + " (term " +
+         std::to_string(control_.term) + "); candidates " + control_.candidates + "; etcd " + control_.members +
+         "\n\n";
   for (const auto& [index, st] : stages_) {
     const int64_t rounds = st.applied + st.failed;
     const int64_t stalled = stalled_by(index);

@@ -4,8 +4,9 @@
 //
 // It is fed the coordinator's own event stream (metrics_sink::observe): the
 // events it writes to the metrics file (server_join, server_down, round_end,
-// reload, stage_lost, stage_load, rebalance) and two it only tells the board
-// (server_progress from the averager, trainer_report from trainers). So the
+// reload, stage_lost, stage_load, rebalance, leadership) and three it only
+// tells the board (server_progress from the averager, trainer_report from
+// trainers, control from an elected candidate's watch of etcd). So the
 // page shows what the metrics file says, and nothing on the data path waits
 // for it: an event costs one short lock. Readers (HTTP threads, the
 // coordinator actor) take the same lock to render.
@@ -71,6 +72,15 @@ private:
     double t;
     std::string name, text;
   };
+  /// --control: the election and etcd, as this coordinator process last saw them.
+  struct control_view {
+    bool on = false;
+    std::string role;        ///< "leader" or "standby"
+    std::string leader;      ///< the leader's "host:port"; empty: none now
+    std::string candidates;  ///< comma-separated, in campaign order
+    std::string members;     ///< comma-separated "host:port=ok|down"
+    int64_t term = 0, healthy = 0;
+  };
 
   stage& stage_at(int64_t s);
   [[nodiscard]] int64_t live_servers(int64_t stage) const;
@@ -90,6 +100,8 @@ private:
   stage_watch watch_{0};  ///< the stages' steps as their rounds end
   std::map<std::string, trainer> trainers_;
   std::deque<event> events_;
+  control_view control_;
+  int64_t leadership_changes_ = 0;
   int64_t joins_ = 0, downs_ = 0, reloads_ = 0, moves_ = 0;
   std::array<int64_t, 5> summarized_{};  ///< joins, downs, reloads, moves, rounds at the last summary_line
 };
