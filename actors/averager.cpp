@@ -43,6 +43,24 @@ void record_stage(self_ptr self, uint32_t stage) {
   record(st.cfg.leader, stage_key(stage), encode_record(now));
 }
 
+/// Whether `stage` is untrained as far as anyone can tell: every server of it
+/// reported step 0 (a fresh swarm, not a restart, where servers report the
+/// steps they reached). Then there is no position to rebuild and no reason to
+/// wait out the settle time: on a fast machine a short run ended inside it,
+/// its first step taking every sample computed meanwhile.
+bool fresh_stage(const averager_state& st, uint32_t stage) {
+  if (st.stages[stage].position.step != 0)
+    return false;
+  bool any = false;
+  for (const auto& [addr, s] : st.servers)
+    if (s.stage == stage) {
+      if (!s.view.reported || s.view.step != 0)
+        return false;
+      any = true;
+    }
+  return any;
+}
+
 /// Whether every server the predecessor recorded for `stage` has reported to
 /// this averager: then it knows the stage as well as after settle_s.
 bool resumed_all_reported(const averager_state& st, uint32_t stage) {
@@ -179,10 +197,11 @@ void maybe_start(self_ptr self, uint32_t stage) {
   std::vector<policy::member_view> views;
   const auto now = averager_state::clock::now();
   const auto settle = std::chrono::duration_cast<averager_state::clock::duration>(seconds(st.cfg.settle_s));
-  if (now - st.started < settle && !resumed_all_reported(st, stage)) {
+  if (!sg.settled && now - st.started < settle && !resumed_all_reported(st, stage) && !fresh_stage(st, stage)) {
     recheck_at(self, stage, st.started + settle);  // reports usually call again first
     return;
   }
+  sg.settled = true;
   bool catching_up = false;
   for (auto& [addr, s] : st.servers)
     if (s.stage == stage) {

@@ -69,8 +69,9 @@ struct averager_settings {
   int64_t target_batch_size = 64;   ///< samples per stage-wide optimizer step
   double timeout_s = 30.0;          ///< see "averaging" above; the round ends by 3x this
   int64_t piece_elements = 4 << 20; ///< floats per all-reduce message (net.chunk-bytes / 4)
-  /// No round starts in the first settle_s after the averager starts, nor while
-  /// a server that registered less than this ago has not reported yet: after a
+  /// No round starts in the first settle_s after the averager starts (unless
+  /// every server of the stage reported step 0: a fresh swarm), nor while a
+  /// server that registered less than this ago has not reported yet: after a
   /// restart every server must be heard before the stage's position is taken
   /// from the highest step.
   double settle_s = 3.0;
@@ -117,6 +118,7 @@ struct averager_state {
     /// server's first report or one catching up, which may never call again).
     std::optional<clock::time_point> recheck_at;
     std::vector<std::string> resumed_members;  ///< the predecessor's servers: once all reported, no settle wait
+    bool settled = false;                      ///< past its settle wait (settle_s, a fresh stage, or all resumed reported)
     std::optional<stage_record> recorded;      ///< what was last recorded in etcd
   };
 

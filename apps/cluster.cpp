@@ -265,14 +265,15 @@ bool supervisor::start_control(const std::string& dir) {
   for (int i = 0; i < n; ++i) {
     const std::string name = "m" + std::to_string(i), c = "http://127.0.0.1:" + std::to_string(client[i]),
                       p = "http://127.0.0.1:" + std::to_string(peer[i]);
-    // Heartbeat 50 ms, election 500 ms: etcd's lease minimum becomes 1 s
-    // (1.5 election timeouts, rounded up), so --control-lease 1 is honoured.
+    // Heartbeat 25 ms, election 250 ms (loopback): etcd's lease minimum
+    // becomes 1 s (1.5 election timeouts, rounded up), so --control-lease 1 is
+    // honoured, and a lost etcd leader is replaced well within that second.
     control_.push_back({"etcd " + name,
                         {etcd_exe, "--name", name, "--data-dir", data + "/" + name, "--listen-client-urls", c,
                          "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
                          "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token",
-                         "swarm-" + std::to_string(::getpid()), "--heartbeat-interval", "50", "--election-timeout",
-                         "500", "--logger", "zap", "--log-outputs", "stderr"},
+                         "swarm-" + std::to_string(::getpid()), "--heartbeat-interval", "25", "--election-timeout",
+                         "250", "--logger", "zap", "--log-outputs", "stderr"},
                         true, 0, data + "/" + name + ".log"});
   }
   cfg_.net.control = "etcd://" + endpoints;
@@ -431,6 +432,11 @@ void supervisor::chaos(clock_type::time_point now) {
       hit(leader, c.chaos_coordinator_action == "kill", now);
     else
       log_->warn("chaos: no coordinator leads right now; none hit");
+  }
+  if (c.chaos_coordinator_every_s > 0 && now >= next_coordinator_hit_ && children_.count(coordinator_) &&
+      c.chaos_coordinator_action == "stop") {
+    next_coordinator_hit_ = now + after_s(c.chaos_coordinator_every_s);
+    hit(coordinator_, false, now);  // continued after --chaos-down, like a stopped server
   }
   if (c.chaos_coordinator_every_s > 0 && now >= next_coordinator_hit_ && children_.count(coordinator_)) {
     next_coordinator_hit_ = now + after_s(c.chaos_coordinator_every_s);

@@ -7,17 +7,18 @@
 
 namespace swarm::control {
 
-std::vector<etcd_member> members_of(const app_config& cfg) {
+endpoints endpoints_of(const app_config& cfg) {
   std::string why;
-  std::vector<etcd_member> out;
+  endpoints out{{}, {cfg.net.control_ca, cfg.net.control_cert, cfg.net.control_key}};
   if (auto parsed = parse_control(cfg.net.control, why))
     for (const auto& [host, port] : *parsed)
-      out.push_back({host, port});
+      out.members.push_back({host, port});
   return out;
 }
 
 std::unique_ptr<etcd_client> client_of(const app_config& cfg, std::chrono::milliseconds timeout) {
-  return std::make_unique<etcd_client>(members_of(cfg), timeout);
+  auto where = endpoints_of(cfg);
+  return std::make_unique<etcd_client>(std::move(where.members), timeout, std::move(where.tls));
 }
 
 caf::expected<std::optional<leader_info>> find_leader(etcd_client& client) {
@@ -71,10 +72,10 @@ caf::expected<resume_state> load_resume(etcd_client& client, int stages) {
   return out;
 }
 
-void start_watch(std::vector<etcd_member> members, std::shared_ptr<metrics_sink> metrics,
+void start_watch(endpoints where, std::shared_ptr<metrics_sink> metrics,
                  std::shared_ptr<std::atomic<int64_t>> leading_term) {
-  std::thread([members = std::move(members), metrics = std::move(metrics), leading_term = std::move(leading_term)] {
-    etcd_client client(members, std::chrono::milliseconds(500));
+  std::thread([where = std::move(where), metrics = std::move(metrics), leading_term = std::move(leading_term)] {
+    etcd_client client(where.members, std::chrono::milliseconds(500), where.tls);
     for (;;) {
       auto found = find_leader(client);
       auto cands = candidates(client);
@@ -82,8 +83,8 @@ void start_watch(std::vector<etcd_member> members, std::shared_ptr<metrics_sink>
       for (const auto& c : cands ? *cands : std::vector<std::string>{})
         listed += (listed.empty() ? "" : ",") + c;
       int64_t healthy = 0;
-      for (const auto& m : members) {
-        etcd_client one({m}, std::chrono::milliseconds(300));
+      for (const auto& m : where.members) {
+        etcd_client one({m}, std::chrono::milliseconds(300), where.tls);
         const bool ok = !one.status();
         healthy += ok;
         health += (health.empty() ? "" : ",") + m.host + ":" + std::to_string(m.port) + (ok ? "=ok" : "=down");
@@ -100,11 +101,10 @@ void start_watch(std::vector<etcd_member> members, std::shared_ptr<metrics_sink>
   }).detach();
 }
 
-lease_keeper::lease_keeper(std::vector<etcd_member> members, int64_t lease, int64_t ttl_s,
-                           std::shared_ptr<leadership> leader)
+lease_keeper::lease_keeper(endpoints where, int64_t lease, int64_t ttl_s, std::shared_ptr<leadership> leader)
     : lease_(lease), ttl_s_(ttl_s), leader_(std::move(leader)) {
   leader_->valid_until_ns = 0;  // not before the first renewal's answer
-  thread_ = std::thread([this, m = std::move(members)]() mutable { run(std::move(m)); });
+  thread_ = std::thread([this, w = std::move(where)]() mutable { run(std::move(w)); });
 }
 
 lease_keeper::~lease_keeper() {
@@ -135,11 +135,13 @@ std::chrono::milliseconds lease_keeper::margin(int64_t ttl_s) {
   return std::chrono::milliseconds(std::max<int64_t>(100, ttl_s * 100));
 }
 
-void lease_keeper::run(std::vector<etcd_member> members) {
-  const auto every = std::chrono::milliseconds(ttl_s_ * 1000 / 4);
+void lease_keeper::run(endpoints where) {
+  // Often: an etcd leader election (a member lost) stalls renewals for a
+  // few hundred ms, and the deadline runs from the last one that came back.
+  const auto every = std::chrono::milliseconds(std::max<int64_t>(100, ttl_s_ * 1000 / 8));
   // Each call is bounded well inside the lease: a renewal that comes back
   // later than that is worth nothing anyway.
-  etcd_client client(std::move(members), std::chrono::milliseconds(ttl_s_ * 1000 / 3));
+  etcd_client client(std::move(where.members), std::chrono::milliseconds(ttl_s_ * 1000 / 3), std::move(where.tls));
   auto log = get_logger("coordinator");
   while (!stop_ && !gone_) {
     const auto sent = leadership::clock::now();
@@ -177,8 +179,8 @@ void lease_keeper::run(std::vector<etcd_member> members) {
   }
 }
 
-recorder::recorder(std::vector<etcd_member> members, etcd_leadership won) : won_(std::move(won)) {
-  thread_ = std::thread([this, m = std::move(members)]() mutable { run(std::move(m)); });
+recorder::recorder(endpoints where, etcd_leadership won) : won_(std::move(won)) {
+  thread_ = std::thread([this, w = std::move(where)]() mutable { run(std::move(w)); });
 }
 
 recorder::~recorder() {
@@ -199,8 +201,8 @@ void recorder::put(const std::string& key, const std::string& value) {
   cv_.notify_one();
 }
 
-void recorder::run(std::vector<etcd_member> members) {
-  etcd_client client(std::move(members), std::chrono::seconds(2));
+void recorder::run(endpoints where) {
+  etcd_client client(std::move(where.members), std::chrono::seconds(2), std::move(where.tls));
   auto log = get_logger("coordinator");
   for (;;) {
     std::map<std::string, std::string> batch;

@@ -35,8 +35,13 @@ namespace swarm::control {
 inline const std::string election = "swarm/leader";
 inline const std::string state_prefix = "swarm/";  ///< + a record's key (actors/control_records.hpp)
 
-/// --control's members (validated with the config).
-[[nodiscard]] std::vector<etcd_member> members_of(const app_config& cfg);
+/// --control's members (validated with the config) and TLS settings: what
+/// each thread here makes its own client from.
+struct endpoints {
+  std::vector<etcd_member> members;
+  etcd_tls tls;
+};
+[[nodiscard]] endpoints endpoints_of(const app_config& cfg);
 /// A client of --control's members, each call bounded by `timeout` per member.
 [[nodiscard]] std::unique_ptr<etcd_client> client_of(const app_config& cfg, std::chrono::milliseconds timeout);
 
@@ -63,14 +68,14 @@ struct resume_state {
 /// the file) a `control` note: this process's role (it leads while
 /// `*leading_term` > 0), etcd's leader and term, the candidates, and which
 /// members answer. Runs until the process ends.
-void start_watch(std::vector<etcd_member> members, std::shared_ptr<metrics_sink> metrics,
+void start_watch(endpoints where, std::shared_ptr<metrics_sink> metrics,
                  std::shared_ptr<std::atomic<int64_t>> leading_term);
 
-/// Keeps `lease` alive every ttl/4 and moves `leader->valid_until` to each
+/// Keeps `lease` alive every ttl/8 and moves `leader->valid_until` to each
 /// renewal's send time + ttl - margin; stops renewing when the lease is gone.
 class lease_keeper {
 public:
-  lease_keeper(std::vector<etcd_member> members, int64_t lease, int64_t ttl_s, std::shared_ptr<leadership> leader);
+  lease_keeper(endpoints where, int64_t lease, int64_t ttl_s, std::shared_ptr<leadership> leader);
   ~lease_keeper();
   lease_keeper(const lease_keeper&) = delete;
   lease_keeper& operator=(const lease_keeper&) = delete;
@@ -87,7 +92,7 @@ public:
   [[nodiscard]] static std::chrono::milliseconds margin(int64_t ttl_s);
 
 private:
-  void run(std::vector<etcd_member> members);
+  void run(endpoints where);
   int64_t lease_, ttl_s_;
   std::shared_ptr<leadership> leader_;
   std::atomic<bool> stop_{false}, gone_{false};
@@ -100,7 +105,7 @@ private:
 /// its own (put_if_leader: nothing once it no longer leads).
 class recorder {
 public:
-  recorder(std::vector<etcd_member> members, etcd_leadership won);
+  recorder(endpoints where, etcd_leadership won);
   ~recorder();
   recorder(const recorder&) = delete;
   recorder& operator=(const recorder&) = delete;
@@ -108,7 +113,7 @@ public:
   void put(const std::string& key, const std::string& value);
 
 private:
-  void run(std::vector<etcd_member> members);
+  void run(endpoints where);
   etcd_leadership won_;
   std::mutex m_;
   std::condition_variable cv_;

@@ -127,7 +127,7 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
   const auto since = std::chrono::steady_clock::now();
   int64_t lease = grant_lease(n, *client, cfg, true);
   auto leading_term = std::make_shared<std::atomic<int64_t>>(0);
-  control::start_watch(control::members_of(cfg), n.metrics(), leading_term);
+  control::start_watch(control::endpoints_of(cfg), n.metrics(), leading_term);
   auto leader = std::make_shared<leadership>();
   std::unique_ptr<control::lease_keeper> keeper;
   std::optional<etcd_leadership> won;
@@ -135,7 +135,7 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
   log->info("standing by as {} for the election through etcd at {}", address, cfg.net.control);
   for (bool told = false; !won;) {
     leader = std::make_shared<leadership>();
-    keeper = std::make_unique<control::lease_keeper>(control::members_of(cfg), lease, cfg.net.control_lease_s, leader);
+    keeper = std::make_unique<control::lease_keeper>(control::endpoints_of(cfg), lease, cfg.net.control_lease_s, leader);
     auto result = client->campaign(control::election, address, lease, std::chrono::seconds(5));
     if (result && keeper->wait_renewed(std::chrono::milliseconds(500))) {
       won = *result;
@@ -160,7 +160,7 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
               describe(resume.error()));
     resume = control::resume_state{};
   }
-  control::recorder recorder(control::members_of(cfg), *won);
+  control::recorder recorder(control::endpoints_of(cfg), *won);
   leader->record = [&recorder](const std::string& key, const std::string& value) { recorder.put(key, value); };
   settings.leader = leader;
   settings.averaging.resume = resume->stages;

@@ -159,6 +159,10 @@ std::string validate(const app_config& c) {
   const int tls_files = !c.net.tls_ca.empty() + !c.net.tls_cert.empty() + !c.net.tls_key.empty();
   require(e, tls_files == 0 || tls_files == 3, "tls-ca", c.net.tls_ca,
           "--tls-ca, --tls-cert and --tls-key go together (all three for TLS, none for plain TCP)");
+  require(e, c.net.control_cert.empty() == c.net.control_key.empty(), "control-cert", c.net.control_cert,
+          "--control-cert and --control-key go together");
+  require(e, c.net.control_cert.empty() || !c.net.control_ca.empty(), "control-cert", c.net.control_cert,
+          "needs --control-ca (the CA that signed etcd's certificate)");
   require(e, c.server.batch_size >= m.microbatch, "batch-size", c.server.batch_size, "must be >= microbatch");
   const auto& t = c.trainer;
   require(e, t.ban_max_s >= t.ban_base_s, "ban-base", t.ban_base_s, "must be > 0 and <= --ban-max");

@@ -91,6 +91,10 @@ struct net_config {
   /// before it. etcd raises it to its own minimum (2 s with etcd's default
   /// timings; the cluster's own members allow 1 s).
   int64_t control_lease_s = 2;
+  /// TLS to etcd, its own beside --tls-*: PEM files of the CA that signed
+  /// etcd's certificates, and of this node's client certificate and key (for
+  /// etcd's --client-cert-auth). CA alone: server-authenticated TLS; none: plain HTTP.
+  std::string control_ca, control_cert, control_key;
   /// Largest message payload, bytes. Measured here (scripts/bench_transfer.sh): one
   /// 16 MiB message moves at ~500 MB/s, one 64 MiB message at ~270 MB/s, and every
   /// extra message costs ~35 ms, so payloads up to 16 MiB go whole.

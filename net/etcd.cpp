@@ -104,6 +104,7 @@ etcd_kv kv_of(const json& j) {
 struct etcd_client::impl {
   std::vector<etcd_member> members;
   std::chrono::milliseconds timeout;
+  etcd_tls tls;
   size_t next = 0;  ///< the member that answered last: asked first
 
   /// POSTs `body` to `path` on the members in turn, the first that answers
@@ -119,7 +120,13 @@ struct etcd_client::impl {
     const std::string text = body.dump();
     for (size_t n = 0; n < members.size(); ++n) {
       const size_t i = (next + n) % members.size();
-      httplib::Client http(members[i].host, members[i].port);
+      const std::string who = members[i].host + ":" + std::to_string(members[i].port);
+      httplib::Client http = tls.enabled() ? httplib::Client("https://" + who, tls.cert, tls.key)
+                                           : httplib::Client(members[i].host, members[i].port);
+      if (tls.enabled()) {
+        http.set_ca_cert_path(tls.ca);
+        http.enable_server_certificate_verification(true);
+      }
       http.set_connection_timeout(timeout);
       http.set_read_timeout(wait);
       http.set_write_timeout(timeout);
@@ -139,7 +146,6 @@ struct etcd_client::impl {
       httplib::Response res;
       httplib::Error error = httplib::Error::Success;
       const bool sent = http.send(req, res, error);
-      const std::string who = members[i].host + ":" + std::to_string(members[i].port);
       json reply = json::parse(got, nullptr, false);
       if (!sent && (got.empty() || reply.is_discarded())) {
         silent = silent || error == httplib::Error::Read;
@@ -172,10 +178,11 @@ struct etcd_client::impl {
   }
 };
 
-etcd_client::etcd_client(std::vector<etcd_member> members, std::chrono::milliseconds timeout)
+etcd_client::etcd_client(std::vector<etcd_member> members, std::chrono::milliseconds timeout, etcd_tls tls)
     : impl_(std::make_unique<impl>()) {
   impl_->members = std::move(members);
   impl_->timeout = timeout;
+  impl_->tls = std::move(tls);
 }
 
 etcd_client::~etcd_client() = default;

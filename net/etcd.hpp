@@ -31,6 +31,14 @@ struct etcd_member {
   uint16_t port = 0;
 };
 
+/// TLS to etcd (its own --cert-file/--trusted-ca-file, beside the swarm's
+/// --tls-*): PEM files; `ca` empty = plain HTTP. With cert and key this
+/// client presents them (etcd's --client-cert-auth).
+struct etcd_tls {
+  std::string ca, cert, key;
+  [[nodiscard]] bool enabled() const { return !ca.empty(); }
+};
+
 struct etcd_kv {
   std::string key, value;
   int64_t create_revision = 0, mod_revision = 0, lease = 0;
@@ -45,7 +53,7 @@ struct etcd_leadership {
 
 class etcd_client {
 public:
-  etcd_client(std::vector<etcd_member> members, std::chrono::milliseconds timeout);
+  etcd_client(std::vector<etcd_member> members, std::chrono::milliseconds timeout, etcd_tls tls = {});
   ~etcd_client();
   etcd_client(const etcd_client&) = delete;
   etcd_client& operator=(const etcd_client&) = delete;

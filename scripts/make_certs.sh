@@ -9,9 +9,11 @@
 #   make_certs.sh sign DIR NAME.csr      # on the admin's machine: DIR/NAME.crt from the request
 #
 # A node gets ca.crt, its NAME.crt and NAME.key; ca.key never leaves the admin.
+# env SAN: subject alternative names for node/sign, e.g. SAN=IP:10.0.0.1,DNS:etcd-a
+# (etcd's own certificates need them: its clients check the address they dial).
 set -euo pipefail
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 2 ] || usage
 command -v openssl >/dev/null || { echo "make_certs: openssl not found (scripts/setup.sh installs it)" >&2; exit 2; }
 cmd=$1 dir=$2
@@ -22,6 +24,7 @@ umask 077  # keys readable by their owner only
 ext=$(mktemp)
 trap 'rm -f "$ext"' EXIT
 printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n' >"$ext"
+if [ -n "${SAN:-}" ]; then printf 'subjectAltName=%s\n' "$SAN" >>"$ext"; fi
 
 sign() {  # sign REQUEST NAME
   [ -f "$dir/ca.crt" ] && [ -f "$dir/ca.key" ] || { echo "make_certs: no CA in $dir (run: $0 ca $dir)" >&2; exit 2; }

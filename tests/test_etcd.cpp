@@ -25,16 +25,21 @@ struct etcd_process {
   int client_port = free_port(), peer_port = free_port();
   pid_t pid = -1;
 
-  etcd_process() {
+  /// `pki`: a folder with ca.crt and member.crt/.key (scripts/make_certs.sh):
+  /// clients over TLS, and client certificates of that CA required.
+  explicit etcd_process(const fs::path& pki = {}) {
     dir = fs::temp_directory_path() / ("swarm-test-etcd-" + std::to_string(::getpid()) + "-" +
                                        std::to_string(client_port));
     fs::create_directories(dir);
-    const std::string client = "http://127.0.0.1:" + std::to_string(client_port);
+    const std::string client = (pki.empty() ? "http" : "https") + std::string{"://127.0.0.1:"} + std::to_string(client_port);
     const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port);
-    pid = spawn_command({"etcd", "--name", "m0", "--data-dir", (dir / "data").string(), "--listen-client-urls", client,
-                         "--advertise-client-urls", client, "--listen-peer-urls", peer,
-                         "--initial-advertise-peer-urls", peer, "--initial-cluster", "m0=" + peer},
-                        (dir / "etcd.log").string());
+    std::vector<std::string> args{"etcd", "--name", "m0", "--data-dir", (dir / "data").string(), "--listen-client-urls",
+                                  client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                                  "--initial-advertise-peer-urls", peer, "--initial-cluster", "m0=" + peer};
+    if (!pki.empty())
+      args.insert(args.end(), {"--cert-file", (pki / "member.crt").string(), "--key-file", (pki / "member.key").string(),
+                               "--trusted-ca-file", (pki / "ca.crt").string(), "--client-cert-auth"});
+    pid = spawn_command(args, (dir / "etcd.log").string());
   }
   ~etcd_process() {
     if (pid > 0)
@@ -75,6 +80,32 @@ TEST_CASE("etcd: keys, leases, and an election whose term grows with each leader
     auto none = c.get("swarm/nothing");
     REQUIRE(none);
     CHECK_FALSE(*none);
+  }
+
+  SECTION("a prefix lists its keys; a leader's write holds only while it leads") {
+    REQUIRE(c.put("swarm/state/b", "2"));
+    REQUIRE(c.put("swarm/state/a", "1"));
+    REQUIRE(c.put("swarm/statf", "not under the prefix"));
+    auto listed = c.get_prefix("swarm/state/");
+    REQUIRE(listed);
+    REQUIRE(listed->size() == 2);
+    CHECK((*listed)[0].key == "swarm/state/a");
+    CHECK((*listed)[1].value == "2");
+    auto lease = c.grant(30);
+    REQUIRE(lease);
+    auto won = c.campaign("swarm/writer", "w:1", *lease, std::chrono::milliseconds(5000));
+    REQUIRE(won);
+    auto wrote = c.put_if_leader(*won, "swarm/state/a", "3");
+    REQUIRE(wrote);
+    CHECK(*wrote);
+    REQUIRE_FALSE(c.revoke(*lease));  // its leadership ends with the lease
+    auto refused = c.put_if_leader(*won, "swarm/state/a", "4");
+    REQUIRE(refused);
+    CHECK_FALSE(*refused);
+    auto kept = c.get("swarm/state/a");
+    REQUIRE(kept);
+    REQUIRE(*kept);
+    CHECK((*kept)->value == "3");
   }
 
   SECTION("a key tied to a lease goes with it") {
@@ -150,6 +181,39 @@ TEST_CASE("etcd: keys, leases, and an election whose term grows with each leader
     CHECK(is_retryable(r.error()));
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   }
+}
+
+TEST_CASE("etcd: over TLS with client certificates; without one, or with another CA's, refused", "[etcd]") {
+  const fs::path pki = fs::temp_directory_path() / ("swarm-test-etcd-pki-" + std::to_string(::getpid()));
+  const fs::path other = pki / "other";
+  const std::string certs = "bash " SWARM_SOURCE_DIR "/scripts/make_certs.sh ";
+  REQUIRE(std::system((certs + "ca " + pki.string() + " >/dev/null").c_str()) == 0);
+  REQUIRE(std::system(("SAN=IP:127.0.0.1 " + certs + "node " + pki.string() + " member >/dev/null").c_str()) == 0);
+  REQUIRE(std::system((certs + "node " + pki.string() + " client >/dev/null").c_str()) == 0);
+  REQUIRE(std::system((certs + "ca " + other.string() + " >/dev/null").c_str()) == 0);
+  REQUIRE(std::system((certs + "node " + other.string() + " client >/dev/null").c_str()) == 0);
+  {
+    etcd_process etcd(pki);
+    const auto ca = (pki / "ca.crt").string();
+    etcd_client c({etcd.member()}, std::chrono::milliseconds(2000),
+                  {ca, (pki / "client.crt").string(), (pki / "client.key").string()});
+    REQUIRE(ready(c));
+    auto got = c.get("swarm/ready");
+    REQUIRE(got);
+    REQUIRE(*got);
+    CHECK((*got)->value == "1");
+    etcd_client plain({etcd.member()}, std::chrono::milliseconds(2000));
+    CHECK_FALSE(plain.get("swarm/ready"));  // HTTP to an HTTPS port
+    etcd_client no_cert({etcd.member()}, std::chrono::milliseconds(2000), {ca, "", ""});
+    CHECK_FALSE(no_cert.get("swarm/ready"));
+    etcd_client stranger({etcd.member()}, std::chrono::milliseconds(2000),
+                         {ca, (other / "client.crt").string(), (other / "client.key").string()});
+    CHECK_FALSE(stranger.get("swarm/ready"));
+    etcd_client wrong_ca({etcd.member()}, std::chrono::milliseconds(2000),
+                         {(other / "ca.crt").string(), (pki / "client.crt").string(), (pki / "client.key").string()});
+    CHECK_FALSE(wrong_ca.get("swarm/ready"));  // etcd's certificate is not of the CA it trusts
+  }
+  fs::remove_all(pki);
 }
 
 TEST_CASE("etcd: --control values", "[etcd]") {

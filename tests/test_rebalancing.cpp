@@ -274,15 +274,18 @@ TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fill
 TEST_CASE("a stage wiped out at once: a server is reassigned at once and starts from initial parameters, "
           "and the loss of state is reported",
           "[rebalancing]") {
-  const int steps = 300;
-  three_two run(steps);
+  // The trainer runs until stopped, 80 steps after the wipe (a fixed step
+  // count could end before the rebalancer settled: 300 steps took 10 s here).
+  three_two run(0);
   auto& swarm = run.swarm;
   const pid_t trainer = run.trainer;
-  REQUIRE(wait_exit(trainer, 0.01) == std::nullopt);  // still training: the wipe must land mid-run
+  REQUIRE(wait_exit(trainer, 0.01) == std::nullopt);
   for (pid_t pid : run.stage1)
     kill(pid, SIGKILL);
   const double killed = unix_seconds();
-  REQUIRE(wait_exit(trainer, 240) == 0);
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [&](const std::vector<std::string>& lines) { return steps_after(lines, killed) >= 80; }, 240));
+  CHECK(stop(trainer) == 0);
   const double trained = unix_seconds();
   swarm.shutdown();
 
@@ -309,7 +312,7 @@ TEST_CASE("a stage wiped out at once: a server is reassigned at once and starts 
   CHECK(stall < 10);
   const auto exits = events(swarm.metrics, "trainer_exit");
   REQUIRE(exits.size() == 1);
-  CHECK(number(exits[0], "steps") == steps);
+  CHECK(number(exits[0], "in_flight") == 0);  // it let them finish
   CHECK(number(exits[0], "issued") == number(exits[0], "completed") + number(exits[0], "dropped"));
   check_exact(swarm.metrics, 0);
   // Stage 1 started over, so its steps up to the lost one were reported twice with
