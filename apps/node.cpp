@@ -166,15 +166,12 @@ void node::phase(const char* what) {
 /// the link dropped (this process or the coordinator was stopped longer than
 /// the connection timeout) and the coordinator lives on. A timed request tells
 /// them apart.
-caf::expected<std::string> node::leader_address(int64_t lost_term) {
+caf::expected<std::string> node::leader_address() {
   auto found = control::find_leader(*etcd_);
   if (!found)
     return make_error(errc::PEER_GONE, "etcd at " + cfg_.net.control + ": " + describe(found.error()));
   if (!*found)
     return make_error(errc::PEER_GONE, "no coordinator leads now (etcd at " + cfg_.net.control + ")");
-  if ((*found)->term <= lost_term)
-    return make_error(errc::PEER_GONE, "etcd still names the lost leader (term " + std::to_string((*found)->term) +
-                                           ") until its lease expires");
   found_term_ = (*found)->term;
   return (*found)->address;
 }
@@ -194,17 +191,22 @@ caf::expected<coordinator_actor> node::dial_coordinator(const std::string& fixed
   bool told = false;  // a person should not wait the whole time to learn that it is trying
   for (;;) {
     caf::expected<coordinator_actor> handle{caf::error{}};
-    auto address = etcd_ ? leader_address(lost_term) : caf::expected<std::string>{fixed};
+    auto address = etcd_ ? leader_address() : caf::expected<std::string>{fixed};
     const auto hp = address ? split_host_port(*address) : std::nullopt;  // --coordinator: validated by parse_config
+    // etcd still naming the lost leader: it may live on (only the link
+    // dropped), or be dead until its lease expires, its machine maybe gone:
+    // a short try each time, so that its successor is not kept waiting.
+    const bool lost_one = etcd_ && lost && found_term_ <= lost_term;
     if (!address)
       handle = std::move(address.error());
     else if (!hp)
       handle = make_error(errc::BAD_REQUEST, "etcd names the leader at '" + *address + "', not HOST:PORT");
-    else if (auto found = dial(*sys_, hp->first, hp->second, std::chrono::seconds(5)))
+    else if (auto found = dial(*sys_, hp->first, hp->second, lost_one ? std::chrono::seconds(1) : std::chrono::seconds(5)))
       handle = caf::actor_cast<coordinator_actor>(std::move(*found));
     else
       handle = std::move(found.error());
-    if (handle && lost && handle->address() == lost && !answers(*sys_, *handle, std::chrono::seconds(3)))
+    if (handle && lost && handle->address() == lost &&
+        !answers(*sys_, *handle, lost_one ? caf::timespan{std::chrono::milliseconds(500)} : caf::timespan{std::chrono::seconds(3)}))
       handle = make_error(errc::PEER_GONE, "the lost coordinator is still cached and does not answer");
     if (handle && etcd_)
       term_ = found_term_;

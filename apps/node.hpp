@@ -116,9 +116,8 @@ private:
   };
   wait_result wait_for(const caf::actor& whom, const caf::actor& watched);
   caf::expected<coordinator_actor> dial_coordinator(const std::string& address, const caf::actor_addr& lost);
-  /// --control: the leader's address now; an error while none leads, or
-  /// while etcd still names the lost one (a term not above `lost_term`).
-  caf::expected<std::string> leader_address(int64_t lost_term);
+  /// --control: the leader's address now (its term in found_term_); an error while none leads.
+  caf::expected<std::string> leader_address();
   /// --control: whether etcd names a leader of a newer term than the one joined.
   bool newer_leader();
   std::unique_ptr<basp_guard> guard(const caf::expected<uint16_t>& local, int port, bool tls);

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iostream>
 #include <thread>
 
 #include <unistd.h>
-#include <fstream>
-#include <iostream>
 
 #include <caf/all.hpp>
 

@@ -231,12 +231,12 @@ const std::vector<keys::row>& swarm_keys() {
           "coordinator with --control: the leader's etcd lease; a dead leader is replaced about this long after it "
           "died (etcd's minimum applies: 2 with its default timings)"),
       key("control-ca", &net::control_ca, "", {},
-          "--control over TLS: PEM certificate of the CA that signed etcd's certificates (etcd's own TLS, beside "
-          "--tls-ca)"),
+          "etcd over TLS (with --control): PEM certificate of the CA that signed etcd's certificates (etcd's own "
+          "TLS, beside --tls-ca)"),
       key("control-cert", &net::control_cert, "", {},
-          "--control over TLS: this node's PEM client certificate for etcd (with --control-key; etcd's "
+          "etcd over TLS (with --control): this node's PEM client certificate for etcd (with --control-key; etcd's "
           "--client-cert-auth)"),
-      key("control-key", &net::control_key, "", {}, "--control over TLS: the PEM key of --control-cert (unencrypted)"),
+      key("control-key", &net::control_key, "", {}, "etcd over TLS (with --control): the PEM key of --control-cert (unencrypted)"),
       key("chunk-bytes", &net::chunk_bytes, "bytes", range(">= 1024"), "largest single message payload"),
       key("bulk-min-bytes", &net::bulk_min_bytes, "bytes", range(">= 0"),
           "payloads at least this large go over a dedicated bulk connection (0 = all through CAF)"),

@@ -13,7 +13,7 @@
 # `regions.sh exec NAME I CMD` or `ip netns exec $NSi CMD`, and bind/advertise $REGIONi.
 #
 # Subcommands (run without arguments for the usage text):
-#   check | up | down | exec | env | run | selftest
+#   check | up | down | cut | heal | exec | env | run | selftest
 # Exit status 77 = prerequisites missing (root, packages): tests should skip.
 set -euo pipefail
 
@@ -29,6 +29,7 @@ usage() {
 usage: regions.sh check
        regions.sh up NAME --regions K --rate RATE --rtt MS [--queue-base Q] [--buffer-ms B]
        regions.sh down NAME
+       regions.sh cut NAME I | heal NAME I    (region I's link down: a partition; up again)
        regions.sh exec NAME I CMD...
        regions.sh env NAME
        regions.sh run NAME --regions K --rate RATE --rtt MS [...up options] -- CMD...
@@ -400,6 +401,19 @@ cmd_env() {
   print_env "$1"
 }
 
+# --- cut / heal: a region's link down (a partition) and up again -----------------------
+cmd_link() {  # cmd_link down|up NAME I
+  [[ $# -eq 3 ]] || usage
+  local state=$1 name=$2 i=$3 k
+  valid_name "$name"
+  k=$(state_get "$name" regions)
+  [[ -n $k ]] || die "$name is not up"
+  [[ $i =~ ^[0-9]+$ && $i -lt $k ]] || die "region index must be 0..$((k - 1))"
+  # The router's end of the region's veth: packets both ways are dropped, no
+  # connection is reset (as when a region's uplink fails).
+  ip -n "$name-router" link set "v$i" "$state"
+}
+
 # --- run -------------------------------------------------------------------------------
 cmd_run() {
   [[ $# -ge 1 ]] || usage
@@ -570,6 +584,8 @@ case $sub in
   check) [[ $# -eq 0 ]] || usage; cmd_check ;;
   up) cmd_up "$@" ;;
   down) cmd_down "$@" ;;
+  cut) cmd_link down "$@" ;;
+  heal) cmd_link up "$@" ;;
   exec) cmd_exec "$@" ;;
   env) cmd_env "$@" ;;
   run) cmd_run "$@" ;;

@@ -375,7 +375,7 @@ const std::vector<std::string> every_key_set = {
     "--val-fraction", "0.01", "--shard-tokens", "2048",
     "--init-from", "/tmp/w.safetensors", "--prompt", "Once upon", "--max-new-tokens", "77", "--temperature", "0.5",
     "--top-k", "9", "--sample-seed", "42", "--kv-cache", "off",
-    "--heartbeat", "0.5", "--connection-timeout", "3", "--coordinator-wait", "12", "--control", "etcd://10.0.0.5:2379,10.0.0.6:2379", "--control-lease", "3", "--chunk-bytes", "1048576", "--bulk-min-bytes", "0",
+    "--heartbeat", "0.5", "--connection-timeout", "3", "--coordinator-wait", "12", "--control", "etcd://10.0.0.5:2379,10.0.0.6:2379", "--control-lease", "3", "--control-ca", "etcd-ca.pem", "--control-cert", "etcd-node.pem", "--control-key", "etcd-node.key", "--chunk-bytes", "1048576", "--bulk-min-bytes", "0",
     "--bulk-budget", "512",
     "--tls-ca", "ca.pem", "--tls-cert", "node.pem", "--tls-key", "node.key",
     "--port", "7001", "--port-file", "/tmp/port", "--http-port", "8080", "--http-host", "0.0.0.0",

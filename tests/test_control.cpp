@@ -209,3 +209,20 @@ TEST_CASE("control: leaders killed and stopped, etcd members lost, and training 
   if (!getenv("SWARM_TEST_KEEP"))
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("control: a malformed --control is exit 2; an etcd nobody answers is exit 1 naming it", "[control][process]") {
+  const std::string nowhere = "etcd://127.0.0.1:" + std::to_string(free_port());
+  for (const char* bad : {"etcd://", "http://127.0.0.1:2379", "etcd://host", "etcd://h:1,"}) {
+    auto [code, out] = run_swarm_output({"--role", "server", "--config", tiny, "--control", bad}, 30);
+    INFO(bad << ": " << out);
+    CHECK(code == 2);
+    CHECK(out.find("--control") != std::string::npos);
+  }
+  for (const char* role : {"coordinator", "server", "trainer", "status"}) {
+    auto [code, out] = run_swarm_output({"--role", role, "--config", tiny, "--control", nowhere, "--coordinator-wait", "1"},
+                                        60);
+    INFO(role << ": " << out);
+    CHECK(code == 1);
+    CHECK(out.find(nowhere) != std::string::npos);
+  }
+}

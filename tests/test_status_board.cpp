@@ -153,3 +153,28 @@ TEST_CASE("the run summary reads a run's metrics file", "[status]") {
   CHECK_THAT(run_summary("/nonexistent/metrics.jsonl", 0), Catch::Contains("cannot read"));
   std::remove(path.c_str());
 }
+
+TEST_CASE("with --control the board shows the election and etcd; without, nothing of it", "[status][control]") {
+  fed_board plain;
+  CHECK_THAT(plain.board->json(1001), !Catch::Contains("\"control\""));
+  CHECK_THAT(plain.board->prometheus(1001), !Catch::Contains("swarm_control_"));
+  fed_board f;
+  auto& b = *f.board;
+  b.on_event(1001, "leadership", {{"change", std::string{"won"}}, {"term", int64_t{42}},
+                                  {"address", std::string{"10.0.0.1:7000"}}, {"pid", int64_t{7}}, {"stood_by_s", 3.5}});
+  f.sink.note("control", {{"role", std::string{"leader"}}, {"leader", std::string{"10.0.0.1:7000"}},
+                          {"term", int64_t{42}}, {"candidates", std::string{"10.0.0.1:7000,10.0.0.2:7000"}},
+                          {"members", std::string{"10.0.0.1:2379=ok,10.0.0.2:2379=down,10.0.0.3:2379=ok"}},
+                          {"healthy", int64_t{2}}});
+  const auto json = b.json(1002);
+  CHECK_THAT(json, Catch::Contains("\"control\": {\"role\": \"leader\", \"leader\": \"10.0.0.1:7000\", \"term\": 42, "
+                                   "\"leadership_changes\": 1, \"candidates\": [\"10.0.0.1:7000\", \"10.0.0.2:7000\"]"));
+  CHECK_THAT(json, Catch::Contains("{\"endpoint\": \"10.0.0.2:2379\", \"healthy\": false}"));
+  CHECK_THAT(json, Catch::Contains("leads as term 42 at 10.0.0.1:7000"));
+  const auto prom = b.prometheus(1002);
+  CHECK_THAT(prom, Catch::Contains("swarm_control_term 42\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_control_leading 1\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_control_leadership_changes_total 1\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_control_members_healthy 2\n"));
+  CHECK_THAT(b.text(1002), Catch::Contains("control: this process is the leader; leader 10.0.0.1:7000 (term 42)"));
+}
