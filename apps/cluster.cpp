@@ -268,12 +268,15 @@ bool supervisor::start_control(const std::string& dir) {
     // Heartbeat 25 ms, election 250 ms (loopback): etcd's lease minimum
     // becomes 1 s (1.5 election timeouts, rounded up), so --control-lease 1 is
     // honoured, and a lost etcd leader is replaced well within that second.
+    // Pre-vote: a member back from a partition does not depose a working
+    // leader (without it, the election it forced stalled lease renewals for
+    // seconds and cost the coordinator its lease: the regions test).
     control_.push_back({"etcd " + name,
                         {etcd_exe, "--name", name, "--data-dir", data + "/" + name, "--listen-client-urls", c,
                          "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
                          "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token",
                          "swarm-" + std::to_string(::getpid()), "--heartbeat-interval", "25", "--election-timeout",
-                         "250", "--logger", "zap", "--log-outputs", "stderr"},
+                         "250", "--pre-vote", "--logger", "zap", "--log-outputs", "stderr"},
                         true, 0, data + "/" + name + ".log"});
   }
   cfg_.net.control = "etcd://" + endpoints;

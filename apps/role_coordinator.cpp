@@ -137,7 +137,10 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
     leader = std::make_shared<leadership>();
     keeper = std::make_unique<control::lease_keeper>(control::endpoints_of(cfg), lease, cfg.net.control_lease_s, leader);
     auto result = client->campaign(control::election, address, lease, std::chrono::seconds(5));
-    if (result && keeper->wait_renewed(std::chrono::milliseconds(500))) {
+    // Leading needs a renewal confirmed after the win (its deadline runs from
+    // there); it may take a while when a member is cut off, not past the lease.
+    if (result && keeper->wait_renewed(std::chrono::milliseconds(cfg.net.control_lease_s * 1000) -
+                                       control::lease_keeper::margin(cfg.net.control_lease_s))) {
       won = *result;
       break;
     }

@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include <httplib.h>
+
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "messages/errors.hpp"
@@ -101,6 +103,21 @@ etcd_kv kv_of(const json& j) {
 
 } // namespace
 
+namespace {
+
+/// The member that answered last in this process, "host:port": where a new
+/// client starts. A process's clients come and go (one per campaign's lease
+/// keeper), and each starting from a member cut off from the rest would wait
+/// out its connection timeout first, every time.
+std::mutex last_good_mutex;
+std::string last_good;
+
+std::string endpoint_of(const etcd_member& m) {
+  return m.host + ":" + std::to_string(m.port);
+}
+
+} // namespace
+
 struct etcd_client::impl {
   std::vector<etcd_member> members;
   std::chrono::milliseconds timeout;
@@ -120,7 +137,7 @@ struct etcd_client::impl {
     const std::string text = body.dump();
     for (size_t n = 0; n < members.size(); ++n) {
       const size_t i = (next + n) % members.size();
-      const std::string who = members[i].host + ":" + std::to_string(members[i].port);
+      const std::string who = endpoint_of(members[i]);
       httplib::Client http = tls.enabled() ? httplib::Client("https://" + who, tls.cert, tls.key)
                                            : httplib::Client(members[i].host, members[i].port);
       if (tls.enabled()) {
@@ -170,6 +187,10 @@ struct etcd_client::impl {
         return make_error(errc::BAD_REQUEST, "etcd " + who + " " + path + ": " + message);
       }
       next = i;
+      {
+        std::lock_guard<std::mutex> lock(last_good_mutex);
+        last_good = who;
+      }
       return reply;
     }
     if (silent)
@@ -183,6 +204,10 @@ etcd_client::etcd_client(std::vector<etcd_member> members, std::chrono::millisec
   impl_->members = std::move(members);
   impl_->timeout = timeout;
   impl_->tls = std::move(tls);
+  std::lock_guard<std::mutex> lock(last_good_mutex);
+  for (size_t i = 0; i < impl_->members.size(); ++i)
+    if (endpoint_of(impl_->members[i]) == last_good)
+      impl_->next = i;
 }
 
 etcd_client::~etcd_client() = default;

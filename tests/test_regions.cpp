@@ -219,7 +219,7 @@ TEST_CASE("control: the leader's region cut off, the others elect another and tr
                                   "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,
                                   "--initial-advertise-peer-urls", p, "--initial-cluster", initial,
                                   "--initial-cluster-state", "new", "--heartbeat-interval", "50",
-                                  "--election-timeout", "500"},
+                                  "--election-timeout", "500", "--pre-vote"},
                                  dir + "/etcd-m" + std::to_string(i) + ".log"));
   }
   const std::vector<std::string> common{"--config", tiny, "--metrics", metrics, "--log-level", "warn",
