@@ -72,6 +72,26 @@ caf::expected<resume_state> load_resume(etcd_client& client, int stages) {
   return out;
 }
 
+std::shared_ptr<const std::atomic<int64_t>> start_leader_watch(endpoints where) {
+  auto newest = std::make_shared<std::atomic<int64_t>>(0);
+  std::thread([where = std::move(where), newest] {
+    etcd_client client(where.members, std::chrono::milliseconds(500), where.tls);
+    const auto look = [&] {
+      if (auto found = find_leader(client); found && *found && (*found)->term > newest->load())
+        *newest = (*found)->term;
+      return true;
+    };
+    for (;;) {
+      // `look` runs once the watch is in place too: nothing between two watches is missed.
+      const auto err = client.watch(election + "/", look, std::chrono::seconds(5));
+      look();
+      if (err && code_of(err) != errc::TIMEOUT)
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));  // no member took it: not in a tight loop
+    }
+  }).detach();
+  return newest;
+}
+
 void start_watch(endpoints where, std::shared_ptr<metrics_sink> metrics,
                  std::shared_ptr<std::atomic<int64_t>> leading_term) {
   std::thread([where = std::move(where), metrics = std::move(metrics), leading_term = std::move(leading_term)] {

@@ -4,8 +4,8 @@
 // Coordinators are candidates of one etcd election (`swarm/leader`); the
 // leader's key holds its "host:port" and its creation revision is its term.
 // Followers (servers, trainers, --role status) read the leader from there,
-// and poll it while they run, so a new leader is joined even when the old
-// one's link has not dropped yet (apps/node.cpp). What a successor needs
+// and watch the election while they run, so a new leader is joined even when
+// the old one's link has not dropped yet (apps/node.cpp). What a successor needs
 // lives under `swarm/state/` (actors/control_records.hpp).
 //
 // Here: the client from the config, the leader lookup, the lease keeper and
@@ -63,6 +63,12 @@ struct resume_state {
 /// What the predecessor recorded; a value of the wrong shape is logged and
 /// skipped (that part starts from nothing).
 [[nodiscard]] caf::expected<resume_state> load_resume(etcd_client& client, int stages);
+
+/// Follows the election with etcd's watch, in a thread of its own that lives
+/// as long as the process: the newest leader term etcd named (0 until the
+/// first answer), read again whenever the election's keys change (and at
+/// least every 5 s, when the watch is quiet or has to be made again).
+[[nodiscard]] std::shared_ptr<const std::atomic<int64_t>> start_leader_watch(endpoints where);
 
 /// A thread that every 2 s tells `metrics`' observers (the status board; not
 /// the file) a `control` note: this process's role (it leads while

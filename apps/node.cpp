@@ -150,8 +150,10 @@ caf::actor_system& node::start() {
   configure(sys_cfg_, cfg_);
   sys_ = std::make_unique<caf::actor_system>(sys_cfg_);
   start_stop_watchdog(who_);
-  if (!cfg_.net.control.empty())
+  if (!cfg_.net.control.empty()) {
     etcd_ = control::client_of(cfg_, std::chrono::milliseconds(500));
+    newest_term_ = control::start_leader_watch(control::endpoints_of(cfg_));
+  }
   return *sys_;
 }
 
@@ -174,11 +176,6 @@ caf::expected<std::string> node::leader_address() {
     return make_error(errc::PEER_GONE, "no coordinator leads now (etcd at " + cfg_.net.control + ")");
   found_term_ = (*found)->term;
   return (*found)->address;
-}
-
-bool node::newer_leader() {
-  auto found = control::find_leader(*etcd_);
-  return found && *found && (*found)->term > term_;
 }
 
 caf::expected<coordinator_actor> node::dial_coordinator(const std::string& fixed, const caf::actor_addr& lost) {
@@ -290,15 +287,11 @@ node::wait_result node::wait_for(const caf::actor& whom, const caf::actor& watch
   if (watched)
     self->monitor(watched);
   bool asked = false;
-  auto next_poll = std::chrono::steady_clock::now();
   for (;;) {
     // --control: a newer leader can be elected while the old one's link still
-    // looks alive (it was stopped, or cut off from etcd): follow etcd.
-    if (etcd_ && watched && std::chrono::steady_clock::now() >= next_poll) {
-      next_poll = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
-      if (newer_leader())
-        return {true, {}};
-    }
+    // looks alive (it was stopped, or cut off from etcd): follow etcd's word.
+    if (newest_term_ && watched && newest_term_->load() > term_)
+      return {true, {}};
     if (stop_requested && !asked) {
       self->send_exit(whom, caf::exit_reason::user_shutdown);
       asked = true;

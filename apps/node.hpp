@@ -104,6 +104,9 @@ public:
   /// Waits until `whom` terminates (a signal asks it to exit) and returns its exit reason.
   caf::error wait_for(const caf::actor& whom);
 
+  /// --control: the term of the leader joined last (0 without --control).
+  [[nodiscard]] int64_t term() const { return term_; }
+
   /// The `bulk` metrics event: what this process moved over its bulk connections.
   void emit_bulk(const std::string& process);
 
@@ -118,8 +121,7 @@ private:
   caf::expected<coordinator_actor> dial_coordinator(const std::string& address, const caf::actor_addr& lost);
   /// --control: the leader's address now (its term in found_term_); an error while none leads.
   caf::expected<std::string> leader_address();
-  /// --control: whether etcd names a leader of a newer term than the one joined.
-  bool newer_leader();
+
   std::unique_ptr<basp_guard> guard(const caf::expected<uint16_t>& local, int port, bool tls);
 
   const app_config& cfg_;
@@ -129,6 +131,7 @@ private:
   std::unique_ptr<caf::actor_system> sys_;
   std::shared_ptr<bulk_endpoint> bulk_;
   std::unique_ptr<etcd_client> etcd_;  ///< --control only
+  std::shared_ptr<const std::atomic<int64_t>> newest_term_;  ///< --control: etcd's newest leader term (its watch)
   int64_t term_ = 0;                   ///< --control: the joined leader's term
   int64_t found_term_ = 0;             ///< --control: the term of the leader leader_address found last
 };

@@ -96,6 +96,9 @@ proto::placement ask_stage(node& n, const coordinator_actor& coord, const app_co
                            const std::string& server_id) {
   n.phase("asking the coordinator for a stage");
   auto answer = ask_placement(n.sys(), coord, server_id, cfg.model);
+  if (answer && answer->term() < n.term())  // fencing: the placement of a deposed leader
+    answer = make_error(errc::PEER_GONE, "the placement came with term " + std::to_string(answer->term()) +
+                                             ", older than the leader's (" + std::to_string(n.term()) + ")");
   if (!answer || static_cast<int>(answer->stage()) >= cfg.stages) {
     std::cerr << "swarm: server " << server_id << " got no stage from the coordinator: "
               << (answer ? "stage " + std::to_string(answer->stage()) + " out of range" : describe(answer.error()))

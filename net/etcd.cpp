@@ -112,6 +112,16 @@ namespace {
 std::mutex last_good_mutex;
 std::string last_good;
 
+/// The key just past every key that starts with `prefix` (etcd's range_end).
+std::string prefix_end(std::string prefix) {
+  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff)
+    prefix.pop_back();
+  if (prefix.empty())
+    return std::string(1, '\0');  // every key
+  prefix.back() = static_cast<char>(static_cast<unsigned char>(prefix.back()) + 1);
+  return prefix;
+}
+
 std::string endpoint_of(const etcd_member& m) {
   return m.host + ":" + std::to_string(m.port);
 }
@@ -123,6 +133,58 @@ struct etcd_client::impl {
   std::chrono::milliseconds timeout;
   etcd_tls tls;
   size_t next = 0;  ///< the member that answered last: asked first
+
+  /// POSTs `body` to `path` on the first member that takes it and hands each
+  /// line of the streamed answer, parsed, to `on_message` until it returns
+  /// false or the stream ends; TIMEOUT when nothing came for `idle`.
+  caf::error stream(const std::string& path, const json& body, std::chrono::milliseconds idle,
+                    const std::function<bool(const json&)>& on_message) {
+    std::string why = "no member";
+    for (size_t n = 0; n < members.size(); ++n) {
+      const size_t i = (next + n) % members.size();
+      const std::string who = endpoint_of(members[i]);
+      httplib::Client http = tls.enabled() ? httplib::Client("https://" + who, tls.cert, tls.key)
+                                           : httplib::Client(members[i].host, members[i].port);
+      if (tls.enabled()) {
+        http.set_ca_cert_path(tls.ca);
+        http.enable_server_certificate_verification(true);
+      }
+      http.set_connection_timeout(timeout);
+      http.set_read_timeout(idle);
+      http.set_write_timeout(timeout);
+      httplib::Request req;
+      req.method = "POST";
+      req.path = path;
+      req.body = body.dump();
+      req.set_header("Content-Type", "application/json");
+      std::string pending;
+      bool streamed = false, stopped = false;
+      req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+        streamed = true;
+        pending.append(data, len);
+        for (size_t end; (end = pending.find('\n')) != std::string::npos;) {
+          const json message = json::parse(pending.substr(0, end), nullptr, false);
+          pending.erase(0, end + 1);
+          if (!message.is_discarded() && message.is_object() && !on_message(message)) {
+            stopped = true;
+            return false;
+          }
+        }
+        return pending.size() < (1u << 20);  // no line of a watch is this long: not etcd
+      };
+      httplib::Response res;
+      httplib::Error error = httplib::Error::Success;
+      http.send(req, res, error);
+      if (stopped)
+        return caf::none;
+      if (streamed)  // it took the stream; it ended (etcd stopped, or went quiet for `idle`)
+        return error == httplib::Error::Read ? make_error(errc::TIMEOUT, "etcd " + path + ": quiet for " +
+                                                                             std::to_string(idle.count()) + " ms")
+                                             : make_error(errc::PEER_GONE, "etcd " + who + " " + path + ": stream ended");
+      why = who + ": " + httplib::to_string(error);
+    }
+    return make_error(errc::PEER_GONE, "etcd " + path + ": no member answered (" + why + ")");
+  }
 
   /// POSTs `body` to `path` on the members in turn, the first that answers
   /// (any HTTP status) wins; `wait` bounds each member's reply. `repeatable`
@@ -252,16 +314,6 @@ caf::expected<std::optional<etcd_kv>> etcd_client::get(const std::string& key) {
   return std::optional<etcd_kv>{kv_of(it->front())};
 }
 
-/// The key just past every key that starts with `prefix` (etcd's range_end).
-static std::string prefix_end(std::string prefix) {
-  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff)
-    prefix.pop_back();
-  if (prefix.empty())
-    return std::string(1, '\0');  // every key
-  prefix.back() = static_cast<char>(static_cast<unsigned char>(prefix.back()) + 1);
-  return prefix;
-}
-
 caf::error etcd_client::status() {
   auto r = impl_->call("/v3/maintenance/status", json::object(), impl_->timeout);
   return r ? caf::error{} : r.error();
@@ -294,6 +346,22 @@ caf::expected<bool> etcd_client::put_if_leader(const etcd_leadership& l, const s
     return r.error();
   const auto it = r->find("succeeded");
   return it != r->end() && it->is_boolean() && it->get<bool>();
+}
+
+caf::error etcd_client::watch(const std::string& prefix, const std::function<bool()>& on_change,
+                              std::chrono::milliseconds idle) {
+  // One member, the first that takes the stream; the gateway writes one JSON
+  // object per line: {"result": {"created": true, ...}}, then one per batch of
+  // events ({"result": {"events": [...]}}).
+  const json body{{"create_request", {{"key", b64_encode(prefix)}, {"range_end", b64_encode(prefix_end(prefix))}}}};
+  return impl_->stream("/v3/watch", body, idle, [&](const json& message) {
+    const auto result = object_field(message, "result");
+    if (result.empty())
+      return true;  // an error object ends the stream from etcd's side
+    const auto events = result.find("events");
+    const bool created = result.contains("created");
+    return (created || (events != result.end() && events->is_array())) ? on_change() : true;
+  });
 }
 
 caf::expected<etcd_leadership> etcd_client::campaign(const std::string& name, const std::string& value, int64_t lease,

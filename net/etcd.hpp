@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -79,6 +80,13 @@ public:
   /// leader's late writes cannot overwrite its successor's.
   [[nodiscard]] caf::expected<bool> put_if_leader(const etcd_leadership& l, const std::string& key,
                                                   const std::string& value);
+
+  /// Watches every key starting with `prefix` (etcd's watch stream): calls
+  /// `on_change` once the watch is in place and after each batch of changes,
+  /// until it returns false, the stream ends, or nothing came for `idle`
+  /// (then TIMEOUT: watch again). Blocks meanwhile.
+  [[nodiscard]] caf::error watch(const std::string& prefix, const std::function<bool()>& on_change,
+                                 std::chrono::milliseconds idle);
 
   /// Waits, up to `wait`, until this candidate (`value`, held by `lease`) leads
   /// election `name`; TIMEOUT when it did not within `wait`. etcd withdraws a

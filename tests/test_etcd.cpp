@@ -3,6 +3,7 @@
 // terms, a member that is gone, and bad --control values.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <filesystem>
 #include <future>
 
@@ -106,6 +107,33 @@ TEST_CASE("etcd: keys, leases, and an election whose term grows with each leader
     REQUIRE(kept);
     REQUIRE(*kept);
     CHECK((*kept)->value == "3");
+  }
+
+  SECTION("a watch on a prefix calls back once it is in place and on each change under it, until told to stop") {
+    std::atomic<int> calls{0};
+    etcd_client watcher({etcd.member()}, std::chrono::milliseconds(2000));
+    auto watching = std::async(std::launch::async, [&] {
+      return watcher.watch("swarm/leader/", [&] { return ++calls < 3; }, std::chrono::seconds(10));
+    });
+    const auto until = [&](int n) {
+      for (int i = 0; i < 100 && calls < n; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return calls.load();
+    };
+    CHECK(until(1) == 1);  // in place
+    REQUIRE(c.put("swarm/other", "x"));  // not under the prefix
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK(calls == 1);
+    REQUIRE(c.put("swarm/leader/a", "1"));
+    CHECK(until(2) == 2);
+    REQUIRE(c.put("swarm/leader/b", "2"));  // the third call says stop
+    REQUIRE(watching.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    CHECK_FALSE(watching.get());
+    CHECK(calls == 3);
+    // Quiet for its idle time: TIMEOUT, to be made again.
+    auto quiet = watcher.watch("swarm/quiet/", [] { return true; }, std::chrono::milliseconds(700));
+    REQUIRE(quiet);
+    CHECK(code_of(quiet) == errc::TIMEOUT);
   }
 
   SECTION("a key tied to a lease goes with it") {
