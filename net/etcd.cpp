@@ -134,6 +134,30 @@ struct etcd_client::impl {
   etcd_tls tls;
   size_t next = 0;  ///< the member that answered last: asked first
 
+  /// An HTTP(S) client of member `i` whose reads wait up to `read`.
+  httplib::Client client_for(size_t i, std::chrono::milliseconds read) const {
+    const auto& m = members[i];
+    httplib::Client http = tls.enabled() ? httplib::Client("https://" + endpoint_of(m), tls.cert, tls.key)
+                                         : httplib::Client(m.host, m.port);
+    if (tls.enabled()) {
+      http.set_ca_cert_path(tls.ca);
+      http.enable_server_certificate_verification(true);
+    }
+    http.set_connection_timeout(timeout);
+    http.set_read_timeout(read);
+    http.set_write_timeout(timeout);
+    return http;
+  }
+
+  static httplib::Request post(const std::string& path, std::string body) {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.body = std::move(body);
+    req.set_header("Content-Type", "application/json");
+    return req;
+  }
+
   /// POSTs `body` to `path` on the first member that takes it and hands each
   /// line of the streamed answer, parsed, to `on_message` until it returns
   /// false or the stream ends; TIMEOUT when nothing came for `idle`.
@@ -143,20 +167,8 @@ struct etcd_client::impl {
     for (size_t n = 0; n < members.size(); ++n) {
       const size_t i = (next + n) % members.size();
       const std::string who = endpoint_of(members[i]);
-      httplib::Client http = tls.enabled() ? httplib::Client("https://" + who, tls.cert, tls.key)
-                                           : httplib::Client(members[i].host, members[i].port);
-      if (tls.enabled()) {
-        http.set_ca_cert_path(tls.ca);
-        http.enable_server_certificate_verification(true);
-      }
-      http.set_connection_timeout(timeout);
-      http.set_read_timeout(idle);
-      http.set_write_timeout(timeout);
-      httplib::Request req;
-      req.method = "POST";
-      req.path = path;
-      req.body = body.dump();
-      req.set_header("Content-Type", "application/json");
+      auto http = client_for(i, idle);
+      auto req = post(path, body.dump());
       std::string pending;
       bool streamed = false, stopped = false;
       req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
@@ -200,23 +212,11 @@ struct etcd_client::impl {
     for (size_t n = 0; n < members.size(); ++n) {
       const size_t i = (next + n) % members.size();
       const std::string who = endpoint_of(members[i]);
-      httplib::Client http = tls.enabled() ? httplib::Client("https://" + who, tls.cert, tls.key)
-                                           : httplib::Client(members[i].host, members[i].port);
-      if (tls.enabled()) {
-        http.set_ca_cert_path(tls.ca);
-        http.enable_server_certificate_verification(true);
-      }
-      http.set_connection_timeout(timeout);
-      http.set_read_timeout(wait);
-      http.set_write_timeout(timeout);
+      auto http = client_for(i, wait);
       // Through a content receiver: the gateway ends an error's chunked
       // body with a gRPC trailer, which cpp-httplib 0.11 refuses (a read
       // error after the whole body came); the body is what counts.
-      httplib::Request req;
-      req.method = "POST";
-      req.path = path;
-      req.body = text;
-      req.set_header("Content-Type", "application/json");
+      auto req = post(path, text);
       std::string got;
       req.content_receiver = [&got](const char* data, size_t n, uint64_t, uint64_t) {
         got.append(data, n);
