@@ -253,7 +253,12 @@ bool supervisor::start_control(const std::string& dir) {
     return false;
   }
   const std::string data = std::filesystem::path(cfg_.metrics).parent_path() / "etcd";
-  std::filesystem::create_directories(data);
+  // Afresh each run: members would rejoin an earlier run's cluster (its
+  // ports, its quorum) and never elect anyone; and its records describe
+  // servers that are gone.
+  std::error_code ec;
+  std::filesystem::remove_all(data, ec);
+  std::filesystem::create_directories(data, ec);
   std::vector<int> client(n), peer(n);
   std::string initial, endpoints;
   for (int i = 0; i < n; ++i) {
