@@ -257,6 +257,23 @@ inline std::vector<std::pair<int, int64_t>> params_disagreements(const std::stri
 
 const std::string tiny = SWARM_SOURCE_DIR "/config/tiny";
 
+/// scripts/check_history.py over `files` (metrics files, and files of the
+/// test's own chaos events) with `extra` flags: its exit code, its output in `out`.
+inline int check_history(const std::vector<std::string>& files, const std::string& extra, std::string& out) {
+  const std::string log = "/tmp/swarm-test-history-" + std::to_string(getpid()) + ".txt";
+  std::string cmd = "python3 " SWARM_SOURCE_DIR "/scripts/check_history.py " + extra;
+  for (const auto& f : files)
+    cmd += " " + f;
+  const int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
+  out.clear();
+  for (const auto& l : read_lines(log))
+    out += l + "\n";
+  std::remove(log.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+
+
 /// Certificates made by scripts/make_certs.sh for one test: the cluster's CA
 /// and a node, and a second CA with a node of its own (a stranger with a
 /// valid-looking certificate). Removed afterwards.

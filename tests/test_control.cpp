@@ -18,22 +18,6 @@ using namespace swarm::test;
 
 namespace {
 
-const std::string checker = SWARM_SOURCE_DIR "/scripts/check_history.py";
-
-/// The checker's exit code over `files`, its output in `out`.
-int check_history(const std::vector<std::string>& files, const std::string& extra, std::string& out) {
-  const std::string log = "/tmp/swarm-test-history-" + std::to_string(getpid()) + ".txt";
-  std::string cmd = "python3 " + checker + " " + extra;
-  for (const auto& f : files)
-    cmd += " " + f;
-  const int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
-  out.clear();
-  for (const auto& l : read_lines(log))
-    out += l + "\n";
-  std::remove(log.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
 /// The newest `leadership` won event: (pid, term); (0, 0) when none.
 std::pair<pid_t, int64_t> leader_now(const std::string& metrics) {
   const auto won = events(metrics, "leadership");

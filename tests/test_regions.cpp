@@ -291,11 +291,8 @@ TEST_CASE("control: the leader's region cut off, the others elect another and tr
     stop(pid);
   for (const auto& l : events(metrics, "trainer_exit"))
     CHECK(number(l, "dropped") == 0);
-  const std::string log = dir + "/history.txt";
-  const int rc = std::system(("python3 " SWARM_SOURCE_DIR "/scripts/check_history.py " + metrics + " > " + log).c_str());
   std::string history;
-  for (const auto& l : read_lines(log))
-    history += l + "\n";
+  const int rc = check_history({metrics}, "", history);
   INFO(history << "processes' output: " << output);
   CHECK(rc == 0);
   if (!std::getenv("SWARM_TEST_KEEP"))
