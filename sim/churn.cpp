@@ -19,6 +19,7 @@ void peer_died(peer& p, const char* reason) {
   const auto waiters = std::move(p.waiters);
   p.waiters.clear();
   p.state = peer::off;
+  w.books.set_phase(p, phase::off, w.now());
   p.move_to = -1;
   ++p.epoch;
   // The machine's actor dies; its host stays on in SimGrid, because starting a

@@ -49,6 +49,7 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
   const double deadline = t0 + policy::round_clock::end * w.cfg.coordinator.averaging_timeout_s;
   const auto done = s4u::Semaphore::create(0);
   const int flows = n > 1 ? n : 0;  // a lone member has nothing to exchange
+  for (int i = 0; i < flows; ++i) w.books.round(*members[static_cast<size_t>(i)], +1, t0);
   for (int i = 0; i < flows; ++i) {
     peer* m = members[static_cast<size_t>(i)];
     const auto own = static_cast<double>(shards[static_cast<size_t>(i)].size());
@@ -60,6 +61,9 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
     }
   }
   for (int i = 0; i < flows; ++i) done->acquire();
+  for (int i = 0; i < flows; ++i)
+    if (members[static_cast<size_t>(i)]->epoch == epochs[static_cast<size_t>(i)])
+      w.books.round(*members[static_cast<size_t>(i)], -1, w.now());
   // Members still serving this stage in the life they started the round in.
   std::vector<peer*> survivors;
   for (int i = 0; i < n; ++i) {

@@ -109,6 +109,15 @@ namespace swarm::sim {
   const double share = opt > 0 ? counted / opt : std::nan("");
   const double fluid = flu > 0 ? counted / flu : std::nan("");
   const double mean_alive = tot.alive_peer_seconds / cfg.duration;
+  std::vector<const work_books*> workers;
+  for (const auto& t : w.trainers)
+    for (const auto& b : t.workers) workers.push_back(&b);
+  double per_sample = 0;
+  for (int s = 0; s < cfg.stages; ++s) per_sample += w.seconds_per_sample(s);
+  const auto gap = w.books.close(w.peers, workers, counted, opt, flu, per_sample, w.now());
+  std::vector<metrics_sink::field> parts{{"gap_points", gap.gap_points}, {"gap_sum_points", gap.sum_points}};
+  for (const auto& p : gap.parts) parts.emplace_back(p.key.c_str(), p.points);
+  w.emit("sim_gap", parts, "sim");
   w.emit("sim_summary", {{"tokens_per_s", tps},
                          {"share_of_optimal", share},
                          {"share_of_fluid", fluid},
@@ -150,6 +159,9 @@ namespace swarm::sim {
     }
     std::printf("\n");
   }
+  std::printf("  the gap to the best assignment: %.1f points; where it went (points, they sum to %.1f):\n",
+              gap.gap_points, gap.sum_points);
+  for (const auto& p : gap.parts) std::printf("    %6.2f  %s\n", p.points, p.label.c_str());
   std::printf("  microbatches issued %lld, completed %lld, dropped %lld, reroutes %lld\n",
               static_cast<long long>(issued), static_cast<long long>(completed), static_cast<long long>(dropped),
               static_cast<long long>(reroutes));
@@ -258,7 +270,10 @@ int main(int argc, char** argv) {
     rc.ban_max_s = cfg.trainer.ban_max_s;
     t.routers.assign(static_cast<size_t>(cfg.stages), policy::stage_router(rc));
     t.pins.assign(static_cast<size_t>(cfg.stages), policy::static_pin{});
+    t.workers.assign(static_cast<size_t>(cfg.trainer.in_flight), work_books{});
   }
+  // The summary's window starts at the coordinator's last whole-second tick within the warm-up.
+  w.books.open(cfg.warmup >= 1 ? std::floor(cfg.warmup + 1e-9) : 0.0, cfg.duration, cfg.stages);
   w.emit("cluster_start", {{"stages", int64_t{cfg.stages}}, {"peers", int64_t{cfg.peers}},
                            {"trainers", int64_t{cfg.cluster.trainers}}, {"microbatch", cfg.model.microbatch},
                            {"seq_len", cfg.model.seq_len}, {"simulated", true}}, "sim");

@@ -39,18 +39,21 @@ bool copy_state(world& w, peer& p, int stage) {
   return false;
 }
 
-void answer(outbox& out, request* r, reply::status_t status, double bytes) {
-  send(out, r->reply_to, new reply{r->attempt, status}, bytes);
+void answer(outbox& out, request* r, reply::status_t status, double bytes, double served_s = 0) {
+  send(out, r->reply_to, new reply{r->attempt, status, served_s}, bytes);
 }
 
 /// Takes `stage`: state copied, routers told. `from` is -1 for a join.
 void settle(world& w, peer& p, int from, int stage, policy::move_reason why, double since, double gain,
             bool initial = false) {
+  w.books.set_phase(p, phase::copying, w.now());
   p.state = from < 0 ? peer::joining : peer::moving;
   p.stage = stage;
+  p.in_round = 0;  // rounds of its old stage or life end without it
   const bool copied = !initial && copy_state(w, p, stage);
   if (!copied) p.step = w.stage_step[static_cast<size_t>(stage)];
   p.state = peer::serving;
+  w.books.set_phase(p, phase::idle, w.now());
   p.reloading = false;
   // As swarm's rebalancer: a newcomer may move at once; a mover's old rate,
   // scaled by the stages' costs, stands for it until it is measured here.
@@ -107,6 +110,7 @@ void serve(peer* pp, int stage) {
     p.arrived->acquire();
     request* r = p.queue.front();
     p.queue.pop_front();
+    unqueue(*r);
     if (r->epoch != p.epoch) {  // sent to an earlier life or before a move: that sender was told already
       delete r;
       continue;
@@ -142,9 +146,12 @@ void serve(peer* pp, int stage) {
     const double work = (r->kind == request::forward ? c.forward_s : c.backward_s) *
                         (local ? cluster_scale(w.cal, p.stage, w.machine_load) : 1);
     const double t0 = w.now();
+    w.books.set_phase(p, phase::busy, t0);
     // The cpu host's speed is this peer's speed in calibrated core-seconds per second.
     s4u::this_actor::exec_init(work)->set_host(p.cpu)->wait();
     if (p.slowdown > 1) s4u::this_actor::sleep_for((p.slowdown - 1) * (w.now() - t0));
+    w.books.computed(p, t0, w.now(), r->books, r->attempt);
+    w.books.set_phase(p, phase::idle, w.now());
     if (local) w.coordinator_backlog_s += w.cal.coordinator_s_per_request;  // its report to the averager
     p.busy_s += w.now() - t0;
     ++p.served;
@@ -153,7 +160,7 @@ void serve(peer* pp, int stage) {
       p.samples_done += static_cast<double>(r->samples);
       p.accumulated += r->samples;
     }
-    answer(out, r, reply::ok, r->reply_bytes);
+    answer(out, r, reply::ok, r->reply_bytes, w.now() - t0);
     delete r;
   }
 }
@@ -182,6 +189,8 @@ void start_server(peer& p, int stage) {
   p.name = "s" + std::to_string(p.index) + "." + std::to_string(p.life);
   p.state = peer::joining;
   p.stage = stage;  // -1 until placed
+  p.in_round = 0;
+  the_world().books.set_phase(p, phase::starting, the_world().now());
   p.actor = s4u::Actor::create(p.name, p.host, [pp = &p, stage] { serve(pp, stage); });
 }
 

@@ -57,7 +57,7 @@ peer* find_peer(world& w, const std::string& name) {
 /// Sends `r` (attempt `id`, `bytes` on the wire) to `p` and waits for its
 /// reply on `box` until `deadline`: the status, reply::down when its server
 /// died with the reply on its way, or nullopt when the deadline passed.
-std::optional<reply::status_t> send_and_wait(world& w, peer& p, request* r, s4u::Mailbox* box, uint64_t id,
+std::optional<reply> send_and_wait(world& w, peer& p, request* r, s4u::Mailbox* box, uint64_t id,
                                              double deadline, double bytes) {
   // Sent by this worker (not detached: SimGrid 3.32 scans one list of all
   // detached activities at every completion); it returns once the bytes are
@@ -75,20 +75,20 @@ std::optional<reply::status_t> send_and_wait(world& w, peer& p, request* r, s4u:
       rep = left > 0 ? box->get<reply>(left) : nullptr;
     } catch (const simgrid::TimeoutException&) {
     } catch (const simgrid::NetworkFailureException&) {
-      return reply::down;  // its server died while the reply was on its way
+      return reply{id, reply::down};  // its server died while the reply was on its way
     }
     if (!rep)
       return std::nullopt;
-    const bool mine = rep->attempt == id;
-    const auto status = rep->status;
+    const reply got = *rep;
     delete rep;
-    if (mine)
-      return status;  // others are answers to attempts given up on
+    if (got.attempt == id)
+      return got;  // others are answers to attempts given up on
   }
 }
 
 /// One stage call with retries; the server that answered, or empty (dropped).
-std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool backward, const std::string& preferred) {
+std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* box, int stage, bool backward,
+                 const std::string& preferred) {
   const auto microbatch = static_cast<double>(w.cfg.model.microbatch);
   const auto& c = w.costs[static_cast<size_t>(stage)];
   const double timeout = backward ? w.cfg.trainer.backward_timeout_s : w.cfg.trainer.forward_timeout_s;
@@ -116,6 +116,8 @@ std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool 
     const uint64_t id = t.next_attempt++;
     auto* r = new request{backward ? request::backward : request::forward, stage, p->epoch, w.cfg.model.microbatch,
                           backward ? c.backward_out_bytes : c.forward_out_bytes, box, id};
+    r->books = &books;
+    books.attempt = id;
     p->waiters.emplace_back(box, id);
     const double sent = w.now();
     r->commit_by = sent + (1 - w.cfg.trainer.commit_grace) * timeout;
@@ -127,10 +129,14 @@ std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool 
     const auto answer =
         send_and_wait(w, *p, r, box, id, sent + timeout, backward ? c.backward_in_bytes : c.forward_in_bytes);
     const bool timed_out = !answer;
-    const reply::status_t status = answer.value_or(reply::down);
+    const reply::status_t status = answer ? answer->status : reply::down;
     auto& ws = p->waiters;
     ws.erase(std::remove(ws.begin(), ws.end(), std::make_pair(box, id)), ws.end());
     const double took = w.now() - sent;
+    w.books.attempt_over(books, timed_out            ? attempt_end::timed_out
+                                : status == reply::ok   ? attempt_end::accepted
+                                : status == reply::down ? attempt_end::down
+                                                        : attempt_end::leaving);
     if (timed_out) {
       router.on_timeout(name, microbatch, took);
       w.emit("timeout", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"server", name}, {"op", std::string(op)},
@@ -139,7 +145,7 @@ std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool 
       continue;
     }
     if (status == reply::ok) {
-      router.on_success(name, microbatch, took);
+      router.on_success(name, microbatch, took, answer->served_s);
       return name;
     }
     if (status == reply::down) {
@@ -155,15 +161,15 @@ std::string call(world& w, trainer_state& t, s4u::Mailbox* box, int stage, bool 
   return {};
 }
 
-outcome run_microbatch(world& w, trainer_state& t, s4u::Mailbox* box) {
+outcome run_microbatch(world& w, trainer_state& t, work_books& books, s4u::Mailbox* box) {
   const int stages = w.cfg.stages;
   std::vector<std::string> used(static_cast<size_t>(stages));
   for (int s = 0; s < stages; ++s) {
-    used[static_cast<size_t>(s)] = call(w, t, box, s, false, {});
+    used[static_cast<size_t>(s)] = call(w, t, books, box, s, false, {});
     if (used[static_cast<size_t>(s)].empty()) return outcome::dropped;
   }
   for (int s = stages - 2; s >= 0; --s)
-    if (call(w, t, box, s, true, used[static_cast<size_t>(s)]).empty()) return outcome::dropped;
+    if (call(w, t, books, box, s, true, used[static_cast<size_t>(s)]).empty()) return outcome::dropped;
   return outcome::done;
 }
 
@@ -196,9 +202,12 @@ void trainer_worker(int trainer, int slot) {
   auto* box = s4u::Mailbox::by_name(t.name + "/" + std::to_string(slot));
   box->set_receiver(s4u::Actor::self());
   if (w.cfg.ramp_s > 0) s4u::this_actor::sleep_for(std::uniform_real_distribution<double>(0, w.cfg.ramp_s)(t.rng));
+  auto& books = t.workers[static_cast<size_t>(slot)];
   for (;;) {
     ++t.issued;
-    if (run_microbatch(w, t, box) == outcome::done) {
+    const bool done = run_microbatch(w, t, books, box) == outcome::done;
+    w.books.microbatch_over(books, done, w.now());
+    if (done) {
       ++t.completed;
       t.samples += w.cfg.model.microbatch;
       count_step(w, t);

@@ -11,6 +11,19 @@ void world::emit(const char* event, std::initializer_list<metrics_sink::field> f
   if (metrics.is_open()) metrics << metrics_sink::format(now(), role, event, fields);
 }
 
+void world::emit(const char* event, const std::vector<metrics_sink::field>& fields, const char* role) {
+  if (!metrics.is_open()) return;
+  std::string line = metrics_sink::format(now(), role, event, {});
+  line.resize(line.size() - 2);  // "}\n"
+  for (const auto& [key, val] : fields) {
+    line += ", ";
+    append_json_string(line, key);
+    line += ": ";
+    append_value(line, val);
+  }
+  metrics << line << "}\n";
+}
+
 int64_t world::samples() const {
   int64_t n = 0;
   for (const auto& t : trainers) n += t.samples;
@@ -65,12 +78,23 @@ void send(outbox& out, s4u::Mailbox* box, reply* r, double bytes) {
 }
 
 void deliver(peer& p, request* r) {
+  if (r->kind != request::move && p.stage >= 0) {
+    r->queued_on = p.stage;
+    the_world().books.queued(p.stage, +1, the_world().now());
+  }
   p.queue.push_back(r);
   p.arrived->release();
 }
 
+void unqueue(const request& r) {
+  if (r.queued_on >= 0) the_world().books.queued(r.queued_on, -1, the_world().now());
+}
+
 void clear_queue(peer& p) {
-  for (request* r : p.queue) delete r;
+  for (request* r : p.queue) {
+    unqueue(*r);
+    delete r;
+  }
   p.queue.clear();
   p.arrived = s4u::Semaphore::create(0);
 }

@@ -19,6 +19,7 @@
 #include "actors/policy/rebalancing.hpp"
 #include "actors/policy/routing.hpp"
 #include "models/shape/cost_model.hpp"
+#include "sim/ledger.hpp"
 #include "sim/scenario.hpp"
 #include "sim/trace.hpp"
 
@@ -36,12 +37,15 @@ struct request {
   s4u::Mailbox* reply_to = nullptr;
   uint64_t attempt = 0;
   double commit_by = 1e300;     ///< swarm's commit deadline: a server refuses work it reaches later
+  work_books* books = nullptr;  ///< its worker's books (sim/ledger): where its compute goes
+  int queued_on = -1;           ///< the stage whose queue count it is in (sim/ledger), -1: none
 };
 
 /// A server's answer, or a down event the coordinator forwards to a waiting trainer.
 struct reply {
   uint64_t attempt = 0;
   enum status_t { ok, down, leaving } status = ok;
+  double served_s = 0;  ///< seconds its server spent computing it (ok only)
 };
 
 /// A member's share of an all-reduce round: `bytes` up its link and as many
@@ -103,6 +107,11 @@ struct peer {
   int64_t served = 0;
   int64_t late = 0;                  ///< requests refused past their commit deadline
   int uploads = 0;                   ///< state copies it is sending now
+  // Its books (sim/ledger): what it is doing since when, in how many rounds, idle on which stage.
+  phase ph = phase::off;
+  double phase_since = 0;
+  int in_round = 0;
+  int idle_stage = -1;
   /// Its all-reduce flows' two ends (sim/platform.cpp): permanent actors, so
   /// that a round's 2 x 625 transfers are neither host-to-host transfers
   /// (SimGrid 3.32 keeps all of those in one list it scans at every
@@ -124,6 +133,7 @@ struct trainer_state {
   int64_t next_step_samples = 0;
   double step_started = 0;
   uint64_t next_attempt = 1;
+  std::vector<work_books> workers;             ///< one per in-flight slot (sim/ledger)
 };
 
 struct totals {
@@ -158,6 +168,7 @@ struct world {
   double coordinator_backlog_s = 0;            ///< CPU owed for reports since its last tick
   double machine_load = 0;                     ///< local: busy fraction of its cores over the last second or so
   totals total;
+  ledger books;                        ///< where the gap to the best assignment goes
   std::ofstream metrics;
   std::chrono::steady_clock::time_point wall_start;
   struct sample {
@@ -168,6 +179,7 @@ struct world {
   [[nodiscard]] double now() const { return s4u::Engine::get_clock(); }
   /// One JSON line in swarm's metrics vocabulary, t = simulated seconds.
   void emit(const char* event, std::initializer_list<metrics_sink::field> fields, const char* role = "sim");
+  void emit(const char* event, const std::vector<metrics_sink::field>& fields, const char* role = "sim");
   /// Samples completed by all trainers so far.
   [[nodiscard]] int64_t samples() const;
   /// Serving peers of `stage`.
@@ -220,6 +232,8 @@ using outbox = std::deque<s4u::CommPtr>;
 void send(outbox& out, s4u::Mailbox* box, reply* r, double bytes);
 /// Puts `r` in p's queue (after its bytes arrived) and wakes p's server.
 void deliver(peer& p, request* r);
+/// `r` left its server's queue (taken or dropped): the books count it out.
+void unqueue(const request& r);
 /// Drops p's queue: its server died or a new one starts.
 void clear_queue(peer& p);
 /// Writes the summary and ends the process (sim/main.cpp), at --duration.

@@ -218,9 +218,9 @@ std::optional<std::string> stage_router::choose_only(const std::string& id, doub
   return p->id;
 }
 
-void stage_router::on_success(const std::string& id, double samples, double seconds) {
+void stage_router::on_success(const std::string& id, double samples, double seconds, double served_seconds) {
   if (peer* p = find(id)) {
-    measure(*p, samples, seconds);
+    measure(*p, samples, served_seconds > 0 ? served_seconds : seconds);
     p->ban_count = 0;
   }
 }

@@ -100,7 +100,7 @@ public:
 
   /// A request to `id` finished: `samples` took `seconds` end to end. Feeds the
   /// EMA and ends the run of consecutive bans (the peer works again).
-  void on_success(const std::string& id, double samples, double seconds);
+  void on_success(const std::string& id, double samples, double seconds, double served_seconds = 0);
 
   /// A request of `samples` to `id` ran past its deadline after `seconds`. Never
   /// banned (a timeout may be the network's fault; the caller retries
