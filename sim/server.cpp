@@ -156,10 +156,13 @@ void serve(peer* pp, int stage) {
     p.busy_s += w.now() - t0;
     ++p.served;
     const bool adds = r->kind == request::backward || p.stage == cfg.stages - 1;
-    if (adds) {
-      p.samples_done += static_cast<double>(r->samples);
-      p.accumulated += r->samples;
-    }
+    // Its rate counts a forward as the share of a sample's work it is, so a
+    // stage filling with forwards (whose backwards come later) is not taken
+    // for a slow one.
+    const double whole = c.forward_s + c.backward_s;
+    p.samples_done += static_cast<double>(r->samples) *
+                      (whole > 0 ? (r->kind == request::forward ? c.forward_s : c.backward_s) / whole : 1.0);
+    if (adds) p.accumulated += r->samples;
     answer(out, r, reply::ok, r->reply_bytes, w.now() - t0);
     delete r;
   }

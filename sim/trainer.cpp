@@ -34,7 +34,7 @@ std::string choose(world& w, trainer_state& t, int stage, bool backward, const s
       const bool keep = !preferred.empty() && router.contains(preferred) && !router.banned(preferred, now) &&
                         std::find(tried.begin(), tried.end(), preferred) == tried.end();
       const double size = static_cast<double>(w.cfg.model.microbatch);
-      auto pick = keep ? router.choose_only(preferred, size, backward, now)
+      auto pick = keep ? router.choose_backward(preferred, size, now, t.rng, tried)
                        : router.choose(size, backward, now, t.rng, tried);
       if (!pick && !keep && !tried.empty()) pick = router.choose(size, backward, now, t.rng);
       if (pick) return *pick;
@@ -133,19 +133,20 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
     auto& ws = p->waiters;
     ws.erase(std::remove(ws.begin(), ws.end(), std::make_pair(box, id)), ws.end());
     const double took = w.now() - sent;
+    router.release(name);
     w.books.attempt_over(books, timed_out            ? attempt_end::timed_out
                                 : status == reply::ok   ? attempt_end::accepted
                                 : status == reply::down ? attempt_end::down
                                                         : attempt_end::leaving);
     if (timed_out) {
-      router.on_timeout(name, microbatch, took);
+      router.on_timeout(name, microbatch, backward, took);
       w.emit("timeout", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"server", name}, {"op", std::string(op)},
                          {"seconds", took}}, "trainer");
       why = "timeout";
       continue;
     }
     if (status == reply::ok) {
-      router.on_success(name, microbatch, took, answer->served_s);
+      router.on_success(name, microbatch, backward, took, answer->served_s);
       return name;
     }
     if (status == reply::down) {

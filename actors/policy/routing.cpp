@@ -81,6 +81,8 @@ void stage_router::measure(peer& p, double samples, double seconds) {
   const auto after = p.rate.estimate();
   if (!after)
     return;
+  if (!before)
+    capped_.erase(p.seq);  // measured: no longer a probe
   rate_sum_ += *after - before.value_or(0.0);
   rated_ += before ? 0 : 1;
 }
@@ -133,6 +135,7 @@ void stage_router::remove(const std::string& id) {
   if (p == nullptr)
     return;
   unindex(*p);
+  capped_.erase(p->seq);
   if (const auto r = p->rate.estimate()) {
     rate_sum_ -= *r;
     if (--rated_ == 0)
@@ -145,6 +148,19 @@ void stage_router::remove(const std::string& id) {
 
 std::optional<std::string> stage_router::choose(double task_size, bool backward, double now, std::mt19937_64& rng,
                                                 const std::vector<std::string>& exclude) {
+  // Unmeasured servers holding their probe are passed over while another is eligible.
+  if (!capped_.empty()) {
+    std::vector<std::string> more = exclude;
+    for (uint64_t seq : capped_)
+      more.push_back(at(seq).id);
+    if (auto pick = pick_one(task_size, backward, now, rng, more))
+      return pick;
+  }
+  return pick_one(task_size, backward, now, rng, exclude);
+}
+
+std::optional<std::string> stage_router::pick_one(double task_size, bool backward, double now, std::mt19937_64& rng,
+                                                  const std::vector<std::string>& exclude) {
   const auto eligible = [&](const peer& p) { return !is_banned(p, now) && !listed(exclude, p.id); };
   // The steady peers' minimum; lifting returning peers to it (step 1) leaves it as it is.
   const auto lo = floor(now, exclude, nullptr);
@@ -203,7 +219,44 @@ std::optional<std::string> stage_router::choose(double task_size, bool backward,
   //    recomputes the forward, so it costs more.
   const double cost = std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0);
   place(*pick, pick->vtime + cost / speed(*pick), false);
+  ++pick->in_flight;
+  recap(*pick);
   return pick->id;
+}
+
+std::optional<std::string> stage_router::choose_backward(const std::string& preferred, double task_size, double now,
+                                                         std::mt19937_64& rng, const std::vector<std::string>& exclude) {
+  const peer* p = find(preferred);
+  if (p != nullptr && !p->returning && !is_banned(*p, now) && !listed(exclude, preferred) && !capped(*p)) {
+    const auto lo = floor(now, exclude, nullptr);
+    const double tol = lo ? k_tie_tolerance * std::max(1.0, std::abs(*lo)) : 0.0;
+    if (lo && p->vtime - *lo <= tol)
+      return choose_only(preferred, task_size, true, now);
+  }
+  return choose(task_size, true, now, rng, exclude);
+}
+
+bool stage_router::capped(const peer& p) const {
+  return cfg_.probe_requests > 0 && !p.rate.estimate() && p.in_flight >= cfg_.probe_requests;
+}
+
+void stage_router::recap(const peer& p) {
+  if (capped(p))
+    capped_.insert(p.seq);
+  else
+    capped_.erase(p.seq);
+}
+
+void stage_router::release(const std::string& id) {
+  if (peer* p = find(id); p && p->in_flight > 0) {
+    --p->in_flight;
+    recap(*p);
+  }
+}
+
+int64_t stage_router::in_flight(const std::string& id) const {
+  const peer* p = find(id);
+  return p ? p->in_flight : 0;
 }
 
 std::optional<std::string> stage_router::choose_only(const std::string& id, double task_size, bool backward,
@@ -215,22 +268,25 @@ std::optional<std::string> stage_router::choose_only(const std::string& id, doub
   if (p == nullptr || is_banned(*p, now))
     return std::nullopt;
   place(*p, p->vtime + std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0) / speed(*p), false);
+  ++p->in_flight;
+  recap(*p);
   return p->id;
 }
 
-void stage_router::on_success(const std::string& id, double samples, double seconds, double served_seconds) {
+void stage_router::on_success(const std::string& id, double task_size, bool backward, double seconds,
+                              double served_seconds) {
   if (peer* p = find(id)) {
-    measure(*p, samples, served_seconds > 0 ? served_seconds : seconds);
+    measure(*p, task_size * (backward ? cfg_.backward_cost : 1.0), served_seconds > 0 ? served_seconds : seconds);
     p->ban_count = 0;
   }
 }
 
-void stage_router::on_timeout(const std::string& id, double samples, double seconds) {
+void stage_router::on_timeout(const std::string& id, double task_size, bool backward, double seconds) {
   if (peer* p = find(id)) {
     ++p->timeouts;
     if (std::isfinite(seconds) && seconds > 0) {
       place(*p, p->vtime + seconds, p->returning);
-      measure(*p, samples, seconds);
+      measure(*p, task_size * (backward ? cfg_.backward_cost : 1.0), seconds);
     }
   }
 }

@@ -6,8 +6,13 @@
 // virtual time; choose() takes the eligible peer with the smallest and adds
 // cost / throughput to it, so over time each peer gets work in proportion to
 // its measured throughput, interleaved rather than in bursts. Throughput is a
-// bias-corrected EMA of whole requests (network + queue + compute) as the
-// caller saw them, because that is the rate the trainer actually gets.
+// bias-corrected EMA of the server's own compute time per request when its
+// reply says it, else of whole requests (network + queue + compute). Whole
+// requests include the queue, so a server was measured slow because it was
+// busy and then starved while its queue drained (swarm-sim's 240-peer
+// pipeline: 77.8% of the best assignment on whole requests, 83.4% on compute).
+// An unmeasured server holds at most `probe_requests` of a router's requests
+// at once while a measured one is eligible.
 //
 // Faults: a timeout never bans (the network may be at fault), but the peer is
 // charged the time it held the request, so a hung peer that still answers
@@ -69,6 +74,11 @@ struct routing_config {
   double ban_base_s = 1.0;
   /// Longest ban, in seconds, so a peer that recovers is retried within a minute.
   double ban_max_s = 60.0;
+  /// Requests an unmeasured server holds at once from this router while a
+  /// measured one is eligible (0: no cap): its first requests are a probe.
+  /// Without it a server that joined a stage whose requests were all being
+  /// re-sent took them all (swarm-sim: 563 at once, which timed out).
+  int64_t probe_requests = 1;
 };
 
 /// Picks servers of one pipeline stage for one trainer (interleaved weighted
@@ -98,15 +108,41 @@ public:
   [[nodiscard]] std::optional<std::string> choose_only(const std::string& id, double task_size, bool backward,
                                                        double now);
 
-  /// A request to `id` finished: `samples` took `seconds` end to end. Feeds the
-  /// EMA and ends the run of consecutive bans (the peer works again).
-  void on_success(const std::string& id, double samples, double seconds, double served_seconds = 0);
+  /// A backward's server. Backward is stateless (SWARM.md, mechanism 3) and
+  /// a stage's replicas hold the same parameters between rounds, so it is
+  /// routed as any task; its forward's server (`preferred`: its activation
+  /// cache may hold the forward) is taken when it is among the next in the
+  /// rotation (at the smallest virtual time), as choose_only() would. Pinning
+  /// every backward to its forward's server made 75% of a stage's work arrive
+  /// where forwards had gone hundreds of seconds before, whatever the queues
+  /// were by then: swarm-sim's 240-peer pipeline reached 83% of the best
+  /// assignment that way and 89% routed freely.
+  [[nodiscard]] std::optional<std::string> choose_backward(const std::string& preferred, double task_size, double now,
+                                                           std::mt19937_64& rng,
+                                                           const std::vector<std::string>& exclude = {});
+
+  /// A request chosen by this router is over, whatever its outcome (answered,
+  /// timed out, failed, re-sent): it no longer counts against its server's
+  /// probe. Unknown ids are ignored.
+  void release(const std::string& id);
+
+  /// Requests chosen for `id` and not released yet (0 when unknown).
+  [[nodiscard]] int64_t in_flight(const std::string& id) const;
+
+  /// A task of `task_size` samples to `id` finished (`backward` as chosen):
+  /// `seconds` end to end, of which its server says it computed
+  /// `served_seconds` (0: it did not say). Feeds the EMA, in forward samples
+  /// (a backward counts backward_cost of them) per second of the server's own
+  /// time when known, else of the whole request; ends the peer's run of bans.
+  /// Forwards and backwards measured alike: a mix of both in the EMA otherwise
+  /// made a peer's rate swing by the backward's cost with the order they came.
+  void on_success(const std::string& id, double task_size, bool backward, double seconds, double served_seconds = 0);
 
   /// A request of `samples` to `id` ran past its deadline after `seconds`. Never
   /// banned (a timeout may be the network's fault; the caller retries
   /// elsewhere), but its virtual time is charged `seconds` and the EMA gets the
   /// rate the caller got at best (samples / seconds).
-  void on_timeout(const std::string& id, double samples, double seconds);
+  void on_timeout(const std::string& id, double task_size, bool backward, double seconds);
 
   /// Number of timeouts seen from `id` (0 when unknown).
   [[nodiscard]] int64_t timeouts(const std::string& id) const;
@@ -141,7 +177,10 @@ private:
     bool returning = false;     // banned since last chosen: lift vtime when eligible again
     int ban_count = 0;          // consecutive bans without a success in between
     int64_t timeouts = 0;
+    int64_t in_flight = 0;      // this router's requests at it not yet released
   };
+  /// Whether `p` is an unmeasured peer holding its probe's worth of requests.
+  [[nodiscard]] bool capped(const peer& p) const;
 
   [[nodiscard]] const peer* find(const std::string& id) const;
   [[nodiscard]] peer* find(const std::string& id);
@@ -151,6 +190,11 @@ private:
   /// just back from a ban, not in `exclude`, not `skip`); nullopt when none.
   [[nodiscard]] std::optional<double> floor(double now, const std::vector<std::string>& exclude,
                                             const peer* skip) const;
+  /// choose() without the probe cap.
+  [[nodiscard]] std::optional<std::string> pick_one(double task_size, bool backward, double now, std::mt19937_64& rng,
+                                                    const std::vector<std::string>& exclude);
+  /// Updates capped_ after p's in-flight count or measurement changed.
+  void recap(const peer& p);
   /// Samples per second used to advance `p`: its EMA, or the mean of measured
   /// peers while it has none (1 sample/s when nobody is measured).
   [[nodiscard]] double speed(const peer& p) const;
@@ -176,6 +220,7 @@ private:
   ranked steady_;
   std::set<uint64_t> returning_;                      // seqs of returning peers
   uint64_t next_seq_ = 0;
+  std::set<uint64_t> capped_;                         // seqs of peers capped() now
   double rate_sum_ = 0.0;  // sum of the measured peers' EMAs (for speed())
   int64_t rated_ = 0;      // number of measured peers
 };
