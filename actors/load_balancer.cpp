@@ -74,7 +74,9 @@ std::optional<std::string> choose(self_ptr self, const request& req) {
   std::vector<std::string> exclude;
   // Backward returns to the forward's server while it is eligible: until stage
   // averaging keeps replicas identical, only that replica's function matches the
-  // gradient the later stages computed.
+  // gradient the later stages computed. (swarm-sim: routing backwards freely
+  // took its 240-peer pipeline from 83% to 89% of the best assignment without
+  // churn, but its 1,000-peer swarm under churn from 48% to 37%.)
   const bool keep_preferred = !req.preferred.empty() && st.servers.count(req.preferred) > 0 &&
                               st.leaving.count(req.preferred) == 0 && !st.router.banned(req.preferred, now) &&
                               std::find(req.tried.begin(), req.tried.end(), req.preferred) == req.tried.end();
@@ -98,6 +100,7 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
   auto& st = self->state;
   const auto& server = req.server_id;
   const double waited = seconds_since(req.sent_at);
+  st.router.release(server);
   auto log = get_logger("load_balancer");
   const auto code = code_of(err);
   if (!is_retryable(err)) {
@@ -107,7 +110,7 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
     return;
   }
   if (code == errc::TIMEOUT) {
-    st.router.on_timeout(server, static_cast<double>(req.samples), waited);
+    st.router.on_timeout(server, static_cast<double>(req.samples), !req.forward, waited);
     st.metrics->emit("timeout", {{"stage", int64_t{st.cfg.stage}},
                                  {"trainer", st.cfg.trainer_id},
                                  {"server", server},
@@ -148,7 +151,8 @@ void on_reply_payload(self_ptr self, uint64_t attempt, caf::expected<bulk_parts>
     return;
   }
   const double secs = seconds_since(req.sent_at);
-  st.router.on_success(req.server_id, static_cast<double>(req.samples), secs);
+  st.router.release(req.server_id);
+  st.router.on_success(req.server_id, static_cast<double>(req.samples), !req.forward, secs);
   req.promise.deliver(std::move(*whole), req.server_id, int32_t{req.attempts});
 }
 

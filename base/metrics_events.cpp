@@ -164,6 +164,12 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`completed`, `dropped`, `reroutes`, `rounds_applied`, `rounds_failed`, `moves_load`, "
        "`moves_redundancy`, `moves_empty`, `joins`, `downs`, `mean_peers_up`, `simulated_s`, `warmup_s`, "
        "`wall_s`, `peak_rss_mib`, `seed`: the end of a `swarm-sim` run"},
+    {"sim_gap", "sim",
+       "`gap_points` (points of the best assignment's throughput the run missed, after the warm-up), "
+       "`gap_sum_points` (the parts' sum) and the parts: `gap_startup`, `gap_state_copies`, `gap_idle_routing`, "
+       "`gap_idle_averaging`, `gap_idle_no_requests`, `gap_best_spare`, `gap_lost_to_failures`, `gap_overshoot`, "
+       "`gap_window_ends`, `gap_slower_than_yardstick` (docs/simulator.md, \"The gap\"): the end of a "
+       "`swarm-sim` run"},
   };
   return events;
 }

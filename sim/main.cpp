@@ -268,6 +268,7 @@ int main(int argc, char** argv) {
     rc.backward_cost = cfg.trainer.backward_cost;
     rc.ban_base_s = cfg.trainer.ban_base_s;
     rc.ban_max_s = cfg.trainer.ban_max_s;
+    rc.probe_requests = cfg.routing_probe;
     t.routers.assign(static_cast<size_t>(cfg.stages), policy::stage_router(rc));
     t.pins.assign(static_cast<size_t>(cfg.stages), policy::static_pin{});
     t.workers.assign(static_cast<size_t>(cfg.trainer.in_flight), work_books{});

@@ -68,6 +68,9 @@ const std::vector<keys::row>& sim_keys() {
       key("ramp-s", &s::ramp_s, "", range(">= 0"),
           "each in-flight slot of a trainer starts at a random time in [0, ramp-s): with tens of thousands in flight, "
           "all at once is a wave that times out at stage 0"),
+      key("routing-probe", &s::routing_probe, "", range(">= 0"),
+          "requests an unmeasured server holds at once from one trainer while a measured one is eligible "
+          "(swarm's routing policy; 0: no cap, as before it had one)"),
       key("join", &s::join, "", check::one_of({"placed", "random"}),
           "where a (re)started server goes: placed (swarm's --stage auto: an empty, thin or the slowest stage) | "
           "random (a uniformly random stage: a swarm without rebalancing)"),

@@ -32,6 +32,7 @@ struct scenario {
   double speed = 1;               ///< compute speed of a peer relative to this machine's calibrated core
   double speed_spread = 0;        ///< peers' speeds drawn log-normal with this sigma around `speed`
   double ramp_s = 0;              ///< each trainer slot starts at a random time in [0, ramp_s): no start-up wave
+  int routing_probe = 1;          ///< policy::routing_config::probe_requests (0: no cap), to show what the cap does
   std::string join = "placed";    ///< placed: the rebalancer's placement (swarm --stage auto) | random: any stage
   // The platform.
   std::string platform = "wan";   ///< wan: a host per peer in regions | local: one machine of `cores` cores on loopback

@@ -34,7 +34,7 @@ std::string choose(world& w, trainer_state& t, int stage, bool backward, const s
       const bool keep = !preferred.empty() && router.contains(preferred) && !router.banned(preferred, now) &&
                         std::find(tried.begin(), tried.end(), preferred) == tried.end();
       const double size = static_cast<double>(w.cfg.model.microbatch);
-      auto pick = keep ? router.choose_backward(preferred, size, now, t.rng, tried)
+      auto pick = keep ? router.choose_only(preferred, size, backward, now)
                        : router.choose(size, backward, now, t.rng, tried);
       if (!pick && !keep && !tried.empty()) pick = router.choose(size, backward, now, t.rng);
       if (pick) return *pick;

@@ -82,7 +82,7 @@ void stage_router::measure(peer& p, double samples, double seconds) {
   if (!after)
     return;
   if (!before)
-    capped_.erase(p.seq);  // measured: no longer a probe
+    recap(p);  // measured: no longer a probe
   rate_sum_ += *after - before.value_or(0.0);
   rated_ += before ? 0 : 1;
 }
@@ -224,27 +224,21 @@ std::optional<std::string> stage_router::pick_one(double task_size, bool backwar
   return pick->id;
 }
 
-std::optional<std::string> stage_router::choose_backward(const std::string& preferred, double task_size, double now,
-                                                         std::mt19937_64& rng, const std::vector<std::string>& exclude) {
-  const peer* p = find(preferred);
-  if (p != nullptr && !p->returning && !is_banned(*p, now) && !listed(exclude, preferred) && !capped(*p)) {
-    const auto lo = floor(now, exclude, nullptr);
-    const double tol = lo ? k_tie_tolerance * std::max(1.0, std::abs(*lo)) : 0.0;
-    if (lo && p->vtime - *lo <= tol)
-      return choose_only(preferred, task_size, true, now);
-  }
-  return choose(task_size, true, now, rng, exclude);
-}
-
 bool stage_router::capped(const peer& p) const {
   return cfg_.probe_requests > 0 && !p.rate.estimate() && p.in_flight >= cfg_.probe_requests;
 }
 
-void stage_router::recap(const peer& p) {
-  if (capped(p))
+void stage_router::recap(peer& p) {
+  if (capped(p)) {
     capped_.insert(p.seq);
-  else
-    capped_.erase(p.seq);
+    return;
+  }
+  // Passed over while capped, it fell behind the others' virtual times: it
+  // rejoins at their pace (as add() has it) rather than taking every choice
+  // until it caught up. Steady peers are never banned, hence any `now`.
+  if (capped_.erase(p.seq) > 0 && !p.returning)
+    if (const auto lo = floor(std::numeric_limits<double>::infinity(), {}, &p))
+      place(p, std::max(p.vtime, *lo), false);
 }
 
 void stage_router::release(const std::string& id) {

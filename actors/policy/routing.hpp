@@ -108,19 +108,6 @@ public:
   [[nodiscard]] std::optional<std::string> choose_only(const std::string& id, double task_size, bool backward,
                                                        double now);
 
-  /// A backward's server. Backward is stateless (SWARM.md, mechanism 3) and
-  /// a stage's replicas hold the same parameters between rounds, so it is
-  /// routed as any task; its forward's server (`preferred`: its activation
-  /// cache may hold the forward) is taken when it is among the next in the
-  /// rotation (at the smallest virtual time), as choose_only() would. Pinning
-  /// every backward to its forward's server made 75% of a stage's work arrive
-  /// where forwards had gone hundreds of seconds before, whatever the queues
-  /// were by then: swarm-sim's 240-peer pipeline reached 83% of the best
-  /// assignment that way and 89% routed freely.
-  [[nodiscard]] std::optional<std::string> choose_backward(const std::string& preferred, double task_size, double now,
-                                                           std::mt19937_64& rng,
-                                                           const std::vector<std::string>& exclude = {});
-
   /// A request chosen by this router is over, whatever its outcome (answered,
   /// timed out, failed, re-sent): it no longer counts against its server's
   /// probe. Unknown ids are ignored.
@@ -194,7 +181,7 @@ private:
   [[nodiscard]] std::optional<std::string> pick_one(double task_size, bool backward, double now, std::mt19937_64& rng,
                                                     const std::vector<std::string>& exclude);
   /// Updates capped_ after p's in-flight count or measurement changed.
-  void recap(const peer& p);
+  void recap(peer& p);
   /// Samples per second used to advance `p`: its EMA, or the mean of measured
   /// peers while it has none (1 sample/s when nobody is measured).
   [[nodiscard]] double speed(const peer& p) const;
