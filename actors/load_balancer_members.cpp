@@ -31,7 +31,7 @@ void connect(self_ptr self, const proto::membership_update& up) {
   auto& st = self->state;
   const auto id = up.server_id();
   if (st.leaving.erase(id) > 0) {  // it came back to this stage, still connected
-    st.router.add(id, now_s());
+    st.router.add(id, now_s(), &st.rng);
     get_logger("load_balancer")->info("stage {}: server {} is back", st.cfg.stage, id);
     flush_waiting(self);
     return;
@@ -53,7 +53,7 @@ void connect(self_ptr self, const proto::membership_update& up) {
             auto handle = caf::actor_cast<stage_actor>(std::move(ptr));
             self->monitor(handle);
             st.servers[id] = handle;
-            st.router.add(id, now_s());
+            st.router.add(id, now_s(), &st.rng);
             get_logger("load_balancer")->debug("stage {}: server {} connected ({} live)", st.cfg.stage, id,
                                               st.servers.size());
             flush_waiting(self);

@@ -62,7 +62,7 @@ void settle(world& w, peer& p, int from, int stage, policy::move_reason why, dou
   p.busy_s = p.samples_done = 0;
   p.accumulated = 0;
   if (p.home_stage < 0) p.home_stage = stage;
-  for (auto& t : w.trainers) t.routers[static_cast<size_t>(stage)].add(p.name, w.now());
+  for (auto& t : w.trainers) t.routers[static_cast<size_t>(stage)].add(p.name, w.now(), &t.rng);
   w.server_joined[static_cast<size_t>(stage)]->notify_all();
   w.emit("server_join", {{"stage", int64_t{stage}}, {"server", p.name}, {"host", p.host->get_name()}, {"port", int64_t{0}}},
          "coordinator");

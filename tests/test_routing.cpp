@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "actors/policy/routing.hpp"
@@ -716,4 +717,95 @@ TEST_CASE("router: the probe cap gives way when only unmeasured servers are elig
   CHECK(r.in_flight("x") + r.in_flight("y") == 5);
   r.remove("x");
   CHECK(r.in_flight("x") == 0);
+}
+
+TEST_CASE("router: when backwards follow their forward, the forward pays for both", "[routing]") {
+  routing_config follows;
+  follows.backward_follows = true;
+  follows.probe_requests = 0;
+  std::mt19937_64 ra(4), rb(4);
+  auto a = make_router({{"a", 10}, {"b", 10}, {"c", 10}}, follows);
+  auto b = make_router({{"a", 10}, {"b", 10}, {"c", 10}}, follows);
+  const auto first = a.choose(1.0, false, 0.0, ra);
+  REQUIRE(first == b.choose(1.0, false, 0.0, rb));
+  // Its backward, sent back to it, costs nothing more: the routers still agree.
+  REQUIRE(a.choose_only(*first, 1.0, true, 0.0) == first);
+  for (int i = 0; i < 30; ++i)
+    REQUIRE(a.choose(1.0, false, 0.0, ra) == b.choose(1.0, false, 0.0, rb));
+  // A forward costs 1 + 2.5 = 3.5 forwards: at 10/s that is 0.35 s of virtual
+  // time, so after one forward to each of three servers they tie again.
+  auto c = make_router({{"x", 10}, {"y", 10}, {"z", 10}}, follows);
+  std::mt19937_64 rc(9);
+  for (int round = 0; round < 20; ++round)
+    CHECK(count_choices(c, 3, rc).size() == 3);
+  // A backward sent elsewhere (its forward's server gone) is charged there.
+  c.choose(1.0, true, 0.0, rc);  // 2.5 / 10 = 0.25 s onto one of them
+  const auto next = count_choices(c, 2, rc);
+  CHECK(next.size() == 2);  // the other two first
+}
+
+TEST_CASE("router: a joiner takes its share of forwards while the others' backwards are still to come", "[routing]") {
+  // A pipeline: every forward's backward comes back to its server 20 choices
+  // later. A server joins in the middle. Charged when sent, the backwards of
+  // the forwards before it kept the old servers ahead, so the joiner took the
+  // forwards for 20 choices and their backwards later: 3.5x its share.
+  for (const bool follows : {false, true}) {
+    routing_config cfg;
+    cfg.backward_follows = follows;
+    cfg.probe_requests = 0;
+    auto r = make_router({{"a", 10}, {"b", 10}}, cfg);
+    std::mt19937_64 rng(1);
+    std::vector<std::string> sent;
+    int to_new = 0;
+    for (int i = 0; i < 260; ++i) {
+      if (i == 200) {
+        r.add("n", 0.0);
+        r.on_success("n", 1.0, false, 0.1);  // measured at once: the same rate
+      }
+      sent.push_back(*r.choose(1.0, false, 0.0, rng));
+      if (i >= 200 && i < 230)
+        to_new += sent.back() == "n" ? 1 : 0;
+      if (sent.size() > 20)
+        r.choose_only(sent[sent.size() - 21], 1.0, true, 0.0);
+    }
+    INFO("backward_follows " << follows << ": the joiner took " << to_new << " of 30 forwards");
+    if (follows)
+      CHECK(std::abs(to_new - 10) <= 1);
+    else
+      CHECK(to_new >= 20);
+  }
+}
+
+TEST_CASE("router: with an engine a joiner enters within one task's advance of the front", "[routing]") {
+  // 30 servers in steady rotation, 15 a task ahead of the other 15: a joiner
+  // at the front comes among the 15 next; with an engine its first choice
+  // comes anywhere within about a rotation, so the trainers adding it at once
+  // do not all send it their next request.
+  auto base = make_router({});
+  for (int i = 0; i < 30; ++i)
+    base.add("s" + std::to_string(i), 0.0);
+  for (int i = 0; i < 30; ++i)
+    base.on_success("s" + std::to_string(i), 1.0, false, 0.1);
+  std::mt19937_64 warm(3);
+  count_choices(base, 3015, warm);
+  std::vector<double> waits[2];
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    for (const bool with_engine : {false, true}) {
+      auto r = base;
+      std::mt19937_64 rng(seed), entry(seed + 1000);
+      r.add("new", 0.0, with_engine ? &entry : nullptr);
+      r.on_success("new", 1.0, false, 0.1);
+      int wait = 1;
+      while (*r.choose(1.0, false, 0.0, rng) != "new")
+        REQUIRE(++wait <= 60);
+      waits[with_engine ? 1 : 0].push_back(wait);
+    }
+  }
+  const auto mean = [](const std::vector<double>& v) {
+    return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  };
+  CHECK(*std::max_element(waits[0].begin(), waits[0].end()) <= 16);
+  CHECK(*std::max_element(waits[1].begin(), waits[1].end()) >= 25);
+  CHECK(*std::max_element(waits[1].begin(), waits[1].end()) <= 46);
+  CHECK(mean(waits[1]) > mean(waits[0]) + 5);
 }

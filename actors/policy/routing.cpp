@@ -107,7 +107,7 @@ double stage_router::speed(const peer& p) const {
   return rated_ > 0 ? rate_sum_ / static_cast<double>(rated_) : k_default_rate;
 }
 
-void stage_router::add(const std::string& id, double now) {
+void stage_router::add(const std::string& id, double now, std::mt19937_64* rng) {
   peer* p = find(id);
   if (p == nullptr) {
     const uint64_t seq = next_seq_++;
@@ -123,6 +123,20 @@ void stage_router::add(const std::string& id, double now) {
     for (const auto& [seq, q] : peers_)
       if (&q != p)
         entry = entry ? std::min(*entry, q.vtime) : q.vtime;
+  // With an engine, at a uniformly random point of one task's advance past
+  // the front instead: every trainer adds a joiner at the same instant, and at
+  // the front each one's next request went to it, a wave of one request per
+  // trainer (swarm-sim, 128 trainers: 20-60 queued at a joiner while the
+  // stage's other servers idled).
+  if (entry && rng != nullptr && steady_.size() > 1) {
+    // In steady rotation the peers' virtual times spread evenly over one
+    // task's advance, so twice the median's distance from the front is that
+    // advance, whatever outliers (a timeout's charge) lie beyond it.
+    const size_t own = steady_.order_of_key({p->vtime, p->seq}), half = (steady_.size() - 1) / 2;
+    const auto median = steady_.find_by_order(half + (half >= own ? 1 : 0));  // among the others
+    const double spread = 2 * std::max(0.0, median->first - *entry);
+    entry = *entry + std::uniform_real_distribution<double>(0.0, 1.0)(*rng) * spread;
+  }
   // A re-announcement means the peer is back: forget its ban and its run of
   // bans (the EMA stays: it still describes this machine).
   place(*p, entry ? std::max(p->vtime, *entry) : p->vtime, false);
@@ -217,11 +231,18 @@ std::optional<std::string> stage_router::pick_one(double task_size, bool backwar
 
   // 3. Advance it by the seconds this task should take it; a backward
   //    recomputes the forward, so it costs more.
-  const double cost = std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0);
+  const double cost = charge(task_size, backward);
   place(*pick, pick->vtime + cost / speed(*pick), false);
   ++pick->in_flight;
   recap(*pick);
   return pick->id;
+}
+
+double stage_router::charge(double task_size, bool backward, bool to_forward_server) const {
+  const double size = std::max(0.0, task_size);
+  if (cfg_.backward_follows)  // the forward pays for its backward; a backward pays only elsewhere
+    return backward ? (to_forward_server ? 0.0 : size * cfg_.backward_cost) : size * (1.0 + cfg_.backward_cost);
+  return size * (backward ? cfg_.backward_cost : 1.0);
 }
 
 bool stage_router::capped(const peer& p) const {
@@ -261,7 +282,7 @@ std::optional<std::string> stage_router::choose_only(const std::string& id, doub
   peer* p = find(id);
   if (p == nullptr || is_banned(*p, now))
     return std::nullopt;
-  place(*p, p->vtime + std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0) / speed(*p), false);
+  place(*p, p->vtime + charge(task_size, backward, true) / speed(*p), false);
   ++p->in_flight;
   recap(*p);
   return p->id;

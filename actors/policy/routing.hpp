@@ -79,6 +79,15 @@ struct routing_config {
   /// Without it a server that joined a stage whose requests were all being
   /// re-sent took them all (swarm-sim: 563 at once, which timed out).
   int64_t probe_requests = 1;
+  /// Whether a forward's backward comes back to the same server (every stage
+  /// but the last, whose forward runs its backward): then a forward is
+  /// charged its backward too, when the choice is made, and a backward sent
+  /// with choose_only() nothing. Charged only when sent, backwards arrived
+  /// hundreds of seconds after their forwards, so a joiner (no backwards yet)
+  /// looked behind and took forwards at 3.5x its share, and their backwards
+  /// then piled up on it (swarm-sim: 40-80 queued on a few joiners of a
+  /// 1,000-peer stage while most of its servers idled).
+  bool backward_follows = false;
 };
 
 /// Picks servers of one pipeline stage for one trainer (interleaved weighted
@@ -88,9 +97,13 @@ public:
   explicit stage_router(routing_config cfg = {}) : cfg_(cfg) {}
 
   /// A server joined or re-announced itself. New: it enters at the current
-  /// minimum virtual time so it is probed soon. Known: its ban and ban count
-  /// are cleared and its virtual time is lifted to that minimum; its EMA stays.
-  void add(const std::string& id, double now);
+  /// minimum virtual time so it is probed soon, or with `rng` at a uniformly
+  /// random point of one task's advance past it (twice the median peer's
+  /// distance from the minimum), so that the many trainers adding it at once
+  /// do not all send it their next request.
+  /// Known: its ban and ban count are cleared and its virtual time is lifted
+  /// to that entry point; its EMA stays.
+  void add(const std::string& id, double now, std::mt19937_64* rng = nullptr);
 
   /// Forgets a server entirely (gone for good); unknown ids are ignored.
   void remove(const std::string& id);
@@ -180,6 +193,8 @@ private:
   /// choose() without the probe cap.
   [[nodiscard]] std::optional<std::string> pick_one(double task_size, bool backward, double now, std::mt19937_64& rng,
                                                     const std::vector<std::string>& exclude);
+  /// Virtual cost of a task (see routing_config::backward_follows).
+  [[nodiscard]] double charge(double task_size, bool backward, bool to_forward_server = false) const;
   /// Updates capped_ after p's in-flight count or measurement changed.
   void recap(peer& p);
   /// Samples per second used to advance `p`: its EMA, or the mean of measured
