@@ -20,6 +20,7 @@ void peer_died(peer& p, const char* reason) {
   p.waiters.clear();
   p.state = peer::off;
   w.books.set_phase(p, phase::off, w.now());
+  w.yardstick(true);
   p.move_to = -1;
   ++p.epoch;
   // The machine's actor dies; its host stays on in SimGrid, because starting a

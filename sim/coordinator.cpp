@@ -175,26 +175,11 @@ void coordinator_main() {
   double last_periodic = 0, last_load = 0, last_report = 0;
   int64_t rounds = 0, report_samples = 0;
   double report_optimal = 0;
-  double last_tick = 0;
-  std::vector<double> per_sample;  // the stages' costs for the yardstick: fixed for the run
-  for (int s = 0; s < cfg.stages; ++s) per_sample.push_back(w.seconds_per_sample(s));
   while (w.now() < cfg.duration) {
     s4u::this_actor::sleep_until(std::min(std::floor(w.now() / tick + 1e-9) * tick + tick, cfg.duration));
     const double now = w.now();
-    const double dt = now - last_tick;  // a tick late (its own work below) still integrates the time it covers
-    last_tick = now;
-    // The yardstick: the best assignment of the machines up now.
-    std::vector<double> speeds;
-    int alive = 0;
-    for (auto& p : w.peers)
-      if (p.state != peer::off) {
-        ++alive;
-        speeds.push_back(p.speed / p.slowdown);
-      }
-    const auto best = best_assignment(per_sample, speeds);
-    w.total.optimal_samples += best.greedy * dt;
-    w.total.fluid_samples += best.fluid * dt;
-    w.total.alive_peer_seconds += alive * dt;
+    w.yardstick(false);  // the best assignment's integrals, up to now
+    const int alive = w.alive_now;
     if (now <= cfg.warmup) {
       w.total.warm_samples = w.samples();
       w.total.warm_optimal = w.total.optimal_samples;

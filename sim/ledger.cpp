@@ -124,10 +124,10 @@ ledger::report ledger::close(std::vector<peer>& peers, const std::vector<const w
   }
   for (size_t s = 0; s < stages_.size(); ++s) touch(static_cast<int>(s), now);
   for (const auto* b : workers) in_flight += b->microbatch_in + b->attempt_in;
-  // Compute the completed samples got beyond the yardstick's cost: 0 on wan
-  // (a request costs its model's core-seconds there); on `local` the shared
-  // cores make requests slower than the yardstick, which gives every server
-  // a core.
+  // Compute the completed samples got beyond the yardstick's cost: on `local`
+  // the shared cores make requests slower than the yardstick, which gives
+  // every server a core; on wan a state import beside a request shares its
+  // machine's core.
   const double slower = useful_ + useful_pre_ - completed * per_sample;
   report r;
   const double scale = best_samples > 0 && per_sample > 0 ? 100.0 / (best_samples * per_sample) : 0.0;
@@ -147,7 +147,8 @@ ledger::report ledger::close(std::vector<peer>& peers, const std::vector<const w
       killed_computing_ + lost_down_ + dropped_);
   add("gap_overshoot", "computed for a trainer that had given up (timed out: routing overshoot)", overshoot_);
   add("gap_window_ends", "work in flight at the window's ends (end less start)", in_flight - useful_pre_);
-  add("gap_slower_than_yardstick", "requests slower than the yardstick's cores (local platform)", slower);
+  add("gap_slower_than_yardstick", "requests slower than their model (cores shared: local platform, state imports)",
+      slower);
   r.gap_points = best_samples > 0 ? 100.0 * (best_samples - completed) / best_samples : 0.0;
   // Every finished request's compute has exactly one fate: a check on the books themselves.
   double open_busy = 0;

@@ -62,7 +62,9 @@ void settle(world& w, peer& p, int from, int stage, policy::move_reason why, dou
   p.busy_s = p.samples_done = 0;
   p.accumulated = 0;
   if (p.home_stage < 0) p.home_stage = stage;
-  for (auto& t : w.trainers) t.routers[static_cast<size_t>(stage)].add(p.name, w.now(), &t.rng);
+  // (Static routing draws its pins from the same engine: its routers are kept but unused.)
+  const bool draws = w.cfg.trainer.routing != "static";
+  for (auto& t : w.trainers) t.routers[static_cast<size_t>(stage)].add(p.name, w.now(), draws ? &t.rng : nullptr);
   w.server_joined[static_cast<size_t>(stage)]->notify_all();
   w.emit("server_join", {{"stage", int64_t{stage}}, {"server", p.name}, {"host", p.host->get_name()}, {"port", int64_t{0}}},
          "coordinator");
@@ -194,6 +196,7 @@ void start_server(peer& p, int stage) {
   p.stage = stage;  // -1 until placed
   p.in_round = 0;
   the_world().books.set_phase(p, phase::starting, the_world().now());
+  the_world().yardstick(true);
   p.actor = s4u::Actor::create(p.name, p.host, [pp = &p, stage] { serve(pp, stage); });
 }
 

@@ -1,5 +1,7 @@
 #include "sim/world.hpp"
 
+#include "sim/optimal.hpp"
+
 namespace swarm::sim {
 
 world& the_world() {
@@ -55,6 +57,23 @@ peer* world::state_source(int stage, const peer* except) {
     if (&p != except && p.state == peer::serving && p.stage == stage && (!best || p.uploads < best->uploads))
       best = &p;
   return best;
+}
+
+void world::yardstick(bool changed) {
+  const double dt = now() - yardstick_at;
+  total.optimal_samples += best_rate * dt;
+  total.fluid_samples += fluid_rate * dt;
+  total.alive_peer_seconds += alive_now * dt;
+  yardstick_at = now();
+  if (!changed) return;
+  std::vector<double> speeds, per_sample;
+  for (const auto& p : peers)
+    if (p.state != peer::off) speeds.push_back(p.speed / p.slowdown);
+  for (int s = 0; s < cfg.stages; ++s) per_sample.push_back(seconds_per_sample(s));
+  const auto best = best_assignment(per_sample, speeds);
+  best_rate = best.greedy;
+  fluid_rate = best.fluid;
+  alive_now = static_cast<int>(speeds.size());
 }
 
 double world::seconds_per_sample(int stage) const {

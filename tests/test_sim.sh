@@ -4,7 +4,10 @@
 #   2. one stage, two peers, one 3x slower: work splits 3:1 and tokens/s is their capacity by hand;
 #   3. one of two peers killed: its requests rerouted at once, none dropped, throughput halves;
 #      with static routing the pin's death stops the run; a replayed run's first joiner is the pin;
-#   4. bad configs exit 2 with a clear message; the plot script draws a simulated run.
+#   4. bad configs exit 2 with a clear message; the plot script draws a simulated run;
+#   5. the burst: a stage's requests re-sent at once while a slow server has just joined go to
+#      it only as probes (one per trainer), and to it by the dozen with --routing-probe 0;
+#   6. where the gap went: the parts add up to the gap (within 1% of it) in every run above.
 #   tests/test_sim.sh SWARM_SIM SOURCE_DIR
 set -euo pipefail
 sim=$1
@@ -75,4 +78,56 @@ expect_2 "The following argument was not expected" --no-such-flag
 python3 "$src/scripts/plot_metrics.py" "$out/a.jsonl" -o "$out/a.png" > /dev/null
 [ -s "$out/a.png" ] || fail "plot_metrics.py drew nothing from a simulated run"
 echo "7 bad configs refused; plot drawn"
+
+echo "== 5. the burst onto a server that has just joined"
+# Three servers, 4 trainers x 32 in flight. Server 0.2 (1000x slower) is
+# killed at 5 s and restarted at 30 s (it joins at ~31.2 s, unmeasured); at
+# 31.3 s server 0.1 is killed and its queue re-sent at once.
+cat > "$out/burst.jsonl" <<'LOG'
+{"t": 1000.0, "role": "cluster", "event": "cluster_start", "stages": 1}
+{"t": 1005.0, "role": "cluster", "event": "chaos", "action": "kill", "process": "server 0.2", "pid": 3}
+{"t": 1030.0, "role": "cluster", "event": "chaos", "action": "restart", "process": "server 0.2", "pid": 4}
+{"t": 1031.3, "role": "cluster", "event": "chaos", "action": "kill", "process": "server 0.1", "pid": 2}
+LOG
+for probe in 1 0; do
+  "$sim" --n-layers 1 --stages 1 --d-model 128 --platform wan --bandwidth-mbps 100000 --local-latency-ms 0.01 \
+    --rebalance off --quiet --peers 3 --slowdowns 1,1,1000 --trainers 4 --in-flight 32 --duration 60 --churn replay \
+    --churn-log "$out/burst.jsonl" --routing-probe "$probe" --metrics "$out/probe$probe.jsonl" > /dev/null
+done
+python3 - "$out/probe1.jsonl" "$out/probe0.jsonl" <<'PY'
+import json, sys
+def resent_to_joiner(path):
+    ev = [json.loads(l) for l in open(path)]
+    joiner = [e["server"] for e in ev if e["event"] == "server_join" and e["t"] > 30][0]
+    burst = [e for e in ev if e["event"] == "reroute" and 31.29 < e["t"] < 31.5]
+    return len(burst), sum(1 for e in burst if e["to"] == joiner)
+capped, flood = resent_to_joiner(sys.argv[1]), resent_to_joiner(sys.argv[2])
+print(f"re-sent at once: {capped[0]}, to the joiner {capped[1]} with the probe cap, {flood[1]} of {flood[0]} without")
+if capped[0] < 30 or flood[0] < 30:
+    sys.exit(f"FAIL: too few requests re-sent at the kill ({capped[0]}, {flood[0]}): the burst was not reproduced")
+if capped[1] > 4:
+    sys.exit(f"FAIL: the joiner took {capped[1]} of the burst, more than one probe per trainer (4)")
+if flood[1] < 20:
+    sys.exit(f"FAIL: without the cap the joiner took only {flood[1]}: the test no longer shows the burst")
+PY
+
+echo "== 6. the gap's parts add up to the gap"
+python3 - "$out"/*.jsonl <<'PY'
+import json, sys
+checked = 0
+for path in sys.argv[1:]:
+    gaps = [json.loads(l) for l in open(path) if '"sim_gap"' in l]
+    if not gaps:
+        continue
+    g = gaps[-1]
+    parts = sum(v for k, v in g.items() if k.startswith("gap_") and k not in ("gap_points", "gap_sum_points"))
+    if abs(parts - g["gap_sum_points"]) > 1e-3 or "gap_unbooked" in g:
+        sys.exit(f"FAIL: {path}: the parts sum to {parts}, the event says {g['gap_sum_points']} ({g})")
+    if abs(parts - g["gap_points"]) > max(0.01 * abs(g["gap_points"]), 0.05):
+        sys.exit(f"FAIL: {path}: the parts sum to {parts:.3f} points, the gap is {g['gap_points']:.3f}")
+    print(f"{path.rsplit('/', 1)[-1]}: gap {g['gap_points']:.2f} points, parts {parts:.2f}")
+    checked += 1
+if checked < 5:
+    sys.exit(f"FAIL: only {checked} runs had a sim_gap event")
+PY
 echo "PASS"
