@@ -72,20 +72,16 @@ std::optional<std::string> choose(self_ptr self, const request& req) {
     return choose_static(self);
   const double now = now_s();
   std::vector<std::string> exclude;
-  // Backward returns to the forward's server while it is eligible: until stage
-  // averaging keeps replicas identical, only that replica's function matches the
-  // gradient the later stages computed. (swarm-sim: routing backwards freely
-  // took its 240-peer pipeline from 83% to 89% of the best assignment without
-  // churn, but its 1,000-peer swarm under churn from 48% to 37%.)
+  // A backward may go back to its forward's server (policy::stage_router::choose_backward).
   const bool keep_preferred = !req.preferred.empty() && st.servers.count(req.preferred) > 0 &&
                               st.leaving.count(req.preferred) == 0 && !st.router.banned(req.preferred, now) &&
                               std::find(req.tried.begin(), req.tried.end(), req.preferred) == req.tried.end();
-  if (keep_preferred)
-    return st.router.choose_only(req.preferred, static_cast<double>(req.samples), !req.forward, now);
   for (const auto& [id, handle] : st.servers)
     if (std::find(req.tried.begin(), req.tried.end(), id) != req.tried.end())
       exclude.push_back(id);
-  auto pick = st.router.choose(static_cast<double>(req.samples), !req.forward, now, st.rng, exclude);
+  auto pick = keep_preferred
+                  ? st.router.choose_backward(req.preferred, static_cast<double>(req.samples), now, st.rng, exclude)
+                  : st.router.choose(static_cast<double>(req.samples), !req.forward, now, st.rng, exclude);
   if (!pick && !exclude.empty())  // every eligible server already failed this request: try one again
     pick = st.router.choose(static_cast<double>(req.samples), !req.forward, now, st.rng);
   return pick;

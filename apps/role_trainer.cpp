@@ -168,7 +168,6 @@ load_balancer_config balancer_config(const app_config& cfg, const std::string& t
   lb.bulk_min_bytes = cfg.net.bulk_min_bytes;
   lb.seed = cfg.model.seed * 1000003 + static_cast<uint64_t>(::getpid()) * 31 + static_cast<uint64_t>(stage);
   lb.routing = {t.ema_alpha, t.backward_cost, t.ban_base_s, t.ban_max_s};
-  lb.routing.backward_follows = stage < cfg.stages - 1;  // the last stage's forward runs its backward
   return lb;
 }
 

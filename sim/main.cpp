@@ -269,11 +269,7 @@ int main(int argc, char** argv) {
     rc.ban_base_s = cfg.trainer.ban_base_s;
     rc.ban_max_s = cfg.trainer.ban_max_s;
     rc.probe_requests = cfg.routing_probe;
-    t.routers.clear();
-    for (int s = 0; s < cfg.stages; ++s) {
-      rc.backward_follows = s < cfg.stages - 1;  // the last stage's forward runs its backward
-      t.routers.emplace_back(rc);
-    }
+    t.routers.assign(static_cast<size_t>(cfg.stages), policy::stage_router(rc));
     t.pins.assign(static_cast<size_t>(cfg.stages), policy::static_pin{});
     t.workers.assign(static_cast<size_t>(cfg.trainer.in_flight), work_books{});
   }

@@ -30,11 +30,11 @@ std::string choose(world& w, trainer_state& t, int stage, bool backward, const s
       for (peer* p : w.serving(stage)) candidates.push_back(p->name);
       if (auto pick = pin.pin(std::move(candidates), t.rng)) return *pick;
     } else {
-      // As swarm's load balancer: a backward goes back to its forward's server while eligible.
+      // As swarm's load balancer: a backward may go back to its forward's server (choose_backward).
       const bool keep = !preferred.empty() && router.contains(preferred) && !router.banned(preferred, now) &&
                         std::find(tried.begin(), tried.end(), preferred) == tried.end();
       const double size = static_cast<double>(w.cfg.model.microbatch);
-      auto pick = keep ? router.choose_only(preferred, size, backward, now)
+      auto pick = keep ? router.choose_backward(preferred, size, now, t.rng, tried)
                        : router.choose(size, backward, now, t.rng, tried);
       if (!pick && !keep && !tried.empty()) pick = router.choose(size, backward, now, t.rng);
       if (pick) return *pick;

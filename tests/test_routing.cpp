@@ -719,61 +719,23 @@ TEST_CASE("router: the probe cap gives way when only unmeasured servers are elig
   CHECK(r.in_flight("x") == 0);
 }
 
-TEST_CASE("router: when backwards follow their forward, the forward pays for both", "[routing]") {
-  routing_config follows;
-  follows.backward_follows = true;
-  follows.probe_requests = 0;
-  std::mt19937_64 ra(4), rb(4);
-  auto a = make_router({{"a", 10}, {"b", 10}, {"c", 10}}, follows);
-  auto b = make_router({{"a", 10}, {"b", 10}, {"c", 10}}, follows);
-  const auto first = a.choose(1.0, false, 0.0, ra);
-  REQUIRE(first == b.choose(1.0, false, 0.0, rb));
-  // Its backward, sent back to it, costs nothing more: the routers still agree.
-  REQUIRE(a.choose_only(*first, 1.0, true, 0.0) == first);
-  for (int i = 0; i < 30; ++i)
-    REQUIRE(a.choose(1.0, false, 0.0, ra) == b.choose(1.0, false, 0.0, rb));
-  // A forward costs 1 + 2.5 = 3.5 forwards: at 10/s that is 0.35 s of virtual
-  // time, so after one forward to each of three servers they tie again.
-  auto c = make_router({{"x", 10}, {"y", 10}, {"z", 10}}, follows);
-  std::mt19937_64 rc(9);
-  for (int round = 0; round < 20; ++round)
-    CHECK(count_choices(c, 3, rc).size() == 3);
-  // A backward sent elsewhere (its forward's server gone) is charged there.
-  c.choose(1.0, true, 0.0, rc);  // 2.5 / 10 = 0.25 s onto one of them
-  const auto next = count_choices(c, 2, rc);
-  CHECK(next.size() == 2);  // the other two first
-}
-
-TEST_CASE("router: a joiner takes its share of forwards while the others' backwards are still to come", "[routing]") {
-  // A pipeline: every forward's backward comes back to its server 20 choices
-  // later. A server joins in the middle. Charged when sent, the backwards of
-  // the forwards before it kept the old servers ahead, so the joiner took the
-  // forwards for 20 choices and their backwards later: 3.5x its share.
-  for (const bool follows : {false, true}) {
-    routing_config cfg;
-    cfg.backward_follows = follows;
-    cfg.probe_requests = 0;
-    auto r = make_router({{"a", 10}, {"b", 10}}, cfg);
-    std::mt19937_64 rng(1);
-    std::vector<std::string> sent;
-    int to_new = 0;
-    for (int i = 0; i < 260; ++i) {
-      if (i == 200) {
-        r.add("n", 0.0);
-        r.on_success("n", 1.0, false, 0.1);  // measured at once: the same rate
-      }
-      sent.push_back(*r.choose(1.0, false, 0.0, rng));
-      if (i >= 200 && i < 230)
-        to_new += sent.back() == "n" ? 1 : 0;
-      if (sent.size() > 20)
-        r.choose_only(sent[sent.size() - 21], 1.0, true, 0.0);
-    }
-    INFO("backward_follows " << follows << ": the joiner took " << to_new << " of 30 forwards");
-    if (follows)
-      CHECK(std::abs(to_new - 10) <= 1);
-    else
-      CHECK(to_new >= 20);
-  }
+TEST_CASE("router: a backward goes to its forward's server when that one is next, else as any task", "[routing]") {
+  std::mt19937_64 rng(5);
+  auto r = make_router({{"a", 10}, {"b", 10}});
+  // Both at the same virtual time: the forward's server is next, so it is kept.
+  CHECK(r.choose_backward("a", 1.0, 0.0, rng) == std::optional<std::string>("a"));
+  // "a" is now a backward's cost ahead: the backward goes to "b", which is next.
+  CHECK(r.choose_backward("a", 1.0, 0.0, rng) == std::optional<std::string>("b"));
+  // Excluded, banned or unknown preferred servers: any other.
+  CHECK(r.choose_backward("b", 1.0, 0.0, rng, {"b"}) == std::optional<std::string>("a"));
+  r.ban("a", 0.0);
+  CHECK(r.choose_backward("a", 1.0, 0.5, rng) == std::optional<std::string>("b"));
+  CHECK(r.choose_backward("zz", 1.0, 0.5, rng) == std::optional<std::string>("b"));
+  // An unmeasured preferred server holding its probe is not sent a second request.
+  auto p = make_router({{"m", 10}});
+  p.add("new", 0.0);
+  REQUIRE(p.choose_only("new", 1.0, false, 0.0));
+  CHECK(p.choose_backward("new", 1.0, 0.0, rng) == std::optional<std::string>("m"));
 }
 
 TEST_CASE("router: with an engine a joiner enters within one task's advance of the front", "[routing]") {

@@ -231,18 +231,23 @@ std::optional<std::string> stage_router::pick_one(double task_size, bool backwar
 
   // 3. Advance it by the seconds this task should take it; a backward
   //    recomputes the forward, so it costs more.
-  const double cost = charge(task_size, backward);
+  const double cost = std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0);
   place(*pick, pick->vtime + cost / speed(*pick), false);
   ++pick->in_flight;
   recap(*pick);
   return pick->id;
 }
 
-double stage_router::charge(double task_size, bool backward, bool to_forward_server) const {
-  const double size = std::max(0.0, task_size);
-  if (cfg_.backward_follows)  // the forward pays for its backward; a backward pays only elsewhere
-    return backward ? (to_forward_server ? 0.0 : size * cfg_.backward_cost) : size * (1.0 + cfg_.backward_cost);
-  return size * (backward ? cfg_.backward_cost : 1.0);
+std::optional<std::string> stage_router::choose_backward(const std::string& preferred, double task_size, double now,
+                                                         std::mt19937_64& rng, const std::vector<std::string>& exclude) {
+  const peer* p = find(preferred);
+  if (p != nullptr && !p->returning && !is_banned(*p, now) && !listed(exclude, preferred) && !capped(*p)) {
+    const auto lo = floor(now, exclude, nullptr);
+    const double tol = lo ? k_tie_tolerance * std::max(1.0, std::abs(*lo)) : 0.0;
+    if (lo && p->vtime - *lo <= tol)
+      return choose_only(preferred, task_size, true, now);
+  }
+  return choose(task_size, true, now, rng, exclude);
 }
 
 bool stage_router::capped(const peer& p) const {
@@ -282,7 +287,7 @@ std::optional<std::string> stage_router::choose_only(const std::string& id, doub
   peer* p = find(id);
   if (p == nullptr || is_banned(*p, now))
     return std::nullopt;
-  place(*p, p->vtime + charge(task_size, backward, true) / speed(*p), false);
+  place(*p, p->vtime + std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0) / speed(*p), false);
   ++p->in_flight;
   recap(*p);
   return p->id;
