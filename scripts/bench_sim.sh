@@ -8,18 +8,20 @@
 #                                    6 GB) for a simulated hour under churn; 1,000
 #                                    peers in 3 regions at 10/50/150 ms; swarm vs static routing (~3 min)
 #   scripts/bench_sim.sh reality     see scripts/bench_sim_reality.sh (real runs, ~13 minutes)
-# TRACE (default ../shared/data/traces/g4dn-trace.csv) and OUT (a fresh /tmp folder) may be set.
+# TRACE (default ../shared/data/traces/g4dn-trace.csv), OUT (a fresh /tmp folder) and SIM (the
+# binary, default build/swarm-sim after building it: a copy keeps a long run apart from rebuilds) may be set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-}
-bash scripts/build.sh swarm-sim > /dev/null
+[ -n "${SIM:-}" ] || bash scripts/build.sh swarm-sim > /dev/null
+binary=${SIM:-./build/swarm-sim}
 out=${OUT:-$(mktemp -d /tmp/swarm-sim-XXXXXX)}
 mkdir -p "$out"
 trace=${TRACE:-../shared/data/traces/g4dn-trace.csv}
 sim() {  # name, flags...
   local name=$1; shift
   /usr/bin/time -f "%e s wall, %M KiB peak" -o "$out/$name.time" \
-    ./build/swarm-sim --config config/sim-t4 --quiet --metrics "$out/$name.jsonl" "$@" > "$out/$name.txt"
+    "$binary" --config config/sim-t4 --quiet --metrics "$out/$name.jsonl" "$@" > "$out/$name.txt"
   echo "$name: $(sed -n 2p "$out/$name.txt" | sed 's/^ *//') [$(cat "$out/$name.time")]"
 }
 case "$what" in
