@@ -191,7 +191,10 @@ caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf:
   };
   auto rep = run(*req, gate);
   slow_down(self, started, slept);
-  st.serving.busy_s += seconds_since(started);
+  const double computed = seconds_since(started);
+  st.serving.busy_s += computed;
+  if (rep)
+    rep->set_compute_s(computed);
   if (!rep) {
     settle_held(self);  // held but not answered (the reply failed): the trainer retries it
     return reject(self, requester, op, rep.error());

@@ -141,6 +141,10 @@ TEST_CASE_METHOD(system_fixture, "stage server answers bad requests with errors 
   REQUIRE(rep);
   CHECK(shape_string(rep->outputs()) == "[2, 8, 16]");
   CHECK_FALSE(check_tensor(rep->outputs(), "outputs"));
+  // It says how long it computed (the trainers' routers rate it on that), a
+  // positive time shorter than the whole exchange took.
+  CHECK(rep->compute_s() > 0);
+  CHECK(rep->compute_s() < 10);
   self->send_exit(server, caf::exit_reason::user_shutdown);
 }
 
