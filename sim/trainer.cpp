@@ -55,10 +55,10 @@ peer* find_peer(world& w, const std::string& name) {
 }
 
 /// Sends `r` (attempt `id`, `bytes` on the wire) to `p` and waits for its
-/// reply on `box` until `deadline`: the status, reply::down when its server
+/// reply on `box` until `deadline`: the reply, a `down` one when its server
 /// died with the reply on its way, or nullopt when the deadline passed.
-std::optional<reply> send_and_wait(world& w, peer& p, request* r, s4u::Mailbox* box, uint64_t id,
-                                             double deadline, double bytes) {
+std::optional<reply> send_and_wait(world& w, peer& p, request* r, s4u::Mailbox* box, uint64_t id, double deadline,
+                                   double bytes) {
   // Sent by this worker (not detached: SimGrid 3.32 scans one list of all
   // detached activities at every completion); it returns once the bytes are
   // on the server's machine, queued for the server.
