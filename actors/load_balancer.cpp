@@ -92,15 +92,10 @@ std::optional<std::string> choose(self_ptr self, const request& req) {
 /// The seconds the server says it computed a reply (its head, parts[0]; 0
 /// when it does not say or the head does not parse: the router then rates the
 /// whole request).
-double compute_seconds(const bulk_parts& parts, bool forward) {
-  if (parts.empty())
-    return 0;
-  if (forward) {
-    proto::forward_reply head;
-    return head.ParseFromString(parts[0]) && std::isfinite(head.compute_s()) ? head.compute_s() : 0;
-  }
-  proto::backward_reply head;
-  return head.ParseFromString(parts[0]) && std::isfinite(head.compute_s()) ? head.compute_s() : 0;
+template <class Reply>
+double compute_seconds(const bulk_parts& parts) {
+  Reply head;
+  return !parts.empty() && head.ParseFromString(parts[0]) && std::isfinite(head.compute_s()) ? head.compute_s() : 0;
 }
 
 void deliver_error(request& req, caf::error err) {
@@ -163,7 +158,9 @@ void on_reply_payload(self_ptr self, uint64_t attempt, caf::expected<bulk_parts>
   }
   const double secs = seconds_since(req.sent_at);
   st.router.release(req.server_id);
-  st.router.on_success(req.server_id, static_cast<double>(req.samples), !req.forward, secs, compute_seconds(*whole, req.forward));
+  st.router.on_success(req.server_id, static_cast<double>(req.samples), !req.forward, secs,
+                       req.forward ? compute_seconds<proto::forward_reply>(*whole)
+                                   : compute_seconds<proto::backward_reply>(*whole));
   req.promise.deliver(std::move(*whole), req.server_id, int32_t{req.attempts});
 }
 

@@ -114,16 +114,18 @@ void ledger::microbatch_over(work_books& b, bool completed, double now) {
 ledger::report ledger::close(std::vector<peer>& peers, const std::vector<const work_books*>& workers,
                              double completed, double best_samples, double fluid_samples, double per_sample,
                              double now) {
-  double in_flight = 0;  // compute of microbatches still on their way at the end
+  double computing = 0;  // requests being computed at the end: in flight, not lost
   for (auto& p : peers) {
-    if (p.ph == phase::busy) {  // a request being computed at the end is in flight, not lost
-      in_flight += speed_of(p) * clip(p.phase_since, now);
+    if (p.ph == phase::busy) {
+      computing += speed_of(p) * clip(p.phase_since, now);
       set_phase(p, phase::idle, now);
     }
     set_phase(p, phase::off, now);
   }
   for (size_t s = 0; s < stages_.size(); ++s) touch(static_cast<int>(s), now);
-  for (const auto* b : workers) in_flight += b->microbatch_in + b->attempt_in;
+  double booked = 0;  // finished compute of microbatches still on their way at the end
+  for (const auto* b : workers) booked += b->microbatch_in + b->attempt_in;
+  const double in_flight = computing + booked;
   // Compute the completed samples got beyond the yardstick's cost: on `local`
   // the shared cores make requests slower than the yardstick, which gives
   // every server a core; on wan a state import beside a request shares its
@@ -151,9 +153,7 @@ ledger::report ledger::close(std::vector<peer>& peers, const std::vector<const w
       slower);
   r.gap_points = best_samples > 0 ? 100.0 * (best_samples - completed) / best_samples : 0.0;
   // Every finished request's compute has exactly one fate: a check on the books themselves.
-  double open_busy = 0;
-  for (const auto* b : workers) open_busy += b->microbatch_in + b->attempt_in;
-  const double fates = useful_ + dropped_ + overshoot_ + lost_down_ + open_busy;
+  const double fates = useful_ + dropped_ + overshoot_ + lost_down_ + booked;
   if (std::abs(fates - busy_) > 1e-6 * std::max(1.0, busy_))
     r.parts.push_back({"gap_unbooked", "compute without a fate (a bug in the books)", (busy_ - fates) * scale});
   return r;

@@ -34,6 +34,15 @@ std::optional<std::vector<std::string>> run_lines(const std::string& cmd) {
 }
 
 /// Regions brought up for one test and torn down after it, whatever happens.
+/// Whether scripts/regions.sh can build regions on this machine; else says
+/// why the test is skipped.
+bool regions_usable() {
+  if (std::system(("bash " + regions_script + " check >/dev/null 2>&1").c_str()) == 0)
+    return true;
+  WARN("skipped: scripts/regions.sh check failed (needs root and scripts/setup.sh's packages)");
+  return false;
+}
+
 struct regions {
   std::string name;
   std::map<std::string, std::string> vars;  ///< REGION<i>, NS<i>
@@ -66,10 +75,8 @@ struct regions {
 
 TEST_CASE("a TLS swarm across two regions at 100 Mbit/s and 50 ms trains and routes around a killed server",
           "[regions]") {
-  if (std::system(("bash " + regions_script + " check >/dev/null 2>&1").c_str()) != 0) {
-    WARN("skipped: scripts/regions.sh check failed (needs root and scripts/setup.sh's packages)");
+  if (!regions_usable())
     return;
-  }
   const test_certs certs;
   const regions net(2, "100mbit", 50);
   REQUIRE(net.up);
@@ -138,10 +145,8 @@ TEST_CASE("a TLS swarm across two regions at 100 Mbit/s and 50 ms trains and rou
 }
 
 TEST_CASE("a server on another host that forgot --host is refused at once, naming --host", "[regions]") {
-  if (std::system(("bash " + regions_script + " check >/dev/null 2>&1").c_str()) != 0) {
-    WARN("skipped: scripts/regions.sh check failed (needs root and scripts/setup.sh's packages)");
+  if (!regions_usable())
     return;
-  }
   const regions net(2, "1gbit", 0);
   REQUIRE(net.up);
   const std::string base = "/tmp/swarm-test-slip-" + std::to_string(getpid());
@@ -196,10 +201,8 @@ TEST_CASE("control: the leader's region cut off, the others elect another and tr
     WARN("skipped in the quick suite: SWARM_TEST_FULL=1 (scripts/test_full.sh) runs it");
     return;
   }
-  if (std::system(("bash " + regions_script + " check >/dev/null 2>&1").c_str()) != 0) {
-    WARN("skipped: scripts/regions.sh check failed (needs root and scripts/setup.sh's packages)");
+  if (!regions_usable())
     return;
-  }
   const regions net(3, "100mbit", 20);
   REQUIRE(net.up);
   const std::string dir = "/tmp/swarm-test-partition-" + std::to_string(getpid());

@@ -14,6 +14,9 @@ namespace {
 /// sums of the same increments in a different order differ in the last bits.
 constexpr double k_tie_tolerance = 1e-12;
 
+/// How far above `lo` a virtual time still ties with it.
+double tie_tolerance(double lo) { return k_tie_tolerance * std::max(1.0, std::abs(lo)); }
+
 /// Rate assumed for an unmeasured peer when no peer of the stage is measured,
 /// in samples per second; only the ratio between peers matters, so any value
 /// that is the same for all of them rotates work evenly.
@@ -197,7 +200,7 @@ std::optional<std::string> stage_router::pick_one(double task_size, bool backwar
   if (lo) {
     // Every eligible peer is steady now (step 1), and steady peers are never
     // banned: the ties are a range of steady_ less the excluded in it.
-    const double tol = k_tie_tolerance * std::max(1.0, std::abs(*lo));
+    const double tol = tie_tolerance(*lo);
     const size_t first = steady_.order_of_key({*lo, 0});
     const size_t end = steady_.order_of_key({*lo + tol, std::numeric_limits<uint64_t>::max()});
     std::vector<size_t> skip;
@@ -218,7 +221,7 @@ std::optional<std::string> stage_router::pick_one(double task_size, bool backwar
     for (uint64_t seq : returning_)
       if (eligible(at(seq)))
         low = std::min(low, at(seq).vtime);
-    const double tol = k_tie_tolerance * std::max(1.0, std::abs(low));
+    const double tol = tie_tolerance(low);
     for (uint64_t seq : returning_)
       if (eligible(at(seq)) && at(seq).vtime - low <= tol)
         best.push_back(&at(seq));
@@ -231,7 +234,7 @@ std::optional<std::string> stage_router::pick_one(double task_size, bool backwar
 
   // 3. Advance it by the seconds this task should take it; a backward
   //    recomputes the forward, so it costs more.
-  const double cost = std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0);
+  const double cost = forward_samples(task_size, backward);
   place(*pick, pick->vtime + cost / speed(*pick), false);
   ++pick->in_flight;
   recap(*pick);
@@ -243,11 +246,14 @@ std::optional<std::string> stage_router::choose_backward(const std::string& pref
   const peer* p = find(preferred);
   if (p != nullptr && !p->returning && !is_banned(*p, now) && !listed(exclude, preferred) && !capped(*p)) {
     const auto lo = floor(now, exclude, nullptr);
-    const double tol = lo ? k_tie_tolerance * std::max(1.0, std::abs(*lo)) : 0.0;
-    if (lo && p->vtime - *lo <= tol)
+    if (lo && p->vtime - *lo <= tie_tolerance(*lo))
       return choose_only(preferred, task_size, true, now);
   }
   return choose(task_size, true, now, rng, exclude);
+}
+
+double stage_router::forward_samples(double task_size, bool backward) const {
+  return std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0);
 }
 
 bool stage_router::capped(const peer& p) const {
@@ -287,7 +293,7 @@ std::optional<std::string> stage_router::choose_only(const std::string& id, doub
   peer* p = find(id);
   if (p == nullptr || is_banned(*p, now))
     return std::nullopt;
-  place(*p, p->vtime + std::max(0.0, task_size) * (backward ? cfg_.backward_cost : 1.0) / speed(*p), false);
+  place(*p, p->vtime + forward_samples(task_size, backward) / speed(*p), false);
   ++p->in_flight;
   recap(*p);
   return p->id;
@@ -296,7 +302,7 @@ std::optional<std::string> stage_router::choose_only(const std::string& id, doub
 void stage_router::on_success(const std::string& id, double task_size, bool backward, double seconds,
                               double served_seconds) {
   if (peer* p = find(id)) {
-    measure(*p, task_size * (backward ? cfg_.backward_cost : 1.0), served_seconds > 0 ? served_seconds : seconds);
+    measure(*p, forward_samples(task_size, backward), served_seconds > 0 ? served_seconds : seconds);
     p->ban_count = 0;
   }
 }
@@ -306,7 +312,7 @@ void stage_router::on_timeout(const std::string& id, double task_size, bool back
     ++p->timeouts;
     if (std::isfinite(seconds) && seconds > 0) {
       place(*p, p->vtime + seconds, p->returning);
-      measure(*p, task_size * (backward ? cfg_.backward_cost : 1.0), seconds);
+      measure(*p, forward_samples(task_size, backward), seconds);
     }
   }
 }

@@ -187,6 +187,9 @@ private:
     int64_t timeouts = 0;
     int64_t in_flight = 0;      // this router's requests at it not yet released
   };
+  /// A task's size in forward samples: a backward counts backward_cost of them
+  /// (what choices charge and what rates are measured in); never negative.
+  [[nodiscard]] double forward_samples(double task_size, bool backward) const;
   /// Whether `p` is an unmeasured peer holding its probe's worth of requests.
   [[nodiscard]] bool capped(const peer& p) const;
 
