@@ -107,18 +107,12 @@ def report(folder, sizes):
         joins = [e["t"] - start for e in ev if e["event"] == "server_join" and start is not None]
         # Progress reports: one per request that adds samples (every backward and the
         # last stage's forwards): the trainers' completed microbatches times the stages.
-        done = [e for e in ev if e["event"] == "step"]
-        mb_rate = 0.0
-        if len(done) >= 2:
-            first = [e for e in done if e["t"] >= t0]
-            last = [e for e in done if e["t"] <= t1]
-            by_trainer = {}
-            for e in first + last:
+        by_trainer = {}
+        for e in ev:
+            if e["event"] == "step" and t0 <= e["t"] <= t1:
                 by_trainer.setdefault(e["trainer"], []).append(e)
-            for steps in by_trainer.values():
-                steps.sort(key=lambda e: e["t"])
-                if len(steps) >= 2 and steps[-1]["t"] > steps[0]["t"]:
-                    mb_rate += (steps[-1]["completed"] - steps[0]["completed"]) / (steps[-1]["t"] - steps[0]["t"])
+        mb_rate = sum((steps[-1]["completed"] - steps[0]["completed"]) / (steps[-1]["t"] - steps[0]["t"])
+                      for steps in by_trainer.values() if len(steps) >= 2 and steps[-1]["t"] > steps[0]["t"])
         stages = next((e["stages"] for e in ev if e["event"] == "cluster_start"), 2)
         start_ev = next((e for e in ev if e["event"] == "cluster_start"), {})
         sim = events(f"{folder}/sim-{n}.jsonl")
