@@ -90,8 +90,12 @@ def report(folder, sizes):
     rows = []
     for n in sizes:
         ev = events(f"{folder}/real-{n}.jsonl")
-        with open(f"{folder}/probe-{n}.json") as f:
-            a, b = json.load(f)
+        try:
+            with open(f"{folder}/probe-{n}.json") as f:
+                a, b = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit(f"bench_scale.py: no usable samples of the {n}-server run in {folder} ({e}): "
+                     "run scripts/bench_scale.sh with OUT={folder}")
         span = b["t"] - a["t"]
         cpu, rss = {}, {}
         for name, now in b["procs"].items():
