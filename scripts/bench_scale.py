@@ -95,7 +95,7 @@ def report(folder, sizes):
                 a, b = json.load(f)
         except (OSError, ValueError) as e:
             sys.exit(f"bench_scale.py: no usable samples of the {n}-server run in {folder} ({e}): "
-                     "run scripts/bench_scale.sh with OUT={folder}")
+                     f"run scripts/bench_scale.sh with OUT={folder}")
         span = b["t"] - a["t"]
         cpu, rss = {}, {}
         for name, now in b["procs"].items():
