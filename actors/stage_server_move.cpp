@@ -232,7 +232,11 @@ bool hand_in_before_stop(server_ptr self) {
     return true;  // already waiting
   const bool coordinator = st.member.averager && coordinator_up(st);
   const int64_t samples = st.worker->accumulated_samples();
-  if (!st.member.registered || st.member.draining() || !coordinator || samples == 0)
+  // A round in progress holds what it handed in already: its end is waited
+  // for too, so that the stop's checkpoint has the step it applies (stopped
+  // mid-round, a server wrote none and its newest file stayed a step behind
+  // the step it had reported: test_durability failed so once in a fresh clone).
+  if (!st.member.registered || st.member.draining() || !coordinator || (samples == 0 && !st.avg.busy()))
     return false;
   st.member.stopping = clock_type::now();
   st.member.stopping_samples = samples;
