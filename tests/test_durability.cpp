@@ -93,7 +93,9 @@ TEST_CASE("a swarm stopped and started again on its checkpoint folder resumes ev
     REQUIRE(newest);
     REQUIRE(newest->has_value());
     CHECK((*newest)->skipped == 0);
-    CHECK(store.latest_written(swarm::checkpoint_header::kind::stage, stage)->step == before.at(stage));
+    const auto latest = store.latest_written(swarm::checkpoint_header::kind::stage, stage);
+    REQUIRE(latest);  // (dereferenced unchecked, an empty folder crashed the test instead of failing it)
+    CHECK(latest->step == before.at(stage));
   }
 
   // Started again: every stage continues from where it stopped, the trainer
