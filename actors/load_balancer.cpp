@@ -19,19 +19,25 @@ namespace swarm {
 namespace balancing {
 
 double now_s() {
-  return std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();
+  return monotonic_seconds();
 }
 
 const char* op_name(const request& r) {
   return r.forward ? "forward" : "backward";
 }
 
-/// Appends the commit and reply deadlines to a serialized request: protobuf
-/// merges concatenated messages field by field, so no parse and re-encode is needed.
-std::string with_deadlines(const std::string& head, bool forward, double commit, double reply) {
+/// How long a door's answer is waited for before the request goes elsewhere:
+/// a door answers at once, so no answer means its process is gone or stands still.
+constexpr auto ask_timeout = std::chrono::seconds(5);
+
+/// Appends the commit and reply deadlines and the door's ticket to a serialized
+/// request: protobuf merges concatenated messages field by field, so no parse
+/// and re-encode is needed.
+std::string with_deadlines(const std::string& head, bool forward, double commit, double reply, uint64_t ticket) {
   auto add = [&](auto d) {
     d.set_commit_deadline(commit);
     d.set_reply_deadline(reply);
+    d.set_ticket(ticket);
     return head + d.SerializeAsString();
   };
   return forward ? add(proto::forward_request{}) : add(proto::backward_request{});
@@ -67,18 +73,27 @@ std::optional<std::string> choose_static(self_ptr self) {
   return pinned;
 }
 
+/// Whether `req` asks a door before its next attempt (else it is sent as it is).
+bool asks(const load_balancer_state& st, const request& req) {
+  return !st.cfg.static_routing && req.refusals < st.cfg.busy_retries;
+}
+
 std::optional<std::string> choose(self_ptr self, const request& req) {
   auto& st = self->state;
   if (st.cfg.static_routing)
     return choose_static(self);
   const double now = now_s();
-  std::vector<std::string> exclude;
+  // Servers that failed it, and while it still asks, those that were busy.
+  std::vector<std::string> avoid = req.tried;
+  if (asks(st, req))
+    avoid.insert(avoid.end(), req.busy.begin(), req.busy.end());
   // A backward may go back to its forward's server (policy::stage_router::choose_backward).
   const bool keep_preferred = !req.preferred.empty() && st.servers.count(req.preferred) > 0 &&
                               st.leaving.count(req.preferred) == 0 && !st.router.banned(req.preferred, now) &&
-                              std::find(req.tried.begin(), req.tried.end(), req.preferred) == req.tried.end();
+                              std::find(avoid.begin(), avoid.end(), req.preferred) == avoid.end();
+  std::vector<std::string> exclude;
   for (const auto& [id, handle] : st.servers)
-    if (std::find(req.tried.begin(), req.tried.end(), id) != req.tried.end())
+    if (std::find(avoid.begin(), avoid.end(), id) != avoid.end())
       exclude.push_back(id);
   auto pick = keep_preferred
                   ? st.router.choose_backward(req.preferred, static_cast<double>(req.samples), now, st.rng, exclude)
@@ -87,7 +102,6 @@ std::optional<std::string> choose(self_ptr self, const request& req) {
     pick = st.router.choose(static_cast<double>(req.samples), !req.forward, now, st.rng);
   return pick;
 }
-
 
 /// The seconds the server says it computed a reply (its head, parts[0]; 0
 /// when it does not say or the head does not parse: the router then rates the
@@ -205,7 +219,8 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
   req.sent_at = clock_type::now();
   const double timeout = req.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s;
   const double now = unix_seconds();
-  auto head = with_deadlines(req.head, req.forward, now + timeout * (1.0 - st.cfg.commit_grace), now + timeout);
+  auto head =
+      with_deadlines(req.head, req.forward, now + timeout * (1.0 - st.cfg.commit_grace), now + timeout, req.ticket);
   cut_payload piece;
   if (st.cfg.bulk && st.cfg.bulk_min_bytes > 0 && req.bytes >= st.cfg.bulk_min_bytes) {
     piece.transfer_id = st.cfg.bulk->push(caf::actor_cast<caf::actor>(target), std::move(head), req.data);
@@ -236,8 +251,47 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
     self->request(target, seconds(timeout), backward_atom::value, piece.transfer_id, std::move(piece.tail)).then(ok, fail);
 }
 
+/// The door of `server_id` answered `ask` (or did not: `ticket` 0 either way
+/// but for a grant): send it there with the grant, or choose again.
+void on_door_answer(self_ptr self, uint64_t ask, const std::string& server_id, uint64_t ticket) {
+  auto& st = self->state;
+  auto it = st.asking.find(ask);
+  if (it == st.asking.end())
+    return;
+  auto req = std::move(it->second);
+  st.asking.erase(it);
+  const bool usable = st.servers.count(server_id) > 0 && st.leaving.count(server_id) == 0;
+  if (ticket != 0 && usable) {
+    req.ticket = ticket;
+    send_attempt(self, std::move(req), server_id);
+    return;
+  }
+  // Busy, gone meanwhile, or no answer: not the server's fault, not an attempt.
+  st.router.release(server_id);
+  ++req.refusals;
+  req.busy.push_back(server_id);
+  dispatch(self, std::move(req));
+}
+
+/// Asks the door of `server_id` for room before sending it `req`.
+void ask_door(self_ptr self, request req, const std::string& server_id) {
+  auto& st = self->state;
+  const uint64_t ask = ++st.next_attempt;
+  auto door = st.doors.at(server_id);
+  req.server_id = server_id;  // so that its going down sends this one elsewhere at once (remove_server)
+  st.asking.emplace(ask, std::move(req));
+  self->request(door, ask_timeout, reserve_atom::value)
+      .then([self, ask, server_id](uint64_t ticket) { on_door_answer(self, ask, server_id, ticket); },
+            [self, ask, server_id](caf::error& err) {
+              get_logger("load_balancer")->debug("stage {}: no answer from the door of {}: {}", self->state.cfg.stage,
+                                                server_id, describe(err));
+              on_door_answer(self, ask, server_id, 0);
+            });
+}
+
 void dispatch(self_ptr self, request req) {
   auto& st = self->state;
+  req.ticket = 0;
   auto pick = choose(self, req);
   if (!pick) {
     if (!st.stalled)
@@ -254,7 +308,10 @@ void dispatch(self_ptr self, request req) {
     st.stalled = false;
     get_logger("load_balancer")->info("stage {}: requests flow again", st.cfg.stage);
   }
-  send_attempt(self, std::move(req), *pick);
+  if (asks(st, req) && st.doors.count(*pick) > 0)
+    ask_door(self, std::move(req), *pick);
+  else
+    send_attempt(self, std::move(req), *pick);
 }
 
 void flush_waiting(self_ptr self) {

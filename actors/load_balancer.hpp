@@ -23,6 +23,10 @@
 //   deadline passed       -> re-sent to another server, no ban (`timeout` event);
 //   retryable error       -> server banned with backoff (`ban`), re-sent;
 //   fatal error (bad request) -> returned to the trainer, which drops the microbatch.
+// Before an attempt it asks the server's door for room (actors/door.hpp,
+// policy::admission), unless the request was refused busy_retries times
+// already: busy -> another server, no ban, not an attempt; no answer in
+// ask_timeout -> the same.
 // After max_attempts attempts the last error goes back to the trainer.
 //
 // Protocol with the trainer (same process), replies (parts, server id, attempts);
@@ -73,6 +77,8 @@ struct load_balancer_config {
   int64_t bulk_min_bytes = 64 << 10;
   uint64_t seed = 1;                   ///< tie-breaks and static pinning
   policy::routing_config routing;
+  /// Busy answers a request takes before it is sent without asking; 0 = never ask.
+  int busy_retries = 4;
 };
 
 struct load_balancer_state {
@@ -92,6 +98,9 @@ struct load_balancer_state {
     std::vector<std::string> tried;///< servers that failed it, avoided while others exist
     std::string failed_reason;     ///< why the previous attempt failed (for `reroute`)
     caf::error last_error;
+    int refusals = 0;              ///< busy answers (and failed asks) so far
+    std::vector<std::string> busy; ///< servers that answered busy: passed over while it still asks
+    uint64_t ticket = 0;           ///< the chosen server's grant for this attempt; 0: none
     // The attempt in flight:
     std::string server_id;
     clock::time_point sent_at;
@@ -111,6 +120,8 @@ struct load_balancer_state {
     double wait_s = 2.0;
   };
   std::map<std::string, unreachable_server> unreachable;
+  std::map<std::string, door_actor> doors;     ///< the servers' doors, once each said which
+  std::map<uint64_t, request> asking;          ///< waiting for a door's answer, by ask id
   std::map<uint64_t, request> in_flight;       ///< dispatched, by attempt id
   std::deque<request> waiting;                 ///< no eligible server yet
   policy::stage_router router;

@@ -26,6 +26,23 @@ void unpin(self_ptr self, const std::string& server_id) {
   st.pin.gone(server_id, present);
 }
 
+/// Asks a just-connected server for its door (actors/door.hpp). Until it
+/// answers, or if it never does (an older server), requests go there without asking.
+void ask_for_door(self_ptr self, const std::string& id, const stage_actor& server) {
+  self->request(server, std::chrono::seconds(60), door_atom::value)
+      .then(
+          [self, id, server](const caf::actor& door) {
+            auto& st = self->state;
+            auto it = st.servers.find(id);
+            if (door && it != st.servers.end() && it->second == server)  // still that server
+              st.doors[id] = caf::actor_cast<door_actor>(door);
+          },
+          [self, id](caf::error& err) {
+            get_logger("load_balancer")->debug("stage {}: server {} named no door ({}): sending without asking",
+                                              self->state.cfg.stage, id, describe(err));
+          });
+}
+
 /// A JOIN: dials the server (once at a time) and adds it when connected.
 void connect(self_ptr self, const proto::membership_update& up) {
   auto& st = self->state;
@@ -54,6 +71,7 @@ void connect(self_ptr self, const proto::membership_update& up) {
             self->monitor(handle);
             st.servers[id] = handle;
             st.router.add(id, now_s(), &st.rng);
+            ask_for_door(self, id, handle);
             get_logger("load_balancer")->debug("stage {}: server {} connected ({} live)", st.cfg.stage, id,
                                               st.servers.size());
             flush_waiting(self);
@@ -94,6 +112,7 @@ void remove_server(self_ptr self, std::string server_id, const std::string& why)
     return;
   st.chunks.forget(it->second.address());
   st.servers.erase(it);
+  st.doors.erase(server_id);
   st.leaving.erase(server_id);
   st.router.remove(server_id);
   unpin(self, server_id);
@@ -105,11 +124,21 @@ void remove_server(self_ptr self, std::string server_id, const std::string& why)
     } else {
       ++at;
     }
+  std::vector<request> unasked;  // waiting on its door: choose again now, not at the ask's timeout
+  for (auto at = st.asking.begin(); at != st.asking.end();)
+    if (at->second.server_id == server_id) {
+      unasked.push_back(std::move(at->second));
+      at = st.asking.erase(at);
+    } else {
+      ++at;
+    }
   get_logger("load_balancer")->warn("stage {}: server {} down ({}); re-sending its {} pending requests", st.cfg.stage,
-                                    server_id, why, lost.size());
+                                    server_id, why, lost.size() + unasked.size());
   for (auto& req : lost)
     on_attempt_failed(self, std::move(req), make_error(errc::PEER_GONE, "server " + server_id + " down: " + why),
                       "down");
+  for (auto& req : unasked)
+    dispatch(self, std::move(req));
 }
 
 void retry_unreachable(self_ptr self) {

@@ -11,6 +11,7 @@
 #include "base/clock.hpp"
 #include "base/freeze_watch.hpp"
 #include "base/log.hpp"
+#include "actors/door.hpp"
 #include "actors/stage_server_averaging.hpp"
 #include "actors/stage_server_checkpoint.hpp"
 #include "actors/stage_server_move.hpp"
@@ -170,6 +171,15 @@ caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf:
   auto req = decode_parts<Req>(std::move(*payload), op);
   if (!req)
     return reject(self, requester, op, req.error());
+  // Whatever comes of it here, its grant (if it had one) frees room at the door when this returns.
+  struct release_at_end {
+    self_ptr self;
+    uint64_t ticket;
+    ~release_at_end() {
+      if (ticket != 0)
+        self->send(self->state.door, release_atom::value, ticket);
+    }
+  } release{self, req->ticket()};
   const auto stage = static_cast<uint32_t>(st.worker->span().stage);
   if (st.member.draining() || st.member.stopping ||
       (req->stage() != stage && st.member.left_stages.count(req->stage()) > 0))
@@ -320,6 +330,8 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         std::chrono::duration<double>(self->state.cfg.freeze_s)));
   if (self->state.cfg.bulk)
     self->state.cfg.bulk->attach(caf::actor_cast<caf::actor>(self));
+  // Linked: it ends with this server.
+  self->state.door = self->spawn<caf::linked>(door, self->state.cfg.admission);
   {
     const auto& c = self->state.cfg;
     round_peer_config pc{c.server_id, c.averaging_compression, c.bulk, c.bulk_min_bytes, c.bulk_wait_s,
@@ -407,6 +419,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         averaging::report_progress(self, false);
       },
       [self](leave_atom) { moving::stop_when_handed_in(self, true); },
+      [self](door_atom) { return caf::actor_cast<caf::actor>(self->state.door); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (self->state.chunk_senders.insert(from).second)

@@ -61,6 +61,7 @@
 #include "config/config.hpp"
 #include "net/bulk.hpp"
 #include "net/chunks.hpp"
+#include "actors/policy/admission.hpp"
 #include "messages/protocol.hpp"
 #include "models/checkpoint.hpp"
 #include "models/stage_worker.hpp"
@@ -102,6 +103,8 @@ struct stage_server_config {
   double freeze_s = 0;
   /// False while the node knows the coordinator is gone (set by the node; null: always up).
   std::shared_ptr<std::atomic<bool>> coordinator_up;
+  /// Room it grants trainers (--max-outstanding), through its door (actors/door.hpp).
+  policy::admission_config admission;
 };
 
 /// Totals of one stage served, reported when the server leaves it or exits (metrics event server_exit).
@@ -247,6 +250,7 @@ struct stage_server_state {
   bulk_inbox inbox;                         ///< payloads from the bulk connection, paired with their messages
   std::set<caf::actor_addr> chunk_senders;  ///< monitored so their unfinished payloads can be dropped
   uint64_t next_transfer = 0;
+  door_actor door;                          ///< answers reservations while this one computes
   serving_state serving;
   averaging_state avg;
   membership_state member;

@@ -75,6 +75,7 @@ stage_server_config stage_server_settings(const app_config& cfg, const std::stri
   scfg.initial_weights = std::move(initial);
   scfg.coordinator_up = std::make_shared<std::atomic<bool>>(true);
   scfg.freeze_s = cfg.net.connection_timeout_s;
+  scfg.admission.max_outstanding = cfg.server.max_outstanding;
   return scfg;
 }
 

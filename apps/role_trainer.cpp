@@ -168,6 +168,7 @@ load_balancer_config balancer_config(const app_config& cfg, const std::string& t
   lb.bulk_min_bytes = cfg.net.bulk_min_bytes;
   lb.seed = cfg.model.seed * 1000003 + static_cast<uint64_t>(::getpid()) * 31 + static_cast<uint64_t>(stage);
   lb.routing = {t.ema_alpha, t.backward_cost, t.ban_base_s, t.ban_max_s};
+  lb.busy_retries = t.busy_retries;
   return lb;
 }
 

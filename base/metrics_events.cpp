@@ -161,7 +161,7 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "same span), `share`, `alive` (peers up), `samples`: every `--report-every` simulated seconds"},
     {"sim_summary", "sim",
        "`tokens_per_s` and `share_of_optimal`, `share_of_fluid` (after `warmup_s`), `samples`, `issued`, "
-       "`completed`, `dropped`, `reroutes`, `rounds_applied`, `rounds_failed`, `moves_load`, "
+       "`completed`, `dropped`, `reroutes`, `busy` (busy answers to asks, policy::admission), `rounds_applied`, `rounds_failed`, `moves_load`, "
        "`moves_redundancy`, `moves_empty`, `joins`, `downs`, `mean_peers_up`, `simulated_s`, `warmup_s`, "
        "`wall_s`, `peak_rss_mib`, `seed`: the end of a `swarm-sim` run"},
     {"sim_gap", "sim",

@@ -147,6 +147,9 @@ struct server_config {
   /// MiB of forwards kept with their graphs for their backward, which then
   /// need not recompute them (estimated sizes; oldest dropped first); 0 = off.
   int64_t activation_cache_mb = 1024;
+  /// Requests it promises to take at once: reservations granted and not yet
+  /// answered, on their way, queued or computing (policy::admission); 0 = grants every one.
+  int64_t max_outstanding = 4;
   std::string fault = "none";    ///< test hook: none | hang-forward | hang-backward | hang-round | hang-state
   int64_t fault_after = 1;       ///< the fault hits the Nth request of its kind
 };
@@ -173,6 +176,8 @@ struct trainer_config {
   double backward_cost = 2.5;       ///< a backward counts as this many forwards when routing
   double ban_base_s = 1.0;          ///< first ban of a failing server, seconds (doubles per repeat)
   double ban_max_s = 60.0;          ///< longest ban, seconds
+  /// Busy refusals a request takes before it is sent without asking; 0 = never ask (no reservations).
+  int busy_retries = 4;
   double commit_grace = 0.1;        ///< servers must commit this fraction of the deadline before it
   double no_server_wait_s = 600.0;  ///< how long a request waits for a stage with no server, seconds
 };

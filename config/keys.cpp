@@ -293,6 +293,9 @@ const std::vector<keys::row>& swarm_keys() {
       key("activation-cache-mb", &server::activation_cache_mb, "MiB", range("[0, 1048576]"),
           "server: forwards kept with their autograd graphs for their backward, which then does not recompute "
           "them (estimated from the activations' shapes, oldest dropped first; a step drops them all); 0 = off"),
+      key("max-outstanding", &server::max_outstanding, "", range(">= 0"),
+          "server: requests it promises to take at once (granted and not yet answered: on their way, queued or "
+          "computing); a trainer asking beyond it hears busy and tries another server; 0 = no limit"),
       key("fault", &server::fault, "", one_of({"none", "hang-forward", "hang-backward", "hang-round", "fail-round", "hang-state"}),
           "server, test hook: none | hang-forward | hang-backward | hang-round | fail-round (gives the Nth round it "
           "holds gradient in up before sending any part, then goes on) | hang-state", own),
@@ -333,6 +336,9 @@ const std::vector<keys::row>& swarm_keys() {
       key("ban-base", &trainer::ban_base_s, "seconds", range("> 0"),
           "trainer: first ban of a failing server (doubles per repeat)"),
       key("ban-max", &trainer::ban_max_s, "seconds", range("> 0"), "trainer: longest ban"),
+      key("busy-retries", &trainer::busy_retries, "", range(">= 0"),
+          "trainer: a request first asks its server for room; after this many busy answers it is sent without "
+          "asking; 0 = never ask"),
       key("commit-grace", &trainer::commit_grace, "", range("[0, 1)"),
           "trainer: servers must commit this fraction of a request's deadline before it ends"),
 

@@ -61,6 +61,12 @@ using bulk_atom = caf::atom_constant<caf::atom("bulk")>;
 using settle_atom = caf::atom_constant<caf::atom("settle")>;
 /// A stage server tells its round peer that it gave up a round (its coordinator link dropped).
 using abandon_atom = caf::atom_constant<caf::atom("abandon")>;
+/// A load balancer asks a stage server's door for room for one request
+/// (reserve -> ticket, 0: busy), after asking the server for its door (door);
+/// the server tells its door that a ticket's request is over (release).
+using reserve_atom = caf::atom_constant<caf::atom("reserve")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
+using door_atom = caf::atom_constant<caf::atom("door")>;
 /// A trainer asks its evaluator (actors/evaluator.hpp) for one validation measurement.
 using eval_atom = caf::atom_constant<caf::atom("eval")>;
 
@@ -86,6 +92,13 @@ using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::strin
                                         caf::reacts_to<leave_atom, caf::actor>,
                                         caf::reacts_to<deadline_atom, uint32_t, uint64_t, int32_t>>;
 
+/// A stage server's door (actors/door.hpp), in its process: answers
+/// reservations while the server computes. reserve -> a ticket, 0 when it has
+/// no room (policy::admission); release: the ticket's request is over (from
+/// its server).
+using door_actor = caf::typed_actor<caf::replies_to<reserve_atom>::with<uint64_t>,
+                                    caf::reacts_to<release_atom, uint64_t>>;
+
 /// A stage server. Requests carry (transfer_id, last bytes of a proto payload):
 /// forward: forward_request -> forward_reply; backward: backward_request -> backward_reply;
 /// state: state_request -> state_reply (a joining peer downloads the stage's state).
@@ -100,6 +113,7 @@ using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::strin
 /// bulk: a payload's bytes from the bulk connection, or its own timer on them.
 /// settle: its own timer on a held microbatch (stage_server.hpp, "Exactly once").
 /// leave: its own timer while it stops on purpose (moving::stop_when_handed_in).
+/// door -> its door (a door_actor, as caf::actor), asked once by each load balancer.
 using stage_actor = caf::typed_actor<
     caf::replies_to<forward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
@@ -114,7 +128,8 @@ using stage_actor = caf::typed_actor<
     caf::reacts_to<bulk_atom, uint64_t, std::vector<std::string>>,
     caf::reacts_to<bulk_atom, uint64_t>,
     caf::reacts_to<settle_atom, uint64_t>,
-    caf::reacts_to<leave_atom>>;
+    caf::reacts_to<leave_atom>,
+    caf::replies_to<door_atom>::with<caf::actor>>;
 
 /// A stage server's round peer (actors/round_peer.hpp), in the server's process:
 /// the server's part of the all-reduce, beside the thread that computes. round:

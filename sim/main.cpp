@@ -90,9 +90,9 @@ namespace swarm::sim {
   const auto& cfg = w.cfg;
   const double wall = seconds_since(w.wall_start);
 
-  int64_t issued = 0, completed = 0, dropped = 0, reroutes = 0;
+  int64_t issued = 0, completed = 0, dropped = 0, reroutes = 0, busy = 0;
   for (const auto& t : w.trainers) {
-    issued += t.issued, completed += t.completed, dropped += t.dropped, reroutes += t.reroutes;
+    issued += t.issued, completed += t.completed, dropped += t.dropped, reroutes += t.reroutes, busy += t.busy;
     w.emit("trainer_exit", {{"trainer", t.name}, {"steps", t.steps}, {"issued", t.issued}, {"completed", t.completed},
                             {"dropped", t.dropped}, {"in_flight", t.issued - t.completed - t.dropped},
                             {"retries", t.retries}, {"samples", t.samples}}, "trainer");
@@ -126,6 +126,7 @@ namespace swarm::sim {
                          {"completed", completed},
                          {"dropped", dropped},
                          {"reroutes", reroutes},
+                         {"busy", busy},
                          {"rounds_applied", tot.rounds_applied},
                          {"rounds_failed", tot.rounds_failed},
                          {"moves_load", tot.moves_load},
@@ -162,9 +163,9 @@ namespace swarm::sim {
   std::printf("  the gap to the best assignment: %.1f points; where it went (points, they sum to %.1f):\n",
               gap.gap_points, gap.sum_points);
   for (const auto& p : gap.parts) std::printf("    %6.2f  %s\n", p.points, p.label.c_str());
-  std::printf("  microbatches issued %lld, completed %lld, dropped %lld, reroutes %lld\n",
+  std::printf("  microbatches issued %lld, completed %lld, dropped %lld, reroutes %lld; busy answers %lld\n",
               static_cast<long long>(issued), static_cast<long long>(completed), static_cast<long long>(dropped),
-              static_cast<long long>(reroutes));
+              static_cast<long long>(reroutes), static_cast<long long>(busy));
   std::printf("  rounds applied %lld, failed %lld; moves: load %lld, redundancy %lld, empty %lld; joins %lld, downs %lld\n",
               static_cast<long long>(tot.rounds_applied), static_cast<long long>(tot.rounds_failed),
               static_cast<long long>(tot.moves_load), static_cast<long long>(tot.moves_redundancy),

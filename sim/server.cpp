@@ -39,8 +39,8 @@ bool copy_state(world& w, peer& p, int stage) {
   return false;
 }
 
-void answer(outbox& out, request* r, reply::status_t status, double bytes, double served_s = 0) {
-  send(out, r->reply_to, new reply{r->attempt, status, served_s}, bytes);
+void answer(outbox& out, request* r, reply::status_t status, double bytes, double served_s = 0, uint64_t ticket = 0) {
+  send(out, r->reply_to, new reply{r->attempt, status, served_s, ticket}, bytes);
 }
 
 /// Takes `stage`: state copied, routers told. `from` is -1 for a join.
@@ -50,6 +50,7 @@ void settle(world& w, peer& p, int from, int stage, policy::move_reason why, dou
   p.state = from < 0 ? peer::joining : peer::moving;
   p.stage = stage;
   p.in_round = 0;  // rounds of its old stage or life end without it
+  p.admission = policy::admission({w.cfg.server.max_outstanding});  // grants of its old stage or life are void
   const bool copied = !initial && copy_state(w, p, stage);
   if (!copied) p.step = w.stage_step[static_cast<size_t>(stage)];
   p.state = peer::serving;
@@ -131,11 +132,13 @@ void serve(peer* pp, int stage) {
       continue;
     }
     if (w.now() > r->commit_by) {  // its sender gives up on it before it could be committed: swarm refuses it
+      p.admission.done(r->ticket);
       ++p.late;
       delete r;
       continue;
     }
     if (p.state != peer::serving || r->stage != p.stage) {
+      p.admission.done(r->ticket);
       answer(out, r, reply::leaving, 64);
       delete r;
       continue;
@@ -153,6 +156,7 @@ void serve(peer* pp, int stage) {
     s4u::this_actor::exec_init(work)->set_host(p.cpu)->wait();
     if (p.slowdown > 1) s4u::this_actor::sleep_for((p.slowdown - 1) * (w.now() - t0));
     w.books.computed(p, t0, w.now(), r->books, r->attempt);
+    p.admission.done(r->ticket);
     w.books.set_phase(p, phase::idle, w.now());
     if (local) w.coordinator_backlog_s += w.cal.coordinator_s_per_request;  // its report to the averager
     p.busy_s += w.now() - t0;
@@ -171,6 +175,18 @@ void serve(peer* pp, int stage) {
 }
 
 } // namespace
+
+void admit(peer& p, request* r, outbox& out) {
+  if (r->epoch == p.epoch) {  // else sent to an earlier life, whose sender was told
+    if (p.state != peer::serving || r->stage != p.stage) {
+      answer(out, r, reply::leaving, 64);
+    } else {
+      const auto ticket = p.admission.grant(the_world().now());
+      answer(out, r, ticket ? reply::granted : reply::busy, 64, 0, ticket.value_or(0));
+    }
+  }
+  delete r;
+}
 
 void start_reload(peer& p) {
   if (p.reloading) return;

@@ -86,6 +86,17 @@ std::optional<reply> send_and_wait(world& w, peer& p, request* r, s4u::Mailbox* 
   }
 }
 
+/// send_and_wait() with the worker on p's waiters meanwhile, so it hears `down` if p dies.
+std::optional<reply> exchange(world& w, peer& p, request* r, s4u::Mailbox* box, uint64_t id, double deadline,
+                              double bytes) {
+  p.waiters.emplace_back(box, id);
+  auto answer = send_and_wait(w, p, r, box, id, deadline, bytes);
+  // p is still the peer record (records outlive lives); its waiters list is the current life's.
+  auto& ws = p.waiters;
+  ws.erase(std::remove(ws.begin(), ws.end(), std::make_pair(box, id)), ws.end());
+  return answer;
+}
+
 /// One stage call with retries; the server that answered, or empty (dropped).
 std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* box, int stage, bool backward,
                  const std::string& preferred) {
@@ -95,43 +106,68 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
   const char* op = backward ? "backward" : "forward";
   std::vector<std::string> tried;
   std::string last, why = "down";
+  std::vector<std::string> busy;  // servers that answered busy: passed over while it still asks
+  int refusals = 0;
   for (int attempt = 0; attempt < w.cfg.trainer.max_retries; ++attempt) {
-    const std::string name = choose(w, t, stage, backward, preferred, tried);
+    const bool ask = refusals < w.cfg.trainer.busy_retries && w.cfg.trainer.routing != "static";
+    std::vector<std::string> avoid = tried;
+    if (ask) avoid.insert(avoid.end(), busy.begin(), busy.end());
+    const std::string name = choose(w, t, stage, backward, preferred, avoid);
     if (name.empty()) break;
     peer* p = find_peer(w, name);
     auto& router = t.routers[static_cast<size_t>(stage)];
-    if (attempt > 0) {
-      ++t.retries;
-      ++t.reroutes;
-      w.emit("reroute", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"op", std::string(op)}, {"from", last},
-                         {"to", name}, {"reason", why}}, "trainer");
-    }
-    last = name;
-    tried.push_back(name);
     if (!p) {  // gone between the routers' update and now
+      tried.push_back(name);
       router.remove(name);
+      last = name;
       why = "down";
       continue;
     }
-    const uint64_t id = t.next_attempt++;
-    auto* r = new request{backward ? request::backward : request::forward, stage, p->epoch, w.cfg.model.microbatch,
-                          backward ? c.backward_out_bytes : c.forward_out_bytes, box, id};
-    r->books = &books;
-    books.attempt = id;
-    p->waiters.emplace_back(box, id);
+    // Ask first (policy::admission): a busy server costs a few bytes and a
+    // round trip, not the request's tensors. Static routing has nowhere else to go.
+    std::optional<reply> answer;
     const double sent = w.now();
-    r->commit_by = sent + (1 - w.cfg.trainer.commit_grace) * timeout;
-    // The trainer's CPU per request (its codec, messages), measured by
-    // scripts/calibrate.sh on this machine: charged where it competes, on the
-    // local platform's one machine.
-    if (w.cfg.platform == "local" && w.cal.trainer_s_per_request > 0)
-      s4u::this_actor::exec_init(w.cal.trainer_s_per_request)->set_host(t.cpu)->wait();
-    const auto answer =
-        send_and_wait(w, *p, r, box, id, sent + timeout, backward ? c.backward_in_bytes : c.forward_in_bytes);
+    if (ask) {
+      const uint64_t id = t.next_attempt++;
+      books.attempt = id;
+      answer = exchange(w, *p, new request{request::reserve, stage, p->epoch, 0, 64, box, id}, box, id,
+                        sent + timeout, 64);
+      if (answer && answer->status == reply::busy) {
+        books.attempt = 0;
+        router.release(name);
+        busy.push_back(name);
+        ++refusals;
+        ++t.busy;
+        --attempt;  // not a failed attempt: no server was at fault (t.busy counts them, not events: ~1 per call)
+        continue;
+      }
+    }
+    if (!ask || (answer && answer->status == reply::granted)) {
+      if (attempt > 0) {  // a re-send: after the attempt that failed at `last`
+        ++t.retries;
+        ++t.reroutes;
+        w.emit("reroute", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"op", std::string(op)}, {"from", last},
+                           {"to", name}, {"reason", why}}, "trainer");
+      }
+      const uint64_t id = t.next_attempt++;
+      auto* r = new request{backward ? request::backward : request::forward, stage, p->epoch, w.cfg.model.microbatch,
+                            backward ? c.backward_out_bytes : c.forward_out_bytes, box, id};
+      r->books = &books;
+      r->ticket = ask ? answer->ticket : 0;
+      books.attempt = id;
+      r->commit_by = w.now() + (1 - w.cfg.trainer.commit_grace) * timeout;
+      // The trainer's CPU per request (its codec, messages), measured by
+      // scripts/calibrate.sh on this machine: charged where it competes, on the
+      // local platform's one machine.
+      if (w.cfg.platform == "local" && w.cal.trainer_s_per_request > 0)
+        s4u::this_actor::exec_init(w.cal.trainer_s_per_request)->set_host(t.cpu)->wait();
+      answer = exchange(w, *p, r, box, id, sent + timeout, backward ? c.backward_in_bytes : c.forward_in_bytes);
+    }
+    // Else the ask timed out or its server is down or leaving: that is this attempt's end.
+    last = name;
+    tried.push_back(name);
     const bool timed_out = !answer;
     const reply::status_t status = answer ? answer->status : reply::down;
-    auto& ws = p->waiters;
-    ws.erase(std::remove(ws.begin(), ws.end(), std::make_pair(box, id)), ws.end());
     const double took = w.now() - sent;
     router.release(name);
     w.books.attempt_over(books, timed_out            ? attempt_end::timed_out

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/metrics.hpp"
+#include "actors/policy/admission.hpp"
 #include "actors/policy/rebalancing.hpp"
 #include "actors/policy/routing.hpp"
 #include "models/shape/cost_model.hpp"
@@ -29,7 +30,7 @@ namespace s4u = simgrid::s4u;
 
 /// A request to a server, or an order from the coordinator.
 struct request {
-  enum kind_t { forward, backward, move } kind = forward;
+  enum kind_t { forward, backward, move, reserve } kind = forward;
   int stage = 0;
   uint64_t epoch = 0;           ///< the server life it was sent to; older ones are dropped unanswered
   int64_t samples = 0;
@@ -39,13 +40,15 @@ struct request {
   double commit_by = 1e300;     ///< swarm's commit deadline: a server refuses work it reaches later
   work_books* books = nullptr;  ///< its worker's books (sim/ledger): where its compute goes
   int queued_on = -1;           ///< the stage whose queue count it is in (sim/ledger), -1: none
+  uint64_t ticket = 0;          ///< its reservation's grant (policy::admission), 0: sent without one
 };
 
 /// A server's answer, or a down event the coordinator forwards to a waiting trainer.
 struct reply {
   uint64_t attempt = 0;
-  enum status_t { ok, down, leaving } status = ok;
+  enum status_t { ok, down, leaving, granted, busy } status = ok;
   double served_s = 0;  ///< seconds its server spent computing it (ok only)
+  uint64_t ticket = 0;  ///< granted: what the request carries
 };
 
 /// A member's share of an all-reduce round: `bytes` up its link and as many
@@ -106,6 +109,7 @@ struct peer {
   std::vector<std::pair<s4u::Mailbox*, uint64_t>> waiters;
   int64_t served = 0;
   int64_t late = 0;                  ///< requests refused past their commit deadline
+  policy::admission admission;       ///< its reservations, this life on this stage
   int uploads = 0;                   ///< state copies it is sending now
   // Its books (sim/ledger): what it is doing since when, in how many rounds, idle on which stage.
   phase ph = phase::off;
@@ -128,7 +132,7 @@ struct trainer_state {
   std::vector<policy::stage_router> routers;   ///< one per stage, as one load balancer each
   std::vector<policy::static_pin> pins;        ///< static routing: one per stage
   std::mt19937_64 rng;
-  int64_t issued = 0, completed = 0, dropped = 0, retries = 0, reroutes = 0;
+  int64_t issued = 0, completed = 0, dropped = 0, retries = 0, reroutes = 0, busy = 0;
   int64_t samples = 0, steps = 0;
   int64_t next_step_samples = 0;
   double step_started = 0;
@@ -238,6 +242,9 @@ bool transfer(s4u::Host* from, s4u::Host* to, double bytes, double timeout);
 using outbox = std::deque<s4u::CommPtr>;
 /// Sends `r` to `box` (`bytes` on the wire), first forgetting what arrived.
 void send(outbox& out, s4u::Mailbox* box, reply* r, double bytes);
+/// Answers `r`, a reservation, at once (swarm: the server's door actor,
+/// which answers while the server computes): granted, busy or leaving.
+void admit(peer& p, request* r, outbox& out);                    // sim/server.cpp
 /// Puts `r` in p's queue (after its bytes arrived) and wakes p's server.
 void deliver(peer& p, request* r);
 /// `r` left its server's queue (taken or dropped): the books count it out.

@@ -81,6 +81,7 @@ stage_actor::behavior_type silent_server(stage_actor::pointer self) {
       [](bulk_atom, uint64_t) {},
       [](settle_atom, uint64_t) {},
       [](leave_atom) {},
+      [self](door_atom) -> caf::result<caf::actor> { return self->make_response_promise<caf::actor>(); },
   };
 }
 
@@ -283,6 +284,68 @@ TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a d
   CHECK(all.find("\"event\": \"reroute\"") != std::string::npos);
   CHECK(all.find("\"reason\": \"down\"") != std::string::npos);
   for (const auto& a : {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord), caf::actor_cast<caf::actor>(good)})
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstanding; a full one is passed over",
+                 "[actors]") {
+  auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
+  caf::scoped_actor self{*sys};
+  auto serve = [&](const std::string& id) {
+    stage_server_config scfg{id, 4 << 20};
+    scfg.admission.max_outstanding = 1;
+    auto server = sys->spawn(stage_server, scfg, std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu"),
+                             std::make_shared<metrics_sink>(), std::make_shared<stage_server_counters>());
+    auto port = sys->middleman().publish(server, 0, "127.0.0.1");
+    REQUIRE(port);
+    self->request(coord, 5s, register_atom::value, encode(registration(id, 0, *port, 42)), server, caf::actor{})
+        .receive([](const std::string&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
+    return server;
+  };
+  auto door_of = [&](const stage_actor& server) {
+    door_actor door;
+    self->request(server, 5s, door_atom::value)
+        .receive([&](const caf::actor& d) { door = caf::actor_cast<door_actor>(d); },
+                 [](caf::error& err) { FAIL(caf::to_string(err)); });
+    return door;
+  };
+  auto reserve = [&](const door_actor& door) {
+    uint64_t ticket = 99;
+    self->request(door, 5s, reserve_atom::value)
+        .receive([&](uint64_t t) { ticket = t; }, [](caf::error& err) { FAIL(caf::to_string(err)); });
+    return ticket;
+  };
+  load_balancer_config lbc;
+  lbc.config_hash = 42;
+  auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
+  auto forward = [&] {
+    std::string served_by;
+    self->request(lb, 15s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8)}, int64_t{2})
+        .receive([&](bulk_parts&, const std::string& server, int32_t) { served_by = server; },
+                 [&](caf::error& err) { served_by = describe(err); });
+    return served_by;
+  };
+
+  auto solo = serve("solo");
+  const auto solo_door = door_of(solo);
+  std::this_thread::sleep_for(300ms);  // the load balancer has connected and asked for the door
+  // Each request asks, is granted the one place, and its server frees it when done:
+  // without the release the fourth ask would find no room.
+  for (int i = 0; i < 3; ++i)
+    CHECK(forward() == "solo");
+  const uint64_t held = reserve(solo_door);
+  CHECK(held != 0);
+  CHECK(reserve(solo_door) == 0);  // one place at most
+
+  // Its one place taken, solo is passed over while another has room.
+  auto other = serve("other");
+  std::this_thread::sleep_for(300ms);
+  for (int i = 0; i < 6; ++i)
+    CHECK(forward() == "other");
+  self->send(solo_door, release_atom::value, held);
+  CHECK(reserve(solo_door) != 0);
+  for (const auto& a : {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord),
+                        caf::actor_cast<caf::actor>(solo), caf::actor_cast<caf::actor>(other)})
     self->send_exit(a, caf::exit_reason::user_shutdown);
 }
 

@@ -7,7 +7,9 @@
 #   4. bad configs exit 2 with a clear message; the plot script draws a simulated run;
 #   5. the burst: a stage's requests re-sent at once while a slow server has just joined go to
 #      it only as probes (one per trainer), and to it by the dozen with --routing-probe 0;
-#   6. where the gap went: the parts add up to the gap (within 1% of it) in every run above.
+#   6. asking first: servers that grant room to at most 4 requests (policy::admission) leave
+#      fewer idle while others queue than routing alone (240 peers, no churn);
+#   7. where the gap went: the parts add up to the gap (within 1% of it) in every run above.
 #   tests/test_sim.sh SWARM_SIM SOURCE_DIR
 set -euo pipefail
 sim=$1
@@ -92,7 +94,7 @@ LOG
 for probe in 1 0; do
   "$sim" --n-layers 1 --stages 1 --d-model 128 --platform wan --bandwidth-mbps 100000 --local-latency-ms 0.01 \
     --rebalance off --quiet --peers 3 --slowdowns 1,1,1000 --trainers 4 --in-flight 32 --duration 60 --churn replay \
-    --churn-log "$out/burst.jsonl" --routing-probe "$probe" --metrics "$out/probe$probe.jsonl" > /dev/null
+    --churn-log "$out/burst.jsonl" --busy-retries 0 --routing-probe "$probe" --metrics "$out/probe$probe.jsonl" > /dev/null
 done
 python3 - "$out/probe1.jsonl" "$out/probe0.jsonl" <<'PY'
 import json, sys
@@ -111,7 +113,30 @@ if flood[1] < 20:
     sys.exit(f"FAIL: without the cap the joiner took only {flood[1]}: the test no longer shows the burst")
 PY
 
-echo "== 6. the gap's parts add up to the gap"
+echo "== 6. asking a server for room first"
+# config/sim-t4's 240 peers without churn for an hour: the routers alone leave
+# servers idle while requests queue at others of their stage (docs/simulator.md, figure 5).
+for retries in 0 4; do
+  "$sim" --config "$src/config/sim-t4" --quiet --peers 240 --duration 3600 --trainers 32 --in-flight 32 --seed 1 \
+    --busy-retries "$retries" --metrics "$out/ask$retries.jsonl" > /dev/null
+done
+python3 - "$out/ask0.jsonl" "$out/ask4.jsonl" <<'PY'
+import json, sys
+def run(path):
+    ev = [json.loads(l) for l in open(path)]
+    s = [e for e in ev if e["event"] == "sim_summary"][-1]
+    g = [e for e in ev if e["event"] == "sim_gap"][-1]
+    return s["share_of_optimal"], g["gap_idle_routing"], s["busy"]
+(share0, idle0, busy0), (share4, idle4, busy4) = run(sys.argv[1]), run(sys.argv[2])
+print(f"without asking {100 * share0:.1f}% of the best assignment, {idle0:.1f} points idle while others queued; "
+      f"asking {100 * share4:.1f}%, {idle4:.1f} points ({busy4} busy answers)")
+if busy0 != 0 or busy4 == 0:
+    sys.exit(f"FAIL: busy answers {busy0} without asking, {busy4} with it")
+if not (idle4 < idle0 - 4 and share4 > share0 + 0.04):
+    sys.exit("FAIL: asking first did not cut the routing idle by 4 points and add 4 points of share")
+PY
+
+echo "== 7. the gap's parts add up to the gap"
 python3 - "$out"/*.jsonl <<'PY'
 import json, sys
 checked = 0

@@ -1,0 +1,29 @@
+#pragma once
+// door: a stage server's admission desk, one per server, in its process and
+// linked to it. The server computes on its own thread and reads its mailbox
+// only between requests, so a reservation asked of the server itself would
+// wait out the compute in progress; the door answers at once.
+//
+//   open (one state): reserve -> ticket or 0 (busy) by policy::admission;
+//                     release(ticket) from the server when that request is over.
+//
+// A stranger that holds every grant makes trainers send without asking after
+// their busy retries (trainer --busy-retries): it slows routing, it cannot
+// shut the server off, and the grants lapse after admission_config::hold_s.
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/policy/admission.hpp"
+#include "messages/protocol.hpp"
+
+namespace swarm {
+
+struct door_state {
+  static inline const char* name = "door";
+  policy::admission admission;
+};
+
+[[nodiscard]] door_actor::behavior_type door(door_actor::stateful_pointer<door_state> self,
+                                             policy::admission_config cfg);
+
+} // namespace swarm
