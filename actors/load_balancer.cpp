@@ -273,19 +273,34 @@ void on_door_answer(self_ptr self, uint64_t ask, const std::string& server_id, u
   dispatch(self, std::move(req));
 }
 
-/// Asks the door of `server_id` for room before sending it `req`.
+/// Asks the door of `server_id` for room before sending it `req`. A door
+/// answers at once, so no answer by the request's own deadline (or
+/// ask_timeout, if sooner) is that server's failure: a timeout, as if the
+/// request had been sent (its process stands still, or is gone).
 void ask_door(self_ptr self, request req, const std::string& server_id) {
   auto& st = self->state;
   const uint64_t ask = ++st.next_attempt;
   auto door = st.doors.at(server_id);
   req.server_id = server_id;  // so that its going down sends this one elsewhere at once (remove_server)
+  req.sent_at = clock_type::now();
+  const double timeout = std::min(std::chrono::duration<double>(ask_timeout).count(),
+                                  req.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s);
   st.asking.emplace(ask, std::move(req));
-  self->request(door, ask_timeout, reserve_atom::value)
+  self->request(door, seconds(timeout), reserve_atom::value)
       .then([self, ask, server_id](uint64_t ticket) { on_door_answer(self, ask, server_id, ticket); },
-            [self, ask, server_id](caf::error& err) {
-              get_logger("load_balancer")->debug("stage {}: no answer from the door of {}: {}", self->state.cfg.stage,
-                                                server_id, describe(err));
-              on_door_answer(self, ask, server_id, 0);
+            [self, ask, timeout](caf::error& err) {
+              auto it = self->state.asking.find(ask);
+              if (it == self->state.asking.end())
+                return;
+              auto req = std::move(it->second);
+              self->state.asking.erase(it);
+              ++req.attempts;
+              const bool timed_out = err == caf::sec::request_timeout;
+              on_attempt_failed(
+                  self, std::move(req),
+                  timed_out ? make_error(errc::TIMEOUT, "its door did not answer within " + std::to_string(timeout) + " s")
+                            : make_error(errc::PEER_GONE, "its door is gone: " + describe(err)),
+                  timed_out ? "timeout" : "down");
             });
 }
 

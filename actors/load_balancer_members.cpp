@@ -26,6 +26,19 @@ void unpin(self_ptr self, const std::string& server_id) {
   st.pin.gone(server_id, present);
 }
 
+/// Takes the requests of `pending` that are at `server_id` (sent there, or asking its door).
+std::vector<request> take_at(std::map<uint64_t, request>& pending, const std::string& server_id) {
+  std::vector<request> taken;
+  for (auto at = pending.begin(); at != pending.end();)
+    if (at->second.server_id == server_id) {
+      taken.push_back(std::move(at->second));
+      at = pending.erase(at);
+    } else {
+      ++at;
+    }
+  return taken;
+}
+
 /// Asks a just-connected server for its door (actors/door.hpp). Until it
 /// answers, or if it never does (an older server), requests go there without asking.
 void ask_for_door(self_ptr self, const std::string& id, const stage_actor& server) {
@@ -116,22 +129,8 @@ void remove_server(self_ptr self, std::string server_id, const std::string& why)
   st.leaving.erase(server_id);
   st.router.remove(server_id);
   unpin(self, server_id);
-  std::vector<request> lost;
-  for (auto at = st.in_flight.begin(); at != st.in_flight.end();)
-    if (at->second.server_id == server_id) {
-      lost.push_back(std::move(at->second));
-      at = st.in_flight.erase(at);
-    } else {
-      ++at;
-    }
-  std::vector<request> unasked;  // waiting on its door: choose again now, not at the ask's timeout
-  for (auto at = st.asking.begin(); at != st.asking.end();)
-    if (at->second.server_id == server_id) {
-      unasked.push_back(std::move(at->second));
-      at = st.asking.erase(at);
-    } else {
-      ++at;
-    }
+  auto lost = take_at(st.in_flight, server_id);
+  auto unasked = take_at(st.asking, server_id);  // waiting on its door: choose again now, not at the ask's timeout
   get_logger("load_balancer")->warn("stage {}: server {} down ({}); re-sending its {} pending requests", st.cfg.stage,
                                     server_id, why, lost.size() + unasked.size());
   for (auto& req : lost)

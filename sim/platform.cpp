@@ -68,14 +68,9 @@ void start_machine_actors(world& w) {
     // machine run side by side) and queues it for whichever server lives there.
     s4u::Actor::create("nic" + std::to_string(p.index), p.host, [pp = &p] {
       pp->inbox->set_receiver(s4u::Actor::self());
-      outbox out;
       for (;;) {
         try {
-          auto* r = pp->inbox->get<request>();
-          if (r->kind == request::reserve)
-            admit(*pp, r, out);
-          else
-            deliver(*pp, r);
+          deliver(*pp, pp->inbox->get<request>());
         } catch (const simgrid::Exception&) {  // its sender gave up on it mid-way (and deleted it)
         }
       }

@@ -39,8 +39,8 @@ bool copy_state(world& w, peer& p, int stage) {
   return false;
 }
 
-void answer(outbox& out, request* r, reply::status_t status, double bytes, double served_s = 0, uint64_t ticket = 0) {
-  send(out, r->reply_to, new reply{r->attempt, status, served_s, ticket}, bytes);
+void answer(outbox& out, request* r, reply::status_t status, double bytes, double served_s = 0) {
+  send(out, r->reply_to, new reply{r->attempt, status, served_s}, bytes);
 }
 
 /// Takes `stage`: state copied, routers told. `from` is -1 for a join.
@@ -131,6 +131,8 @@ void serve(peer* pp, int stage) {
       settle(w, p, from, to, reason, ordered, gain);
       continue;
     }
+    // It would have arrived later, after its asks (request::delay_s).
+    if (w.now() < r->ready_at) s4u::this_actor::sleep_until(r->ready_at);
     if (w.now() > r->commit_by) {  // its sender gives up on it before it could be committed: swarm refuses it
       p.admission.done(r->ticket);
       ++p.late;
@@ -175,18 +177,6 @@ void serve(peer* pp, int stage) {
 }
 
 } // namespace
-
-void admit(peer& p, request* r, outbox& out) {
-  if (r->epoch == p.epoch) {  // else sent to an earlier life, whose sender was told
-    if (p.state != peer::serving || r->stage != p.stage) {
-      answer(out, r, reply::leaving, 64);
-    } else {
-      const auto ticket = p.admission.grant(the_world().now());
-      answer(out, r, ticket ? reply::granted : reply::busy, 64, 0, ticket.value_or(0));
-    }
-  }
-  delete r;
-}
 
 void start_reload(peer& p) {
   if (p.reloading) return;

@@ -97,6 +97,7 @@ void send(outbox& out, s4u::Mailbox* box, reply* r, double bytes) {
 }
 
 void deliver(peer& p, request* r) {
+  r->ready_at = the_world().now() + r->delay_s;
   if (r->kind != request::move && p.stage >= 0) {
     r->queued_on = p.stage;
     the_world().books.queued(p.stage, +1, the_world().now());

@@ -30,7 +30,7 @@ namespace s4u = simgrid::s4u;
 
 /// A request to a server, or an order from the coordinator.
 struct request {
-  enum kind_t { forward, backward, move, reserve } kind = forward;
+  enum kind_t { forward, backward, move } kind = forward;
   int stage = 0;
   uint64_t epoch = 0;           ///< the server life it was sent to; older ones are dropped unanswered
   int64_t samples = 0;
@@ -41,14 +41,15 @@ struct request {
   work_books* books = nullptr;  ///< its worker's books (sim/ledger): where its compute goes
   int queued_on = -1;           ///< the stage whose queue count it is in (sim/ledger), -1: none
   uint64_t ticket = 0;          ///< its reservation's grant (policy::admission), 0: sent without one
+  double delay_s = 0;           ///< its asks' round trips (sim/trainer.cpp): not ready before this long after it arrived
+  double ready_at = 0;          ///< arrival + delay_s (deliver())
 };
 
 /// A server's answer, or a down event the coordinator forwards to a waiting trainer.
 struct reply {
   uint64_t attempt = 0;
-  enum status_t { ok, down, leaving, granted, busy } status = ok;
+  enum status_t { ok, down, leaving } status = ok;
   double served_s = 0;  ///< seconds its server spent computing it (ok only)
-  uint64_t ticket = 0;  ///< granted: what the request carries
 };
 
 /// A member's share of an all-reduce round: `bytes` up its link and as many
@@ -138,6 +139,7 @@ struct trainer_state {
   double step_started = 0;
   uint64_t next_attempt = 1;
   std::vector<work_books> workers;             ///< one per in-flight slot (sim/ledger)
+  std::vector<double> latency_s;               ///< one-way latency to each peer's host, looked up once (<0: not yet)
 };
 
 struct totals {
@@ -242,9 +244,6 @@ bool transfer(s4u::Host* from, s4u::Host* to, double bytes, double timeout);
 using outbox = std::deque<s4u::CommPtr>;
 /// Sends `r` to `box` (`bytes` on the wire), first forgetting what arrived.
 void send(outbox& out, s4u::Mailbox* box, reply* r, double bytes);
-/// Answers `r`, a reservation, at once (swarm: the server's door actor,
-/// which answers while the server computes): granted, busy or leaving.
-void admit(peer& p, request* r, outbox& out);                    // sim/server.cpp
 /// Puts `r` in p's queue (after its bytes arrived) and wakes p's server.
 void deliver(peer& p, request* r);
 /// `r` left its server's queue (taken or dropped): the books count it out.
