@@ -5,7 +5,8 @@
 # coordinator's CPU (per second and per progress report), each role's memory, the time from a
 # server's start to its join; swarm-sim on the same layout beside it. Then what the coordinator's
 # CPU per report means at swarm-sim's request rates for 100 to 10,000 peers of config/sim-t4.
-#   scripts/bench_scale.sh [duration_s]        (OUT=folder keeps the metrics)
+#   scripts/bench_scale.sh [duration_s]        (OUT=folder keeps the metrics; FLAGS="..." adds swarm
+#                                               flags to the real clusters, e.g. FLAGS="--busy-retries 0")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-60}
@@ -17,7 +18,7 @@ echo "config/tiny, 2 stages, 4 trainers, ${duration} s per size, $(nproc) cores;
 for n in $sizes; do
   rm -f "$out/real-$n.jsonl"
   ./build/swarm --role cluster --config config/tiny --stages 2 --servers-per-stage "$n" --trainers 4 \
-    --max-steps 0 --http-port -1 --log-level error --metrics "$out/real-$n.jsonl" > "$out/real-$n.log" 2>&1 &
+    --max-steps 0 --http-port -1 --log-level error --metrics "$out/real-$n.jsonl" ${FLAGS:-} > "$out/real-$n.log" 2>&1 &
   pid=$!
   # Measured from 40% of the run (everyone joined) to 5 s before its end; joins from the cluster's start.
   python3 scripts/bench_scale.py sample "$pid" "$out/real-$n.jsonl" "$out/probe-$n.json" "$((duration * 2 / 5))" \
