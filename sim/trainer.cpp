@@ -98,17 +98,6 @@ double latency(world& w, trainer_state& t, const peer& p) {
   return l;
 }
 
-/// send_and_wait() with the worker on p's waiters meanwhile, so it hears `down` if p dies.
-std::optional<reply> exchange(world& w, peer& p, request* r, s4u::Mailbox* box, uint64_t id, double deadline,
-                              double bytes) {
-  p.waiters.emplace_back(box, id);
-  auto answer = send_and_wait(w, p, r, box, id, deadline, bytes);
-  // p is still the peer record (records outlive lives); its waiters list is the current life's.
-  auto& ws = p.waiters;
-  ws.erase(std::remove(ws.begin(), ws.end(), std::make_pair(box, id)), ws.end());
-  return answer;
-}
-
 /// One stage call with retries; the server that answered, or empty (dropped).
 std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* box, int stage, bool backward,
                  const std::string& preferred) {
@@ -138,9 +127,9 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
     }
     // Ask first (policy::admission): a busy server costs a round trip of a
     // few bytes, not the request's tensors. Static routing has nowhere else to
-    // go. Modelled without messages or sleeps, which made a 10,000-peer run
-    // 1.5x slower: each door decides as its ask leaves, and the request,
-    // sent at once, is ready at its server only after the asks' round trips
+    // go. Modelled without messages (as messages, asks made a run 2.4x
+    // slower): each door decides as its ask leaves, and the request, sent at
+    // once, is ready at its server only after the asks' round trips
     // (request::delay_s), as if it had left after them.
     uint64_t ticket = 0;
     std::optional<reply> answer;  // set by an ask that ended the attempt (leaving)
@@ -181,7 +170,10 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
       // local platform's one machine.
       if (w.cfg.platform == "local" && w.cal.trainer_s_per_request > 0)
         s4u::this_actor::exec_init(w.cal.trainer_s_per_request)->set_host(t.cpu)->wait();
-      answer = exchange(w, *p, r, box, id, sent + timeout, backward ? c.backward_in_bytes : c.forward_in_bytes);
+      p->waiters.emplace_back(box, id);
+      answer = send_and_wait(w, *p, r, box, id, sent + timeout, backward ? c.backward_in_bytes : c.forward_in_bytes);
+      auto& ws = p->waiters;
+      ws.erase(std::remove(ws.begin(), ws.end(), std::make_pair(box, id)), ws.end());
     }
     // Else the ask found its server gone from the stage: that is this attempt's end.
     last = name;
