@@ -251,8 +251,8 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
     self->request(target, seconds(timeout), backward_atom::value, piece.transfer_id, std::move(piece.tail)).then(ok, fail);
 }
 
-/// The door of `server_id` answered `ask` (or did not: `ticket` 0 either way
-/// but for a grant): send it there with the grant, or choose again.
+/// The door of `server_id` answered `ask` with `ticket` (0: busy): send it
+/// there with the grant, or choose again.
 void on_door_answer(self_ptr self, uint64_t ask, const std::string& server_id, uint64_t ticket) {
   auto& st = self->state;
   auto it = st.asking.find(ask);
@@ -266,7 +266,7 @@ void on_door_answer(self_ptr self, uint64_t ask, const std::string& server_id, u
     send_attempt(self, std::move(req), server_id);
     return;
   }
-  // Busy, gone meanwhile, or no answer: not the server's fault, not an attempt.
+  // Busy, or gone from the stage meanwhile: not the server's fault, not an attempt.
   st.router.release(server_id);
   ++req.refusals;
   req.busy.push_back(server_id);
@@ -298,7 +298,7 @@ void ask_door(self_ptr self, request req, const std::string& server_id) {
               const bool timed_out = err == caf::sec::request_timeout;
               on_attempt_failed(
                   self, std::move(req),
-                  timed_out ? make_error(errc::TIMEOUT, "its door did not answer within " + std::to_string(timeout) + " s")
+                  timed_out ? make_error(errc::TIMEOUT, fmt::format("its door did not answer within {:g} s", timeout))
                             : make_error(errc::PEER_GONE, "its door is gone: " + describe(err)),
                   timed_out ? "timeout" : "down");
             });

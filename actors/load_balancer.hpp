@@ -25,8 +25,8 @@
 //   fatal error (bad request) -> returned to the trainer, which drops the microbatch.
 // Before an attempt it asks the server's door for room (actors/door.hpp,
 // policy::admission), unless the request was refused busy_retries times
-// already: busy -> another server, no ban, not an attempt; no answer in
-// ask_timeout -> the same.
+// already: busy -> another server, no ban, not an attempt; no answer (its
+// process stands still or is gone) -> as a timeout or a down of that server.
 // After max_attempts attempts the last error goes back to the trainer.
 //
 // Protocol with the trainer (same process), replies (parts, server id, attempts);
