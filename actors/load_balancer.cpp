@@ -22,6 +22,15 @@ double now_s() {
   return monotonic_seconds();
 }
 
+std::optional<request> take(std::map<uint64_t, request>& pending, uint64_t key) {
+  auto it = pending.find(key);
+  if (it == pending.end())
+    return std::nullopt;
+  auto req = std::move(it->second);
+  pending.erase(it);
+  return req;
+}
+
 const char* op_name(const request& r) {
   return r.forward ? "forward" : "backward";
 }
@@ -161,21 +170,19 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
 /// The whole reply of `attempt` (or why there is none).
 void on_reply_payload(self_ptr self, uint64_t attempt, caf::expected<bulk_parts> whole) {
   auto& st = self->state;
-  auto it = st.in_flight.find(attempt);
-  if (it == st.in_flight.end())
+  auto req = take(st.in_flight, attempt);
+  if (!req)
     return;  // already re-sent after its server went down
-  auto req = std::move(it->second);
-  st.in_flight.erase(it);
   if (!whole) {
-    on_attempt_failed(self, std::move(req), whole.error(), "error");
+    on_attempt_failed(self, std::move(*req), whole.error(), "error");
     return;
   }
-  const double secs = seconds_since(req.sent_at);
-  st.router.release(req.server_id);
-  st.router.on_success(req.server_id, static_cast<double>(req.samples), !req.forward, secs,
-                       req.forward ? compute_seconds<proto::forward_reply>(*whole)
-                                   : compute_seconds<proto::backward_reply>(*whole));
-  req.promise.deliver(std::move(*whole), req.server_id, int32_t{req.attempts});
+  const double secs = seconds_since(req->sent_at);
+  st.router.release(req->server_id);
+  st.router.on_success(req->server_id, static_cast<double>(req->samples), !req->forward, secs,
+                       req->forward ? compute_seconds<proto::forward_reply>(*whole)
+                                    : compute_seconds<proto::backward_reply>(*whole));
+  req->promise.deliver(std::move(*whole), req->server_id, int32_t{req->attempts});
 }
 
 void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string tail) {
@@ -236,13 +243,11 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
     on_reply(self, attempt, transfer_id, std::move(tail));
   };
   auto fail = [self, attempt](caf::error& err) {
-    auto it = self->state.in_flight.find(attempt);
-    if (it == self->state.in_flight.end())
+    auto req = take(self->state.in_flight, attempt);
+    if (!req)
       return;
-    auto req = std::move(it->second);
-    self->state.in_flight.erase(it);
     const auto code = code_of(err);
-    on_attempt_failed(self, std::move(req), err,
+    on_attempt_failed(self, std::move(*req), err,
                       code == errc::TIMEOUT ? "timeout" : code == errc::LEAVING ? "leaving" : "error");
   };
   if (forward)
@@ -255,22 +260,20 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
 /// there with the grant, or choose again.
 void on_door_answer(self_ptr self, uint64_t ask, const std::string& server_id, uint64_t ticket) {
   auto& st = self->state;
-  auto it = st.asking.find(ask);
-  if (it == st.asking.end())
-    return;
-  auto req = std::move(it->second);
-  st.asking.erase(it);
+  auto req = take(st.asking, ask);
+  if (!req)
+    return;  // its server went down meanwhile and it was chosen again (remove_server)
   const bool usable = st.servers.count(server_id) > 0 && st.leaving.count(server_id) == 0;
   if (ticket != 0 && usable) {
-    req.ticket = ticket;
-    send_attempt(self, std::move(req), server_id);
+    req->ticket = ticket;
+    send_attempt(self, std::move(*req), server_id);
     return;
   }
   // Busy, or gone from the stage meanwhile: not the server's fault, not an attempt.
   st.router.release(server_id);
-  ++req.refusals;
-  req.busy.push_back(server_id);
-  dispatch(self, std::move(req));
+  ++req->refusals;
+  req->busy.push_back(server_id);
+  dispatch(self, std::move(*req));
 }
 
 /// Asks the door of `server_id` for room before sending it `req`. A door
@@ -289,15 +292,13 @@ void ask_door(self_ptr self, request req, const std::string& server_id) {
   self->request(door, seconds(timeout), reserve_atom::value)
       .then([self, ask, server_id](uint64_t ticket) { on_door_answer(self, ask, server_id, ticket); },
             [self, ask, timeout](caf::error& err) {
-              auto it = self->state.asking.find(ask);
-              if (it == self->state.asking.end())
+              auto req = take(self->state.asking, ask);
+              if (!req)
                 return;
-              auto req = std::move(it->second);
-              self->state.asking.erase(it);
-              ++req.attempts;
+              ++req->attempts;
               const bool timed_out = err == caf::sec::request_timeout;
               on_attempt_failed(
-                  self, std::move(req),
+                  self, std::move(*req),
                   timed_out ? make_error(errc::TIMEOUT, fmt::format("its door did not answer within {:g} s", timeout))
                             : make_error(errc::PEER_GONE, "its door is gone: " + describe(err)),
                   timed_out ? "timeout" : "down");

@@ -3,6 +3,8 @@
 // (actors/load_balancer.cpp: choosing, sending, retrying) and membership
 // (actors/load_balancer_members.cpp: the servers as they come and go).
 
+#include <map>
+#include <optional>
 #include <string>
 
 #include "actors/load_balancer.hpp"
@@ -27,6 +29,9 @@ void leave_server(self_ptr self, const std::string& server_id);
 void remove_server(self_ptr self, std::string server_id, const std::string& why);
 
 // Requests:
+/// Takes the request pending under `key` out of `pending` (in flight by
+/// attempt, or asking a door by ask); nullopt when it is no longer there.
+[[nodiscard]] std::optional<request> take(std::map<uint64_t, request>& pending, uint64_t key);
 /// The router's clock: steady seconds (passed in, never read inside the policy).
 [[nodiscard]] double now_s();
 /// One attempt of `req` failed at its server with `err`; decide what happens next.

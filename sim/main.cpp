@@ -273,6 +273,7 @@ int main(int argc, char** argv) {
     t.routers.assign(static_cast<size_t>(cfg.stages), policy::stage_router(rc));
     t.pins.assign(static_cast<size_t>(cfg.stages), policy::static_pin{});
     t.workers.assign(static_cast<size_t>(cfg.trainer.in_flight), work_books{});
+    t.latency_s.assign(w.peers.size(), -1.0);
   }
   // The summary's window starts at the coordinator's last whole-second tick within the warm-up.
   w.books.open(cfg.warmup >= 1 ? std::floor(cfg.warmup + 1e-9) : 0.0, cfg.duration, cfg.stages);

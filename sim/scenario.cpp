@@ -40,11 +40,12 @@ bool slowdown_list(const std::string& text) {
 const char* const shared_keys[] = {
     "d-model", "n-layers", "seq-len", "microbatch",                                   // model_config
     "stages",                                                                          // app_config
-    "batch-size", "averaging-compression", "max-outstanding",                                         // server_config
+    "batch-size", "averaging-compression", "max-outstanding",                          // server_config
     "averaging-timeout", "rebalance", "rebalance-period", "rebalance-min-gain", "min-replicas",  // coordinator_config
     "trainers",                                                                        // cluster_config
     "in-flight", "routing", "compression", "forward-timeout", "backward-timeout", "commit-grace",
-    "max-retries", "no-server-wait", "ema-alpha", "backward-cost", "ban-base", "ban-max", "busy-retries"};  // trainer_config
+    "max-retries", "no-server-wait", "ema-alpha", "backward-cost", "ban-base", "ban-max",
+    "busy-retries"};                                                                   // trainer_config
 // clang-format on
 
 /// swarm-sim's own keys.

@@ -87,8 +87,7 @@ std::optional<reply> send_and_wait(world& w, peer& p, request* r, s4u::Mailbox* 
 }
 
 /// One-way latency from t's host to p's (SimGrid's route), looked up once per pair.
-double latency(world& w, trainer_state& t, const peer& p) {
-  if (t.latency_s.empty()) t.latency_s.assign(w.peers.size(), -1.0);
+double latency(trainer_state& t, const peer& p) {
   double& l = t.latency_s[static_cast<size_t>(p.index)];
   if (l < 0) {
     std::vector<s4u::Link*> links;
@@ -134,7 +133,7 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
     uint64_t ticket = 0;
     std::optional<reply> answer;  // set by an ask that ended the attempt (leaving)
     if (ask) {
-      asking_s += 2 * latency(w, t, *p);
+      asking_s += 2 * latency(t, *p);
       if (p->state != peer::serving || p->stage != stage) {
         answer = reply{0, reply::leaving};
       } else if (const auto grant = p->admission.grant(w.now())) {
