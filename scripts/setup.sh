@@ -25,6 +25,7 @@ packages=(
   libnetfilter-queue-dev           # delay_shim (scripts/regions/delay_shim.c) links it
   iputils-ping                     # RTT check in regions.sh selftest
   libsimgrid-dev                   # swarm-sim (optional target; SimGrid 3.32 via pkg-config)
+  libjemalloc-dev                  # swarm-sim's allocator (SimGrid allocates per message)
   libsentencepiece-dev             # --role tokenizer / prepare: SentencePiece 0.1.97 (BPE training, encoding)
   python3-sentencepiece            # the tests' independent check of the ids, and scripts/bench_data.sh
   nlohmann-json3-dev               # safetensors headers (models/safetensors.cpp)

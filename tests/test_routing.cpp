@@ -549,7 +549,7 @@ private:
 } // namespace
 
 TEST_CASE("router: the indexed router picks exactly as the linear one it replaced, over random joins, leaves, "
-          "bans, timeouts and exclusions",
+          "bans, timeouts, exclusions and a copy",
           "[routing]") {
   for (uint64_t seed : {1, 2, 3}) {
     std::mt19937_64 ops(seed), ra(seed + 100), rb(seed + 100);
@@ -562,6 +562,10 @@ TEST_CASE("router: the indexed router picks exactly as the linear one it replace
     int picks = 0;
     for (int i = 0; i < 20000; ++i) {
       INFO("seed " << seed << " operation " << i);
+      if (i == 10000) {  // a copy is a router of its own: its indexes point at its own peers, not the original's
+        stage_router original = std::move(indexed);
+        indexed = original;
+      }
       now += std::uniform_real_distribution<double>(0, 0.05)(ops);
       const int op = std::uniform_int_distribution<int>(0, 99)(ops);
       if (op < 6) {

@@ -52,9 +52,25 @@ std::optional<double> throughput_ema::estimate() const {
 
 // --- stage_router ----------------------------------------------------------------
 
+stage_router::stage_router(const stage_router& other)
+    : cfg_(other.cfg_), peers_(other.peers_), returning_(other.returning_), next_seq_(other.next_seq_),
+      capped_(other.capped_), rate_sum_(other.rate_sum_), rated_(other.rated_) {
+  for (auto& [id, p] : peers_) {
+    by_seq_.emplace(p.seq, &p);
+    if (!p.returning)
+      steady_.insert({{p.vtime, p.seq}, &p});
+  }
+}
+
+stage_router& stage_router::operator=(const stage_router& other) {
+  if (this != &other)
+    *this = stage_router(other);
+  return *this;
+}
+
 const stage_router::peer* stage_router::find(const std::string& id) const {
-  const auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : &peers_.at(it->second);
+  const auto it = peers_.find(id);
+  return it == peers_.end() ? nullptr : &it->second;
 }
 
 stage_router::peer* stage_router::find(const std::string& id) {
@@ -75,7 +91,7 @@ void stage_router::place(peer& p, double vtime, bool returning) {
   if (returning)
     returning_.insert(p.seq);
   else
-    steady_.insert({vtime, p.seq});
+    steady_.insert({{vtime, p.seq}, &p});
 }
 
 void stage_router::measure(peer& p, double samples, double seconds) {
@@ -93,11 +109,11 @@ void stage_router::measure(peer& p, double samples, double seconds) {
 std::optional<double> stage_router::floor(double now, const std::vector<std::string>& exclude, const peer* skip) const {
   // Steady peers are never banned (a ban makes a peer returning), so the first
   // one not excluded is the floor.
-  for (const auto& [vtime, seq] : steady_) {
-    const peer& p = peers_.at(seq);
+  for (const auto& [key, q] : steady_) {
+    const peer& p = *q;
     if (&p == skip || is_banned(p, now) || listed(exclude, p.id))
       continue;
-    return vtime;
+    return key.first;
   }
   return std::nullopt;
 }
@@ -114,16 +130,16 @@ void stage_router::add(const std::string& id, double now, std::mt19937_64* rng) 
   peer* p = find(id);
   if (p == nullptr) {
     const uint64_t seq = next_seq_++;
-    p = &peers_.emplace(seq, peer{id, seq, 0.0, throughput_ema(cfg_.alpha)}).first->second;
-    by_id_.emplace(id, seq);
-    steady_.insert({0.0, seq});
+    p = &peers_.emplace(id, peer{id, seq, 0.0, throughput_ema(cfg_.alpha)}).first->second;
+    by_seq_.emplace(seq, p);
+    steady_.insert({{0.0, seq}, p});
   }
   // Enter (or come back) at the front of the steady peers. When none is in
   // service (all banned), use the smallest virtual time of the others, so the
   // banned ones do not come back far ahead of it; 0 for the very first peer.
   std::optional<double> entry = floor(now, {}, p);
   if (!entry)
-    for (const auto& [seq, q] : peers_)
+    for (const auto& [other, q] : peers_)
       if (&q != p)
         entry = entry ? std::min(*entry, q.vtime) : q.vtime;
   // With an engine, at a uniformly random point of one task's advance past
@@ -137,7 +153,7 @@ void stage_router::add(const std::string& id, double now, std::mt19937_64* rng) 
     // advance, whatever outliers (a timeout's charge) lie beyond it.
     const size_t own = steady_.order_of_key({p->vtime, p->seq}), half = (steady_.size() - 1) / 2;
     const auto median = steady_.find_by_order(half + (half >= own ? 1 : 0));  // among the others
-    const double spread = 2 * std::max(0.0, median->first - *entry);
+    const double spread = 2 * std::max(0.0, median->first.first - *entry);
     entry = *entry + std::uniform_real_distribution<double>(0.0, 1.0)(*rng) * spread;
   }
   // A re-announcement means the peer is back: forget its ban and its run of
@@ -158,9 +174,8 @@ void stage_router::remove(const std::string& id) {
     if (--rated_ == 0)
       rate_sum_ = 0.0;  // no rounding left behind
   }
-  const uint64_t seq = p->seq;
-  by_id_.erase(id);
-  peers_.erase(seq);
+  by_seq_.erase(p->seq);
+  peers_.erase(id);
 }
 
 std::optional<std::string> stage_router::choose(double task_size, bool backward, double now, std::mt19937_64& rng,
@@ -213,7 +228,7 @@ std::optional<std::string> stage_router::pick_one(double task_size, bool backwar
     size_t at_rank = first + (ties > 1 ? std::uniform_int_distribution<size_t>(0, ties - 1)(rng) : 0);
     for (size_t s : skip)
       at_rank += s <= at_rank ? 1 : 0;
-    pick = &at(steady_.find_by_order(at_rank)->second);
+    pick = steady_.find_by_order(at_rank)->second;
   } else {
     // No steady peer left to choose: returning ones that are not lifted.
     std::vector<peer*> best;

@@ -86,6 +86,11 @@ struct routing_config {
 class stage_router {
 public:
   explicit stage_router(routing_config cfg = {}) : cfg_(cfg) {}
+  // The indexes point into peers_: a copy points them at its own peers.
+  stage_router(const stage_router& other);
+  stage_router& operator=(const stage_router& other);
+  stage_router(stage_router&&) = default;
+  stage_router& operator=(stage_router&&) = default;
 
   /// A server joined or re-announced itself. New: it enters at the current
   /// minimum virtual time so it is probed soon, or with `rng` at a uniformly
@@ -195,7 +200,7 @@ private:
 
   [[nodiscard]] const peer* find(const std::string& id) const;
   [[nodiscard]] peer* find(const std::string& id);
-  [[nodiscard]] peer& at(uint64_t seq) { return peers_.at(seq); }
+  [[nodiscard]] peer& at(uint64_t seq) { return *by_seq_.at(seq); }
   [[nodiscard]] bool is_banned(const peer& p, double now) const { return now < p.banned_until; }
   /// Smallest virtual time of peers in steady service at `now` (eligible, not
   /// just back from a ban, not in `exclude`, not `skip`); nullopt when none.
@@ -219,13 +224,14 @@ private:
   routing_config cfg_;
   // Thousands of servers per stage in swarm-sim: every operation is O(log n)
   // (ties and bans aside) instead of a scan of the stage.
-  std::unordered_map<uint64_t, peer> peers_;          // by seq
-  std::unordered_map<std::string, uint64_t> by_id_;   // id -> seq
+  // Looked up by id on every call: one hash, and nodes stay put for the pointers below.
+  std::unordered_map<std::string, peer> peers_;       // by id
+  std::unordered_map<uint64_t, peer*> by_seq_;        // seq -> its peer
   // (vtime, seq) of peers not returning, with ranks: the ties of a fresh stage
   // (hundreds of unmeasured servers at one virtual time, for minutes when
   // each trainer uses each server rarely) are counted and drawn from in
   // O(log n) instead of walked.
-  using ranked = __gnu_pbds::tree<std::pair<double, uint64_t>, __gnu_pbds::null_type,
+  using ranked = __gnu_pbds::tree<std::pair<double, uint64_t>, peer*,
                                   std::less<std::pair<double, uint64_t>>, __gnu_pbds::rb_tree_tag,
                                   __gnu_pbds::tree_order_statistics_node_update>;
   ranked steady_;
