@@ -3,9 +3,11 @@
 #   scripts/bench_sim.sh rebalance   the SWARM paper's rebalancing experiment redone: config/sim-t4
 #                                    on peers that come and go as the g4dn (T4) trace says, rebalancing
 #                                    every 60 s, every 300 s, only placing joiners (--rebalance off),
-#                                    and none at all (joiners on a random stage) (~1 minute)
-#   scripts/bench_sim.sh scale       100 and 1,000 peers (10,000 with WITH_10000=1: ~6 more minutes,
-#                                    6 GB) for a simulated hour under churn; 1,000
+#                                    and none at all (joiners on a random stage) (~2 minutes); with
+#                                    SEEDS="2 3 ... 10" every 300 s and placing only on those seeds
+#                                    too, two at a time (~35 s a seed), and the pairs compared
+#   scripts/bench_sim.sh scale       100 and 1,000 peers (10,000 with WITH_10000=1: ~9 more minutes,
+#                                    2.4 GB) for a simulated hour under churn; 1,000
 #                                    peers in 3 regions at 10/50/150 ms; swarm vs static routing (~3 min)
 #   scripts/bench_sim.sh reality     see scripts/bench_sim_reality.sh (real runs, ~13 minutes)
 # TRACE (default ../shared/data/traces/g4dn-trace.csv), OUT (a fresh /tmp folder) and SIM (the
@@ -30,14 +32,25 @@ case "$what" in
     # 240 machine slots: the trace (at most 24 up at once) laid 10 times with +-5 min of jitter,
     # over its whole 10.8 hours.
     common=(--churn trace --trace "$trace" --peers 240 --trace-jitter 300 --duration 38760 --warmup 1800
-            --trainers 32 --in-flight 32 --seed 1)
+            --trainers 32 --in-flight 32)
     echo "rebalancing on the g4dn trace: config/sim-t4, 240 slots, 10.8 simulated hours; metrics in $out"
-    sim every60 "${common[@]}" --rebalance on --rebalance-period 60
-    sim every300 "${common[@]}" --rebalance on --rebalance-period 300
-    sim placed_only "${common[@]}" --rebalance off
-    sim none "${common[@]}" --rebalance off --join random
+    sim every60 "${common[@]}" --seed 1 --rebalance on --rebalance-period 60
+    sim every300 "${common[@]}" --seed 1 --rebalance on --rebalance-period 300
+    sim placed_only "${common[@]}" --seed 1 --rebalance off
+    sim none "${common[@]}" --seed 1 --rebalance off --join random
     python3 scripts/sim_summary.py runs "$out/every60.jsonl" "$out/every300.jsonl" "$out/placed_only.jsonl" \
       "$out/none.jsonl"
+    # One seed is one draw of jitter and placements: runs of one policy spread over ~10 points of share.
+    if [ -n "${SEEDS:-}" ]; then
+      pairs=("$out/every300.jsonl" "$out/placed_only.jsonl")
+      for seed in $SEEDS; do
+        sim every300_seed$seed "${common[@]}" --seed "$seed" --rebalance on --rebalance-period 300 &
+        sim placed_only_seed$seed "${common[@]}" --seed "$seed" --rebalance off
+        wait
+        pairs+=("$out/every300_seed$seed.jsonl" "$out/placed_only_seed$seed.jsonl")
+      done
+      python3 scripts/sim_summary.py pairs "${pairs[@]}"
+    fi
     ;;
   scale)
     churn=(--churn rate --mtbf 7200 --churn-down 900 --duration 3600 --seed 1)

@@ -7,6 +7,11 @@
                                   several DIRs (repeated runs) the means and
                                   the real runs' spread
   sim_summary.py runs A.jsonl ... one row per swarm-sim run (its sim_summary)
+  sim_summary.py pairs A1 B1 A2 B2 ...
+                                  runs A against runs B (e.g. one policy against
+                                  another, each pair on one seed): both shares
+                                  of the best assignment, their difference, and
+                                  the means and the pairs A won
 
 Tokens/s of a run is measured the same way for real and simulated files: the
 tokens of `step` events after the first 20% of steps (warm-up, at least one),
@@ -109,6 +114,30 @@ def runs(paths):
               f"{s['dropped']:>8}{s['wall_s']:>8.1f}{s['peak_rss_mib']:>8.0f}")
 
 
+def summary(path):
+    s = next((e for e in reversed(events(path)) if e.get("event") == "sim_summary"), None)
+    if s is None:
+        sys.exit(f"sim_summary.py: {path}: no sim_summary (not a finished swarm-sim run)")
+    return s
+
+
+def pairs(paths):
+    if len(paths) % 2:
+        sys.exit("sim_summary.py pairs: an even number of files (A1 B1 A2 B2 ...)")
+    name = lambda p: os.path.basename(p)[:-6]
+    print(f"{'A':<28}{'B':<28}{'A of best':>10}{'B of best':>10}{'A - B':>8}")
+    diffs, a_all, b_all = [], [], []
+    for a, b in zip(paths[::2], paths[1::2]):
+        sa, sb = 100 * summary(a)["share_of_optimal"], 100 * summary(b)["share_of_optimal"]
+        a_all.append(sa), b_all.append(sb), diffs.append(sa - sb)
+        print(f"{name(a):<28}{name(b):<28}{sa:>9.1f}%{sb:>9.1f}%{sa - sb:>8.1f}")
+    n = len(diffs)
+    mean = sum(diffs) / n
+    sd = f" (sd {(sum((d - mean) ** 2 for d in diffs) / (n - 1)) ** 0.5:.1f})" if n > 1 else ""
+    print(f"means over {n}: A {sum(a_all) / n:.1f}%, B {sum(b_all) / n:.1f}%, A - B {mean:.1f} points{sd};"
+          f" A above B in {sum(d > 0 for d in diffs)} of {n}")
+
+
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "reality":
         missing = [d for d in sys.argv[2:] if not os.path.isdir(d)]
@@ -117,6 +146,8 @@ def main():
         reality(sys.argv[2:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "runs":
         runs(sys.argv[2:])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "pairs":
+        pairs(sys.argv[2:])
     else:
         sys.exit(__doc__)
 
