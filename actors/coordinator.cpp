@@ -186,6 +186,7 @@ void on_report(self_ptr self, const std::string& bytes) {
                                                {"dropped", rep->dropped()},
                                                {"retries", rep->retries()},
                                                {"reroutes", rep->reroutes()},
+                                               {"busy", rep->busy()},
                                                {"bans", rep->bans()},
                                                {"wire_bytes", rep->wire_bytes()},
                                                {"elapsed_s", rep->elapsed_s()},

@@ -270,6 +270,8 @@ void on_door_answer(self_ptr self, uint64_t ask, const std::string& server_id, u
     return;
   }
   // Busy, or gone from the stage meanwhile: not the server's fault, not an attempt.
+  if (ticket == 0 && st.cfg.busy_answers)
+    st.cfg.busy_answers->fetch_add(1, std::memory_order_relaxed);
   st.router.release(server_id);
   ++req->refusals;
   req->busy.push_back(server_id);

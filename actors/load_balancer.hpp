@@ -36,6 +36,7 @@
 //   (backward_atom, request parts, samples, preferred server id)
 // From the trainer node after a coordinator restart: (subscribe_atom, new coordinator).
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -77,6 +78,9 @@ struct load_balancer_config {
   int64_t bulk_min_bytes = 64 << 10;
   uint64_t seed = 1;                   ///< tie-breaks and static pinning
   policy::routing_config routing;
+  /// Counts the busy answers of doors, for the trainer's step events (one
+  /// counter shared by a trainer's balancers, read by the trainer); null: not counted.
+  std::shared_ptr<std::atomic<int64_t>> busy_answers;
   /// Busy answers a request takes before it is sent without asking; 0 = never ask.
   int busy_retries = 4;
 };

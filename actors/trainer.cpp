@@ -25,6 +25,10 @@ int last_stage(self_ptr self) {
   return self->state.cfg.num_stages - 1;
 }
 
+int64_t busy_answers(const trainer_state& st) {
+  return st.cfg.busy_answers ? st.cfg.busy_answers->load(std::memory_order_relaxed) : 0;
+}
+
 /// How long the trainer waits for a load balancer: every attempt, plus waiting
 /// for a server, plus slack, so the balancer always answers first.
 caf::timespan request_deadline(self_ptr self, double attempt_timeout_s) {
@@ -91,6 +95,7 @@ void report_exit(self_ptr self) {
                                     {"dropped", st.dropped},
                                     {"in_flight", static_cast<int64_t>(st.live.size())},
                                     {"retries", st.retries},
+                                    {"busy", busy_answers(st)},
                                     {"samples", st.samples},
                                     {"wire_bytes", st.wire_bytes},
                                     {"compression", st.cfg.train.compression},
@@ -229,6 +234,7 @@ void emit_step(self_ptr self) {
                             {"dropped", st.dropped},
                             {"retries", st.retries},
                             {"step_retries", st.retries - st.step_retries_base},
+                            {"busy", busy_answers(st)},
                             {"wire_bytes", st.wire_bytes},
                             {"wire_bytes_per_sample",
                              static_cast<double>(st.wire_bytes) / static_cast<double>(std::max<int64_t>(st.samples, 1))}});

@@ -18,6 +18,7 @@
 // once (see stage_server), so the servers' committed samples of stage k sum to
 // acked[k], less what servers that died took with them.
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -55,6 +56,8 @@ struct trainer_settings {
   std::optional<trainer_position> resume;  ///< continue from here (step count and data position)
   /// Validation microbatches (--eval-every with --data); empty: no validation.
   std::vector<microbatch_tokens> eval_set;
+  /// Busy answers its load balancers got (load_balancer_config::busy_answers); null: none counted.
+  std::shared_ptr<const std::atomic<int64_t>> busy_answers;
 };
 
 struct trainer_state {

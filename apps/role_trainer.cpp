@@ -107,6 +107,7 @@ std::shared_ptr<trainer_tally> tally_of(metrics_sink& metrics) {
       else if (k == "tokens" && i) r.set_tokens(*i);
       else if (k == "dropped" && i) r.set_dropped(*i);
       else if (k == "retries" && i) r.set_retries(*i);
+      else if (k == "busy" && i) r.set_busy(*i);
       else if (k == "wire_bytes" && i) r.set_wire_bytes(*i);
       else if (k == "elapsed_s" && d) r.set_elapsed_s(*d);
     }
@@ -214,8 +215,13 @@ int run_trainer(const app_config& cfg) {
   auto coord = n.connect(cfg.trainer.coordinator);
   auto bulk = n.bulk();
   std::vector<caf::actor> balancers;
-  for (int s = 0; s < cfg.stages; ++s)
-    balancers.push_back(sys.spawn(load_balancer, balancer_config(cfg, trainer_id, s, bulk), coord, n.metrics()));
+  auto busy = std::make_shared<std::atomic<int64_t>>(0);
+  tcfg.busy_answers = busy;
+  for (int s = 0; s < cfg.stages; ++s) {
+    auto lb = balancer_config(cfg, trainer_id, s, bulk);
+    lb.busy_answers = busy;
+    balancers.push_back(sys.spawn(load_balancer, std::move(lb), coord, n.metrics()));
+  }
   n.phase("training");
   auto t = sys.spawn(trainer, tcfg, *text, balancers, n.metrics());
   auto reporter = sys.spawn(status_reporter, trainer_id, cfg.trainer.max_steps, tally_of(*n.metrics()), coord);

@@ -12,7 +12,8 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`tokens` (completed so far), `tokens_per_s` (over this step), `elapsed_s`; local also `lr` (the "
        "step's learning rate); trainer also `trainer`, "
        "`issued`, `completed`, `dropped`, `retries` (counts so far), `step_retries` (re-sent attempts "
-       "during this step), `wire_bytes` (request and reply payload bytes to and from the servers so far, "
+       "during this step), `busy` (busy answers to its load balancers' asks for room so far, "
+       "policy::admission), `wire_bytes` (request and reply payload bytes to and from the servers so far, "
        "all stages) and `wire_bytes_per_sample` (the same over samples completed)"},
     {"eval", "trainer, local",
        "`step` (the step whose weights were measured: 0 first, then every `eval-every`), `samples` and "
@@ -24,7 +25,7 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`max-retries` attempts or a fatal error"},
     {"trainer_exit", "trainer",
        "`trainer`, `steps`, `issued`, `completed`, `dropped`, `in_flight` (microbatches still unfinished "
-       "when a stop signal's 3 s to finish them ran out; `issued = completed + dropped + in_flight`), `retries`, `samples`, "
+       "when a stop signal's 3 s to finish them ran out; `issued = completed + dropped + in_flight`), `retries`, `busy`, `samples`, "
        "`wire_bytes` (as in `step`), `compression`, `acked` (per stage, comma-separated: samples whose "
        "gradients the stage confirmed adding), `stage_steps` (each stage's optimizer step as its last "
        "reply said, `/`-separated)"},

@@ -135,6 +135,7 @@ void status_board::on_trainer_report(double t, fields_t f) {
   tr.retries = get_int(f, "retries");
   tr.reroutes = get_int(f, "reroutes");
   tr.bans = get_int(f, "bans");
+  tr.busy = get_int(f, "busy");
   tr.wire_bytes = get_int(f, "wire_bytes");
   tr.elapsed_s = get_double(f, "elapsed_s");
   tr.last_report = t;
@@ -306,7 +307,8 @@ std::string status_board::json(double now) const {
          ", \"loss\": " + fmt("%.5f", tr.loss) + ", \"tokens_per_s\": " + fmt("%.1f", tr.tokens_per_s) +
          ", \"samples\": " + std::to_string(tr.samples) + ", \"dropped\": " + std::to_string(tr.dropped) +
          ", \"retries\": " + std::to_string(tr.retries) + ", \"reroutes\": " + std::to_string(tr.reroutes) +
-         ", \"bans\": " + std::to_string(tr.bans) + ", \"wire_bytes\": " + std::to_string(tr.wire_bytes) +
+         ", \"bans\": " + std::to_string(tr.bans) + ", \"busy\": " + std::to_string(tr.busy) +
+         ", \"wire_bytes\": " + std::to_string(tr.wire_bytes) +
          ", \"elapsed_s\": " + fmt("%.1f", tr.elapsed_s) + ", \"last_report_s\": " +
          fmt("%.1f", now - tr.last_report);
     if (tr.has_eval)
@@ -431,6 +433,9 @@ std::string status_board::prometheus(double now) const {
        [](const trainer& t) { return static_cast<double>(t.reroutes); }},
       {"swarm_trainer_bans_total", "counter", "Servers a trainer banned for a while after a failure.",
        [](const trainer& t) { return static_cast<double>(t.bans); }},
+      {"swarm_trainer_busy_answers_total", "counter",
+       "Busy answers a trainer got when it asked a server for room (it then chose another).",
+       [](const trainer& t) { return static_cast<double>(t.busy); }},
       {"swarm_trainer_wire_bytes_total", "counter", "Request and reply payload bytes a trainer moved.",
        [](const trainer& t) { return static_cast<double>(t.wire_bytes); }},
   };

@@ -60,7 +60,7 @@ private:
   struct trainer {
     std::string id;
     int64_t step = 0, max_steps = 0, samples = 0, tokens = 0, dropped = 0, retries = 0, reroutes = 0, bans = 0,
-            wire_bytes = 0;
+            busy = 0, wire_bytes = 0;
     double loss = 0, tokens_per_s = 0, elapsed_s = 0, last_report = 0;
     std::vector<std::array<double, 4>> history;  ///< t, step, loss, tokens_per_s
     bool has_eval = false;  ///< a validation loss was measured

@@ -317,6 +317,7 @@ TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstand
   };
   load_balancer_config lbc;
   lbc.config_hash = 42;
+  lbc.busy_answers = std::make_shared<std::atomic<int64_t>>(0);
   auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
   auto forward = [&] {
     std::string served_by;
@@ -333,6 +334,7 @@ TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstand
   // without the release the fourth ask would find no room.
   for (int i = 0; i < 3; ++i)
     CHECK(forward() == "solo");
+  CHECK(lbc.busy_answers->load() == 0);
   const uint64_t held = reserve(solo_door);
   CHECK(held != 0);
   CHECK(reserve(solo_door) == 0);  // one place at most
@@ -342,6 +344,9 @@ TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstand
   std::this_thread::sleep_for(300ms);
   for (int i = 0; i < 6; ++i)
     CHECK(forward() == "other");
+  // Each time the rotation came to solo it said busy, and the trainer's counter shows it.
+  CHECK(lbc.busy_answers->load() >= 1);
+  CHECK(lbc.busy_answers->load() <= 6 * lbc.busy_retries);
   self->send(solo_door, release_atom::value, held);
   CHECK(reserve(solo_door) != 0);
   for (const auto& a : {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord),

@@ -42,7 +42,8 @@ TEST_CASE("the status board shows servers, trainers, rounds and events", "[statu
   b.on_event(1009, "round_end", {{"stage", int64_t{1}}, {"step", int64_t{0}}, {"applied", int64_t{0}}, {"seconds", 45.0}});
   f.sink.note("trainer_report", {{"trainer", std::string{"t9"}}, {"step", int64_t{7}}, {"max_steps", int64_t{10}},
                                  {"loss", 3.5}, {"tokens_per_s", 900.0}, {"samples", int64_t{56}},
-                                 {"tokens", int64_t{3584}}, {"reroutes", int64_t{2}}, {"bans", int64_t{1}}});
+                                 {"tokens", int64_t{3584}}, {"reroutes", int64_t{2}}, {"bans", int64_t{1}},
+                                 {"busy", int64_t{40}}});
   b.on_event(1010, "server_down", {{"stage", int64_t{1}}, {"server", std::string{"s-2\"x"}},
                                    {"reason", std::string{"exit_reason(remote_link_unreachable)"}}});
 
@@ -63,6 +64,8 @@ TEST_CASE("the status board shows servers, trainers, rounds and events", "[statu
   CHECK_THAT(prom, Catch::Contains("swarm_stage_servers{stage=\"1\"} 0\n"));  // its one server went down
   CHECK_THAT(prom, Catch::Contains("swarm_trainer_tokens_total{trainer=\"t9\"} 3584\n"));
   CHECK_THAT(prom, Catch::Contains("swarm_trainer_bans_total{trainer=\"t9\"} 1\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_trainer_busy_answers_total{trainer=\"t9\"} 40\n"));
+  CHECK_THAT(json, Catch::Contains("\"bans\": 1, \"busy\": 40,"));
   CHECK_THAT(prom, Catch::Contains("swarm_round_seconds_sum{stage=\"1\"} 45\n"));
 
   const auto text = b.text(1012);
