@@ -35,6 +35,11 @@ const char* op_name(const request& r) {
   return r.forward ? "forward" : "backward";
 }
 
+/// The deadline of one attempt of `r`, seconds.
+double attempt_timeout_s(const load_balancer_state& st, const request& r) {
+  return r.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s;
+}
+
 /// How long a door's answer is waited for before the request goes elsewhere:
 /// a door answers at once, so no answer means its process is gone or stands still.
 constexpr auto ask_timeout = std::chrono::seconds(5);
@@ -197,8 +202,7 @@ void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string
         transfer_id, [self, attempt](caf::expected<bulk_parts> whole) { on_reply_payload(self, attempt, std::move(whole)); },
         clock_type::now());
     if (!here)
-      self->delayed_send(self, seconds(it->second.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s),
-                         bulk_atom::value, transfer_id);
+      self->delayed_send(self, seconds(attempt_timeout_s(st, it->second)), bulk_atom::value, transfer_id);
     return;
   }
   auto handle = st.servers.find(it->second.server_id);
@@ -224,7 +228,7 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
   req.queued_at = {};
   req.server_id = server_id;
   req.sent_at = clock_type::now();
-  const double timeout = req.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s;
+  const double timeout = attempt_timeout_s(st, req);
   const double now = unix_seconds();
   auto head =
       with_deadlines(req.head, req.forward, now + timeout * (1.0 - st.cfg.commit_grace), now + timeout, req.ticket);
@@ -288,8 +292,7 @@ void ask_door(self_ptr self, request req, const std::string& server_id) {
   auto door = st.doors.at(server_id);
   req.server_id = server_id;  // so that its going down sends this one elsewhere at once (remove_server)
   req.sent_at = clock_type::now();
-  const double timeout = std::min(std::chrono::duration<double>(ask_timeout).count(),
-                                  req.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s);
+  const double timeout = std::min(std::chrono::duration<double>(ask_timeout).count(), attempt_timeout_s(st, req));
   st.asking.emplace(ask, std::move(req));
   self->request(door, seconds(timeout), reserve_atom::value)
       .then([self, ask, server_id](uint64_t ticket) { on_door_answer(self, ask, server_id, ticket); },
