@@ -2,7 +2,7 @@
 // averager: the averaging coordinator of a swarm (SWARM section 5). It lives in
 // the coordinator process; the coordinator forwards every registration to it.
 // It only decides; the gradients go from server to server (butterfly, see
-// actors/policy/butterfly.hpp), never through here.
+// policy/butterfly.hpp), never through here.
 //
 // Per stage:
 //   idle --(servers at the stage's step hold target_batch_size samples)--> averaging
@@ -59,7 +59,7 @@
 #include "actors/control_records.hpp"
 #include "actors/leadership.hpp"
 #include "base/metrics.hpp"
-#include "actors/policy/averaging.hpp"
+#include "policy/averaging.hpp"
 #include "messages/protocol.hpp"
 
 namespace swarm {

@@ -13,7 +13,7 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
-#include "actors/policy/admission.hpp"
+#include "policy/admission.hpp"
 #include "messages/protocol.hpp"
 
 namespace swarm {

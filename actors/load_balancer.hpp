@@ -53,7 +53,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include "base/metrics.hpp"
-#include "actors/policy/routing.hpp"
+#include "policy/routing.hpp"
 #include "net/bulk.hpp"
 #include "net/chunks.hpp"
 #include "messages/protocol.hpp"

@@ -3,7 +3,7 @@
 // lives in the coordinator process beside the averager; the coordinator passes
 // it every registration and every placement question, the averager every load
 // report it accepted (progress reports: seconds busy and samples added since the
-// server began serving its stage). It only decides (actors/policy/rebalancing.hpp);
+// server began serving its stage). It only decides (policy/rebalancing.hpp);
 // the server moves itself (actors/stage_server_move.hpp).
 //
 //   settling --(settle_s after start)--> watching
@@ -40,7 +40,7 @@
 #include "actors/control_records.hpp"
 #include "actors/leadership.hpp"
 #include "base/metrics.hpp"
-#include "actors/policy/rebalancing.hpp"
+#include "policy/rebalancing.hpp"
 #include "messages/protocol.hpp"
 
 namespace swarm {

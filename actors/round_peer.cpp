@@ -7,7 +7,7 @@
 #include <caf/all.hpp>
 
 #include "actors/dial.hpp"
-#include "actors/policy/averaging.hpp"
+#include "policy/averaging.hpp"
 #include "base/freeze_watch.hpp"
 #include "base/log.hpp"
 #include "messages/float_codec.hpp"

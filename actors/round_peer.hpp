@@ -1,6 +1,6 @@
 #pragma once
 // round_peer: a stage server's part in its stage's averaging rounds (the
-// butterfly all-reduce, actors/policy/butterfly.hpp), on its own thread beside
+// butterfly all-reduce, policy/butterfly.hpp), on its own thread beside
 // the server's, which is busy computing requests. Each stage server spawns one,
 // linked, and registers it with the coordinator; rounds' pieces, exclusions and
 // HELLOs go to the peers, never through a server's mailbox, where they would
@@ -33,7 +33,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_addr.hpp>
 
-#include "actors/policy/butterfly.hpp"
+#include "policy/butterfly.hpp"
 #include "base/metrics.hpp"
 #include "messages/protocol.hpp"
 #include "net/bulk.hpp"

@@ -61,7 +61,7 @@
 #include "config/config.hpp"
 #include "net/bulk.hpp"
 #include "net/chunks.hpp"
-#include "actors/policy/admission.hpp"
+#include "policy/admission.hpp"
 #include "messages/protocol.hpp"
 #include "models/checkpoint.hpp"
 #include "models/stage_worker.hpp"

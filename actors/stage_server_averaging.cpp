@@ -1,5 +1,5 @@
 #include "actors/stage_server_averaging.hpp"
-#include "actors/policy/averaging.hpp"
+#include "policy/averaging.hpp"
 #include "base/clock.hpp"
 
 #include <cmath>

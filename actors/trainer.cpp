@@ -149,7 +149,7 @@ void log_progress(self_ptr self, double loss, double tokens_per_s, trainer_state
 }
 
 /// Says so when a stage has stopped stepping while the others go on
-/// (actors/policy/stage_lag.hpp), and again as it stays so.
+/// (policy/stage_lag.hpp), and again as it stays so.
 void check_stage_lag(self_ptr self) {
   auto& st = self->state;
   const auto lag = st.stages.stalled(stage_lag_allowed);

@@ -31,7 +31,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/policy/stage_lag.hpp"
+#include "policy/stage_lag.hpp"
 #include "base/metrics.hpp"
 #include "config/config.hpp"
 #include "models/checkpoint.hpp"
@@ -100,7 +100,7 @@ struct trainer_state {
   caf::actor evaluator;    ///< actors/evaluator.hpp; none without an eval set
   bool eval_pending = false;  ///< a validation measurement is under way
   stage_watch stages{0};   ///< each stage's optimizer step as its replies report it
-  int64_t lag_warned = 0;  ///< the stall last warned about (actors/policy/stage_lag.hpp); 0 once it moves
+  int64_t lag_warned = 0;  ///< the stall last warned about (policy/stage_lag.hpp); 0 once it moves
 };
 
 [[nodiscard]] caf::behavior trainer(caf::stateful_actor<trainer_state>* self, trainer_settings cfg,

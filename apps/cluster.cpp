@@ -8,7 +8,7 @@
 // While running, the coordinator is supervised: when it dies it is started
 // again on the same port (servers and trainers join it again by themselves);
 // --chaos hits servers and the coordinator. What to do in either case is a
-// pure decision of actors/policy/chaos.hpp; this file carries it out.
+// pure decision of policy/chaos.hpp; this file carries it out.
 //
 // --control-replicas N: no single coordinator. N etcd members on loopback
 // (their data and logs in the run's folder, etcd/), two coordinator
@@ -34,7 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "actors/policy/chaos.hpp"
+#include "policy/chaos.hpp"
 #include "apps/children.hpp"
 #include "apps/huge_pages.hpp"
 #include "apps/node.hpp"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/policy/stage_lag.hpp"
+#include "policy/stage_lag.hpp"
 #include "base/metrics.hpp"
 
 namespace swarm {
@@ -85,7 +85,7 @@ private:
   stage& stage_at(int64_t s);
   [[nodiscard]] int64_t live_servers(int64_t stage) const;
   /// Steps another stage took since `stage` last stepped, when more than a
-  /// healthy stage allows (actors/policy/stage_lag.hpp); else 0.
+  /// healthy stage allows (policy/stage_lag.hpp); else 0.
   [[nodiscard]] int64_t stalled_by(int64_t stage) const;
   void note(double t, std::string name, std::string text);
   // on_event's longer cases (m_ held):

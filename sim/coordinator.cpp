@@ -10,8 +10,8 @@
 #include <iostream>
 #include <utility>
 
-#include "actors/policy/allreduce.hpp"
-#include "actors/policy/averaging.hpp"
+#include "policy/allreduce.hpp"
+#include "policy/averaging.hpp"
 #include "sim/optimal.hpp"
 #include "sim/world.hpp"
 

@@ -1,5 +1,5 @@
 // swarm-sim: the swarm simulated with SimGrid, running swarm's own policies
-// (actors/policy/*) over peers, trainers and a coordinator on a generated
+// (policy/*) over peers, trainers and a coordinator on a generated
 // platform. See docs/simulator.md.
 //   swarm-sim --config config/sim-small --duration 300
 //   swarm-sim --peers 1000 --stages 16 --churn trace --trace ../shared/data/traces/g4dn-trace.csv

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <string>
 
-#include "actors/policy/rebalancing.hpp"
+#include "policy/rebalancing.hpp"
 
 namespace swarm::sim {
 

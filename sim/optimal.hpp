@@ -2,7 +2,7 @@
 // The throughput the best assignment of live peers to stages would give, the
 // yardstick of swarm-sim's "share of optimal". Pure, tested in test_core.
 //
-// Same model as the rebalancer (actors/policy/rebalancing): a stage's capacity
+// Same model as the rebalancer (policy/rebalancing): a stage's capacity
 // is the sum of its servers' rates, a peer's rate on stage s is its speed over
 // the stage's cost, the pipeline runs at its slowest stage. Assigning peers to
 // maximise the slowest stage is bin covering (NP-hard), so this takes the

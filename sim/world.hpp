@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "base/metrics.hpp"
-#include "actors/policy/admission.hpp"
-#include "actors/policy/rebalancing.hpp"
-#include "actors/policy/routing.hpp"
+#include "policy/admission.hpp"
+#include "policy/rebalancing.hpp"
+#include "policy/routing.hpp"
 #include "models/shape/cost_model.hpp"
 #include "sim/ledger.hpp"
 #include "sim/scenario.hpp"

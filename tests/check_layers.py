@@ -18,21 +18,21 @@ from pathlib import Path
 LAYERS = {
     "base": [],
     "config": ["base"],
-    "actors/policy": ["base"],
+    "policy": ["base"],
     "models/shape": ["config", "base"],
     "models": ["models/shape", "config", "base"],
     "messages": ["base"],
     "net": ["messages", "base"],
-    "observe": ["actors/policy", "base"],
+    "observe": ["policy", "base"],
     "data": ["base"],
-    "actors": ["actors/policy", "models", "models/shape", "data", "messages", "net", "observe", "config", "base"],
-    "apps": ["actors", "actors/policy", "models", "models/shape", "data", "messages", "net", "observe", "config", "base"],
-    "sim": ["actors/policy", "models/shape", "config", "base"],
+    "actors": ["policy", "models", "models/shape", "data", "messages", "net", "observe", "config", "base"],
+    "apps": ["actors", "policy", "models", "models/shape", "data", "messages", "net", "observe", "config", "base"],
+    "sim": ["policy", "models/shape", "config", "base"],
 }
 
 # The CMake library of each layer.
 LIBRARY = {
-    "base": "swarm_base", "config": "swarm_config", "actors/policy": "swarm_policy",
+    "base": "swarm_base", "config": "swarm_config", "policy": "swarm_policy",
     "models/shape": "swarm_shape", "models": "swarm_models", "messages": "swarm_messages",
     "net": "swarm_net", "data": "swarm_data", "observe": "swarm_observe", "actors": "swarm_actors", "apps": "swarm_apps",
     "sim": "swarm_sim_core",
@@ -46,7 +46,7 @@ SOCKETS = ("sys/socket.h", "netinet/", "arpa/inet.h", "netdb.h", "poll.h", "open
 FORBIDDEN = {
     "base": CAF + TORCH + PROTOBUF + SOCKETS,
     "config": CAF + TORCH + PROTOBUF + SOCKETS,
-    "actors/policy": CAF + TORCH + PROTOBUF + SOCKETS,
+    "policy": CAF + TORCH + PROTOBUF + SOCKETS,
     "models/shape": CAF + TORCH + PROTOBUF + SOCKETS,
     "models": CAF + PROTOBUF + SOCKETS,
     "messages": SOCKETS,

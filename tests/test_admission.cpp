@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "actors/policy/admission.hpp"
+#include "policy/admission.hpp"
 
 using swarm::policy::admission;
 using swarm::policy::admission_config;

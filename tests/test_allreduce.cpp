@@ -2,7 +2,7 @@
 // with exact expectations and the degenerate inputs.
 #include <catch2/catch.hpp>
 
-#include "actors/policy/allreduce.hpp"
+#include "policy/allreduce.hpp"
 
 using namespace swarm::policy;
 

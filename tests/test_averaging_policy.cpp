@@ -1,7 +1,7 @@
 // When rounds start and who takes part: exact cases of the pure plan.
 #include <catch2/catch.hpp>
 
-#include "actors/policy/averaging.hpp"
+#include "policy/averaging.hpp"
 
 using namespace swarm::policy;
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include "actors/policy/butterfly.hpp"
+#include "policy/butterfly.hpp"
 
 using namespace swarm::policy;
 

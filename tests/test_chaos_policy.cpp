@@ -1,10 +1,10 @@
 // The cluster's chaos and coordinator supervision as pure decisions
-// (actors/policy/chaos.hpp): exact answers, degenerate inputs, seeds replayed.
+// (policy/chaos.hpp): exact answers, degenerate inputs, seeds replayed.
 #include <catch2/catch.hpp>
 
 #include <map>
 
-#include "actors/policy/chaos.hpp"
+#include "policy/chaos.hpp"
 
 using namespace swarm::policy;
 

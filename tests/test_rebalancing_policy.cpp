@@ -1,9 +1,9 @@
-// Tier (a): the rebalancing policy with exact expectations (actors/policy/rebalancing.hpp).
+// Tier (a): the rebalancing policy with exact expectations (policy/rebalancing.hpp).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 
-#include "actors/policy/rebalancing.hpp"
+#include "policy/rebalancing.hpp"
 
 using namespace swarm::policy;
 

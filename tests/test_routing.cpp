@@ -8,7 +8,7 @@
 #include <numeric>
 #include <set>
 
-#include "actors/policy/routing.hpp"
+#include "policy/routing.hpp"
 
 using swarm::policy::routing_config;
 using swarm::policy::stage_router;

@@ -1,7 +1,7 @@
-// actors/policy/stage_lag: which stage has stopped learning, and when to say so.
+// policy/stage_lag: which stage has stopped learning, and when to say so.
 #include <catch2/catch.hpp>
 
-#include "actors/policy/stage_lag.hpp"
+#include "policy/stage_lag.hpp"
 
 using swarm::stage_watch;
 using swarm::warn_about_lag;

@@ -1,4 +1,4 @@
-#include "actors/policy/admission.hpp"
+#include "policy/admission.hpp"
 
 namespace swarm::policy {
 

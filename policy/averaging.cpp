@@ -1,4 +1,4 @@
-#include "actors/policy/averaging.hpp"
+#include "policy/averaging.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "actors/policy/allreduce.hpp"
+#include "policy/allreduce.hpp"
 
 namespace swarm::policy {
 

@@ -1,4 +1,4 @@
-#include "actors/policy/chaos.hpp"
+#include "policy/chaos.hpp"
 
 namespace swarm::policy {
 

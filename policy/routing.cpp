@@ -1,4 +1,4 @@
-#include "actors/policy/routing.hpp"
+#include "policy/routing.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/policy/allreduce.hpp"
+#include "policy/allreduce.hpp"
 
 namespace swarm::policy {
 

@@ -1,4 +1,4 @@
-#include "actors/policy/butterfly.hpp"
+#include "policy/butterfly.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "actors/policy/stage_lag.hpp"
+#include "policy/stage_lag.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "actors/policy/rebalancing.hpp"
+#include "policy/rebalancing.hpp"
 
 #include <algorithm>
 #include <functional>
