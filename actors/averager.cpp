@@ -81,7 +81,7 @@ bool resumed_all_reported(const averager_state& st, uint32_t stage) {
 void order_reload(self_ptr self, averager_state::server& whom, const char* reason) {
   auto& st = self->state;
   const auto now = averager_state::clock::now();
-  if (whom.reload_pending && now - whom.reload_sent < seconds(st.cfg.timeout_s))
+  if (whom.reload_pending && now - whom.reload_sent < seconds(st.cfg.coordinator.averaging_timeout_s))
     return;
   // A server turns an order down while a round of its own runs (it may wait
   // up to the timeout for a frozen member) and says so at once; asking again
@@ -235,7 +235,7 @@ void maybe_start(self_ptr self, uint32_t stage) {
   begin.set_round(r.id);
   begin.set_number(r.number);
   begin.set_step(r.step);
-  begin.set_timeout_s(st.cfg.timeout_s);
+  begin.set_timeout_s(st.cfg.coordinator.averaging_timeout_s);
   begin.set_piece_elements(static_cast<uint64_t>(st.cfg.piece_elements));
   double others = 0;
   for (size_t k = 0; k < st.stages.size(); ++k)
@@ -265,8 +265,8 @@ void maybe_start(self_ptr self, uint32_t stage) {
   // not for every request queued behind it.
   for (const auto& h : servers)
     self->send<caf::message_priority::high>(caf::actor_cast<stage_actor>(h), round_atom::value, bytes, peers);
-  self->delayed_send(self, seconds(policy::round_clock::exclude * st.cfg.timeout_s), deadline_atom::value, stage,
-                     r.id, int32_t{1});
+  self->delayed_send(self, seconds(policy::round_clock::exclude * st.cfg.coordinator.averaging_timeout_s),
+                     deadline_atom::value, stage, r.id, int32_t{1});
   sg.running = std::move(r);
 }
 
@@ -437,8 +437,8 @@ void on_deadline(self_ptr self, uint32_t stage, uint64_t round, int32_t phase) {
         it->second.view.reported = false;  // not chosen again until it reports
     }
     using clock = policy::round_clock;
-    self->delayed_send(self, seconds((clock::end - clock::exclude) * self->state.cfg.timeout_s), deadline_atom::value,
-                       stage, round, int32_t{2});
+    self->delayed_send(self, seconds((clock::end - clock::exclude) * self->state.cfg.coordinator.averaging_timeout_s),
+                       deadline_atom::value, stage, round, int32_t{2});
     maybe_finish(self, stage, false);
   } else {
     maybe_finish(self, stage, true);

@@ -10,12 +10,12 @@
 //
 // averaging: members are the eligible servers in id order (policy::plan_round).
 // A member that dies or gives up is excluded at once (round_exclude to every
-// member, which the members treat like its death). On policy::round_clock:
-// members not done at 0.5 x timeout_s say whom they wait for (round_waiting,
-// logged); at 0.75 x the averager excludes the members that did not say (hung)
-// and does not choose them again until they report. Members that all answer
-// but still cannot finish (a slow link) give up at timeout_s, when the round
-// ends whatever happened: nobody steps, so nobody differs.
+// member, which the members treat like its death). On policy::round_clock (in
+// multiples of --averaging-timeout): members not done at `report` say whom they
+// wait for (round_waiting, logged); at `exclude` the averager excludes the
+// members that did not say (hung) and does not choose them again until they
+// report. Members that all answer but still cannot finish (a slow link) give up
+// at `end`, when the round ends whatever happened: nobody steps, so nobody differs.
 // At the end the stage moves to the majority result (step, hash); members with
 // another result, and any server behind the stage, are told to reload the state
 // of an up-to-date server (`reload` event); one order at a time per server,
@@ -59,6 +59,7 @@
 #include "actors/control_records.hpp"
 #include "actors/leadership.hpp"
 #include "base/metrics.hpp"
+#include "config/config.hpp"
 #include "policy/averaging.hpp"
 #include "messages/protocol.hpp"
 
@@ -67,7 +68,7 @@ namespace swarm {
 struct averager_settings {
   int num_stages = 2;
   int64_t target_batch_size = 64;   ///< samples per stage-wide optimizer step
-  double timeout_s = 30.0;          ///< see "averaging" above; the round ends by 3x this
+  coordinator_config coordinator;   ///< its role's section: averaging_timeout_s (see "averaging" above)
   int64_t piece_elements = 4 << 20; ///< floats per all-reduce message (net.chunk-bytes / 4)
   /// No round starts in the first settle_s after the averager starts (unless
   /// every server of the stage reported step 0: a fresh swarm), nor while a

@@ -47,7 +47,7 @@ void send_stage(self_ptr self, uint64_t id, int stage, proto::tensor inputs, con
   }
   req.set_reply_codec(codec_of(st.cfg.train.compression));
   const auto& t = st.cfg.train;
-  const auto deadline = seconds(t.no_server_wait_s + t.max_retries * t.forward_timeout_s + 10);
+  const auto deadline = seconds(t.no_server_wait_s + t.attempts.max_attempts * t.forward_timeout_s + 10);
   self->request(st.balancers[static_cast<size_t>(stage)], deadline, forward_atom::value, encode_parts(req), samples)
       .then(
           [self, id, stage, last, targets, samples](std::vector<std::string>& parts, const std::string&, int32_t) {

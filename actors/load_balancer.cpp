@@ -31,13 +31,11 @@ std::optional<request> take(std::map<uint64_t, request>& pending, uint64_t key) 
   return req;
 }
 
-const char* op_name(const request& r) {
-  return r.forward ? "forward" : "backward";
-}
+const char* op_name(const request& r) { return r.history.backward ? "backward" : "forward"; }
 
 /// The deadline of one attempt of `r`, seconds.
 double attempt_timeout_s(const load_balancer_state& st, const request& r) {
-  return r.forward ? st.cfg.forward_timeout_s : st.cfg.backward_timeout_s;
+  return r.history.backward ? st.cfg.trainer.backward_timeout_s : st.cfg.trainer.forward_timeout_s;
 }
 
 /// How long a door's answer is waited for before the request goes elsewhere:
@@ -73,47 +71,21 @@ std::string whole_payload(std::string head, const bulk_parts& data, bool forward
   return req ? encode(*req) : std::string{};
 }
 
-std::optional<std::string> choose_static(self_ptr self) {
-  auto& st = self->state;
-  if (!st.pin.pinned().empty())
-    return st.pin.pinned();
-  std::vector<std::string> candidates;
-  for (const auto& [id, handle] : st.servers)
-    if (st.leaving.count(id) == 0)
-      candidates.push_back(id);
-  auto pinned = st.pin.pin(std::move(candidates), st.rng);
-  if (pinned)
-    get_logger("load_balancer")->info("stage {}: static routing pinned to server {}", st.cfg.stage, *pinned);
-  return pinned;
-}
-
-/// Whether `req` asks a door before its next attempt (else it is sent as it is).
-bool asks(const load_balancer_state& st, const request& req) {
-  return !st.cfg.static_routing && req.refusals < st.cfg.busy_retries;
-}
-
+/// The server of `req`'s next attempt (policy::next_server); logs the pin
+/// static routing makes.
 std::optional<std::string> choose(self_ptr self, const request& req) {
   auto& st = self->state;
-  if (st.cfg.static_routing)
-    return choose_static(self);
-  const double now = now_s();
-  // Servers that failed it, and while it still asks, those that were busy.
-  std::vector<std::string> avoid = req.tried;
-  if (asks(st, req))
-    avoid.insert(avoid.end(), req.busy.begin(), req.busy.end());
-  // A backward may go back to its forward's server (policy::stage_router::choose_backward).
-  const bool keep_preferred = !req.preferred.empty() && st.servers.count(req.preferred) > 0 &&
-                              st.leaving.count(req.preferred) == 0 && !st.router.banned(req.preferred, now) &&
-                              std::find(avoid.begin(), avoid.end(), req.preferred) == avoid.end();
-  std::vector<std::string> exclude;
-  for (const auto& [id, handle] : st.servers)
-    if (std::find(avoid.begin(), avoid.end(), id) != avoid.end())
-      exclude.push_back(id);
-  auto pick = keep_preferred
-                  ? st.router.choose_backward(req.preferred, static_cast<double>(req.samples), now, st.rng, exclude)
-                  : st.router.choose(static_cast<double>(req.samples), !req.forward, now, st.rng, exclude);
-  if (!pick && !exclude.empty())  // every eligible server already failed this request: try one again
-    pick = st.router.choose(static_cast<double>(req.samples), !req.forward, now, st.rng);
+  const bool pinning = st.cfg.trainer.attempts.pinned && st.pin.pinned().empty();
+  auto live = [&st] {
+    std::vector<std::string> ids;
+    for (const auto& [id, handle] : st.servers)
+      if (st.leaving.count(id) == 0)
+        ids.push_back(id);
+    return ids;
+  };
+  auto pick = policy::next_server(st.cfg.trainer.attempts, req.history, st.router, st.pin, now_s(), st.rng, live);
+  if (pinning && pick)
+    get_logger("load_balancer")->info("stage {}: static routing pinned to server {}", st.cfg.stage, *pick);
   return pick;
 }
 
@@ -134,17 +106,17 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
   auto& st = self->state;
   const auto& server = req.server_id;
   const double waited = seconds_since(req.sent_at);
-  st.router.release(server);
+  policy::on_ended(req.history, st.router, server);
   auto log = get_logger("load_balancer");
   const auto code = code_of(err);
   if (!is_retryable(err)) {
-    log->warn("stage {}: {} of {} items failed at {}: {} (not retried)", st.cfg.stage, op_name(req), req.samples,
-              server, describe(err));
+    log->warn("stage {}: {} of {} items failed at {}: {} (not retried)", st.cfg.stage, op_name(req),
+              req.history.samples, server, describe(err));
     deliver_error(req, err);
     return;
   }
   if (code == errc::TIMEOUT) {
-    st.router.on_timeout(server, static_cast<double>(req.samples), !req.forward, waited);
+    st.router.on_timeout(server, req.history.samples, req.history.backward, waited);
     st.metrics->emit("timeout", {{"stage", int64_t{st.cfg.stage}},
                                  {"trainer", st.cfg.trainer_id},
                                  {"server", server},
@@ -161,11 +133,11 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
                              {"seconds", ban_s},
                              {"reason", describe(err)}});
   }
-  req.tried.push_back(server);
   req.last_error = err;
   req.failed_reason = reason;
-  if (req.attempts >= st.cfg.max_attempts) {
-    log->warn("stage {}: {} gave up after {} attempts: {}", st.cfg.stage, op_name(req), req.attempts, describe(err));
+  if (!policy::attempts_left(st.cfg.trainer.attempts, req.history)) {
+    log->warn("stage {}: {} gave up after {} attempts: {}", st.cfg.stage, op_name(req), req.history.attempts,
+              describe(err));
     deliver_error(req, err);
     return;
   }
@@ -184,10 +156,10 @@ void on_reply_payload(self_ptr self, uint64_t attempt, caf::expected<bulk_parts>
   }
   const double secs = seconds_since(req->sent_at);
   st.router.release(req->server_id);
-  st.router.on_success(req->server_id, static_cast<double>(req->samples), !req->forward, secs,
-                       req->forward ? compute_seconds<proto::forward_reply>(*whole)
-                                    : compute_seconds<proto::backward_reply>(*whole));
-  req->promise.deliver(std::move(*whole), req->server_id, int32_t{req->attempts});
+  st.router.on_success(req->server_id, req->history.samples, req->history.backward, secs,
+                       req->history.backward ? compute_seconds<proto::backward_reply>(*whole)
+                                             : compute_seconds<proto::forward_reply>(*whole));
+  req->promise.deliver(std::move(*whole), req->server_id, int32_t{req->history.attempts});
 }
 
 void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string tail) {
@@ -214,34 +186,36 @@ void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string
 void send_attempt(self_ptr self, request req, const std::string& server_id) {
   auto& st = self->state;
   const auto& target = st.servers.at(server_id);
-  if (req.attempts > 0) {
-    get_logger("load_balancer")->debug("stage {}: {} re-sent {} -> {} ({})", st.cfg.stage, op_name(req),
-                                      req.tried.empty() ? "?" : req.tried.back(), server_id, req.failed_reason);
+  const auto& tried = req.history.tried;
+  if (req.history.attempts > 0) {
+    get_logger("load_balancer")
+        ->debug("stage {}: {} re-sent {} -> {} ({})", st.cfg.stage, op_name(req), tried.empty() ? "?" : tried.back(),
+                server_id, req.failed_reason);
     st.metrics->emit("reroute", {{"stage", int64_t{st.cfg.stage}},
                                  {"trainer", st.cfg.trainer_id},
                                  {"op", std::string{op_name(req)}},
-                                 {"from", req.tried.empty() ? std::string{} : req.tried.back()},
+                                 {"from", tried.empty() ? std::string{} : tried.back()},
                                  {"to", server_id},
                                  {"reason", req.failed_reason}});
   }
-  ++req.attempts;
+  ++req.history.attempts;
   req.queued_at = {};
   req.server_id = server_id;
   req.sent_at = clock_type::now();
   const double timeout = attempt_timeout_s(st, req);
   const double now = unix_seconds();
-  auto head =
-      with_deadlines(req.head, req.forward, now + timeout * (1.0 - st.cfg.commit_grace), now + timeout, req.ticket);
+  auto head = with_deadlines(req.head, !req.history.backward, now + timeout * (1.0 - st.cfg.trainer.commit_grace),
+                             now + timeout, req.ticket);
   cut_payload piece;
-  if (st.cfg.bulk && st.cfg.bulk_min_bytes > 0 && req.bytes >= st.cfg.bulk_min_bytes) {
+  if (st.cfg.bulk && st.cfg.net.bulk_min_bytes > 0 && req.bytes >= st.cfg.net.bulk_min_bytes) {
     piece.transfer_id = st.cfg.bulk->push(caf::actor_cast<caf::actor>(target), std::move(head), req.data);
   } else {
-    piece = cut(whole_payload(std::move(head), *req.data, req.forward), static_cast<size_t>(st.cfg.chunk_bytes),
-                st.next_transfer);
+    piece = cut(whole_payload(std::move(head), *req.data, !req.history.backward),
+                static_cast<size_t>(st.cfg.net.chunk_bytes), st.next_transfer);
     send_lead(self, target, piece);
   }
   const uint64_t attempt = ++st.next_attempt;
-  const bool forward = req.forward;
+  const bool forward = !req.history.backward;
   st.in_flight.emplace(attempt, std::move(req));
   auto ok = [self, attempt](uint64_t transfer_id, std::string& tail) {
     on_reply(self, attempt, transfer_id, std::move(tail));
@@ -276,9 +250,7 @@ void on_door_answer(self_ptr self, uint64_t ask, const std::string& server_id, u
   // Busy, or gone from the stage meanwhile: not the server's fault, not an attempt.
   if (ticket == 0 && st.cfg.busy_answers)
     st.cfg.busy_answers->fetch_add(1, std::memory_order_relaxed);
-  st.router.release(server_id);
-  ++req->refusals;
-  req->busy.push_back(server_id);
+  policy::on_busy(req->history, st.router, server_id);
   dispatch(self, std::move(*req));
 }
 
@@ -300,7 +272,7 @@ void ask_door(self_ptr self, request req, const std::string& server_id) {
               auto req = take(self->state.asking, ask);
               if (!req)
                 return;
-              ++req->attempts;
+              ++req->history.attempts;
               const bool timed_out = err == caf::sec::request_timeout;
               on_attempt_failed(
                   self, std::move(*req),
@@ -316,8 +288,9 @@ void dispatch(self_ptr self, request req) {
   auto pick = choose(self, req);
   if (!pick) {
     if (!st.stalled)
-      get_logger("load_balancer")->warn("stage {}: no eligible server ({} connected); requests wait up to {} s",
-                                        st.cfg.stage, st.servers.size(), st.cfg.no_server_wait_s);
+      get_logger("load_balancer")
+          ->warn("stage {}: no eligible server ({} connected); requests wait up to {} s", st.cfg.stage,
+                 st.servers.size(), st.cfg.trainer.no_server_wait_s);
     st.stalled = true;
     // Keep the time it first waited: every tick re-queues what still finds no server.
     if (req.queued_at == clock_type::time_point{})
@@ -329,7 +302,7 @@ void dispatch(self_ptr self, request req) {
     st.stalled = false;
     get_logger("load_balancer")->info("stage {}: requests flow again", st.cfg.stage);
   }
-  if (asks(st, req) && st.doors.count(*pick) > 0)
+  if (policy::asks(st.cfg.trainer.attempts, req.history) && st.doors.count(*pick) > 0)
     ask_door(self, std::move(req), *pick);
   else
     send_attempt(self, std::move(req), *pick);
@@ -346,12 +319,13 @@ void flush_waiting(self_ptr self) {
 /// (a ban may have ended since).
 void on_tick(self_ptr self) {
   auto& st = self->state;
-  const auto limit = std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(st.cfg.no_server_wait_s));
+  const auto limit =
+      std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(st.cfg.trainer.no_server_wait_s));
   const auto now = clock_type::now();
   while (!st.waiting.empty() && now - st.waiting.front().queued_at > limit) {
-    deliver_error(st.waiting.front(), make_error(errc::NO_SERVER, "stage " + std::to_string(st.cfg.stage) +
-                                                                      " had no eligible server for " +
-                                                                      std::to_string(st.cfg.no_server_wait_s) + " s"));
+    deliver_error(st.waiting.front(),
+                  make_error(errc::NO_SERVER, "stage " + std::to_string(st.cfg.stage) + " had no eligible server for " +
+                                                  std::to_string(st.cfg.trainer.no_server_wait_s) + " s"));
     st.waiting.pop_front();
   }
   flush_waiting(self);
@@ -365,7 +339,7 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
                             std::shared_ptr<metrics_sink> metrics) {
   auto& st = self->state;
   st.rng.seed(cfg.seed);
-  st.router = policy::stage_router{cfg.routing};
+  st.router = policy::stage_router{cfg.trainer.router};
   st.cfg = std::move(cfg);
   st.metrics = std::move(metrics);
   self->set_down_handler([self](caf::down_msg& msg) {
@@ -383,7 +357,7 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
   auto enqueue = [self](bool forward, bulk_parts& payload, int64_t samples, std::string preferred) {
     auto promise = self->make_response_promise();
     request req;
-    req.forward = forward;
+    req.history.backward = !forward;
     for (const auto& part : payload)
       req.bytes += static_cast<int64_t>(part.size());
     if (!payload.empty()) {
@@ -391,8 +365,8 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
       payload.erase(payload.begin());
     }
     req.data = shared_parts(std::move(payload));
-    req.samples = samples;
-    req.preferred = std::move(preferred);
+    req.history.samples = static_cast<double>(samples);
+    req.history.preferred = std::move(preferred);
     req.promise = promise;
     dispatch(self, std::move(req));
     return promise;

@@ -53,6 +53,8 @@
 #include <caf/stateful_actor.hpp>
 
 #include "base/metrics.hpp"
+#include "config/config.hpp"
+#include "policy/attempt.hpp"
 #include "policy/routing.hpp"
 #include "net/bulk.hpp"
 #include "net/chunks.hpp"
@@ -61,28 +63,21 @@
 namespace swarm {
 
 struct load_balancer_config {
+  /// Its role's section: deadlines, no-server wait, commit grace, the router's
+  /// knobs and the attempts' (policy::attempt_config).
+  trainer_config trainer;
+  net_config net;  ///< chunk_bytes, bulk_min_bytes
   int stage = 0;
   std::string trainer_id;              ///< for metrics
   uint64_t config_hash = 0;            ///< sent with the subscription
   std::string tokenizer;               ///< sent with it too: named if the coordinator refuses
-  double forward_timeout_s = 30.0;     ///< deadline of one forward attempt, seconds
-  double backward_timeout_s = 75.0;    ///< deadline of one backward attempt, seconds
-  double no_server_wait_s = 600.0;     ///< how long a request may wait for any server, seconds
-  double commit_grace = 0.1;           ///< servers commit by deadline - grace x timeout
-  int max_attempts = 5;                ///< attempts per request before its error goes back
-  bool static_routing = false;         ///< pin one server (GPipe-style) instead of SWARM routing
-  int64_t chunk_bytes = 16 << 20;      ///< largest request payload per message, bytes
   /// The bulk data plane (net/bulk.hpp): requests of at least
-  /// bulk_min_bytes go over it, and replies may come over it; null = CAF only.
+  /// net.bulk_min_bytes go over it, and replies may come over it; null = CAF only.
   std::shared_ptr<bulk_endpoint> bulk;
-  int64_t bulk_min_bytes = 64 << 10;
-  uint64_t seed = 1;                   ///< tie-breaks and static pinning
-  policy::routing_config routing;
+  uint64_t seed = 1;  ///< tie-breaks and static pinning
   /// Counts the busy answers of doors, for the trainer's step events (one
   /// counter shared by a trainer's balancers, read by the trainer); null: not counted.
   std::shared_ptr<std::atomic<int64_t>> busy_answers;
-  /// Busy answers a request takes before it is sent without asking; 0 = never ask.
-  int busy_retries = 4;
 };
 
 struct load_balancer_state {
@@ -90,20 +85,17 @@ struct load_balancer_state {
   using clock = std::chrono::steady_clock;
 
   struct request {
-    bool forward = true;
     std::string head;                       ///< the encoded request, its tensors' bytes moved to `data`
     std::shared_ptr<const bulk_parts> data; ///< kept for a retry, shared with frames in flight
     int64_t bytes = 0;                      ///< head and data
-    int64_t samples = 0;
-    std::string preferred;         ///< server to use if eligible (backward: the forward's server)
     caf::response_promise promise;
     clock::time_point queued_at;   ///< when it started waiting for a server; zero while not waiting
-    int attempts = 0;              ///< attempts sent so far
-    std::vector<std::string> tried;///< servers that failed it, avoided while others exist
+    /// The task and its attempts as the planner sees them: forward or
+    /// backward, samples, the forward's server (backward), the servers that
+    /// failed it and those that answered busy.
+    policy::attempt_history history;
     std::string failed_reason;     ///< why the previous attempt failed (for `reroute`)
     caf::error last_error;
-    int refusals = 0;              ///< busy answers (and failed asks) so far
-    std::vector<std::string> busy; ///< servers that answered busy: passed over while it still asks
     uint64_t ticket = 0;           ///< the chosen server's grant for this attempt; 0: none
     // The attempt in flight:
     std::string server_id;

@@ -20,6 +20,11 @@ double now_s(self_ptr self) {
   return seconds_since(self->state.started);
 }
 
+/// The moves' rule: the coordinator's, its cooldown two load periods.
+policy::rebalance_config rule(const rebalancer_state& st) {
+  return policy::periodic_rule(st.cfg.coordinator.moves, st.cfg.coordinator.rebalance_period_s);
+}
+
 /// A rate measured on stage `from`, as predicted on stage `to` (NaN stays NaN).
 double rate_on(const rebalancer_settings& cfg, double rate, int from, int to) {
   return rate * cfg.stage_cost[static_cast<size_t>(from)] / cfg.stage_cost[static_cast<size_t>(to)];
@@ -80,19 +85,19 @@ void order_move(self_ptr self, const policy::move_plan& m) {
 void evaluate(self_ptr self, bool tick) {
   auto& st = self->state;
   const double now = now_s(self);
-  if (!st.cfg.enabled || now < st.cfg.settle_s)
+  if (st.cfg.coordinator.rebalance != "on" || now < st.cfg.settle_s)
     return;
   // Each order changes the view; stop when the policy is content (bounded: each server moves once at most here).
   for (size_t i = 0; i <= st.servers.size(); ++i) {
     const bool busy = std::any_of(st.servers.begin(), st.servers.end(), [](const auto& s) {
       return s.second.moving_to.has_value();
     });
-    const bool periodic = tick && !busy && now - st.last_load_check >= st.cfg.period_s;
+    const bool periodic = tick && !busy && now - st.last_load_check >= st.cfg.coordinator.rebalance_period_s;
     if (periodic) {
       st.last_load_check = now;
       record_cooldowns(self);
     }
-    const auto m = policy::plan_move(st.cfg.stage_cost, view(self), now, periodic, st.cfg.policy);
+    const auto m = policy::plan_move(st.cfg.stage_cost, view(self), now, periodic, rule(st));
     // One move at a time, but an empty stage does not wait; a placed server that
     // has not registered yet cannot be told anything.
     if (!m || (busy && m->reason != policy::move_reason::empty) || st.servers.count(m->server) == 0)
@@ -200,7 +205,7 @@ caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
     return make_error(errc::BAD_REQUEST, "placement_request without a server id");
   if (!may_order(st.cfg.leader))
     return make_error(errc::PEER_GONE, "this coordinator's lease ran out: ask the new leader");
-  const auto p = policy::place_joiner(st.cfg.stage_cost, view(self), st.cfg.policy);
+  const auto p = policy::place_joiner(st.cfg.stage_cost, view(self), rule(st));
   st.placed[req->server_id()] = {p.to, now_s(self)};
   get_logger("rebalancer")->info("placing new server {} on stage {}: slowest stage {:.1f} -> {:.1f} samples/s predicted",
                                  req->server_id(), p.to, p.bottleneck_before, p.bottleneck_after);
@@ -216,7 +221,6 @@ caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
 rebalancer_actor::behavior_type rebalancer(self_ptr self, rebalancer_settings cfg,
                                            std::shared_ptr<metrics_sink> metrics) {
   auto& st = self->state;
-  cfg.policy.cooldown_s = 2 * cfg.period_s;  // a mover's rate on its new stage is measured before it is judged again
   if (cfg.stage_cost.size() != static_cast<size_t>(cfg.num_stages) ||
       std::any_of(cfg.stage_cost.begin(), cfg.stage_cost.end(), [](double c) { return !(c > 0); }))
     cfg.stage_cost.assign(static_cast<size_t>(std::max(cfg.num_stages, 0)), 1.0);  // no model given: equal stages
@@ -248,7 +252,8 @@ rebalancer_actor::behavior_type rebalancer(self_ptr self, rebalancer_settings cf
       [self](place_atom, const std::string& bytes) { return on_place(self, bytes); },
       [self](tick_atom) {
         on_tick(self);
-        self->delayed_send(self, seconds(std::min(self->state.cfg.period_s, 5.0)), tick_atom::value);
+        self->delayed_send(self, seconds(std::min(self->state.cfg.coordinator.rebalance_period_s, 5.0)),
+                           tick_atom::value);
       },
   };
 }

@@ -40,6 +40,7 @@
 #include "actors/control_records.hpp"
 #include "actors/leadership.hpp"
 #include "base/metrics.hpp"
+#include "config/config.hpp"
 #include "policy/rebalancing.hpp"
 #include "messages/protocol.hpp"
 
@@ -48,8 +49,9 @@ namespace swarm {
 struct rebalancer_settings {
   int num_stages = 2;
   std::vector<double> stage_cost;  ///< work per sample of each stage (models/shape/partition.hpp stage_costs)
-  bool enabled = true;             ///< false: place joiners, never move anyone
-  double period_s = 30;            ///< load moves at most once per period, seconds
+  /// Its role's section: rebalance (off: place joiners, never move anyone),
+  /// rebalance_period_s (load moves at most once per period) and the moves' rule.
+  coordinator_config coordinator;
   double move_timeout_s = 120;     ///< an ordered move or a placement not registered by then is forgotten, seconds
   /// No move before this long after start: servers of a fresh (or restarted)
   /// swarm are still registering, and a stage not heard from yet is not empty.
@@ -57,7 +59,6 @@ struct rebalancer_settings {
   /// Busy seconds a rate is measured over (at least): shorter windows on shared
   /// cores are too noisy to compare servers by.
   double min_busy_s = 1.0;
-  policy::rebalance_config policy; ///< cooldown_s is set from period_s (two periods)
   std::shared_ptr<leadership> leader;        ///< elected: term, lease, record (null: the one coordinator)
   std::optional<rebalancer_record> resume;   ///< the predecessor's cooldowns
 };

@@ -27,6 +27,23 @@ caf::expected<proto::codec> check_call(const stage_worker& worker, const Req& re
   return static_cast<proto::codec>(req.reply_codec());
 }
 
+/// What every call opens with: the request checked, its inputs decoded.
+struct opened_call {
+  proto::codec codec;  ///< the reply's
+  torch::Tensor inputs;
+};
+
+template <class Req>
+caf::expected<opened_call> open_call(const stage_worker& worker, Req& req) {
+  const auto codec = check_call(worker, req);
+  if (!codec)
+    return codec.error();
+  auto inputs = decode_tensor(std::move(*req.mutable_inputs()), "inputs", worker.device());
+  if (!inputs)
+    return inputs.error();
+  return opened_call{*codec, std::move(*inputs)};
+}
+
 /// The activation cache's key of a microbatch: its trainer and id.
 template <class Req>
 std::string cache_key(const Req& req) {
@@ -37,12 +54,11 @@ std::string cache_key(const Req& req) {
 
 caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::forward_request&& req,
                                                   const commit_gate& gate) {
-  const auto codec = check_call(worker, req);
-  if (!codec)
-    return codec.error();
-  auto inputs = decode_tensor(std::move(*req.mutable_inputs()), "inputs", worker.device());
-  if (!inputs)
-    return inputs.error();
+  auto call = open_call(worker, req);
+  if (!call)
+    return call.error();
+  const auto codec = call->codec;
+  const auto& inputs = call->inputs;
   std::optional<torch::Tensor> targets;
   if (req.has_targets()) {
     auto t = decode_tensor(std::move(*req.mutable_targets()), "targets", worker.device());
@@ -51,7 +67,7 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::f
     targets = std::move(*t);
   }
   if (req.eval() && targets) {  // validation on the last stage: the loss, nothing accumulated
-    auto loss = worker.evaluate(*inputs, *targets);
+    auto loss = worker.evaluate(inputs, *targets);
     if (!loss)
       return to_caf(loss.error());
     proto::forward_reply reply;
@@ -60,22 +76,22 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::f
     return reply;
   }
   if (req.logits() && worker.span().has_head()) {  // generation: the next token's logits, nothing accumulated
-    auto logits = worker.next_logits(*inputs);
+    auto logits = worker.next_logits(inputs);
     if (!logits)
       return to_caf(logits.error());
     proto::forward_reply reply;
-    *reply.mutable_outputs() = encode_tensor(*logits, *codec);
+    *reply.mutable_outputs() = encode_tensor(*logits, codec);
     reply.set_server_step(static_cast<uint64_t>(worker.steps()));
     return reply;
   }
-  auto r = worker.forward(*inputs, targets ? &*targets : nullptr, gate, cache_key(req));
+  auto r = worker.forward(inputs, targets ? &*targets : nullptr, gate, cache_key(req));
   if (!r)
     return to_caf(r.error());
   proto::forward_reply reply;
   if (r->outputs.defined())
-    *reply.mutable_outputs() = encode_tensor(r->outputs, *codec);
+    *reply.mutable_outputs() = encode_tensor(r->outputs, codec);
   if (r->input_grad.defined())
-    *reply.mutable_input_grad() = encode_tensor(r->input_grad, *codec);
+    *reply.mutable_input_grad() = encode_tensor(r->input_grad, codec);
   reply.set_loss(r->loss);
   reply.set_duplicate(r->duplicate);
   reply.set_server_step(static_cast<uint64_t>(worker.steps()));
@@ -84,25 +100,25 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::f
 
 caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, proto::backward_request&& req,
                                                     const commit_gate& gate) {
-  const auto codec = check_call(worker, req);
-  if (!codec)
-    return codec.error();
-  auto inputs = decode_tensor(std::move(*req.mutable_inputs()), "inputs", worker.device());
-  if (!inputs)
-    return inputs.error();
+  auto call = open_call(worker, req);
+  if (!call)
+    return call.error();
+  const auto codec = call->codec;
+  const auto& inputs = call->inputs;
   auto output_grad = decode_tensor(std::move(*req.mutable_output_grad()), "output_grad", worker.device());
   if (!output_grad)
     return output_grad.error();
-  auto r = worker.backward(*inputs, *output_grad, gate,
-                           req.has_forward_step() ? std::optional<int64_t>(static_cast<int64_t>(std::min<uint64_t>(
-                                                        req.forward_step(), uint64_t{1} << 62)))
-                                                  : std::nullopt,
-                           cache_key(req));
+  auto r = worker.backward(
+      inputs, *output_grad, gate,
+      req.has_forward_step()
+          ? std::optional<int64_t>(static_cast<int64_t>(std::min<uint64_t>(req.forward_step(), uint64_t{1} << 62)))
+          : std::nullopt,
+      cache_key(req));
   if (!r)
     return to_caf(r.error());
   proto::backward_reply reply;
   if (r->input_grad.defined())
-    *reply.mutable_input_grad() = encode_tensor(r->input_grad, *codec);
+    *reply.mutable_input_grad() = encode_tensor(r->input_grad, codec);
   reply.set_duplicate(r->duplicate);
   reply.set_server_step(static_cast<uint64_t>(worker.steps()));
   return reply;

@@ -60,11 +60,12 @@ std::pair<uint64_t, std::string> send_reply(self_ptr self, const caf::strong_act
                                             google::protobuf::Message& reply, bool bulk_ok) {
   auto& cfg = self->state.cfg;
   const auto to = caf::actor_cast<caf::actor>(requester);
-  if (bulk_ok && cfg.bulk && cfg.bulk_min_bytes > 0 && static_cast<int64_t>(reply.ByteSizeLong()) >= cfg.bulk_min_bytes) {
+  if (bulk_ok && cfg.bulk && cfg.net.bulk_min_bytes > 0 &&
+      static_cast<int64_t>(reply.ByteSizeLong()) >= cfg.net.bulk_min_bytes) {
     auto data = shared_parts(take_tensor_data(reply));
     return {cfg.bulk->push(to, reply.SerializeAsString(), std::move(data)), std::string{}};
   }
-  auto p = cut(reply.SerializeAsString(), static_cast<size_t>(cfg.chunk_bytes), self->state.next_transfer);
+  auto p = cut(reply.SerializeAsString(), static_cast<size_t>(cfg.net.chunk_bytes), self->state.next_transfer);
   send_lead(self, to, p);
   return {p.transfer_id, std::move(p.tail)};
 }
@@ -80,10 +81,10 @@ caf::error reject(self_ptr self, const caf::strong_actor_ptr& requester, const c
 
 /// Emulates a slower device: sleeps (slowdown - 1) times the compute time so far.
 void slow_down(self_ptr self, clock_type::time_point started, bool& done) {
-  if (done || self->state.cfg.slowdown <= 1.0)
+  if (done || self->state.cfg.server.slowdown <= 1.0)
     return;
   done = true;
-  std::this_thread::sleep_for((clock_type::now() - started) * (self->state.cfg.slowdown - 1.0));
+  std::this_thread::sleep_for((clock_type::now() - started) * (self->state.cfg.server.slowdown - 1.0));
 }
 
 /// Whether `req`'s commit deadline (0 = none) has passed.
@@ -92,10 +93,10 @@ bool past_deadline(const Req& req) {
   return req.commit_deadline() > 0 && unix_seconds() > req.commit_deadline();
 }
 
-/// Test hook: hang while holding the `seen`-th request of `op` (see stage_server_config::fault).
-void maybe_hang(self_ptr self, stage_server_config::fault_kind kind, int64_t seen, const char* op) {
+/// Test hook: hang while holding the `seen`-th request of `op` (see server_config::fault).
+void maybe_hang(self_ptr self, server_config::fault_kind kind, int64_t seen, const char* op) {
   auto& st = self->state;
-  if (st.cfg.fault != kind || seen != st.cfg.fault_after)
+  if (st.cfg.server.fault != kind || seen != st.cfg.server.fault_after)
     return;
   get_logger("stage_server")->warn("fault hook: hanging in {} #{} until killed", op, seen);
   st.metrics->emit("fault", {{"server", st.cfg.server_id},
@@ -107,7 +108,7 @@ void maybe_hang(self_ptr self, stage_server_config::fault_kind kind, int64_t see
 }
 
 void maybe_hang(self_ptr self, bool forward) {
-  using kind = stage_server_config::fault_kind;
+  using kind = server_config::fault_kind;
   auto& st = self->state;
   if (forward)
     maybe_hang(self, kind::hang_forward, ++st.serving.forwards_seen, "forward");
@@ -224,7 +225,7 @@ void run_or_defer(self_ptr self, const caf::strong_actor_ptr& requester, const c
                   caf::expected<bulk_parts> payload, Run run, caf::typed_response_promise<uint64_t, std::string> rp) {
   auto& st = self->state;
   const bool adds = !std::is_same_v<Req, proto::forward_request> || st.worker->span().has_head();
-  if (adds && st.cfg.stale_wait_s > 0 && st.avg.in_round() && st.serving.waited_out != st.avg.round->id &&
+  if (adds && st.cfg.server.stale_wait_s > 0 && st.avg.in_round() && st.serving.waited_out != st.avg.round->id &&
       st.serving.deferred.size() < serving_state::max_deferred) {
     st.serving.deferred.emplace_back([self, requester, op, payload = std::move(payload), run, rp]() mutable {
       run_or_defer<Req>(self, requester, op, std::move(payload), run, rp);
@@ -331,12 +332,16 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   if (self->state.cfg.bulk)
     self->state.cfg.bulk->attach(caf::actor_cast<caf::actor>(self));
   // Linked: it ends with this server.
-  self->state.door = self->spawn<caf::linked>(door, self->state.cfg.admission);
+  self->state.door = self->spawn<caf::linked>(door, self->state.cfg.server.admission);
   {
     const auto& c = self->state.cfg;
-    round_peer_config pc{c.server_id, c.averaging_compression, c.bulk, c.bulk_min_bytes, c.bulk_wait_s,
-                         c.fault == stage_server_config::fault_kind::hang_round ? c.fault_after : 0,
-                         c.fault == stage_server_config::fault_kind::fail_round ? c.fault_after : 0};
+    round_peer_config pc{c.server_id,
+                         c.server.averaging_compression,
+                         c.bulk,
+                         c.net.bulk_min_bytes,
+                         c.bulk_wait_s,
+                         c.server.fault == server_config::fault_kind::hang_round ? c.server.fault_after : 0,
+                         c.server.fault == server_config::fault_kind::fail_round ? c.server.fault_after : 0};
     // Detached: its own thread, so a round moves on while this one computes.
     self->state.avg.peer = self->spawn<caf::detached + caf::linked>(round_peer, std::move(pc), self->state.metrics,
                                                                     caf::actor_cast<stage_actor>(self));
@@ -381,7 +386,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
                         make_error(errc::UNKNOWN_STAGE, "state of stage " + std::to_string(req->stage()) +
                                                             " asked of a server of stage " +
                                                             std::to_string(st.worker->span().stage)));
-        maybe_hang(self, stage_server_config::fault_kind::hang_state, ++st.serving.states_seen, "state");
+        maybe_hang(self, server_config::fault_kind::hang_state, ++st.serving.states_seen, "state");
         proto::state_reply rep;
         rep.set_stage(req->stage());
         rep.set_step(static_cast<uint64_t>(st.worker->steps()));

@@ -71,30 +71,21 @@ namespace swarm {
 
 /// What a stage server needs to know; built from app_config by the server role.
 struct stage_server_config {
-  std::string server_id;          ///< unique name in logs and metrics, e.g. "s1-4711"
-  int64_t chunk_bytes = 16 << 20; ///< largest reply payload per message, bytes
-  double slowdown = 1.0;          ///< emulate a device this many times slower (sleep (F-1) x compute)
-  /// Test hook: the fault_after-th request of this kind hangs forever, holding it,
-  /// after a `fault` metrics event, so a test can kill -9 a server mid-request.
-  /// hang_round: hang in the fault_after-th averaging round, after sending its parts;
-  /// fail_round: give the fault_after-th round it holds gradient in up before
-  /// sending any part (as a peer that cannot be dialed makes it), and go on;
-  /// hang_state: when asked for its state (by a joining or reloading peer).
-  enum class fault_kind { none, hang_forward, hang_backward, hang_round, fail_round, hang_state } fault = fault_kind::none;
-  int64_t fault_after = 1;
+  std::string server_id;  ///< unique name in logs and metrics, e.g. "s1-4711"
+  /// Its role's section: --slowdown, --averaging-compression, --stale-wait
+  /// (see "Staleness" above), --activation-cache-mb (a moved-to stage's
+  /// worker gets that budget), --max-outstanding (its door), the fault hook.
+  server_config server;
+  net_config net;  ///< chunk_bytes (largest reply payload per message), bulk_min_bytes
   // What it needs to build another stage when it moves:
   model_config model;
   int num_stages = 2;
   std::string device = "cpu";
-  std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: how its all-reduce pieces travel
-  double stale_wait_s = 1.0;  ///< see "Staleness" above
-  int64_t activation_cache_bytes = 0;  ///< a moved-to stage's worker gets this activation cache budget
-  bool bf16 = false;                   ///< ... and this precision (--precision)
+  bool bf16 = false;  ///< a moved-to stage's precision (--precision)
   /// The bulk data plane (net/bulk.hpp): replies and pieces of at least
-  /// bulk_min_bytes go over it; null = everything through CAF.
+  /// net.bulk_min_bytes go over it; null = everything through CAF.
   std::shared_ptr<bulk_endpoint> bulk;
-  int64_t bulk_min_bytes = 64 << 10;
-  double bulk_wait_s = 60;        ///< a claim on bytes that have not come fails after this (PEER_GONE)
+  double bulk_wait_s = 60;  ///< a claim on bytes that have not come fails after this (PEER_GONE)
   checkpoint_settings checkpoints;
   /// --init-from's whole model (null: random init): a stage built on a move starts from it too.
   std::shared_ptr<const named_tensors> initial_weights;
@@ -103,8 +94,6 @@ struct stage_server_config {
   double freeze_s = 0;
   /// False while the node knows the coordinator is gone (set by the node; null: always up).
   std::shared_ptr<std::atomic<bool>> coordinator_up;
-  /// Room it grants trainers (--max-outstanding), through its door (actors/door.hpp).
-  policy::admission_config admission;
 };
 
 /// Totals of one stage served, reported when the server leaves it or exits (metrics event server_exit).

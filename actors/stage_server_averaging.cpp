@@ -120,7 +120,7 @@ void finish(server_ptr self, std::string why, const proto::round_outcome& o, con
                     {"samples", r.samples},
                     {"stale_samples", r.stale_samples},
                     {"lr", learning_rate(st.cfg.model, st.worker->steps() - 1)},
-                    {"compression", st.cfg.averaging_compression},
+                    {"compression", st.cfg.server.averaging_compression},
                     {"bytes", static_cast<int64_t>(o.bytes_sent())},
                     {"bytes_received", static_cast<int64_t>(o.bytes_received())},
                     {"raw_bytes", static_cast<int64_t>(o.raw_bytes())},
@@ -245,8 +245,8 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
              std::move(check));
   self->delayed_send(self, seconds(policy::round_clock::end * begin->timeout_s() + 5.0), deadline_atom::value, r.id,
                      int32_t{2});
-  if (st.cfg.stale_wait_s > 0)
-    self->delayed_send(self, seconds(st.cfg.stale_wait_s), deadline_atom::value, r.id, int32_t{3});
+  if (st.cfg.server.stale_wait_s > 0)
+    self->delayed_send(self, seconds(st.cfg.server.stale_wait_s), deadline_atom::value, r.id, int32_t{3});
 }
 
 void on_deadline(server_ptr self, uint64_t round, int32_t phase) {

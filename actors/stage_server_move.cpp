@@ -115,7 +115,7 @@ void move_now(server_ptr self) {
   std::shared_ptr<stage_worker> fresh;
   try {
     fresh = std::make_shared<stage_worker>(st.cfg.model, to, st.cfg.num_stages, st.cfg.device);
-    fresh->set_activation_cache(st.cfg.activation_cache_bytes);
+    fresh->set_activation_cache(st.cfg.server.activation_cache_mb << 20);
     fresh->set_bf16(st.cfg.bf16);
     if (st.cfg.initial_weights)
       if (auto err = fresh->load_parameters(*st.cfg.initial_weights))

@@ -33,7 +33,7 @@ int64_t busy_answers(const trainer_state& st) {
 /// for a server, plus slack, so the balancer always answers first.
 caf::timespan request_deadline(self_ptr self, double attempt_timeout_s) {
   const auto& t = self->state.cfg.train;
-  return seconds(t.no_server_wait_s + t.max_retries * attempt_timeout_s + 10);
+  return seconds(t.no_server_wait_s + t.attempts.max_attempts * attempt_timeout_s + 10);
 }
 
 void send_forward(self_ptr self, uint64_t id, int stage);
@@ -291,13 +291,22 @@ void on_success(self_ptr self, uint64_t id, int stage, int32_t attempts, bool co
     st.acked[stage] += st.live.at(id).samples;
 }
 
-void send_forward(self_ptr self, uint64_t id, int stage) {
-  auto& st = self->state;
-  auto& mb = st.live.at(id);
-  proto::forward_request req;
+/// A stage request's header: which microbatch, stage and trainer, and the
+/// codec its reply takes.
+template <class Req>
+Req addressed(const trainer_state& st, uint64_t id, int stage) {
+  Req req;
   req.set_microbatch_id(id);
   req.set_stage(static_cast<uint32_t>(stage));
   req.set_trainer_id(st.cfg.trainer_id);
+  req.set_reply_codec(codec_of(st.cfg.train.compression));
+  return req;
+}
+
+void send_forward(self_ptr self, uint64_t id, int stage) {
+  auto& st = self->state;
+  auto& mb = st.live.at(id);
+  auto req = addressed<proto::forward_request>(st, id, stage);
   // The balancer keeps what it sends for its retries, so the trainer needs a
   // stage's inputs again only for that stage's backward: the last stage has
   // none (its forward returns the input gradient), so its inputs move.
@@ -307,7 +316,6 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
   } else {
     *req.mutable_inputs() = mb.inputs[stage];
   }
-  req.set_reply_codec(codec_of(st.cfg.train.compression));
   auto parts = encode_parts(req);
   st.wire_bytes += parts_size(parts);
   self->request(st.balancers[stage], request_deadline(self, st.cfg.train.forward_timeout_s), forward_atom::value,
@@ -347,14 +355,10 @@ void send_forward(self_ptr self, uint64_t id, int stage) {
 void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_grad) {
   auto& st = self->state;
   auto& mb = st.live.at(id);
-  proto::backward_request req;
-  req.set_microbatch_id(id);
-  req.set_stage(static_cast<uint32_t>(stage));
-  req.set_trainer_id(st.cfg.trainer_id);
+  auto req = addressed<proto::backward_request>(st, id, stage);
   *req.mutable_inputs() = std::move(mb.inputs[stage]);  // its last use: retries are the balancer's
   *req.mutable_output_grad() = std::move(output_grad);
   req.set_forward_step(mb.forward_steps[stage]);
-  req.set_reply_codec(codec_of(st.cfg.train.compression));
   auto parts = encode_parts(req);
   st.wire_bytes += parts_size(parts);
   self->request(st.balancers[stage], request_deadline(self, st.cfg.train.backward_timeout_s), backward_atom::value,

@@ -44,7 +44,7 @@ void remote_logits::end(int code) { impl_->n.end(code); }
 result<at::Tensor> remote_logits::next(const std::vector<int64_t>& tokens, int64_t window) {
   auto& m = *impl_;
   const auto& t = m.cfg.trainer;
-  const auto deadline = seconds(t.no_server_wait_s + t.max_retries * t.forward_timeout_s + 10);
+  const auto deadline = seconds(t.no_server_wait_s + t.attempts.max_attempts * t.forward_timeout_s + 10);
   const std::vector<int64_t> ids(tokens.begin() + window, tokens.end());
   proto::tensor inputs = make_int64_tensor(ids, {1, static_cast<int64_t>(ids.size())});
   caf::scoped_actor self{m.n.sys()};

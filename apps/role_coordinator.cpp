@@ -29,15 +29,12 @@ namespace {
 coordinator_settings settings_of(const app_config& cfg) {
   coordinator_settings settings{cfg.stages, cfg.model.hash(), cfg.model.tokenizer_label(), {}};
   settings.averaging.target_batch_size = cfg.server.batch_size;
-  settings.averaging.timeout_s = cfg.coordinator.averaging_timeout_s;
+  settings.averaging.coordinator = cfg.coordinator;
   settings.averaging.piece_elements = std::max<int64_t>(1, cfg.net.chunk_bytes / 4);
   auto& rb = settings.rebalancing;
   rb.stage_cost = stage_costs(cfg.model, cfg.stages);
-  rb.enabled = cfg.coordinator.rebalance == "on";
-  rb.period_s = cfg.coordinator.rebalance_period_s;
-  rb.settle_s = std::min(10.0, rb.period_s);
-  rb.policy.min_gain = cfg.coordinator.rebalance_min_gain;
-  rb.policy.min_replicas = cfg.coordinator.min_replicas;
+  rb.coordinator = cfg.coordinator;
+  rb.settle_s = std::min(10.0, cfg.coordinator.rebalance_period_s);
   return settings;
 }
 

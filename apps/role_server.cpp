@@ -11,71 +11,33 @@
 
 #include "actors/stage_server.hpp"
 #include "actors/stage_server_move.hpp"
+#include "actors/server_signup.hpp"
 #include "apps/node.hpp"
 #include "apps/roles.hpp"
 #include "apps/weight_roles.hpp"
 #include "messages/errors.hpp"
-#include "messages/wire.hpp"
 
 namespace swarm {
 
 namespace {
 
-/// Has `server` (re)register with the coordinator, as the stage it serves now; the refusal, if any.
-caf::error register_with(caf::actor_system& sys, const coordinator_actor& coord, const proto::register_server& reg,
-                         const stage_actor& server) {
-  caf::error refused;
-  caf::scoped_actor self{sys};
-  self->request(server, std::chrono::seconds(30), register_atom::value, encode(reg), caf::actor_cast<caf::actor>(coord))
-      .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
-  return refused;
-}
-
-/// Asks the coordinator where a server started with --stage auto should go.
-caf::expected<proto::placement> ask_placement(caf::actor_system& sys, const coordinator_actor& coord,
-                                              const std::string& server_id, const model_config& model) {
-  proto::placement_request req;
-  req.set_server_id(server_id);
-  req.set_config_hash(model.hash());
-  req.set_tokenizer(model.tokenizer_label());
-  caf::expected<proto::placement> answer{caf::error{}};
-  caf::scoped_actor self{sys};
-  self->request(coord, std::chrono::seconds(10), place_atom::value, encode(req))
-      .receive([&](const std::string& bytes) { answer = decode<proto::placement>(bytes, "placement"); },
-               [&](caf::error& err) { answer = std::move(err); });
-  return answer;
-}
-
 /// The stage server actor's settings from the process's config.
 stage_server_config stage_server_settings(const app_config& cfg, const std::string& server_id,
                                   std::shared_ptr<bulk_endpoint> bulk, const checkpoint_settings& checkpoints,
                                   std::shared_ptr<const named_tensors> initial) {
-  stage_server_config scfg{server_id, cfg.net.chunk_bytes, cfg.server.slowdown};
-  if (cfg.server.fault == "hang-forward")
-    scfg.fault = stage_server_config::fault_kind::hang_forward;
-  else if (cfg.server.fault == "hang-backward")
-    scfg.fault = stage_server_config::fault_kind::hang_backward;
-  else if (cfg.server.fault == "hang-round")
-    scfg.fault = stage_server_config::fault_kind::hang_round;
-  else if (cfg.server.fault == "fail-round")
-    scfg.fault = stage_server_config::fault_kind::fail_round;
-  else if (cfg.server.fault == "hang-state")
-    scfg.fault = stage_server_config::fault_kind::hang_state;
-  scfg.fault_after = cfg.server.fault_after;
+  stage_server_config scfg;
+  scfg.server_id = server_id;
+  scfg.server = cfg.server;
+  scfg.net = cfg.net;
   scfg.model = cfg.model;
   scfg.num_stages = cfg.stages;
   scfg.device = cfg.device;
-  scfg.averaging_compression = cfg.server.averaging_compression;
-  scfg.stale_wait_s = cfg.server.stale_wait_s;
-  scfg.activation_cache_bytes = cfg.server.activation_cache_mb << 20;
   scfg.bf16 = cfg.bf16();
   scfg.bulk = std::move(bulk);
-  scfg.bulk_min_bytes = cfg.net.bulk_min_bytes;
   scfg.checkpoints = checkpoints;
   scfg.initial_weights = std::move(initial);
   scfg.coordinator_up = std::make_shared<std::atomic<bool>>(true);
   scfg.freeze_s = cfg.net.connection_timeout_s;
-  scfg.admission.max_outstanding = cfg.server.max_outstanding;
   return scfg;
 }
 

@@ -152,24 +152,15 @@ caf::behavior status_reporter(caf::event_based_actor* self, std::string trainer_
 
 load_balancer_config balancer_config(const app_config& cfg, const std::string& trainer_id, int stage,
                                      std::shared_ptr<bulk_endpoint> bulk) {
-  const auto& t = cfg.trainer;
   load_balancer_config lb;
+  lb.trainer = cfg.trainer;
+  lb.net = cfg.net;
   lb.stage = stage;
   lb.trainer_id = trainer_id;
   lb.config_hash = cfg.model.hash();
   lb.tokenizer = cfg.model.tokenizer_label();
-  lb.forward_timeout_s = t.forward_timeout_s;
-  lb.backward_timeout_s = t.backward_timeout_s;
-  lb.no_server_wait_s = t.no_server_wait_s;
-  lb.commit_grace = t.commit_grace;
-  lb.max_attempts = t.max_retries;
-  lb.static_routing = t.routing == "static";
-  lb.chunk_bytes = cfg.net.chunk_bytes;
   lb.bulk = std::move(bulk);
-  lb.bulk_min_bytes = cfg.net.bulk_min_bytes;
   lb.seed = cfg.model.seed * 1000003 + static_cast<uint64_t>(::getpid()) * 31 + static_cast<uint64_t>(stage);
-  lb.routing = {t.ema_alpha, t.backward_cost, t.ban_base_s, t.ban_max_s};
-  lb.busy_retries = t.busy_retries;
   return lb;
 }
 

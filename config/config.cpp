@@ -165,7 +165,8 @@ std::string validate(const app_config& c) {
           "needs --control-ca (the CA that signed etcd's certificate)");
   require(e, c.server.batch_size >= m.microbatch, "batch-size", c.server.batch_size, "must be >= microbatch");
   const auto& t = c.trainer;
-  require(e, t.ban_max_s >= t.ban_base_s, "ban-base", t.ban_base_s, "must be > 0 and <= --ban-max");
+  require(e, t.router.ban_max_s >= t.router.ban_base_s, "ban-base", t.router.ban_base_s,
+          "must be > 0 and <= --ban-max");
   require(e, c.cluster.chaos_stage < c.stages, "chaos-stage", c.cluster.chaos_stage, "must be -1 or a stage index");
   if (!c.cluster.stage_servers.empty()) {
     const auto counts = int_list(c.cluster.stage_servers);

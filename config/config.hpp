@@ -11,6 +11,11 @@
 #include <utility>
 #include <vector>
 
+#include "policy/admission.hpp"
+#include "policy/attempt.hpp"
+#include "policy/rebalancing.hpp"
+#include "policy/routing.hpp"
+
 namespace swarm {
 
 enum class role { coordinator, server, trainer, local, cluster, status, calibrate, tokenizer, prepare, export_weights, generate };
@@ -118,7 +123,8 @@ struct coordinator_config {
   std::string port_file;  ///< write the bound port here once listening (for scripts)
   int http_port = 0;      ///< status page, /api/status and /metrics; 0 = none
   std::string http_host = "127.0.0.1";  ///< address the HTTP port binds to
-  double averaging_timeout_s = 30.0;  ///< no round outlives this (hung members are excluded at 0.75x)
+  /// No round outlives this, seconds; its clock's multiples are policy::round_clock.
+  double averaging_timeout_s = 30.0;
   std::string rebalance = "on";       ///< on: move servers between stages; off: servers stay where they started
   /// Seconds between load moves (one server at most each). The paper's 300 s suits
   /// stages of ~1B parameters whose download takes minutes at 200 Mb/s; ours
@@ -126,10 +132,9 @@ struct coordinator_config {
   /// adapt within a run while a period still holds thousands of samples to measure
   /// rates on. Empty and under-replicated stages are served at once, not per period.
   double rebalance_period_s = 30.0;
-  /// A load move must raise the slowest stage's predicted capacity by more than
-  /// this fraction: rates measured on shared cores are noisy by ~5%.
-  double rebalance_min_gain = 0.1;
-  int min_replicas = 2;               ///< servers per stage kept before optimising throughput, where others can spare them
+  /// The moves' rule (--rebalance-min-gain, --min-replicas); its cooldown_s is
+  /// two periods, set by the rebalancer.
+  policy::rebalance_config moves;
 };
 
 struct server_config {
@@ -147,10 +152,22 @@ struct server_config {
   /// MiB of forwards kept with their graphs for their backward, which then
   /// need not recompute them (estimated sizes; oldest dropped first); 0 = off.
   int64_t activation_cache_mb = 1024;
-  /// Requests it promises to take at once: reservations granted and not yet
-  /// answered, on their way, queued or computing (policy::admission); 0 = grants every one.
-  int64_t max_outstanding = 4;
-  std::string fault = "none";    ///< test hook: none | hang-forward | hang-backward | hang-round | hang-state
+  /// Room it grants trainers (--max-outstanding), through its door (actors/door.hpp).
+  policy::admission_config admission;
+  /// Test hook: the fault_after-th request of this kind hangs forever, holding it,
+  /// after a `fault` metrics event, so a test can kill -9 a server mid-request.
+  /// hang_round: hang in the fault_after-th averaging round, after sending its parts;
+  /// fail_round: give the fault_after-th round it holds gradient in up before
+  /// sending any part (as a peer that cannot be dialed makes it), and go on;
+  /// hang_state: when asked for its state (by a joining or reloading peer).
+  enum class fault_kind {
+    none,
+    hang_forward,
+    hang_backward,
+    hang_round,
+    fail_round,
+    hang_state
+  } fault = fault_kind::none;
   int64_t fault_after = 1;       ///< the fault hits the Nth request of its kind
 };
 
@@ -168,16 +185,12 @@ struct trainer_config {
   int64_t batch_size = 64;          ///< samples per reported step (loss averaged over it)
   int64_t max_steps = 0;            ///< stop after this many steps; 0 = run until stopped
   double forward_timeout_s = 30.0;  ///< deadline of one forward request, seconds
-  double backward_timeout_s = 75.0; ///< deadline of one backward request, seconds
-  int max_retries = 5;              ///< attempts per stage request before the microbatch is dropped
-  std::string routing = "swarm";    ///< swarm: throughput-weighted, rerouting; static: one pinned server per stage
+  double backward_timeout_s = 75.0;        ///< deadline of one backward request, seconds
   std::string compression = "blockwise8";  ///< none | fp16 | blockwise8: activations and gradients between stages
-  double ema_alpha = 0.1;           ///< weight of the newest sample in the throughput average
-  double backward_cost = 2.5;       ///< a backward counts as this many forwards when routing
-  double ban_base_s = 1.0;          ///< first ban of a failing server, seconds (doubles per repeat)
-  double ban_max_s = 60.0;          ///< longest ban, seconds
-  /// Busy refusals a request takes before it is sent without asking; 0 = never ask (no reservations).
-  int busy_retries = 4;
+  /// The stage router's knobs (--ema-alpha, --backward-cost, --ban-base, --ban-max).
+  policy::routing_config router;
+  /// Which server each attempt goes to (--routing, --max-retries, --busy-retries).
+  policy::attempt_config attempts;
   double commit_grace = 0.1;        ///< servers must commit this fraction of the deadline before it
   double no_server_wait_s = 600.0;  ///< how long a request waits for a stage with no server, seconds
 };

@@ -113,7 +113,7 @@ void check_rule_fits(const row& r);
 
 /// A key whose value is `member` of section S.
 template <class S, class T>
-[[nodiscard]] row key(const char* flag, T S::*member, const char* unit, check rule, const char* help,
+[[nodiscard]] row key(const char* flag, T S::*member, const char* unit, check rule, const std::string& help,
                       reach scope = reach::swarm) {
   static_assert(is_value_type<T>, "a key holds bool, int, int64_t, uint64_t, double or std::string");
   row r{flag, unit, help, std::move(rule), scope};
@@ -127,7 +127,7 @@ template <class S, class T>
 /// A key whose value is `inner` of the struct `outer` of section S (swarm-sim's
 /// --stage-servers lives in its cluster_config).
 template <class S, class M, class T>
-[[nodiscard]] row key(const char* flag, M S::*outer, T M::*inner, const char* unit, check rule, const char* help,
+[[nodiscard]] row key(const char* flag, M S::*outer, T M::*inner, const char* unit, check rule, const std::string& help,
                       reach scope = reach::swarm) {
   static_assert(is_value_type<T>, "a key holds bool, int, int64_t, uint64_t, double or std::string");
   row r{flag, unit, help, std::move(rule), scope};

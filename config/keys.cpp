@@ -1,5 +1,7 @@
 #include "config/keys.hpp"
 
+#include "policy/averaging.hpp"
+
 #include <limits>
 #include <sstream>
 
@@ -82,6 +84,57 @@ std::string set_slot(trainer_config& t, const std::string& text) {
   return set_auto_index(t.slot, text, 4096, "must be auto or a trainer slot in [0, 4095]");
 }
 
+std::string routing_text(const trainer_config& t) { return t.attempts.pinned ? "static" : "swarm"; }
+
+std::string set_routing(trainer_config& t, const std::string& text) {
+  t.attempts.pinned = text == "static";
+  return text == "static" || text == "swarm" ? "" : "must be swarm or static";
+}
+
+using fault_kind = server_config::fault_kind;
+/// --fault's words, in the order of fault_kind.
+const std::vector<std::pair<fault_kind, std::string>> fault_words = {{fault_kind::none, "none"},
+                                                                     {fault_kind::hang_forward, "hang-forward"},
+                                                                     {fault_kind::hang_backward, "hang-backward"},
+                                                                     {fault_kind::hang_round, "hang-round"},
+                                                                     {fault_kind::fail_round, "fail-round"},
+                                                                     {fault_kind::hang_state, "hang-state"}};
+
+std::vector<std::string> fault_names() {
+  std::vector<std::string> out;
+  for (const auto& [kind, word] : fault_words)
+    out.push_back(word);
+  return out;
+}
+
+std::string fault_text(const server_config& s) {
+  for (const auto& [kind, word] : fault_words)
+    if (kind == s.fault)
+      return word;
+  return "none";
+}
+
+std::string set_fault(server_config& s, const std::string& text) {
+  for (const auto& [kind, word] : fault_words)
+    if (word == text) {
+      s.fault = kind;
+      return {};
+    }
+  return "no such fault";  // CLI11's word list refuses it first
+}
+
+/// The round clock's multiples as --help and the docs say them (policy::round_clock holds them).
+std::string averaging_timeout_help() {
+  const auto times = [](double x) {
+    std::ostringstream out;
+    out << x << "x";
+    return out.str();
+  };
+  return "coordinator: an averaging round ends by this, whatever happened; members not done at " +
+         times(policy::round_clock::report) + " say whom they wait for, and those that do not say are excluded at " +
+         times(policy::round_clock::exclude);
+}
+
 bool valid_interval(const std::string& every) {
   const auto [steps, seconds] = checkpoint_interval(every);
   return steps > 0 || seconds > 0;
@@ -147,14 +200,15 @@ const std::vector<keys::row>& swarm_keys() {
   const auto compressions = one_of({"none", "fp16", "blockwise8"});
   // flag, member, unit, check, help[, own]; the unit ends the help text ("..., seconds").
   static const std::vector<keys::row> rows = {
-      keys::text_key<app>("role", role_text, set_role, one_of(role_names()),
-                          "what this process is: coordinator | server | trainer | local | cluster | status (print a "
-                          "running swarm's overview: --coordinator HOST:PORT) | calibrate (measure this machine's "
-                          "stage costs for swarm-sim: --out FILE) | tokenizer (train one: --input, --vocab-size, --out; "
-                          "or --encode) | prepare (token shards: --input, --tokenizer, --out) | export (Hugging Face weights: "
-                          "--checkpoint-dir or --init-from, --out) | generate (text: --checkpoint-dir, --init-from "
-                          "or --coordinator; --prompt)",
-                          own)
+      keys::text_key<app>(
+          "role", role_text, set_role, one_of(role_names()),
+          "what this process is: coordinator | server | trainer | local | cluster | status (print a "
+          "running swarm's overview: --coordinator HOST:PORT) | calibrate (measure this machine's "
+          "stage costs for swarm-sim: --out FILE) | tokenizer (train one: --input, --vocab-size, --out; "
+          "or --encode) | prepare (token shards: --input, --tokenizer, --out) | export (Hugging Face weights: "
+          "--checkpoint-dir or --init-from, --out) | generate (text: --checkpoint-dir, --init-from "
+          "or --coordinator; --prompt)",
+          own)
           .must_be_given(),
       key("out", &app::out, "", {},
           "calibrate: file to write the calibration to (- = standard output); tokenizer: the model file; prepare: the "
@@ -162,7 +216,8 @@ const std::vector<keys::row>& swarm_keys() {
           own),
       key("stages", &app::stages, "", range(">= 1"), "pipeline stages the model is cut into (1..n-layers)"),
       key("threads", &app::threads, "", range(">= 0"),
-          "threads per process; 0 = all cores (cluster: cores / servers); torch gets them below d-model 512, OpenBLAS from 512 on"),
+          "threads per process; 0 = all cores (cluster: cores / servers); torch gets them below d-model 512, OpenBLAS "
+          "from 512 on"),
       key("device", &app::device, "", check::custom(valid_device, "must be cpu, cuda or cuda:N"),
           "server, local: torch device: cpu | cuda | cuda:N (needs a CUDA build of libtorch)"),
       key("precision", &app::precision, "", one_of({"fp32", "bf16"}),
@@ -236,7 +291,8 @@ const std::vector<keys::row>& swarm_keys() {
       key("control-cert", &net::control_cert, "", {},
           "etcd over TLS (with --control): this node's PEM client certificate for etcd (with --control-key; etcd's "
           "--client-cert-auth)"),
-      key("control-key", &net::control_key, "", {}, "etcd over TLS (with --control): the PEM key of --control-cert (unencrypted)"),
+      key("control-key", &net::control_key, "", {},
+          "etcd over TLS (with --control): the PEM key of --control-cert (unencrypted)"),
       key("chunk-bytes", &net::chunk_bytes, "bytes", range(">= 1024"), "largest single message payload"),
       key("bulk-min-bytes", &net::bulk_min_bytes, "bytes", range(">= 0"),
           "payloads at least this large go over a dedicated bulk connection (0 = all through CAF)"),
@@ -257,19 +313,18 @@ const std::vector<keys::row>& swarm_keys() {
           own),
       key("http-host", &coord::http_host, "", {},
           "coordinator: address the HTTP port binds to (127.0.0.1: this machine only; 0.0.0.0: every interface)", own),
-      key("averaging-timeout", &coord::averaging_timeout_s, "seconds", range("> 0"),
-          "coordinator: an averaging round ends by this, whatever happened; members that do not answer are excluded at "
-          "0.75x"),
+      key("averaging-timeout", &coord::averaging_timeout_s, "seconds", range("> 0"), averaging_timeout_help()),
       key("rebalance", &coord::rebalance, "", one_of({"on", "off"}),
           "coordinator: on | off (servers stay on their stage; cluster restarts go back to theirs)"),
       key("rebalance-period", &coord::rebalance_period_s, "seconds", range("> 0"),
           "coordinator: time between load moves (one server each; empty or thin stages are served at once)"),
-      key("rebalance-min-gain", &coord::rebalance_min_gain, "", range(">= 0"),
+      key("rebalance-min-gain", &coord::moves, &policy::rebalance_config::min_gain, "", range(">= 0"),
           "coordinator: move only when the slowest stage's predicted capacity rises by more than this fraction"),
-      key("min-replicas", &coord::min_replicas, "", range(">= 1"),
+      key("min-replicas", &coord::moves, &policy::rebalance_config::min_replicas, "", range(">= 1"),
           "coordinator: servers per stage kept before optimising throughput, where other stages can spare them"),
 
-      key("coordinator", &server::coordinator, "", {}, "server, trainer, status, generate: HOST:PORT of the coordinator", own),
+      key("coordinator", &server::coordinator, "", {},
+          "server, trainer, status, generate: HOST:PORT of the coordinator", own),
       keys::text_key<server>("stage", stage_text, set_stage, {},
                              "server: pipeline stage to serve, 0-based, or auto: where the coordinator needs it", own),
       key("host", &server::host, "", {},
@@ -293,12 +348,14 @@ const std::vector<keys::row>& swarm_keys() {
       key("activation-cache-mb", &server::activation_cache_mb, "MiB", range("[0, 1048576]"),
           "server: forwards kept with their autograd graphs for their backward, which then does not recompute "
           "them (estimated from the activations' shapes, oldest dropped first; a step drops them all); 0 = off"),
-      key("max-outstanding", &server::max_outstanding, "", range(">= 0"),
+      key("max-outstanding", &server::admission, &policy::admission_config::max_outstanding, "", range(">= 0"),
           "server: requests it promises to take at once (granted and not yet answered: on their way, queued or "
           "computing); a trainer asking beyond it hears busy and tries another server; 0 = no limit"),
-      key("fault", &server::fault, "", one_of({"none", "hang-forward", "hang-backward", "hang-round", "fail-round", "hang-state"}),
+      keys::text_key<server>(
+          "fault", fault_text, set_fault, one_of(fault_names()),
           "server, test hook: none | hang-forward | hang-backward | hang-round | fail-round (gives the Nth round it "
-          "holds gradient in up before sending any part, then goes on) | hang-state", own),
+          "holds gradient in up before sending any part, then goes on) | hang-state",
+          own),
       key("fault-after", &server::fault_after, "", range(">= 1"),
           "server, test hook: the Nth request (or round) of that kind hangs", own),
 
@@ -320,23 +377,24 @@ const std::vector<keys::row>& swarm_keys() {
           "trainer: deadline of one forward request"),
       key("backward-timeout", &trainer::backward_timeout_s, "seconds", range("> 0"),
           "trainer: deadline of one backward request"),
-      key("max-retries", &trainer::max_retries, "", range(">= 1"),
+      key("max-retries", &trainer::attempts, &policy::attempt_config::max_attempts, "", range(">= 1"),
           "trainer: attempts per stage request before a microbatch is dropped"),
       key("no-server-wait", &trainer::no_server_wait_s, "seconds", range("> 0"),
           "trainer: how long a request waits for a stage without servers"),
-      key("routing", &trainer::routing, "", one_of({"swarm", "static"}),
-          "trainer: swarm (throughput-weighted, rerouting) | static (pinned)"),
+      keys::text_key<trainer>("routing", routing_text, set_routing, one_of({"swarm", "static"}),
+                              "trainer: swarm (throughput-weighted, rerouting) | static (pinned)"),
       key("compression", &trainer::compression, "", compressions,
           "trainer: encoding of activations and gradients between stages (all four directions): none | fp16 | "
           "blockwise8"),
-      key("ema-alpha", &trainer::ema_alpha, "", range("(0, 1]"),
+      key("ema-alpha", &trainer::router, &policy::routing_config::alpha, "", range("(0, 1]"),
           "trainer: weight of the newest sample in the throughput average"),
-      key("backward-cost", &trainer::backward_cost, "", range("> 0"),
+      key("backward-cost", &trainer::router, &policy::routing_config::backward_cost, "", range("> 0"),
           "trainer: a backward counts as this many forwards"),
-      key("ban-base", &trainer::ban_base_s, "seconds", range("> 0"),
+      key("ban-base", &trainer::router, &policy::routing_config::ban_base_s, "seconds", range("> 0"),
           "trainer: first ban of a failing server (doubles per repeat)"),
-      key("ban-max", &trainer::ban_max_s, "seconds", range("> 0"), "trainer: longest ban"),
-      key("busy-retries", &trainer::busy_retries, "", range(">= 0"),
+      key("ban-max", &trainer::router, &policy::routing_config::ban_max_s, "seconds", range("> 0"),
+          "trainer: longest ban"),
+      key("busy-retries", &trainer::attempts, &policy::attempt_config::busy_retries, "", range(">= 0"),
           "trainer: a request first asks its server for room; after this many busy answers it is sent without "
           "asking; 0 = never ask"),
       key("commit-grace", &trainer::commit_grace, "", range("[0, 1)"),

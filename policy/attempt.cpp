@@ -54,7 +54,7 @@ void on_busy(attempt_history& h, stage_router& router, const std::string& server
   ++h.refusals;
 }
 
-void on_failed(attempt_history& h, stage_router& router, const std::string& server) {
+void on_ended(attempt_history& h, stage_router& router, const std::string& server) {
   router.release(server);
   h.tried.push_back(server);
 }

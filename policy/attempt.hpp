@@ -73,8 +73,8 @@ struct attempt_history {
 /// `server`'s door said busy to `h`: not an attempt, not the server's fault.
 void on_busy(attempt_history& h, stage_router& router, const std::string& server);
 
-/// An attempt of `h` at `server` ended without an answer it can use (down,
-/// timed out, leaving, error): `server` is avoided from now on.
-void on_failed(attempt_history& h, stage_router& router, const std::string& server);
+/// An attempt of `h` at `server` ended (sent or not; answered or not): the
+/// server's slot is released and any next attempt avoids it.
+void on_ended(attempt_history& h, stage_router& router, const std::string& server);
 
 } // namespace swarm::policy

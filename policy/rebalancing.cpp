@@ -127,6 +127,11 @@ std::optional<move_plan> best_move(const swarm_model& m, const std::vector<serve
 
 } // namespace
 
+rebalance_config periodic_rule(rebalance_config moves, double period_s) {
+  moves.cooldown_s = 2 * period_s;
+  return moves;
+}
+
 std::vector<double> capacities(const std::vector<double>& cost, const std::vector<server_load>& servers) {
   return swarm_model(cost, servers).cap;
 }

@@ -43,10 +43,17 @@ enum class move_reason { load, redundancy, empty, join };
 [[nodiscard]] const char* to_string(move_reason r);
 
 struct rebalance_config {
-  double min_gain = 0.1;    ///< a load move must raise the predicted bottleneck by more than this fraction
+  /// A load move must raise the predicted bottleneck by more than this
+  /// fraction: rates measured on shared cores are noisy by ~5%.
+  double min_gain = 0.1;
   int min_replicas = 2;     ///< servers per stage kept before optimising throughput, where others have spare
   double cooldown_s = 60;   ///< a server that moved or joined is not moved again for this long (but for an empty stage)
 };
+
+/// The rule a coordinator that checks loads every `period_s` runs: `moves`
+/// with a cooldown of two periods, so a mover's rate on its new stage is
+/// measured before it is judged again (swarm's rebalancer and swarm-sim's).
+[[nodiscard]] rebalance_config periodic_rule(rebalance_config moves, double period_s);
 
 /// One live server as the rebalancer sees it.
 struct server_load {

@@ -20,11 +20,7 @@ namespace swarm::sim {
 namespace {
 
 policy::rebalance_config rebalance_cfg(const scenario& c) {
-  policy::rebalance_config r;
-  r.min_gain = c.coordinator.rebalance_min_gain;
-  r.min_replicas = c.coordinator.min_replicas;
-  r.cooldown_s = 2 * c.coordinator.rebalance_period_s;  // swarm: a server that moved stays put for two periods
-  return r;
+  return policy::periodic_rule(c.coordinator.moves, c.coordinator.rebalance_period_s);
 }
 
 /// One butterfly all-reduce of a stage's gradients among `members`. Every

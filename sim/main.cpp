@@ -264,13 +264,7 @@ int main(int argc, char** argv) {
   build_platform(w);
   for (auto& t : w.trainers) {
     t.rng.seed(cfg.seed * 1000003 + static_cast<uint64_t>(t.index));
-    policy::routing_config rc;
-    rc.alpha = cfg.trainer.ema_alpha;
-    rc.backward_cost = cfg.trainer.backward_cost;
-    rc.ban_base_s = cfg.trainer.ban_base_s;
-    rc.ban_max_s = cfg.trainer.ban_max_s;
-    rc.probe_requests = cfg.routing_probe;
-    t.routers.assign(static_cast<size_t>(cfg.stages), policy::stage_router(rc));
+    t.routers.assign(static_cast<size_t>(cfg.stages), policy::stage_router(cfg.trainer.router));
     t.pins.assign(static_cast<size_t>(cfg.stages), policy::static_pin{});
     t.workers.assign(static_cast<size_t>(cfg.trainer.in_flight), work_books{});
     t.latency_s.assign(w.peers.size(), -1.0);

@@ -69,7 +69,7 @@ const std::vector<keys::row>& sim_keys() {
       key("ramp-s", &s::ramp_s, "", range(">= 0"),
           "each in-flight slot of a trainer starts at a random time in [0, ramp-s): with tens of thousands in flight, "
           "all at once is a wave that times out at stage 0"),
-      key("routing-probe", &s::routing_probe, "", range(">= 0"),
+      key("routing-probe", &trainer_config::router, &policy::routing_config::probe_requests, "", range(">= 0"),
           "requests an unmeasured server holds at once from one trainer while a measured one is eligible "
           "(swarm's routing policy; 0: no cap, as before it had one)"),
       key("join", &s::join, "", check::one_of({"placed", "random"}),
@@ -125,7 +125,8 @@ std::vector<keys::binding> bind_keys(scenario& s) {
                       ? keys::bind_value(row, s.stages)
                       : keys::bind(row, s.model, s.server, s.trainer, s.coordinator, s.cluster));
   }
-  for (const auto& row : sim_keys()) out.push_back(keys::bind(row, s));
+  for (const auto& row : sim_keys())
+    out.push_back(keys::bind(row, s, s.trainer));  // routing-probe: s.trainer's
   return out;
 }
 
@@ -184,7 +185,9 @@ parse_result parse_scenario(int argc, char** argv) {
     return r;
   }
   if (auto c = app.get_option("--config"); c->count() > 0) s.config_file = c->as<std::string>();
-  auto why = keys::check_all(bound);
+  auto why = keys::apply_text(bound);  // --routing's word into trainer.attempts.pinned
+  if (why.empty())
+    why = keys::check_all(bound);
   if (why.empty()) why = check(s);
   if (!why.empty()) {
     r.message = "swarm-sim: bad config: " + why;

@@ -22,7 +22,8 @@ struct scenario {
   model_config model;              ///< d-model, n-layers, seq-len, microbatch
   int stages = app_config{}.stages; ///< swarm's --stages (app_config holds it outside its sections)
   server_config server;            ///< batch-size, averaging-compression
-  trainer_config trainer;          ///< in-flight, routing, compression, timeouts, retries, commit-grace, EMA, bans
+  trainer_config trainer;          ///< in-flight, routing, compression, timeouts, retries, commit-grace, EMA, bans;
+                                   ///< routing-probe (swarm-sim's own flag for swarm's probe cap)
   coordinator_config coordinator;  ///< averaging-timeout, rebalance, rebalance-period, -min-gain, min-replicas
   cluster_config cluster;          ///< trainers; stage_servers is swarm-sim's own --stage-servers
   std::string calibration;         ///< file from `swarm --role calibrate`; empty = the source tree's
@@ -32,7 +33,6 @@ struct scenario {
   double speed = 1;               ///< compute speed of a peer relative to this machine's calibrated core
   double speed_spread = 0;        ///< peers' speeds drawn log-normal with this sigma around `speed`
   double ramp_s = 0;              ///< each trainer slot starts at a random time in [0, ramp_s): no start-up wave
-  int routing_probe = 1;          ///< policy::routing_config::probe_requests (0: no cap), to show what the cap does
   std::string join = "placed";    ///< placed: the rebalancer's placement (swarm --stage auto) | random: any stage
   // The platform.
   std::string platform = "wan";   ///< wan: a host per peer in regions | local: one machine of `cores` cores on loopback

@@ -50,7 +50,7 @@ void settle(world& w, peer& p, int from, int stage, policy::move_reason why, dou
   p.state = from < 0 ? peer::joining : peer::moving;
   p.stage = stage;
   p.in_round = 0;  // rounds of its old stage or life end without it
-  p.admission = policy::admission({w.cfg.server.max_outstanding});  // grants of its old stage or life are void
+  p.admission = policy::admission(w.cfg.server.admission);  // grants of its old stage or life are void
   const bool copied = !initial && copy_state(w, p, stage);
   if (!copied) p.step = w.stage_step[static_cast<size_t>(stage)];
   p.state = peer::serving;
@@ -64,7 +64,7 @@ void settle(world& w, peer& p, int from, int stage, policy::move_reason why, dou
   p.accumulated = 0;
   if (p.home_stage < 0) p.home_stage = stage;
   // (Static routing draws its pins from the same engine: its routers are kept but unused.)
-  const bool draws = w.cfg.trainer.routing != "static";
+  const bool draws = !w.cfg.trainer.attempts.pinned;
   for (auto& t : w.trainers) t.routers[static_cast<size_t>(stage)].add(p.name, w.now(), draws ? &t.rng : nullptr);
   w.server_joined[static_cast<size_t>(stage)]->notify_all();
   w.emit("server_join", {{"stage", int64_t{stage}}, {"server", p.name}, {"host", p.host->get_name()}, {"port", int64_t{0}}},

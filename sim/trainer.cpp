@@ -16,29 +16,22 @@ namespace {
 
 enum class outcome { done, dropped };
 
-/// The server for one attempt, or empty after waiting `no_server_wait` for one.
-std::string choose(world& w, trainer_state& t, int stage, bool backward, const std::string& preferred,
-                   const std::vector<std::string>& tried) {
+/// The server of `h`'s next attempt (policy::next_server, as swarm's load
+/// balancer), or empty after waiting `no_server_wait` for one.
+std::string choose(world& w, trainer_state& t, int stage, const policy::attempt_history& h) {
   auto& router = t.routers[static_cast<size_t>(stage)];
+  auto& pin = t.pins[static_cast<size_t>(stage)];
+  auto serving = [&] {
+    std::vector<std::string> names;
+    for (peer* p : w.serving(stage))
+      names.push_back(p->name);
+    return names;
+  };
   const double give_up = w.now() + w.cfg.trainer.no_server_wait_s;
   for (;;) {
     const double now = w.now();
-    if (w.cfg.trainer.routing == "static") {
-      auto& pin = t.pins[static_cast<size_t>(stage)];
-      if (!pin.pinned().empty()) return pin.pinned();
-      std::vector<std::string> candidates;
-      for (peer* p : w.serving(stage)) candidates.push_back(p->name);
-      if (auto pick = pin.pin(std::move(candidates), t.rng)) return *pick;
-    } else {
-      // As swarm's load balancer: a backward may go back to its forward's server (choose_backward).
-      const bool keep = !preferred.empty() && router.contains(preferred) && !router.banned(preferred, now) &&
-                        std::find(tried.begin(), tried.end(), preferred) == tried.end();
-      const double size = static_cast<double>(w.cfg.model.microbatch);
-      auto pick = keep ? router.choose_backward(preferred, size, now, t.rng, tried)
-                       : router.choose(size, backward, now, t.rng, tried);
-      if (!pick && !keep && !tried.empty()) pick = router.choose(size, backward, now, t.rng);
-      if (pick) return *pick;
-    }
+    if (auto pick = policy::next_server(w.cfg.trainer.attempts, h, router, pin, now, t.rng, serving))
+      return *pick;
     if (now >= give_up) return {};
     // Until a server joins the stage, or a second passes (bans expire).
     std::unique_lock lock(*w.joined_mutex);
@@ -104,21 +97,22 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
   const auto& c = w.costs[static_cast<size_t>(stage)];
   const double timeout = backward ? w.cfg.trainer.backward_timeout_s : w.cfg.trainer.forward_timeout_s;
   const char* op = backward ? "backward" : "forward";
-  std::vector<std::string> tried;
+  const auto& attempts = w.cfg.trainer.attempts;
+  policy::attempt_history h;
+  h.backward = backward;
+  h.samples = microbatch;
+  h.preferred = preferred;
   std::string last, why = "down";
-  std::vector<std::string> busy;  // servers that answered busy: passed over while it still asks
-  int refusals = 0;
   double asking_s = 0;  // round trips of the asks since the last request sent
-  for (int attempt = 0; attempt < w.cfg.trainer.max_retries; ++attempt) {
-    const bool ask = refusals < w.cfg.trainer.busy_retries && w.cfg.trainer.routing != "static";
-    std::vector<std::string> avoid = tried;
-    if (ask) avoid.insert(avoid.end(), busy.begin(), busy.end());
-    const std::string name = choose(w, t, stage, backward, preferred, avoid);
+  while (policy::attempts_left(attempts, h)) {
+    const bool ask = policy::asks(attempts, h);
+    const std::string name = choose(w, t, stage, h);
     if (name.empty()) break;
     peer* p = find_peer(w, name);
     auto& router = t.routers[static_cast<size_t>(stage)];
     if (!p) {  // gone between the routers' update and now
-      tried.push_back(name);
+      policy::on_ended(h, router, name);
+      ++h.attempts;
       router.remove(name);
       last = name;
       why = "down";
@@ -139,17 +133,14 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
       } else if (const auto grant = p->admission.grant(w.now())) {
         ticket = *grant;
       } else {
-        router.release(name);
-        busy.push_back(name);
-        ++refusals;
-        ++t.busy;
-        --attempt;  // not a failed attempt: no server was at fault (t.busy counts them, not events: ~1 per call)
+        policy::on_busy(h, router, name);  // not an attempt: no server was at fault
+        ++t.busy;                          // counted, not an event: ~1 per call
         continue;
       }
     }
     const double sent = w.now() + asking_s;  // when it would leave, after its asks
     if (!answer) {  // granted, or not asked
-      if (attempt > 0) {  // a re-send: after the attempt that failed at `last`
+      if (h.attempts > 0) {  // a re-send: after the attempt that failed at `last`
         ++t.retries;
         ++t.reroutes;
         w.emit("reroute", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"op", std::string(op)}, {"from", last},
@@ -176,11 +167,11 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
     }
     // Else the ask found its server gone from the stage: that is this attempt's end.
     last = name;
-    tried.push_back(name);
+    policy::on_ended(h, router, name);
+    ++h.attempts;
     const bool timed_out = !answer;
     const reply::status_t status = answer ? answer->status : reply::down;
     const double took = w.now() - sent;
-    router.release(name);
     w.books.attempt_over(books, timed_out            ? attempt_end::timed_out
                                 : status == reply::ok   ? attempt_end::accepted
                                 : status == reply::down ? attempt_end::down

@@ -17,10 +17,10 @@ from pathlib import Path
 # Layer -> the layers it may use. Longest folder prefix wins.
 LAYERS = {
     "base": [],
-    "config": ["base"],
+    "config": ["policy", "base"],
     "policy": ["base"],
-    "models/shape": ["config", "base"],
-    "models": ["models/shape", "config", "base"],
+    "models/shape": ["config", "policy", "base"],
+    "models": ["models/shape", "config", "policy", "base"],
     "messages": ["base"],
     "net": ["messages", "base"],
     "observe": ["policy", "base"],
@@ -110,9 +110,26 @@ def check_cmake(root: Path):
     return problems
 
 
+# A stage router's choice of server is made in one place, the attempt planner,
+# which swarm's load balancer and swarm-sim both call: a choice made elsewhere
+# is where the simulator would drift from the binary.
+ROUTER_CHOICE = re.compile(r"\.(choose|choose_backward|choose_only)\(")
+CHOOSES = {"policy/attempt.cpp", "policy/routing.cpp"}
+
+
+def check_choices(root: Path):
+    problems = []
+    for layer in LAYERS:
+        for f in sorted((root / layer).glob("*.[ch]pp")):
+            rel = f.relative_to(root).as_posix()
+            if rel not in CHOOSES and ROUTER_CHOICE.search(f.read_text(errors="replace")):
+                problems.append(f"{rel}: chooses a server itself; call policy::next_server (policy/attempt.hpp)")
+    return problems
+
+
 def main():
     root = Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
-    problems = check_sources(root) + check_cmake(root)
+    problems = check_sources(root) + check_cmake(root) + check_choices(root)
     for p in problems:
         print(p)
     print(f"layers: {len(problems)} violation(s)")

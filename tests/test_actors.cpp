@@ -48,9 +48,18 @@ std::string forward_payload(uint32_t stage, int64_t batch, int64_t seq) {
   return encode(req);
 }
 
+/// A stage server's settings as the tests use them: replies cut into
+/// `chunk_bytes` pieces, everything else as configured by default.
+stage_server_config server_settings(std::string id, int64_t chunk_bytes = 16 << 20) {
+  stage_server_config scfg;
+  scfg.server_id = std::move(id);
+  scfg.net.chunk_bytes = chunk_bytes;
+  return scfg;
+}
+
 /// A real stage server `id` of tiny_model()'s stage 0 (of 2), its metrics to `path`.
 stage_actor spawn_stage0_server(caf::actor_system& sys, const std::string& id, const std::string& path) {
-  stage_server_config scfg{id, 4 << 20};
+  auto scfg = server_settings(id, 4 << 20);
   scfg.model = tiny_model();
   scfg.num_stages = 2;
   return sys.spawn<caf::detached>(stage_server, scfg, std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu"),
@@ -101,7 +110,7 @@ proto::register_server registration(const std::string& id, uint32_t stage, uint1
 TEST_CASE_METHOD(system_fixture, "stage server answers bad requests with errors and keeps serving", "[actors]") {
   auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu");
   // 1 KiB chunks so the 2x8x16 float reply (1 KiB + header) must travel in pieces.
-  auto server = sys->spawn(stage_server, stage_server_config{"s0", 1024}, worker, std::make_shared<metrics_sink>(),
+  auto server = sys->spawn(stage_server, server_settings("s0", 1024), worker, std::make_shared<metrics_sink>(),
                            std::make_shared<stage_server_counters>());
   caf::scoped_actor self{*sys};
   auto ask = [&](uint64_t transfer, std::string payload) {
@@ -154,7 +163,7 @@ TEST_CASE_METHOD(system_fixture, "a reply that left after its reply deadline hol
   // One stage: stage 0 is also the last, so a forward adds gradients.
   auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 1, "cpu");
   auto counters = std::make_shared<stage_server_counters>();
-  auto server = sys->spawn(stage_server, stage_server_config{"s0"}, worker, std::make_shared<metrics_sink>(), counters);
+  auto server = sys->spawn(stage_server, server_settings("s0"), worker, std::make_shared<metrics_sink>(), counters);
   caf::scoped_actor self{*sys};
   auto ask = [&](uint64_t microbatch, double reply_in_s) {
     proto::forward_request req;
@@ -237,8 +246,8 @@ TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a d
   auto hung_port = sys->middleman().publish(hung, 0, "127.0.0.1");
   REQUIRE(hung_port);
   auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu");
-  auto good = sys->spawn(stage_server, stage_server_config{"good", 4 << 20}, worker,
-                         std::make_shared<metrics_sink>(), std::make_shared<stage_server_counters>());
+  auto good = sys->spawn(stage_server, server_settings("good", 4 << 20), worker, std::make_shared<metrics_sink>(),
+                         std::make_shared<stage_server_counters>());
   auto good_port = sys->middleman().publish(good, 0, "127.0.0.1");
   REQUIRE(good_port);
   caf::scoped_actor self{*sys};
@@ -251,7 +260,7 @@ TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a d
   // Deadlines far beyond the test's patience: only the down event can move the request.
   load_balancer_config lbc;
   lbc.config_hash = 42;
-  lbc.forward_timeout_s = lbc.backward_timeout_s = lbc.no_server_wait_s = 60.0;
+  lbc.trainer.forward_timeout_s = lbc.trainer.backward_timeout_s = lbc.trainer.no_server_wait_s = 60.0;
   const std::string metrics_path = "/tmp/swarm-test-lb-metrics.jsonl";
   std::remove(metrics_path.c_str());
   auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord),
@@ -292,8 +301,8 @@ TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstand
   auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
   caf::scoped_actor self{*sys};
   auto serve = [&](const std::string& id) {
-    stage_server_config scfg{id, 4 << 20};
-    scfg.admission.max_outstanding = 1;
+    auto scfg = server_settings(id, 4 << 20);
+    scfg.server.admission.max_outstanding = 1;
     auto server = sys->spawn(stage_server, scfg, std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu"),
                              std::make_shared<metrics_sink>(), std::make_shared<stage_server_counters>());
     auto port = sys->middleman().publish(server, 0, "127.0.0.1");
@@ -346,7 +355,7 @@ TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstand
     CHECK(forward() == "other");
   // Each time the rotation came to solo it said busy, and the trainer's counter shows it.
   CHECK(lbc.busy_answers->load() >= 1);
-  CHECK(lbc.busy_answers->load() <= 6 * lbc.busy_retries);
+  CHECK(lbc.busy_answers->load() <= 6 * lbc.trainer.attempts.busy_retries);
   self->send(solo_door, release_atom::value, held);
   CHECK(reserve(solo_door) != 0);
   for (const auto& a : {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord),
@@ -367,7 +376,7 @@ TEST_CASE_METHOD(system_fixture, "a server the load balancer failed to connect t
   const uint16_t port = ntohs(addr.sin_port);
   ::close(probe);
   auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu");
-  auto late = sys->spawn(stage_server, stage_server_config{"late", 4 << 20}, worker, std::make_shared<metrics_sink>(),
+  auto late = sys->spawn(stage_server, server_settings("late", 4 << 20), worker, std::make_shared<metrics_sink>(),
                          std::make_shared<stage_server_counters>());
   caf::scoped_actor self{*sys};
   self->request(coord, 5s, register_atom::value, encode(registration("late", 0, port, 42)),
@@ -375,7 +384,7 @@ TEST_CASE_METHOD(system_fixture, "a server the load balancer failed to connect t
       .receive([](const std::string&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
   load_balancer_config lbc;
   lbc.config_hash = 42;
-  lbc.forward_timeout_s = lbc.backward_timeout_s = lbc.no_server_wait_s = 60.0;
+  lbc.trainer.forward_timeout_s = lbc.trainer.backward_timeout_s = lbc.trainer.no_server_wait_s = 60.0;
   auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
   std::this_thread::sleep_for(500ms);  // the first dial was refused by now
   REQUIRE(sys->middleman().publish(late, port, "127.0.0.1"));
@@ -393,7 +402,7 @@ TEST_CASE_METHOD(system_fixture, "a stage without servers fails requests with NO
   auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
   load_balancer_config lbc;
   lbc.config_hash = 42;
-  lbc.no_server_wait_s = 1.0;
+  lbc.trainer.no_server_wait_s = 1.0;
   auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
   caf::scoped_actor self{*sys};
   caf::error result;
@@ -415,7 +424,7 @@ TEST_CASE_METHOD(system_fixture, "a server told to move leaves its stage, joins 
   std::remove(path.c_str());
   const auto hash = tiny_model().hash();
   coordinator_settings cs{2, hash};
-  cs.rebalancing.enabled = false;  // the test gives the order itself
+  cs.rebalancing.coordinator.rebalance = "off";  // the test gives the order itself
   auto coord = sys->spawn(coordinator, cs, std::make_shared<metrics_sink>());
   auto server = spawn_stage0_server(*sys, "mover", path);
   auto port = sys->middleman().publish(server, 0, "127.0.0.1");
@@ -532,7 +541,7 @@ TEST_CASE_METHOD(system_fixture, "fencing: a server refuses orders of a term old
   std::remove(path.c_str());
   const auto hash = tiny_model().hash();
   coordinator_settings cs{2, hash};
-  cs.rebalancing.enabled = false;
+  cs.rebalancing.coordinator.rebalance = "off";
   cs.leader = std::make_shared<leadership>();
   cs.leader->term = 7;  // an elected coordinator's term: the server learns it by registering
   auto coord = sys->spawn(coordinator, cs, std::make_shared<metrics_sink>());

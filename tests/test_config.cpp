@@ -237,8 +237,8 @@ TEST_CASE("to_flags round-trips every value a child needs", "[config]") {
   REQUIRE(child.config);
   CHECK(child.config->coordinator.rebalance == "off");
   CHECK(child.config->coordinator.rebalance_period_s == 7);
-  CHECK(child.config->coordinator.rebalance_min_gain == 0.25);
-  CHECK(child.config->coordinator.min_replicas == 3);
+  CHECK(child.config->coordinator.moves.min_gain == 0.25);
+  CHECK(child.config->coordinator.moves.min_replicas == 3);
 }
 
 TEST_CASE("split_host_port", "[config]") {
@@ -623,4 +623,22 @@ TEST_CASE("checks: ranges as they read, word lists, custom tests", "[config][key
   CHECK_THROWS_AS(keys::key("name", &section::name, "", positive, "?"), std::logic_error);
   CHECK_THROWS_AS(keys::key("count", &section::count, "", words, "?"), std::logic_error);
   CHECK_NOTHROW(keys::key("count", &section::count, "", positive, "?"));
+}
+
+TEST_CASE("swarm-sim's flags land in swarm's own sections, word keys included", "[config][keys][sim]") {
+  const auto r = parse_sim({"--routing", "static", "--max-outstanding", "2", "--routing-probe", "0", "--busy-retries",
+                            "1", "--fault", "hang-round"});
+  // --fault is no key of swarm-sim: refused, not ignored.
+  CHECK(r.exit_code == 2);
+  const auto ok =
+      parse_sim({"--routing", "static", "--max-outstanding", "2", "--routing-probe", "0", "--busy-retries", "1"});
+  INFO(ok.message);
+  REQUIRE(ok.config);
+  CHECK(ok.config->trainer.attempts.pinned);
+  CHECK(ok.config->trainer.attempts.busy_retries == 1);
+  CHECK(ok.config->server.admission.max_outstanding == 2);
+  CHECK(ok.config->trainer.router.probe_requests == 0);
+  const auto defaults = parse_sim({});
+  REQUIRE(defaults.config);
+  CHECK_FALSE(defaults.config->trainer.attempts.pinned);
 }

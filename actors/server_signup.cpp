@@ -1,0 +1,34 @@
+#include "actors/server_signup.hpp"
+
+#include <chrono>
+
+#include <caf/all.hpp>
+
+#include "messages/wire.hpp"
+
+namespace swarm {
+
+caf::expected<proto::placement> ask_placement(caf::actor_system& sys, const coordinator_actor& coord,
+                                              const std::string& server_id, const model_config& model) {
+  proto::placement_request req;
+  req.set_server_id(server_id);
+  req.set_config_hash(model.hash());
+  req.set_tokenizer(model.tokenizer_label());
+  caf::expected<proto::placement> answer{caf::error{}};
+  caf::scoped_actor self{sys};
+  self->request(coord, std::chrono::seconds(10), place_atom::value, encode(req))
+      .receive([&](const std::string& bytes) { answer = decode<proto::placement>(bytes, "placement"); },
+               [&](caf::error& err) { answer = std::move(err); });
+  return answer;
+}
+
+caf::error register_with(caf::actor_system& sys, const coordinator_actor& coord, const proto::register_server& reg,
+                         const stage_actor& server) {
+  caf::error refused;
+  caf::scoped_actor self{sys};
+  self->request(server, std::chrono::seconds(30), register_atom::value, encode(reg), caf::actor_cast<caf::actor>(coord))
+      .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
+  return refused;
+}
+
+}  // namespace swarm
