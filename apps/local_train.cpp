@@ -108,6 +108,54 @@ struct local_checkpoints {
   }
 };
 
+/// One optimizer step over `microbatches` sampled microbatches, gradients
+/// accumulated as a stage server does; their mean loss.
+double train_step(stage_worker& worker, const token_source& text, int64_t microbatches, const model_config& m,
+                  std::mt19937_64& rng) {
+  double loss_sum = 0;
+  for (int64_t i = 0; i < microbatches; ++i) {
+    auto mb = sample_microbatch(text, m.microbatch, m.seq_len, rng);
+    const auto targets = to_tensor(mb.targets, mb.batch, mb.seq_len);
+    auto result = worker.forward(to_tensor(mb.inputs, mb.batch, mb.seq_len), &targets);
+    if (!result) {
+      std::cerr << "local: microbatch skipped: " << describe(result.error()) << "\n";
+      continue;
+    }
+    loss_sum += result->loss;
+  }
+  worker.apply_step();
+  return loss_sum / static_cast<double>(microbatches);
+}
+
+/// The validation loss at `step` on the same windows as a swarm trainer's
+/// (data/corpus.hpp, eval_batches): an eval event and a line.
+void validate_at(stage_worker& worker, const std::vector<microbatch_tokens>& eval_set, int64_t step, int64_t seq_len,
+                 metrics_sink& metrics) {
+  const auto started = clock_type::now();
+  double loss_sum = 0;
+  int64_t measured = 0, failed = 0;
+  for (const auto& mb : eval_set) {
+    auto loss = worker.evaluate(to_tensor(mb.inputs, mb.batch, mb.seq_len), to_tensor(mb.targets, mb.batch, mb.seq_len));
+    if (!loss) {
+      failed += mb.batch;
+      continue;
+    }
+    loss_sum += static_cast<double>(*loss) * static_cast<double>(mb.batch);
+    measured += mb.batch;
+  }
+  const double loss = measured ? loss_sum / static_cast<double>(measured) : std::nan("");
+  metrics.emit("eval", {{"step", step},
+                        {"samples", measured},
+                        {"tokens", measured * seq_len},
+                        {"loss", loss},
+                        {"perplexity", std::exp(loss)},
+                        {"failed", failed},
+                        {"seconds", seconds_since(started)}});
+  std::printf("local validation at step %lld: loss %.4f (perplexity %.1f) on %lld samples\n",
+              static_cast<long long>(step), loss, std::exp(loss), static_cast<long long>(measured));
+  std::fflush(stdout);
+}
+
 } // namespace
 
 int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bool>& stop_requested) {
@@ -163,51 +211,16 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
     eval_set = eval_batches(**val, m.seq_len, cfg.trainer.eval_tokens, m.microbatch);
   }
   auto evaluate = [&] {
-    if (eval_set.empty() || step % cfg.trainer.eval_every != 0)
-      return;
-    const auto started = clock_type::now();
-    double loss_sum = 0;
-    int64_t measured = 0, failed = 0;
-    for (const auto& mb : eval_set) {
-      auto loss = worker->evaluate(to_tensor(mb.inputs, mb.batch, mb.seq_len), to_tensor(mb.targets, mb.batch, mb.seq_len));
-      if (!loss) {
-        failed += mb.batch;
-        continue;
-      }
-      loss_sum += static_cast<double>(*loss) * static_cast<double>(mb.batch);
-      measured += mb.batch;
-    }
-    const double loss = measured ? loss_sum / static_cast<double>(measured) : std::nan("");
-    metrics.emit("eval", {{"step", step},
-                          {"samples", measured},
-                          {"tokens", measured * m.seq_len},
-                          {"loss", loss},
-                          {"perplexity", std::exp(loss)},
-                          {"failed", failed},
-                          {"seconds", seconds_since(started)}});
-    std::printf("local validation at step %lld: loss %.4f (perplexity %.1f) on %lld samples\n",
-                static_cast<long long>(step), loss, std::exp(loss), static_cast<long long>(measured));
-    std::fflush(stdout);
+    if (!eval_set.empty() && step % cfg.trainer.eval_every == 0)
+      validate_at(*worker, eval_set, step, m.seq_len, metrics);
   };
   evaluate();
 
   const auto start = clock_type::now();
   while ((cfg.trainer.max_steps == 0 || step < cfg.trainer.max_steps) && !stop_requested) {
     const auto step_start = clock_type::now();
-    double loss_sum = 0;
-    for (int64_t i = 0; i < microbatches; ++i) {
-      auto mb = sample_microbatch(**text, m.microbatch, m.seq_len, rng);
-      const auto targets = to_tensor(mb.targets, mb.batch, mb.seq_len);
-      auto result = worker->forward(to_tensor(mb.inputs, mb.batch, mb.seq_len), &targets);
-      if (!result) {
-        std::cerr << "local: microbatch skipped: " << describe(result.error()) << "\n";
-        continue;
-      }
-      loss_sum += result->loss;
-    }
-    worker->apply_step();
+    const double loss = train_step(*worker, **text, microbatches, m, rng);
     step = worker->steps();
-    const double loss = loss_sum / static_cast<double>(microbatches);
     const double step_s = seconds_since(step_start);
     samples += samples_per_step;
     const double tokens_per_s = static_cast<double>(samples_per_step * m.seq_len) / std::max(step_s, 1e-9);

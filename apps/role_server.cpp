@@ -72,6 +72,35 @@ proto::placement ask_stage(node& n, const coordinator_actor& coord, const app_co
   return *answer;
 }
 
+/// The worker of `stage`, from --init-from's weights when given; null (and
+/// why on stderr) when the config cannot build it.
+std::shared_ptr<stage_worker> build_worker(const app_config& cfg, int stage,
+                                           const std::shared_ptr<const named_tensors>& initial) {
+  try {
+    auto worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.stages, cfg.device);
+    worker->set_activation_cache(cfg.server.activation_cache_mb << 20);
+    worker->set_bf16(cfg.bf16());
+    if (initial)
+      if (auto err = worker->load_parameters(*initial))
+        throw std::invalid_argument("--init-from " + cfg.init_from + ": " + err.what());
+    return worker;
+  } catch (const std::exception& e) {
+    std::cerr << "swarm: server: " << e.what() << "\n";
+    return nullptr;
+  }
+}
+
+/// A placed server's first stage, as the rebalance event of a move from nowhere.
+void emit_join(metrics_sink& metrics, const std::string& server_id, int stage, const proto::placement& placed,
+               double seconds) {
+  metrics.emit("rebalance", {{"server", server_id},
+                             {"from", int64_t{-1}},
+                             {"to", int64_t{stage}},
+                             {"reason", std::string{"join"}},
+                             {"predicted_gain", placed.predicted_gain()},
+                             {"seconds", seconds}});
+}
+
 } // namespace
 
 int run_server(const app_config& cfg) {
@@ -89,20 +118,7 @@ int run_server(const app_config& cfg) {
     return 2;
   }
   std::shared_ptr<stage_worker> worker;
-  auto build = [&](int stage) {
-    try {
-      worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.stages, cfg.device);
-      worker->set_activation_cache(cfg.server.activation_cache_mb << 20);
-      worker->set_bf16(cfg.bf16());
-      if (*initial)
-        if (auto err = worker->load_parameters(**initial))
-          throw std::invalid_argument("--init-from " + cfg.init_from + ": " + err.what());
-      return true;
-    } catch (const std::exception& e) {
-      std::cerr << "swarm: server: " << e.what() << "\n";
-      return false;
-    }
-  };
+  auto build = [&](int stage) { return (worker = build_worker(cfg, stage, *initial)) != nullptr; };
   // A bad config should fail before anything connects: build an explicit stage first.
   if (cfg.server.stage >= 0 && !build(cfg.server.stage))
     return 2;
@@ -144,12 +160,7 @@ int run_server(const app_config& cfg) {
   log->info("serving stage {} (blocks {}..{}, {} parameters) on port {}", stage, worker->span().first_block,
             worker->span().end_block, worker->parameter_count(), guard->port());
   if (cfg.server.stage < 0)  // placed by the rebalancer: its move from nowhere
-    n.metrics()->emit("rebalance", {{"server", server_id},
-                                    {"from", int64_t{-1}},
-                                    {"to", int64_t{stage}},
-                                    {"reason", std::string{"join"}},
-                                    {"predicted_gain", placed.predicted_gain()},
-                                    {"seconds", seconds_since(asked_at)}});
+    emit_join(*n.metrics(), server_id, stage, placed, seconds_since(asked_at));
   worker.reset();  // the actor owns it now, and replaces it when it moves
   n.phase("serving (or moving between stages)");
   // Serve until done; whenever the coordinator connection drops (a coordinator

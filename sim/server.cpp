@@ -89,6 +89,51 @@ void leave_stage(world& w, peer& p, outbox& out) {
   p.waiters.clear();
 }
 
+/// The rebalancer's order that `p` waited for in its queue: to its new stage.
+void move(world& w, peer& p, outbox& out) {
+  const int from = p.stage, to = p.move_to;
+  const double ordered = p.ordered_at, gain = p.predicted_gain;
+  const auto reason = p.move_reason;
+  if (to < 0 || to == from) return;
+  w.emit("server_exit", {{"stage", int64_t{from}}, {"server", p.name}, {"served", p.served},
+                         {"moved_to", int64_t{to}}}, "server");
+  leave_stage(w, p, out);
+  p.move_to = -1;
+  settle(w, p, from, to, reason, ordered, gain);
+}
+
+/// Computes request `r` at `p` (its books and counters kept); the seconds it took.
+double compute(world& w, peer& p, request& r) {
+  const auto& c = w.costs[static_cast<size_t>(p.stage)];
+  const auto& cfg = w.cfg;
+  // On the one machine a request costs what the real servers were measured
+  // to spend per request (its stage's cluster-scale x model and codec, less
+  // on a lightly loaded machine), sharing its cores.
+  const bool local = cfg.platform == "local";
+  const double work = (r.kind == request::forward ? c.forward_s : c.backward_s) *
+                      (local ? cluster_scale(w.cal, p.stage, w.machine_load) : 1);
+  const double t0 = w.now();
+  w.books.set_phase(p, phase::busy, t0);
+  // The cpu host's speed is this peer's speed in calibrated core-seconds per second.
+  s4u::this_actor::exec_init(work)->set_host(p.cpu)->wait();
+  if (p.slowdown > 1) s4u::this_actor::sleep_for((p.slowdown - 1) * (w.now() - t0));
+  w.books.computed(p, t0, w.now(), r.books, r.attempt);
+  p.admission.done(r.ticket);
+  w.books.set_phase(p, phase::idle, w.now());
+  if (local) w.coordinator_backlog_s += w.cal.coordinator_s_per_request;  // its report to the averager
+  p.busy_s += w.now() - t0;
+  ++p.served;
+  const bool adds = r.kind == request::backward || p.stage == cfg.stages - 1;
+  // Its rate counts a forward as the share of a sample's work it is, so a
+  // stage filling with forwards (whose backwards come later) is not taken
+  // for a slow one.
+  const double whole = c.forward_s + c.backward_s;
+  p.samples_done += static_cast<double>(r.samples) *
+                    (whole > 0 ? (r.kind == request::forward ? c.forward_s : c.backward_s) / whole : 1.0);
+  if (adds) p.accumulated += r.samples;
+  return w.now() - t0;
+}
+
 void serve(peer* pp, int stage) {
   auto& w = the_world();
   peer& p = *pp;
@@ -119,16 +164,8 @@ void serve(peer* pp, int stage) {
       continue;
     }
     if (r->kind == request::move) {
-      const int from = p.stage, to = p.move_to;
-      const double ordered = p.ordered_at, gain = p.predicted_gain;
-      const auto reason = p.move_reason;
       delete r;
-      if (to < 0 || to == from) continue;
-      w.emit("server_exit", {{"stage", int64_t{from}}, {"server", p.name}, {"served", p.served},
-                             {"moved_to", int64_t{to}}}, "server");
-      leave_stage(w, p, out);
-      p.move_to = -1;
-      settle(w, p, from, to, reason, ordered, gain);
+      move(w, p, out);
       continue;
     }
     // It would have arrived later, after its asks (request::delay_s).
@@ -145,33 +182,8 @@ void serve(peer* pp, int stage) {
       delete r;
       continue;
     }
-    const auto& c = w.costs[static_cast<size_t>(p.stage)];
-    // On the one machine a request costs what the real servers were measured
-    // to spend per request (its stage's cluster-scale x model and codec, less
-    // on a lightly loaded machine), sharing its cores.
-    const bool local = cfg.platform == "local";
-    const double work = (r->kind == request::forward ? c.forward_s : c.backward_s) *
-                        (local ? cluster_scale(w.cal, p.stage, w.machine_load) : 1);
-    const double t0 = w.now();
-    w.books.set_phase(p, phase::busy, t0);
-    // The cpu host's speed is this peer's speed in calibrated core-seconds per second.
-    s4u::this_actor::exec_init(work)->set_host(p.cpu)->wait();
-    if (p.slowdown > 1) s4u::this_actor::sleep_for((p.slowdown - 1) * (w.now() - t0));
-    w.books.computed(p, t0, w.now(), r->books, r->attempt);
-    p.admission.done(r->ticket);
-    w.books.set_phase(p, phase::idle, w.now());
-    if (local) w.coordinator_backlog_s += w.cal.coordinator_s_per_request;  // its report to the averager
-    p.busy_s += w.now() - t0;
-    ++p.served;
-    const bool adds = r->kind == request::backward || p.stage == cfg.stages - 1;
-    // Its rate counts a forward as the share of a sample's work it is, so a
-    // stage filling with forwards (whose backwards come later) is not taken
-    // for a slow one.
-    const double whole = c.forward_s + c.backward_s;
-    p.samples_done += static_cast<double>(r->samples) *
-                      (whole > 0 ? (r->kind == request::forward ? c.forward_s : c.backward_s) / whole : 1.0);
-    if (adds) p.accumulated += r->samples;
-    answer(out, r, reply::ok, r->reply_bytes, w.now() - t0);
+    const double served_s = compute(w, p, *r);
+    answer(out, r, reply::ok, r->reply_bytes, served_s);
     delete r;
   }
 }
