@@ -1,5 +1,8 @@
 #include "observe/status_board.hpp"
 
+#include "base/json_line.hpp"
+#include "base/metrics_reader.hpp"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>

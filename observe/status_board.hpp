@@ -18,14 +18,15 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>  // declarations only: actors/coordinator.hpp includes this header, so keep it light
+
 #include "actors/policy/stage_lag.hpp"
-#include "base/json_line.hpp"
 #include "base/metrics.hpp"
-#include "base/metrics_reader.hpp"
 
 namespace swarm {
 
 class exposition;
+class metrics_event;
 
 class status_board {
 public:
@@ -107,9 +108,9 @@ private:
   void on_round_end(const metrics_event& e);
   void on_control(const metrics_event& e);  ///< leadership, control
   // json()'s parts (m_ held):
-  [[nodiscard]] ordered_json stages_json(double now) const;
-  [[nodiscard]] ordered_json trainers_json(double now) const;
-  [[nodiscard]] ordered_json control_json() const;
+  [[nodiscard]] nlohmann::ordered_json stages_json(double now) const;
+  [[nodiscard]] nlohmann::ordered_json trainers_json(double now) const;
+  [[nodiscard]] nlohmann::ordered_json control_json() const;
   // prometheus()'s trainer families (m_ held).
   void trainer_metrics(exposition& x) const;
 

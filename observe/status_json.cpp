@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/json_line.hpp"
 #include "observe/status_board.hpp"
 
 namespace swarm {
