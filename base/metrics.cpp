@@ -1,54 +1,41 @@
 #include "base/metrics.hpp"
 
-#include <chrono>
-#include <cmath>
-#include <cstdio>
+#include "base/json_line.hpp"
+
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 
-#include <cstring>
 #include <fcntl.h>
 #include <unistd.h>
 
 namespace swarm {
 
-void append_json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += '"';
+namespace {
+
+/// A field's value as the file has always carried it: a double to 6
+/// significant digits ("%.6g", so 3.0 is the integer 3), not finite as null.
+ordered_json written(const metrics_sink::value& v) {
+  if (const auto* i = std::get_if<int64_t>(&v))
+    return *i;
+  if (const auto* d = std::get_if<double>(&v))
+    return printed_number("%.6g", *d);
+  if (const auto* s = std::get_if<std::string>(&v))
+    return *s;
+  return std::get<bool>(v);
 }
 
-void append_value(std::string& out, const metrics_sink::value& v) {
-  if (auto i = std::get_if<int64_t>(&v)) {
-    out += std::to_string(*i);
-  } else if (auto d = std::get_if<double>(&v)) {
-    if (!std::isfinite(*d)) {
-      out += "null";  // JSON has no NaN; readers see a missing number
-    } else {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.6g", *d);
-      out += buf;
-    }
-  } else if (auto s = std::get_if<std::string>(&v)) {
-    append_json_string(out, *s);
-  } else {
-    out += std::get<bool>(v) ? "true" : "false";
-  }
+std::string line_of(double t, const std::string& role, const char* event, const metrics_sink::field* first,
+                    const metrics_sink::field* last) {
+  ordered_json line;
+  line["t"] = printed_number("%.3f", t);
+  line["role"] = role;
+  line["event"] = event;
+  for (; first != last; ++first) line[first->first] = written(first->second);
+  return one_line(line) + "\n";
 }
+
+}  // namespace
 
 metrics_sink::metrics_sink(const std::string& path, std::string role) : role_(std::move(role)) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -63,20 +50,12 @@ metrics_sink::~metrics_sink() {
 
 std::string metrics_sink::format(double t, const std::string& role, const char* event,
                                  std::initializer_list<field> fields) {
-  char tbuf[32];
-  std::snprintf(tbuf, sizeof tbuf, "%.3f", t);
-  std::string line = std::string{"{\"t\": "} + tbuf + ", \"role\": ";
-  append_json_string(line, role);
-  line += ", \"event\": ";
-  append_json_string(line, event);
-  for (const auto& [key, val] : fields) {
-    line += ", ";
-    append_json_string(line, key);
-    line += ": ";
-    append_value(line, val);
-  }
-  line += "}\n";
-  return line;
+  return line_of(t, role, event, fields.begin(), fields.end());
+}
+
+std::string metrics_sink::format(double t, const std::string& role, const char* event,
+                                 const std::vector<field>& fields) {
+  return line_of(t, role, event, fields.data(), fields.data() + fields.size());
 }
 
 void metrics_sink::note(const char* event, std::initializer_list<field> fields) {

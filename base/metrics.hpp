@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "base/clock.hpp"
 
@@ -39,20 +40,19 @@ public:
   using observer = std::function<void(double t, const char* event, std::initializer_list<field> fields)>;
   void observe(observer o) { observer_ = std::move(o); }
 
-  /// The JSON line emit() would write at time `t` (exposed for tests).
+  /// The JSON line emit() would write at time `t` (exposed for tests): `t`
+  /// to the millisecond, doubles to 6 significant digits, not finite as null.
   [[nodiscard]] static std::string format(double t, const std::string& role, const char* event,
                                           std::initializer_list<field> fields);
+  /// The same for fields gathered in a vector (the simulator's summaries).
+  [[nodiscard]] static std::string format(double t, const std::string& role, const char* event,
+                                          const std::vector<field>& fields);
 
 private:
   int fd_ = -1;
   std::string role_;
   observer observer_;
 };
-
-/// `s` as a JSON string literal, quotes included, appended to `out`.
-void append_json_string(std::string& out, const std::string& s);
-/// A metrics value as JSON (a non-finite double as null).
-void append_value(std::string& out, const metrics_sink::value& v);
 
 /// A sink appending to `path` as `role`, or one that drops everything when `path` is empty.
 [[nodiscard]] std::shared_ptr<metrics_sink> open_metrics(const std::string& path, const std::string& role);

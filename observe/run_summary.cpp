@@ -2,40 +2,14 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <map>
-#include <set>
+
+#include "base/metrics_reader.hpp"
 
 namespace swarm {
 
 namespace {
-
-/// Field `key` of one metrics line (flat JSON written by metrics_sink): the
-/// text after `"key": `, up to the next comma or brace; empty when absent.
-std::string raw_field(const std::string& line, const char* key) {
-  const std::string needle = std::string{"\""} + key + "\": ";
-  const auto at = line.find(needle);
-  if (at == std::string::npos)
-    return {};
-  const auto begin = at + needle.size();
-  if (begin < line.size() && line[begin] == '"') {
-    const auto end = line.find('"', begin + 1);
-    return end == std::string::npos ? std::string{} : line.substr(begin + 1, end - begin - 1);
-  }
-  const auto end = line.find_first_of(",}", begin);
-  return line.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-}
-
-double num(const std::string& line, const char* key) {
-  const auto raw = raw_field(line, key);
-  if (raw.empty())
-    return NAN;
-  char* end = nullptr;
-  const double v = std::strtod(raw.c_str(), &end);
-  return end == raw.c_str() ? NAN : v;
-}
 
 std::string fmt(const char* f, double x) {
   char buf[64];
@@ -43,12 +17,8 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
-} // namespace
-
-std::string run_summary(const std::string& metrics_path, double since) {
-  std::ifstream in(metrics_path);
-  if (!in)
-    return "no summary: cannot read " + metrics_path + "\n";
+/// What a run's events add up to (run_summary's input).
+struct run_totals {
   struct trainer {
     double first_loss = NAN, last_loss = NAN, first_t = NAN, last_t = NAN;
     double steps = 0, samples = 0, tokens = 0, dropped = 0, retries = 0;
@@ -58,49 +28,67 @@ std::string run_summary(const std::string& metrics_path, double since) {
   std::map<int, std::pair<int64_t, int64_t>> rounds;  // stage -> applied, failed
   int64_t reroutes = 0, moves = 0, downs = 0, chaos = 0, reloads = 0, checkpoint_loads = 0;
   double first_t = NAN, last_t = NAN;
+
+  void add(const metrics_event& e);
+};
+
+void run_totals::add(const metrics_event& e) {
+  const double t = e.t();
+  if (std::isnan(first_t))
+    first_t = t;
+  last_t = t;
+  // A number missing from its event is NaN: the summary prints "nan", not a made-up 0.
+  const auto num = [&](const char* key) { return e.get_double(key, NAN); };
+  const auto& event = e.name();
+  if (event == "step") {
+    auto& tr = trainers[e.get_string("trainer")];
+    if (std::isnan(tr.first_loss))
+      tr.first_loss = num("loss"), tr.first_t = t;
+    tr.last_loss = num("loss");
+    tr.last_t = t;
+    tr.steps = num("step");
+    tr.samples = num("samples");
+    tr.tokens = num("tokens");
+    tr.dropped = num("dropped");
+    tr.retries = num("retries");
+  } else if (event == "eval") {
+    auto& tr = trainers[e.get_string("trainer")];
+    if (std::isnan(tr.first_eval))
+      tr.first_eval = num("loss"), tr.first_eval_step = num("step");
+    tr.last_eval = num("loss");
+    tr.last_eval_step = num("step");
+  } else if (event == "round_end") {
+    auto& r = rounds[static_cast<int>(e.get_int("stage"))];
+    (num("applied") > 0 ? r.first : r.second) += 1;
+  } else if (event == "reroute") {
+    ++reroutes;
+  } else if (event == "rebalance") {
+    moves += num("from") >= 0;
+  } else if (event == "server_down") {
+    ++downs;  // failures only: a server stopped on purpose writes server_stop
+  } else if (event == "chaos") {
+    ++chaos;
+  } else if (event == "reload") {
+    ++reloads;
+  } else if (event == "checkpoint_load") {
+    ++checkpoint_loads;
+  }
+}
+
+}  // namespace
+
+std::string run_summary(const std::string& metrics_path, double since) {
+  std::ifstream in(metrics_path);
+  if (!in)
+    return "no summary: cannot read " + metrics_path + "\n";
+  run_totals run;
   std::string line;
   while (std::getline(in, line)) {
-    const double t = num(line, "t");
-    if (!(t >= since))
-      continue;
-    if (std::isnan(first_t))
-      first_t = t;
-    last_t = t;
-    const auto event = raw_field(line, "event");
-    if (event == "step") {
-      auto& tr = trainers[raw_field(line, "trainer")];
-      if (std::isnan(tr.first_loss))
-        tr.first_loss = num(line, "loss"), tr.first_t = t;
-      tr.last_loss = num(line, "loss");
-      tr.last_t = t;
-      tr.steps = num(line, "step");
-      tr.samples = num(line, "samples");
-      tr.tokens = num(line, "tokens");
-      tr.dropped = num(line, "dropped");
-      tr.retries = num(line, "retries");
-    } else if (event == "eval") {
-      auto& tr = trainers[raw_field(line, "trainer")];
-      if (std::isnan(tr.first_eval))
-        tr.first_eval = num(line, "loss"), tr.first_eval_step = num(line, "step");
-      tr.last_eval = num(line, "loss");
-      tr.last_eval_step = num(line, "step");
-    } else if (event == "round_end") {
-      auto& r = rounds[static_cast<int>(num(line, "stage"))];
-      (num(line, "applied") > 0 ? r.first : r.second) += 1;
-    } else if (event == "reroute") {
-      ++reroutes;
-    } else if (event == "rebalance") {
-      moves += num(line, "from") >= 0;
-    } else if (event == "server_down") {
-      ++downs;  // failures only: a server stopped on purpose writes server_stop
-    } else if (event == "chaos") {
-      ++chaos;
-    } else if (event == "reload") {
-      ++reloads;
-    } else if (event == "checkpoint_load") {
-      ++checkpoint_loads;
-    }
+    const auto e = metrics_event::parse(line);  // a torn or foreign line is no event
+    if (e && e->t() >= since)
+      run.add(*e);
   }
+  const auto& [trainers, rounds, reroutes, moves, downs, chaos, reloads, checkpoint_loads, first_t, last_t] = run;
   if (std::isnan(first_t))
     return "no summary: no events in " + metrics_path + "\n";
   std::string o = "run summary (" + metrics_path + ")\n";

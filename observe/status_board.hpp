@@ -18,10 +18,15 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>  // declarations only: actors/coordinator.hpp includes this header, so keep it light
+
 #include "policy/stage_lag.hpp"
 #include "base/metrics.hpp"
 
 namespace swarm {
+
+class exposition;
+class metrics_event;
 
 class status_board {
 public:
@@ -31,9 +36,11 @@ public:
   /// One event of the coordinator's stream; unknown events are ignored.
   void on_event(double t, const char* event, std::initializer_list<metrics_sink::field> fields);
 
-  /// /api/status (schema in docs/operations.md, "Live status"), as of unix time `now`.
+  /// /api/status (schema in docs/operations.md, "Live status"), as of unix
+  /// time `now` (observe/status_json.cpp).
   [[nodiscard]] std::string json(double now) const;
-  /// Prometheus text exposition 0.0.4: counters and gauges with HELP and TYPE.
+  /// Prometheus text exposition 0.0.4: counters, gauges and a summary with
+  /// HELP and TYPE (observe/status_metrics.cpp, through prometheus-cpp).
   [[nodiscard]] std::string prometheus(double now) const;
   /// One terminal screen (swarm --role status).
   [[nodiscard]] std::string text(double now) const;
@@ -82,16 +89,30 @@ private:
     int64_t term = 0, healthy = 0;
   };
 
+  /// Down (a failure) or stopped on purpose: no longer serving, shown until it joins again.
+  [[nodiscard]] static bool gone(const std::string& state) { return state == "down" || state == "stopped"; }
+  /// A model hash as the page shows it: its first 8 hex digits.
+  [[nodiscard]] static std::string hash_prefix(uint64_t h);
+
   stage& stage_at(int64_t s);
   [[nodiscard]] int64_t live_servers(int64_t stage) const;
   /// Steps another stage took since `stage` last stepped, when more than a
   /// healthy stage allows (policy/stage_lag.hpp); else 0.
   [[nodiscard]] int64_t stalled_by(int64_t stage) const;
   void note(double t, std::string name, std::string text);
-  // on_event's longer cases (m_ held):
-  void on_server_progress(double t, std::initializer_list<metrics_sink::field> f);
-  void on_trainer_report(double t, std::initializer_list<metrics_sink::field> f);
-  void on_server_join(double t, std::initializer_list<metrics_sink::field> f);
+  // on_event's cases (m_ held):
+  void on_server_progress(const metrics_event& e);
+  void on_trainer_report(const metrics_event& e);
+  void on_server_join(const metrics_event& e);
+  void on_server_gone(const metrics_event& e);  ///< server_down, server_stop
+  void on_round_end(const metrics_event& e);
+  void on_control(const metrics_event& e);  ///< leadership, control
+  // json()'s parts (m_ held):
+  [[nodiscard]] nlohmann::ordered_json stages_json(double now) const;
+  [[nodiscard]] nlohmann::ordered_json trainers_json(double now) const;
+  [[nodiscard]] nlohmann::ordered_json control_json() const;
+  // prometheus()'s trainer families (m_ held).
+  void trainer_metrics(exposition& x) const;
 
   double started_;
   mutable std::mutex m_;

@@ -28,7 +28,8 @@ packages=(
   libjemalloc-dev                  # swarm-sim's allocator (SimGrid allocates per message)
   libsentencepiece-dev             # --role tokenizer / prepare: SentencePiece 0.1.97 (BPE training, encoding)
   python3-sentencepiece            # the tests' independent check of the ids, and scripts/bench_data.sh
-  nlohmann-json3-dev               # safetensors headers (models/safetensors.cpp)
+  nlohmann-json3-dev               # JSON: metrics events, /api/status, simulator events, safetensors headers
+  prometheus-cpp-dev               # /metrics: the Prometheus text exposition (observe/ only)
   python3-numpy                    # the tests' NumPy reference forward (tests/reference_forward.py)
   python3-torch                    # scripts/bench_llama.sh: the PyTorch side (reference benchmarks only)
   etcd-server etcd-client          # --control etcd://: standby coordinators elected through etcd 3.4

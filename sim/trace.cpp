@@ -1,6 +1,9 @@
 #include "sim/trace.hpp"
 
+#include "base/metrics_reader.hpp"
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -131,24 +134,6 @@ std::vector<slot_plan> replay(const std::vector<lifetime>& trace, int peers, dou
   return slots;
 }
 
-namespace {
-
-/// The value of "key" in one JSON line written by base/metrics (no nesting).
-std::optional<std::string> field(const std::string& line, const std::string& key) {
-  const auto at = line.find("\"" + key + "\": ");
-  if (at == std::string::npos) return std::nullopt;
-  auto from = at + key.size() + 4;
-  if (from < line.size() && line[from] == '"') {
-    const auto end = line.find('"', from + 1);
-    if (end == std::string::npos) return std::nullopt;
-    return line.substr(from + 1, end - from - 1);
-  }
-  const auto end = line.find_first_of(",}", from);
-  return line.substr(from, end == std::string::npos ? std::string::npos : end - from);
-}
-
-} // namespace
-
 std::optional<std::vector<chaos_action>> read_chaos_log(const std::string& path, int* skipped, std::string* error) {
   std::ifstream in(path);
   if (!in) {
@@ -162,28 +147,28 @@ std::optional<std::vector<chaos_action>> read_chaos_log(const std::string& path,
   std::map<long, std::pair<double, int>> first_join;  // PID -> its first join: time, stage
   std::string line;
   while (std::getline(in, line)) {
-    double t = 0;
-    const auto tt = field(line, "t");
-    if (!tt || !to_number(*tt, t)) continue;  // not an event line
+    const auto e = metrics_event::parse(line);
+    if (!e)
+      continue;  // not an event line
+    const double t = e->t();
     if (!t0) t0 = t;
-    const auto event = field(line, "event");
-    if (event == std::optional<std::string>("server_join")) {
+    if (e->name() == "server_join") {
       long pid = -1;
-      double stage = -1;
-      const auto id = field(line, "server").value_or("");
-      const auto st = field(line, "stage");
-      if (std::sscanf(id.c_str(), "s-%ld", &pid) == 1 && st && to_number(*st, stage))
+      const auto id = e->get_string("server");
+      const double stage = e->get_double("stage", std::nan(""));
+      if (std::sscanf(id.c_str(), "s-%ld", &pid) == 1 && !std::isnan(stage))
         first_join.emplace(pid, std::pair{t - *t0, static_cast<int>(stage)});
       continue;
     }
-    if (event != std::optional<std::string>("chaos")) continue;
-    const auto action = field(line, "action").value_or("");
-    const auto process = field(line, "process").value_or("");
+    if (e->name() != "chaos")
+      continue;
+    const auto action = e->get_string("action");
+    const auto process = e->get_string("process");
     int stage = -1, index = -1;
     if ((action == "kill" || action == "restart") && std::sscanf(process.c_str(), "server %d.%d", &stage, &index) == 2 &&
         stage >= 0 && index >= 0) {
       out.push_back({t - *t0, action == "kill", stage, index});
-      if (double pid = 0; action == "restart" && to_number(field(line, "pid").value_or(""), pid))
+      if (const double pid = e->get_double("pid", std::nan("")); action == "restart" && !std::isnan(pid))
         restarted.insert(static_cast<long>(pid));
     } else {
       ++skip;

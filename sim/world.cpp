@@ -14,16 +14,8 @@ void world::emit(const char* event, std::initializer_list<metrics_sink::field> f
 }
 
 void world::emit(const char* event, const std::vector<metrics_sink::field>& fields, const char* role) {
-  if (!metrics.is_open()) return;
-  std::string line = metrics_sink::format(now(), role, event, {});
-  line.resize(line.size() - 2);  // "}\n"
-  for (const auto& [key, val] : fields) {
-    line += ", ";
-    append_json_string(line, key);
-    line += ": ";
-    append_value(line, val);
-  }
-  metrics << line << "}\n";
+  if (metrics.is_open())
+    metrics << metrics_sink::format(now(), role, event, fields);
 }
 
 int64_t world::samples() const {

@@ -5,6 +5,10 @@
 
 #include <cstdio>
 #include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "base/metrics.hpp"
 #include "observe/run_summary.hpp"
@@ -49,18 +53,18 @@ TEST_CASE("the status board shows servers, trainers, rounds and events", "[statu
 
   const auto json = b.json(1012);
   CHECK_THAT(json, Catch::Contains("\"id\": \"s-1\", \"host\": \"127.0.0.1\", \"port\": 4000, \"state\": \"serving\", "
-                                   "\"step\": 4, \"samples_per_s\": 10.00, \"hash\": \"00001234\""));
+                                   "\"step\": 4, \"samples_per_s\": 10.0, \"hash\": \"00001234\""));
   CHECK_THAT(json, Catch::Contains("\"id\": \"s-2\\\"x\""));  // escaped
   CHECK_THAT(json, Catch::Contains("\"state\": \"down\""));
   CHECK_THAT(json, Catch::Contains("\"rounds\": {\"applied\": 1, \"failed\": 0"));
   CHECK_THAT(json, Catch::Contains("\"rounds\": {\"applied\": 0, \"failed\": 1"));
-  CHECK_THAT(json, Catch::Contains("\"id\": \"t9\", \"step\": 7, \"max_steps\": 10, \"loss\": 3.50000"));
+  CHECK_THAT(json, Catch::Contains("\"id\": \"t9\", \"step\": 7, \"max_steps\": 10, \"loss\": 3.5,"));
   CHECK_THAT(json, Catch::Contains("\"uptime_s\": 12.0"));
   CHECK_THAT(json, Catch::Contains("a round failed after 45.0 s"));
 
   const auto prom = b.prometheus(1012);
   CHECK_THAT(prom, Catch::Contains("# TYPE swarm_rounds_total counter\n"));
-  CHECK_THAT(prom, Catch::Contains("swarm_rounds_total{stage=\"0\",outcome=\"applied\"} 1\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_rounds_total{outcome=\"applied\",stage=\"0\"} 1\n"));
   CHECK_THAT(prom, Catch::Contains("swarm_stage_servers{stage=\"1\"} 0\n"));  // its one server went down
   CHECK_THAT(prom, Catch::Contains("swarm_trainer_tokens_total{trainer=\"t9\"} 3584\n"));
   CHECK_THAT(prom, Catch::Contains("swarm_trainer_bans_total{trainer=\"t9\"} 1\n"));
@@ -82,8 +86,8 @@ TEST_CASE("the status board shows servers, trainers, rounds and events", "[statu
   for (const auto& [step, loss] : {std::pair<int64_t, double>{0, 6.9}, {50, 5.25}, {50, 5.25}, {100, 4.5}})
     f.sink.note("trainer_report", {{"trainer", std::string{"t9"}}, {"step", step + 1}, {"loss", 3.0},
                                    {"has_eval", true}, {"eval_step", step}, {"eval_loss", loss}});
-  CHECK_THAT(b.json(1013), Catch::Contains("\"eval_step\": 100, \"eval_loss\": 4.50000, \"eval_history\": [[0, 6.90000], "
-                                           "[50, 5.25000], [100, 4.50000]]"));
+  CHECK_THAT(b.json(1013), Catch::Contains("\"eval_step\": 100, \"eval_loss\": 4.5, \"eval_history\": [[0, 6.9], "
+                                           "[50, 5.25], [100, 4.5]]"));
   CHECK_THAT(b.prometheus(1013), Catch::Contains("# TYPE swarm_eval_loss gauge\nswarm_eval_loss{trainer=\"t9\"} 4.5\n"));
   CHECK_THAT(b.text(1013), Catch::Contains("validation 4.500 at step 100"));
 }
@@ -120,8 +124,8 @@ TEST_CASE("the status board keeps a bounded history and event list", "[status]")
   const size_t points = static_cast<size_t>(std::count(history.begin(), history.end(), '[')) - 2;  // less the list and events
   CHECK(points <= status_board::max_history);
   CHECK(points >= status_board::max_history / 2);
-  CHECK_THAT(history, Catch::Contains("[1.000, 1, "));      // the start stays, coarser (step 0 is no point)
-  CHECK_THAT(history, Catch::Contains("[4999.000, 4999, "));  // and the latest
+  CHECK_THAT(history, Catch::Contains("[1.0, 1, "));        // the start stays, coarser (step 0 is no point)
+  CHECK_THAT(history, Catch::Contains("[4999.0, 4999, "));  // and the latest
   CHECK(static_cast<size_t>(std::count(json.begin(), json.end(), '{')) < status_board::max_events + 10);
 }
 
@@ -180,4 +184,62 @@ TEST_CASE("with --control the board shows the election and etcd; without, nothin
   CHECK_THAT(prom, Catch::Contains("swarm_control_leadership_changes_total 1\n"));
   CHECK_THAT(prom, Catch::Contains("swarm_control_members_healthy 2\n"));
   CHECK_THAT(b.text(1002), Catch::Contains("control: this process is the leader; leader 10.0.0.1:7000 (term 42)"));
+}
+
+TEST_CASE("/metrics is the text exposition 0.0.4, its families in the board's order", "[status]") {
+  status_board b(0);
+  for (int64_t stage : {1, 0}) b.on_event(1, "stage_load", {{"stage", stage}, {"servers", int64_t{1}}});
+  b.on_event(
+      1, "server_join",
+      {{"stage", int64_t{1}}, {"server", std::string{"a\"b\\c\nd"}}, {"host", std::string{"h"}}, {"port", int64_t{1}}});
+  b.on_event(2, "round_end", {{"stage", int64_t{1}}, {"step", int64_t{1}}, {"applied", int64_t{1}}, {"seconds", 0.25}});
+  b.on_event(3, "round_end", {{"stage", int64_t{1}}, {"applied", int64_t{0}}, {"seconds", 0.5}});
+  const auto prom = b.prometheus(10);
+  // Each family once: HELP, TYPE, then its samples (a family without samples
+  // keeps HELP and TYPE); every line one of the three.
+  const std::regex help(R"(# HELP ([a-z_]+) \S.*)"), type(R"(# TYPE ([a-z_]+) (counter|gauge|summary))");
+  const std::regex sample(R"(([a-z_]+)(\{[a-z_]+="([^"\\\n]|\\.)*"(,[a-z_]+="([^"\\\n]|\\.)*")*\})? -?[0-9.e+]+)");
+  std::vector<std::string> families;
+  std::istringstream lines(prom);
+  std::string line, helped;
+  std::smatch m;
+  while (std::getline(lines, line)) {
+    if (std::regex_match(line, m, help)) {
+      helped = m[1];
+    } else if (std::regex_match(line, m, type)) {
+      CHECK(m[1] == helped);
+      families.push_back(m[1]);
+    } else {
+      REQUIRE(std::regex_match(line, m, sample));
+      CHECK(!families.empty());
+      CHECK(std::string{m[1]}.rfind(families.back(), 0) == 0);  // a sample of the family above it
+    }
+  }
+  const std::vector<std::string> order{"swarm_uptime_seconds",
+                                       "swarm_stage_servers",
+                                       "swarm_stage_step",
+                                       "swarm_stage_stalled_steps",
+                                       "swarm_rounds_total",
+                                       "swarm_round_seconds",
+                                       "swarm_server_samples_per_second",
+                                       "swarm_server_events_total",
+                                       "swarm_trainer_steps_total",
+                                       "swarm_trainer_samples_total",
+                                       "swarm_trainer_tokens_total",
+                                       "swarm_trainer_loss",
+                                       "swarm_trainer_tokens_per_second",
+                                       "swarm_trainer_dropped_total",
+                                       "swarm_trainer_reroutes_total",
+                                       "swarm_trainer_bans_total",
+                                       "swarm_trainer_busy_answers_total",
+                                       "swarm_trainer_wire_bytes_total",
+                                       "swarm_eval_loss"};
+  CHECK(families == order);
+  CHECK_THAT(prom, Catch::Contains("# TYPE swarm_round_seconds summary\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_stage_servers{stage=\"0\"} 0\nswarm_stage_servers{stage=\"1\"} 1\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_round_seconds_sum{stage=\"1\"} 0.75\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_round_seconds_count{stage=\"1\"} 2\n"));
+  CHECK_THAT(prom, Catch::Contains("swarm_server_samples_per_second{server=\"a\\\"b\\\\c\\nd\",stage=\"1\"} 0\n"));
+  CHECK_THAT(prom, Catch::Contains(
+                       "swarm_server_events_total{kind=\"join\"} 1\nswarm_server_events_total{kind=\"down\"} 0\n"));
 }
