@@ -15,7 +15,7 @@
 #include "apps/roles.hpp"
 #include "messages/errors.hpp"
 #include "models/checkpoint.hpp"
-#include "models/gpt.hpp"
+#include "models/stage_module.hpp"
 #include "apps/data_roles.hpp"
 #include "apps/weight_roles.hpp"
 #include "models/stage_worker.hpp"

@@ -11,7 +11,7 @@
 #include "apps/remote_logits.hpp"
 #include "apps/roles.hpp"
 #include "models/generator.hpp"
-#include "models/gpt.hpp"
+#include "models/stage_module.hpp"
 #include "models/hf_format.hpp"
 #include "models/hf_weights.hpp"
 
@@ -145,8 +145,8 @@ int run_export(const app_config& cfg, const tokenizer& tok) {
       return 1;
     }
   std::cout << "export: wrote " << (out / "model.safetensors").string() << " (" << hf_layout(cfg.model).size()
-            << " tensors, " << file->size() << " bytes, float32, Hugging Face "
-            << (cfg.model.is_llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel") << " names";
+            << " tensors, " << file->size() << " bytes, float32, Hugging Face " << family_of(cfg.model).hf_architecture
+            << " names";
   if (cfg.model.share_layers > 1)
     std::cout << "; each shared block written once per layer applying it";
   std::cout << "), config.json";

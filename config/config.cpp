@@ -2,6 +2,7 @@
 
 #include "base/hash.hpp"
 #include "base/metrics_events.hpp"
+#include "config/family.hpp"
 #include "config/keys.hpp"
 
 #include <CLI/CLI.hpp>
@@ -46,19 +47,21 @@ uint64_t model_config::hash() const {
     s << " sched " << lr_schedule << ' ' << warmup_steps << ' ' << min_lr << ' ' << decay_steps;
   if (boundary != "none")
     s << " boundary " << boundary;
-  if (is_llama())  // gpt leaves it as it was before model families
-    s << " llama " << kv_heads() << ' ' << ffn_width() << ' ' << norm_eps << ' ' << rope_theta;
+  // The family's own fields; gpt writes none, so its hash is what it was before model families.
+  if (const auto* f = find_family(arch); f && f->hash)
+    f->hash(*this, s);
   const auto text = s.str();
   return fnv1a64(text.data(), text.size(), 1469598103934665603ull);
 }
 
+int64_t model_config::kv_heads() const {
+  const auto* f = find_family(arch);
+  return f && f->grouped_query && n_kv_heads > 0 ? n_kv_heads : n_heads;
+}
+
 int64_t model_config::ffn_width() const {
-  if (!is_llama())
-    return 4 * d_model;
-  if (ffn_dim > 0)
-    return ffn_dim;
-  const int64_t hidden = 2 * (4 * d_model) / 3;  // Llama's: int(2 * 4d / 3), then up to a multiple of 256
-  return (hidden + 255) / 256 * 256;
+  const auto* f = find_family(arch);
+  return f && f->ffn_width ? f->ffn_width(*this) : 4 * d_model;  // 4 d: what an unknown --model is refused with
 }
 
 std::pair<std::string, int64_t> model_config::boundary_kind() const {
@@ -126,6 +129,49 @@ void require(std::string& err, bool ok, const char* flag, const T& value, const 
   }
 }
 
+/// The values a role needs beyond every role's (a coordinator, inputs, an
+/// output, a model source): the first one missing, or empty.
+std::string role_rules(const app_config& c) {
+  const bool needs_coordinator = c.which == role::server || c.which == role::trainer || c.which == role::status;
+  if (!c.net.control.empty()) {
+    std::string why;
+    if (!parse_control(c.net.control, why))
+      return why;
+  }
+  if (c.which == role::cluster && c.cluster.control_replicas > 0 && !c.net.control.empty())
+    return "--control with --control-replicas: the cluster starts its own etcd members and sets --control itself";
+  if (needs_coordinator && c.net.control.empty() && !split_host_port(c.server.coordinator))
+    return "--coordinator '" + c.server.coordinator + "': " + to_string(c.which) + " needs HOST:PORT of the coordinator "
+           "(or --control etcd://...)";
+  if (c.which == role::server && c.server.stage >= c.stages)
+    return "--stage " + std::to_string(c.server.stage) + ": server needs auto or a stage in [0, " +
+           std::to_string(c.stages) + ")";
+  const bool makes_tokenizer = c.which == role::tokenizer && !c.data.encode;
+  if ((makes_tokenizer || c.which == role::prepare) && c.data.inputs().empty())
+    return std::string{"--input: "} + to_string(c.which) + " needs the text files or folders to read";
+  if ((makes_tokenizer || c.which == role::prepare) && (c.out.empty() || c.out == "-"))
+    return std::string{"--out: "} + to_string(c.which) + " needs " +
+           (makes_tokenizer ? "the model file to write" : "the folder to write the shards to");
+  if (c.which == role::prepare && c.model.tokenizer == "bytes")
+    return "--tokenizer bytes: prepare needs a SentencePiece model (--role tokenizer makes one; bytes have no "
+           "end-of-document token, and --corpus trains on raw bytes without preparing)";
+  if (c.which == role::export_weights && (c.out.empty() || c.out == "-"))
+    return "--out: export needs the folder to write model.safetensors, config.json and the tokenizer to";
+  if (c.which == role::export_weights && c.checkpoint.dir.empty() == c.init_from.empty())
+    return "export needs exactly one source: --checkpoint-dir DIR (a run's checkpoints) or --init-from FILE";
+  if (c.which == role::generate &&
+      int{!c.checkpoint.dir.empty()} + int{!c.init_from.empty()} + int{!c.server.coordinator.empty()} != 1)
+    return "generate needs exactly one model: --checkpoint-dir DIR, --init-from FILE or --coordinator HOST:PORT "
+           "(a running swarm)";
+  if (c.which == role::generate && !c.server.coordinator.empty() && !split_host_port(c.server.coordinator))
+    return "--coordinator '" + c.server.coordinator + "': generate needs HOST:PORT of the coordinator";
+  if (c.trainer.eval_every > 0 && c.trainer.data.empty() && (c.which == role::trainer || c.which == role::local ||
+                                                              c.which == role::cluster))
+    return "--eval-every " + std::to_string(c.trainer.eval_every) +
+           ": validation needs --data (the held-out shards of --role prepare)";
+  return {};
+}
+
 } // namespace
 
 std::string validate(const app_config& c) {
@@ -137,11 +183,8 @@ std::string validate(const app_config& c) {
   std::string e;
   const auto& m = c.model;
   require(e, m.d_model % m.n_heads == 0, "n-heads", m.n_heads, "must be >= 1 and divide d-model");
-  if (m.is_llama()) {
-    require(e, m.n_heads % m.kv_heads() == 0, "n-kv-heads", m.n_kv_heads, "must be 0 (= n-heads) or divide n-heads");
-    require(e, (m.d_model / m.n_heads) % 2 == 0, "n-heads", m.n_heads,
-            "must leave an even head width (d-model / n-heads) for rotary embeddings");
-  }
+  if (const auto* f = find_family(m.arch); e.empty() && f && f->validate)
+    e = f->validate(m);  // the family's own rules: "--flag value: rule"
   const auto [cut, k] = m.boundary_kind();
   require(e, cut == "none" || (k >= 2 && m.d_model % k == 0), "boundary", m.boundary,
           "needs a K of at least 2 that divides --d-model");
@@ -182,45 +225,7 @@ std::string validate(const app_config& c) {
   }
   if (!e.empty())
     return e;
-  // Role-specific required values.
-  const bool needs_coordinator = c.which == role::server || c.which == role::trainer || c.which == role::status;
-  if (!c.net.control.empty()) {
-    std::string why;
-    if (!parse_control(c.net.control, why))
-      return why;
-  }
-  if (c.which == role::cluster && c.cluster.control_replicas > 0 && !c.net.control.empty())
-    return "--control with --control-replicas: the cluster starts its own etcd members and sets --control itself";
-  if (needs_coordinator && c.net.control.empty() && !split_host_port(c.server.coordinator))
-    return "--coordinator '" + c.server.coordinator + "': " + to_string(c.which) + " needs HOST:PORT of the coordinator "
-           "(or --control etcd://...)";
-  if (c.which == role::server && c.server.stage >= c.stages)
-    return "--stage " + std::to_string(c.server.stage) + ": server needs auto or a stage in [0, " +
-           std::to_string(c.stages) + ")";
-  const bool makes_tokenizer = c.which == role::tokenizer && !c.data.encode;
-  if ((makes_tokenizer || c.which == role::prepare) && c.data.inputs().empty())
-    return std::string{"--input: "} + to_string(c.which) + " needs the text files or folders to read";
-  if ((makes_tokenizer || c.which == role::prepare) && (c.out.empty() || c.out == "-"))
-    return std::string{"--out: "} + to_string(c.which) + " needs " +
-           (makes_tokenizer ? "the model file to write" : "the folder to write the shards to");
-  if (c.which == role::prepare && c.model.tokenizer == "bytes")
-    return "--tokenizer bytes: prepare needs a SentencePiece model (--role tokenizer makes one; bytes have no "
-           "end-of-document token, and --corpus trains on raw bytes without preparing)";
-  if (c.which == role::export_weights && (c.out.empty() || c.out == "-"))
-    return "--out: export needs the folder to write model.safetensors, config.json and the tokenizer to";
-  if (c.which == role::export_weights && c.checkpoint.dir.empty() == c.init_from.empty())
-    return "export needs exactly one source: --checkpoint-dir DIR (a run's checkpoints) or --init-from FILE";
-  if (c.which == role::generate &&
-      int{!c.checkpoint.dir.empty()} + int{!c.init_from.empty()} + int{!c.server.coordinator.empty()} != 1)
-    return "generate needs exactly one model: --checkpoint-dir DIR, --init-from FILE or --coordinator HOST:PORT "
-           "(a running swarm)";
-  if (c.which == role::generate && !c.server.coordinator.empty() && !split_host_port(c.server.coordinator))
-    return "--coordinator '" + c.server.coordinator + "': generate needs HOST:PORT of the coordinator";
-  if (c.trainer.eval_every > 0 && c.trainer.data.empty() && (c.which == role::trainer || c.which == role::local ||
-                                                              c.which == role::cluster))
-    return "--eval-every " + std::to_string(c.trainer.eval_every) +
-           ": validation needs --data (the held-out shards of --role prepare)";
-  return {};
+  return role_rules(c);
 }
 
 std::vector<std::string> data_config::inputs() const {

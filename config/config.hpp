@@ -24,8 +24,8 @@ enum class role { coordinator, server, trainer, local, cluster, status, calibrat
 
 /// Hyperparameters of the model (models/); identical on every peer of a swarm.
 struct model_config {
-  /// gpt: GPT-2 blocks (LayerNorm, learned positions, GELU MLP, biases);
-  /// llama: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases.
+  /// The model family (--model): a name in config/family.cpp's table, whose
+  /// descriptor says what its blocks are.
   std::string arch = "gpt";
   int64_t d_model = 128;      ///< hidden width, features
   int64_t n_heads = 4;        ///< attention heads; must divide d_model
@@ -63,11 +63,11 @@ struct model_config {
   int64_t decay_steps = 0;    ///< cosine: the step it reaches min_lr (--max-steps, copied at load)
   uint64_t seed = 1;          ///< parameter initialisation seed
 
-  [[nodiscard]] bool is_llama() const { return arch == "llama"; }
-  /// Key/value heads as built: n_kv_heads, or n_heads when it is 0 (and always for gpt).
-  [[nodiscard]] int64_t kv_heads() const { return is_llama() && n_kv_heads > 0 ? n_kv_heads : n_heads; }
-  /// The MLP's hidden width as built: gpt 4 d; llama ffn_dim, or Llama's
-  /// rounding of 8/3 d up to a multiple of 256.
+  /// Key/value heads as built: n_kv_heads, or n_heads when it is 0 (and always
+  /// for a family without grouped-query attention, such as gpt).
+  [[nodiscard]] int64_t kv_heads() const;
+  /// The MLP's hidden width as built (the family's rule): gpt 4 d; llama
+  /// ffn_dim, or Llama's rounding of 8/3 d up to a multiple of 256.
   [[nodiscard]] int64_t ffn_width() const;
   /// "none", "bottleneck" or "maxout", and its K (1 for none).
   [[nodiscard]] std::pair<std::string, int64_t> boundary_kind() const;

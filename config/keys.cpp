@@ -1,5 +1,6 @@
 #include "config/keys.hpp"
 
+#include "config/family.hpp"
 #include "policy/averaging.hpp"
 
 #include <limits>
@@ -18,6 +19,25 @@ std::vector<std::string> role_names() {
   std::vector<std::string> out;
   for (role r : roles) out.emplace_back(to_string(r));
   return out;
+}
+
+/// --model's help, from the registered families: "model family: gpt (GPT-2 blocks) | llama (...)".
+std::string model_help() {
+  std::string out = "model family:";
+  for (const auto* f : model_families())
+    out += std::string(f == model_families().front() ? " " : " | ") + f->name + " (" + f->summary + ")";
+  return out;
+}
+
+keys::row with_help(keys::row r, std::string help) {
+  r.help = std::move(help);
+  return r;
+}
+
+/// A key only some families read: its help starts with their names ("llama, qwen2: ...").
+keys::row family_key(keys::row r) {
+  r.help = families_reading(r.flag) + ": " + r.help;
+  return r;
 }
 
 std::string role_text(const app_config& c) {
@@ -230,9 +250,7 @@ const std::vector<keys::row>& swarm_keys() {
       key("log-level", &app::log_level, "", one_of({"trace", "debug", "info", "warn", "error"}),
           "trace | debug | info | warn | error"),
 
-      key("model", &model::arch, "", one_of({"gpt", "llama"}),
-          "model family: gpt (GPT-2 blocks) | llama (RMSNorm, rotary positions, SwiGLU, grouped-query attention, no "
-          "biases)"),
+      with_help(key("model", &model::arch, "", one_of(family_names()), ""), model_help()),
       key("d-model", &model::d_model, "features", range(">= 1"), "hidden width"),
       key("n-heads", &model::n_heads, "", range(">= 1"), "attention heads (must divide d-model)"),
       key("n-layers", &model::n_layers, "", range(">= 1"), "transformer blocks in the whole model"),
@@ -242,12 +260,12 @@ const std::vector<keys::row>& swarm_keys() {
           check::custom(valid_boundary, "must be none, bottleneck:K or maxout:K (K a whole number)"),
           "what crosses a stage cut: none | bottleneck:K (LayerNorm, learned projection to d-model/K, learned "
           "projection back) | maxout:K (LayerNorm, max of K features, learned projection back); the paper's ablation"),
-      key("n-kv-heads", &model::n_kv_heads, "", range(">= 0"),
-          "llama: key/value heads (grouped-query attention), dividing n-heads; 0 = n-heads"),
-      key("ffn-dim", &model::ffn_dim, "features", range(">= 0"),
-          "llama: SwiGLU hidden width; 0 = 8/3 d-model rounded up to a multiple of 256"),
-      key("norm-eps", &model::norm_eps, "", range("> 0"), "llama: RMSNorm epsilon"),
-      key("rope-theta", &model::rope_theta, "", range("> 0"), "llama: rotary embedding base"),
+      family_key(key("n-kv-heads", &model::n_kv_heads, "", range(">= 0"),
+                     "key/value heads (grouped-query attention), dividing n-heads; 0 = n-heads")),
+      family_key(key("ffn-dim", &model::ffn_dim, "features", range(">= 0"),
+                     "SwiGLU hidden width; 0 = 8/3 d-model rounded up to a multiple of 256")),
+      family_key(key("norm-eps", &model::norm_eps, "", range("> 0"), "RMSNorm epsilon")),
+      family_key(key("rope-theta", &model::rope_theta, "", range("> 0"), "rotary embedding base")),
       key("seq-len", &model::seq_len, "bytes per sample", range(">= 1"), "context length"),
       key("microbatch", &model::microbatch, "", range(">= 1"), "samples per microbatch"),
       key("lr", &model::lr, "", range("(0, 1)"), "peak learning rate"),

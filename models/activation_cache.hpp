@@ -14,7 +14,7 @@
 
 #include <torch/torch.h>
 
-#include "models/gpt.hpp"
+#include "models/stage_backward.hpp"
 #include "models/stage_worker.hpp"
 
 namespace swarm {

@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-#include "models/gpt.hpp"
+#include "models/stage_module.hpp"
 
 namespace swarm {
 

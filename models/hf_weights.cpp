@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "models/checkpoint.hpp"
-#include "models/gpt.hpp"
+#include "models/stage_module.hpp"
 #include "models/hf_format.hpp"
 #include "models/safetensors.hpp"
 #include "models/stage_worker.hpp"
@@ -56,15 +56,14 @@ bool recomputed_buffer(const std::string& name) {
   return ends_with("rotary_emb.inv_freq") || ends_with(".attn.bias") || ends_with(".attn.masked_bias");
 }
 
-/// GPT-2 files as OpenAI's conversion wrote them: no "transformer." prefix, lm_head tied to wte.
-std::string file_alias(const safetensors_file& f, const hf_tensor& want, bool llama) {
-  if (llama || f.find(want.file_name))
+/// The name `want` has in `f`: its own, or the first of the family's aliases
+/// the file holds (GPT-2 files as OpenAI's conversion wrote them).
+std::string file_alias(const safetensors_file& f, const hf_tensor& want, const model_family& family) {
+  if (f.find(want.file_name) || !family.hf_aliases)
     return want.file_name;
-  if (want.file_name == "lm_head.weight")
-    return f.find("transformer.wte.weight") ? "transformer.wte.weight" : "wte.weight";
-  const std::string prefix = "transformer.";
-  if (want.file_name.rfind(prefix, 0) == 0 && f.find(want.file_name.substr(prefix.size())))
-    return want.file_name.substr(prefix.size());
+  for (const auto& alias : family.hf_aliases(want.file_name))
+    if (f.find(alias))
+      return alias;
   return want.file_name;
 }
 
@@ -116,7 +115,7 @@ result<named_tensors> read_hf_weights(const model_config& m, const std::string& 
   named_tensors out;
   std::set<std::string> used;
   for (const auto& want : layout) {
-    const std::string name = file_alias(*file, want, m.is_llama());
+    const std::string name = file_alias(*file, want, family_of(m));
     const auto* t = file->find(name);
     if (!t)
       return bad("tensor " + want.file_name + " is missing (this model: " + m.arch + ", " +

@@ -10,7 +10,9 @@
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
-#include "models/gpt.hpp"
+#include "models/device.hpp"
+#include "models/losses.hpp"
+#include "models/stage_backward.hpp"
 #include "models/stage_worker_impl.hpp"
 
 namespace swarm {

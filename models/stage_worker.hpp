@@ -131,7 +131,7 @@ public:
                                                         const std::string& cache_key = {});
 
   /// Keeps recorded forwards for their backward, up to `bytes` of them
-  /// (estimated: recorded_forward_bytes in models/gpt.hpp), oldest dropped
+  /// (estimated: recorded_forward_bytes in models/stage_backward.hpp), oldest dropped
   /// first; 0 (the default) = off, every backward recomputes its forward.
   void set_activation_cache(int64_t bytes);
   /// --precision: false (fp32, the default) or true (bf16: forwards under

@@ -11,7 +11,8 @@
 #include <torch/torch.h>
 
 #include "models/activation_cache.hpp"
-#include "models/gpt.hpp"
+#include "models/losses.hpp"
+#include "models/stage_module.hpp"
 #include "models/optimizer.hpp"
 #include "models/stage_worker.hpp"
 

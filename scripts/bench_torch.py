@@ -4,9 +4,9 @@ same models as `swarm --role local` trains, trained as it trains them: batch =
 microbatches x microbatch with gradient accumulation, AdamW (weight decay on
 matrices), gradient clipping at 1.0, byte-level windows of a text.
   --model gpt: pre-LayerNorm blocks, fused qkv, tanh GELU MLP of 4 d, learned
-    positions, untied head (models/gpt.cpp).
+    positions, untied head (models/gpt_block.cpp).
   --model llama: RMSNorm, rotary positions in the rotate-half layout,
-    grouped-query attention, SwiGLU, no biases, untied head (models/llama.cpp).
+    grouped-query attention, SwiGLU, no biases, untied head (models/llama_block.cpp).
   --precision bf16: forward under torch.autocast("cpu", torch.bfloat16), as
     swarm's --precision bf16; fp32 masters and optimizer.
 Prints one line of JSON: tokens per second over the steps after the first.

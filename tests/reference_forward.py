@@ -7,8 +7,8 @@ MODEL_DIR is what `swarm --role export` writes (model.safetensors,
 config.json); CASES holds `tokens` (I64 [B, T]) and `logits` (F32 [B, T, V]),
 swarm's logits of those tokens. This script reads both with json and numpy
 only, computes the logits as Hugging Face's LlamaForCausalLM (or
-GPT2LMHeadModel) defines them, prints the largest absolute difference and
-exits 1 when it is above 1e-4.
+Qwen2ForCausalLM, or GPT2LMHeadModel) defines them, prints the largest
+absolute difference and exits 1 when it is above 1e-4.
 """
 import json
 import struct
@@ -48,6 +48,7 @@ def attention(q, k, v):
 
 
 def llama(w, c, tokens):
+    """Llama, or Qwen2: the same layer with biases on the q, k and v projections."""
     d, h = c["hidden_size"], c["num_attention_heads"]
     kvh, hd = c["num_key_value_heads"], c["hidden_size"] // c["num_attention_heads"]
     eps, theta = c["rms_norm_eps"], c["rope_theta"]
@@ -67,13 +68,17 @@ def llama(w, c, tokens):
         rotated = np.concatenate([-x[..., half:], x[..., :half]], -1)
         return x * cos + rotated * sin
 
+    def qkv(a, p, name, heads):
+        y = a @ w[p + f"self_attn.{name}.weight"].T
+        if c["model_type"] == "qwen2":  # Qwen2Attention: q, k and v always have biases
+            y = y + w[p + f"self_attn.{name}.bias"]
+        return y.reshape(t, heads, hd).transpose(1, 0, 2)
+
     x = w["model.embed_tokens.weight"][tokens].astype(np.float64)
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         a = rms(x, w[p + "input_layernorm.weight"])
-        q = (a @ w[p + "self_attn.q_proj.weight"].T).reshape(t, h, hd).transpose(1, 0, 2)
-        k = (a @ w[p + "self_attn.k_proj.weight"].T).reshape(t, kvh, hd).transpose(1, 0, 2)
-        v = (a @ w[p + "self_attn.v_proj.weight"].T).reshape(t, kvh, hd).transpose(1, 0, 2)
+        q, k, v = qkv(a, p, "q_proj", h), qkv(a, p, "k_proj", kvh), qkv(a, p, "v_proj", kvh)
         q, k = rope(q), rope(k)
         k, v = np.repeat(k, h // kvh, axis=0), np.repeat(v, h // kvh, axis=0)
         y = attention(q, k, v).transpose(1, 0, 2).reshape(t, d)
@@ -116,7 +121,7 @@ def main():
     config = json.load(open(f"{model_dir}/config.json"))
     weights = {k: v.astype(np.float64) for k, v in read_safetensors(f"{model_dir}/model.safetensors").items()}
     cases = read_safetensors(cases_path)
-    forward = llama if config["model_type"] == "llama" else gpt2
+    forward = {"llama": llama, "qwen2": llama, "gpt2": gpt2}[config["model_type"]]
     worst = 0.0
     for tokens, want in zip(cases["tokens"], cases["logits"]):
         got = forward(weights, config, tokens)

@@ -15,6 +15,7 @@
 
 #include "base/metrics_events.hpp"
 #include "config/config.hpp"
+#include "config/family.hpp"
 #include "config/keys.hpp"
 #include "sim/scenario.hpp"
 
@@ -155,6 +156,8 @@ TEST_CASE("bad values get a message naming the flag and the fix", "[config]") {
       {{"--role", "local", "--model", "llama", "--n-kv-heads", "3"}, "--n-kv-heads 3: must be 0 (= n-heads) or divide"},
       {{"--role", "local", "--model", "llama", "--d-model", "60"}, "even head width"},
       {{"--role", "local", "--model", "llama", "--norm-eps", "0"}, "--norm-eps 0"},
+      {{"--role", "local", "--model", "qwen2", "--n-kv-heads", "3"}, "--n-kv-heads 3: must be 0 (= n-heads) or divide"},
+      {{"--role", "local", "--model", "qwen2", "--d-model", "60"}, "even head width"},
       {{"--role", "local", "--lr-schedule", "cosine"}, "--lr-schedule cosine: decays to --min-lr at --max-steps"},
       {{"--role", "local", "--lr-schedule", "cosine", "--max-steps", "5", "--warmup-steps", "5"}, "--lr-schedule"},
       {{"--role", "local", "--min-lr", "0.01", "--lr", "0.001"}, "--min-lr 0.01: must be <= --lr"},
@@ -241,6 +244,56 @@ TEST_CASE("to_flags round-trips every value a child needs", "[config]") {
   CHECK(child.config->coordinator.moves.min_replicas == 3);
 }
 
+TEST_CASE("model families: one table, each descriptor whole, --model and its help made from it", "[config][families]") {
+  const auto names = family_names();
+  CHECK(names == std::vector<std::string>{"gpt", "llama", "qwen2"});
+  const auto help = parse({"--help"}).message;
+  std::set<std::string> architectures;
+  for (const auto* f : model_families()) {
+    INFO(f->name);
+    CHECK(find_family(f->name) == f);
+    CHECK(help.find(f->name + " (" + f->summary + ")") != std::string::npos);
+    CHECK(architectures.insert(f->hf_architecture).second);
+    for (const bool ok :
+         {f->ffn_width != nullptr, f->norm_eps != nullptr, f->block_madds != nullptr, f->block_parameters != nullptr,
+          f->validate != nullptr, f->hf_embeddings != nullptr, f->hf_layer != nullptr, f->hf_head != nullptr,
+          f->hf_config != nullptr, !f->block.empty(), !f->final_norm.empty(), !f->hf_model_type.empty()})
+      CHECK(ok);
+    auto r = parse({"--role", "local", "--model", f->name, "--d-model", "64", "--n-heads", "4"});
+    REQUIRE(r.config);
+    CHECK(&family_of(r.config->model) == f);
+  }
+  // A key only some families read says which.
+  CHECK(families_reading("n-kv-heads") == "llama, qwen2");
+  CHECK(help.find("llama, qwen2: key/value heads") != std::string::npos);
+  model_config m;
+  m.arch = "mamba";
+  CHECK(find_family(m.arch) == nullptr);
+  CHECK_THROWS_AS(family_of(m), std::invalid_argument);
+}
+
+TEST_CASE("qwen2: llama's fields and rules, grouped-query attention, its own blocks' parameters",
+          "[config][families]") {
+  model_config l;
+  l.arch = "llama";
+  l.d_model = 64;
+  l.n_heads = 4;
+  l.n_kv_heads = 2;
+  auto q = l;
+  q.arch = "qwen2";
+  CHECK(q.kv_heads() == 2);
+  CHECK(q.ffn_width() == l.ffn_width());
+  const auto& qwen2 = family_of(q);
+  // q, k and v biases: d + 2 kv_dim (kv_dim = 2 heads of 16) beyond llama's block.
+  CHECK(qwen2.block_parameters(q) == family_of(l).block_parameters(l) + 64 + 2 * 32);
+  CHECK(qwen2.block_madds(q) == family_of(l).block_madds(l));
+  // gpt has no grouped-query attention: --n-kv-heads builds nothing there.
+  auto g = l;
+  g.arch = "gpt";
+  CHECK(g.kv_heads() == 4);
+  CHECK(g.ffn_width() == 4 * 64);
+}
+
 TEST_CASE("split_host_port", "[config]") {
   CHECK(split_host_port("127.0.0.1:7000") == std::make_pair(std::string{"127.0.0.1"}, uint16_t{7000}));
   CHECK_FALSE(split_host_port("127.0.0.1"));
@@ -267,6 +320,13 @@ TEST_CASE("model hash changes with any model field", "[config]") {
   model_config l;
   l.arch = "llama";
   CHECK(l.hash() != a.hash());
+  // llama's too is what it was before the families' table: FNV-1a of "... 1 1 llama 4 512 1e-05 10000".
+  CHECK(l.hash() == 0x92ede05133ab3537ULL);
+  // qwen2 builds other blocks from the same fields: its own hash.
+  auto q = l;
+  q.arch = "qwen2";
+  CHECK(q.hash() != l.hash());
+  CHECK(q.hash() == 0xf0ff3ee2b123d211ULL);  // "... 1 1 qwen2 4 512 1e-05 10000"
   for (int field = 0; field < 5; ++field) {
     auto m = l;
     if (field == 4) m.share_layers = 2;

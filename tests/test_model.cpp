@@ -3,7 +3,11 @@
 #include <torch/torch.h>
 
 #include "base/metrics.hpp"
-#include "models/gpt.hpp"
+#include "config/family.hpp"
+#include "models/llama_block.hpp"
+#include "models/losses.hpp"
+#include "models/norm.hpp"
+#include "models/stage_backward.hpp"
 #include "models/optimizer.hpp"
 #include "apps/local_train.hpp"
 #include "apps/thread_split.hpp"
@@ -34,17 +38,18 @@ model_config small_config() {
 }
 
 /// small_config in each family: gpt, llama, llama with grouped-query
-/// attention, and that with layers shared in pairs.
+/// attention, that with layers shared in pairs, and qwen2 (llama's blocks
+/// with q, k and v biases) with grouped-query attention.
 model_config family_config(int which) {
   auto cfg = small_config();
   if (which > 0) {
-    cfg.arch = "llama";
+    cfg.arch = which == 4 ? "qwen2" : "llama";
     cfg.n_heads = 4;
     cfg.ffn_dim = 48;
   }
   if (which > 1)
     cfg.n_kv_heads = 2;
-  if (which > 2)
+  if (which == 3)
     cfg.share_layers = 2;
   return cfg;
 }
@@ -116,7 +121,7 @@ std::map<std::string, torch::Tensor> merged(std::vector<stage_module>& stages, b
 } // namespace
 
 TEST_CASE("a stage built alone holds the full model's weights", "[model]") {
-  const auto cfg = family_config(GENERATE(0, 1, 2, 3));
+  const auto cfg = family_config(GENERATE(0, 1, 2, 3, 4));
   INFO(family_name(cfg));
   auto full = make_full_model(cfg);
   for (int s : {1, 2, 3, 4}) {
@@ -135,7 +140,7 @@ TEST_CASE("a stage built alone holds the full model's weights", "[model]") {
 }
 
 TEST_CASE("the staged chain reproduces the full model's loss and every gradient", "[model]") {
-  const auto cfg = family_config(GENERATE(0, 1, 2, 3));
+  const auto cfg = family_config(GENERATE(0, 1, 2, 3, 4));
   INFO(family_name(cfg));
   for (int64_t t : {cfg.seq_len, int64_t{10}}) {
     const auto x = random_tokens(cfg.microbatch, t, 1);
@@ -159,7 +164,7 @@ TEST_CASE("the staged chain reproduces the full model's loss and every gradient"
 }
 
 TEST_CASE("--boundary: the cut carries d/K features through trained layers on either side", "[model]") {
-  auto cfg = family_config(GENERATE(0, 1));
+  auto cfg = family_config(GENERATE(0, 1, 4));
   cfg.boundary = GENERATE(std::string{"bottleneck:4"}, std::string{"maxout:2"});
   INFO(family_name(cfg) << " " << cfg.boundary);
   const auto x = random_tokens(cfg.microbatch, cfg.seq_len, 1);
@@ -195,8 +200,8 @@ TEST_CASE("--boundary: the cut carries d/K features through trained layers on ei
     auto plain_cfg = cfg;
     plain_cfg.boundary = "none";
     const auto h = make_stages(plain_cfg, 3)[0]->forward(x);
-    const auto n = cfg.is_llama() ? h * torch::rsqrt(h.pow(2).mean(-1, true) + cfg.norm_eps)
-                                  : torch::layer_norm(h, {cfg.d_model}, {}, {}, 1e-5);
+    const auto n = family_of(cfg).norm == norm_kind::rms_norm ? h * torch::rsqrt(h.pow(2).mean(-1, true) + cfg.norm_eps)
+                                                              : torch::layer_norm(h, {cfg.d_model}, {}, {}, 1e-5);
     torch::Tensor expected;
     if (maxout) {
       expected = std::get<0>(n.unflatten(-1, {cfg.d_model / 2, 2}).max(-1));
@@ -224,7 +229,7 @@ TEST_CASE("--boundary: the cut carries d/K features through trained layers on ei
 }
 
 TEST_CASE("attention is causal", "[model]") {
-  const auto cfg = family_config(GENERATE(0, 1, 2));
+  const auto cfg = family_config(GENERATE(0, 1, 2, 4));
   INFO(family_name(cfg));
   auto model = make_full_model(cfg);
   torch::NoGradGuard no_grad;
@@ -237,6 +242,43 @@ TEST_CASE("attention is causal", "[model]") {
   std::cout << "causality: max change before pos 10 " << before << ", at pos 10 " << at << "\n";
   REQUIRE(before == 0.0);
   REQUIRE(at > 1e-4);
+}
+
+TEST_CASE("qwen2 is llama with q, k and v biases: at zero biases the same model", "[model][qwen2]") {
+  const auto q = family_config(4);
+  auto l = q;
+  l.arch = "llama";
+  auto qwen2 = make_full_model(q), llama = make_full_model(l);
+  const auto qp = named(*qwen2, false), lp = named(*llama, false);
+  // The same parameters and draws, plus three biases per block (zero at initialisation).
+  CHECK(qp.size() == lp.size() + 3 * static_cast<size_t>(q.n_layers));
+  for (const auto& [name, t] : lp) {
+    INFO(name);
+    REQUIRE(qp.count(name));
+    CHECK(torch::equal(qp.at(name), t));
+  }
+  REQUIRE(qp.count("block0.q_proj.bias"));
+  CHECK(qp.at("block0.q_proj.bias").sizes() == torch::IntArrayRef{q.d_model});
+  CHECK(qp.at("block0.k_proj.bias").sizes() == torch::IntArrayRef{q.kv_heads() * (q.d_model / q.n_heads)});
+  CHECK(qp.at("block2.v_proj.bias").abs().max().item<double>() == 0.0);
+  const auto x = random_tokens(2, q.seq_len, 3), y = random_tokens(2, q.seq_len, 4);
+  {
+    torch::NoGradGuard no_grad;
+    // Equal up to rounding: a linear with a bias may take another kernel (addmm) than one without.
+    CHECK((qwen2->forward(x) - llama->forward(x)).abs().max().item<double>() < 1e-5);
+  }
+  // The biases train: each gets a gradient, and a non-zero bias changes the logits.
+  lm_loss(qwen2->forward(x), y).backward();
+  for (const auto& [name, g] : named(*qwen2, true))
+    if (name.find("_proj.bias") != std::string::npos) {
+      INFO(name);
+      CHECK(g.abs().sum().item<double>() > 0);
+    }
+  torch::NoGradGuard no_grad;
+  for (auto& p : qwen2->named_parameters())
+    if (p.key() == "block1.k_proj.bias")
+      p.value().fill_(0.5);
+  CHECK((qwen2->forward(x) - llama->forward(x)).abs().max().item<double>() > 1e-3);
 }
 
 TEST_CASE("lm_loss is the mean next-byte cross-entropy", "[model]") {

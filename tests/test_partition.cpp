@@ -80,6 +80,11 @@ TEST_CASE("stage costs: multiply-adds per sample, forward twice before the last 
   CHECK(m.ffn_width() == 256);
   CHECK(block_matrix_madds(m) == Approx(61440));
   CHECK(stage_costs(m, 2).at(0) == Approx(64 * (61440.0 + 8192) * 4));
+  // qwen2: llama's multiply-adds (its q, k and v biases are adds), and those biases' d + 2 x 32 parameters.
+  const auto llama_parameters = block_parameters(m);
+  m.arch = "qwen2";
+  CHECK(block_matrix_madds(m) == Approx(61440));
+  CHECK(block_parameters(m) == llama_parameters + 64 + 2 * 32);
 }
 
 TEST_CASE("shared layers: stages hold whole runs, compute counts every application", "[partition]") {

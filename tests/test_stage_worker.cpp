@@ -7,7 +7,8 @@
 
 #include "messages/errors.hpp"
 #include "messages/wire.hpp"
-#include "models/gpt.hpp"
+#include "models/losses.hpp"
+#include "models/stage_backward.hpp"
 #include "models/optimizer.hpp"
 #include "models/shape/cost_model.hpp"
 #include "models/stage_worker.hpp"
@@ -949,7 +950,7 @@ TEST_CASE("import_state refuses garbage and other stages' states untouched", "[w
 
 TEST_CASE("cost model: parameter counts equal the real stages'", "[model][sim]") {
   // swarm-sim sizes state copies and all-reduces from models/shape/cost_model's
-  // formula; it must count what models/gpt.cpp builds.
+  // formula; it must count what models/stage_module.cpp builds.
   for (int stages : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
     model_config m;
     m.d_model = 64;
@@ -980,6 +981,22 @@ TEST_CASE("cost model: parameter counts equal the real stages'", "[model][sim]")
       // The bulk plane refuses frames above this (net/bulk.hpp max_frame): a
       // state copy, the largest payload, must stay under it.
       CHECK(worker.export_state().size() <= largest_payload_bytes(shape));
+    }
+  }
+  // qwen2: llama's counts and its q, k and v biases, with grouped-query attention, with and without a boundary.
+  for (const std::string boundary : {"none", "bottleneck:4"}) {
+    model_config m;
+    m.arch = "qwen2";
+    m.d_model = 64;
+    m.n_layers = 3;
+    m.seq_len = 32;
+    m.n_kv_heads = 2;
+    m.boundary = boundary;
+    INFO("qwen2 boundary " << boundary);
+    const model_shape shape{m, 3, "none"};
+    for (int k = 0; k < 3; ++k) {
+      stage_worker worker(m, k, 3, "cpu");
+      CHECK(worker.parameter_count() == stage_parameters(shape, k));
     }
   }
 }

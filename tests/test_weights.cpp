@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "models/generator.hpp"
-#include "models/gpt.hpp"
+#include "models/stage_module.hpp"
 #include "models/hf_format.hpp"
 #include "models/hf_weights.hpp"
 #include "models/safetensors.hpp"
@@ -23,7 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// gpt, llama, llama with grouped-query attention, and that with layers shared in pairs.
+/// gpt, llama, llama with grouped-query attention, that with layers shared in
+/// pairs, and qwen2 (llama's blocks with q, k and v biases) with grouped-query attention.
 model_config family(int which) {
   model_config cfg;
   cfg.d_model = 32;
@@ -32,14 +33,14 @@ model_config family(int which) {
   cfg.seq_len = 16;
   cfg.seed = 99;
   if (which > 0) {
-    cfg.arch = "llama";
+    cfg.arch = which == 4 ? "qwen2" : "llama";
     cfg.n_heads = 4;
     cfg.ffn_dim = 48;
     cfg.rope_theta = 500;  // positions turn faster: a rotary mistake shows within 12 tokens
   }
   if (which > 1)
     cfg.n_kv_heads = 2;
-  if (which > 2)
+  if (which == 3)
     cfg.share_layers = 2;
   return cfg;
 }
@@ -112,7 +113,7 @@ std::string rewritten(const std::string& file, const std::function<void(std::vec
 } // namespace
 
 TEST_CASE("exported weights come back exactly, and the same weights give the same bytes", "[weights]") {
-  const auto cfg = family(GENERATE(0, 1, 2, 3));
+  const auto cfg = family(GENERATE(0, 1, 2, 3, 4));
   INFO(cfg.arch << " kv " << cfg.kv_heads() << " share " << cfg.share_layers);
   auto m = perturbed_model(cfg);
   const auto params = params_of(m);
@@ -122,10 +123,16 @@ TEST_CASE("exported weights come back exactly, and the same weights give the sam
   REQUIRE(parsed);
   // A reader needs no notion of sharing: one tensor per layer, copies of a shared block equal.
   CHECK(parsed->tensors.size() == hf_layout(cfg).size());
-  if (cfg.is_llama()) {
+  if (cfg.arch != "gpt") {
     REQUIRE(parsed->find("model.layers.3.self_attn.q_proj.weight"));
     CHECK((parsed->find("model.layers.1.mlp.up_proj.weight")->data ==
            parsed->find("model.layers.0.mlp.up_proj.weight")->data) == (cfg.share_layers == 2));
+    // qwen2's q, k and v biases under Qwen2ForCausalLM's names; llama has none.
+    const auto* k_bias = parsed->find("model.layers.3.self_attn.k_proj.bias");
+    CHECK((k_bias != nullptr) == (cfg.arch == "qwen2"));
+    if (k_bias)
+      CHECK(k_bias->shape == std::vector<int64_t>{16});  // 2 key/value heads of 8
+    CHECK((parsed->find("model.layers.0.self_attn.o_proj.bias") == nullptr));
   } else {
     CHECK(parsed->find("transformer.h.3.attn.c_attn.weight")->shape == std::vector<int64_t>{32, 96});  // Conv1D
   }
@@ -204,8 +211,26 @@ TEST_CASE("a weights file that does not fit is refused, naming the tensor", "[we
   CHECK(refusal(cfg, file).empty());
 }
 
+TEST_CASE("qwen2 and llama files are told apart by the q, k and v biases", "[weights][qwen2]") {
+  const auto qwen2 = family(4);
+  auto llama = qwen2;
+  llama.arch = "llama";
+  auto q = perturbed_model(qwen2);
+  auto l = perturbed_model(llama);
+  CHECK_THAT(refusal(qwen2, file_of(llama, params_of(l))),
+             Catch::Contains("model.layers.0.self_attn.q_proj.bias is missing"));
+  CHECK_THAT(refusal(llama, file_of(qwen2, params_of(q))), Catch::Contains("_proj.bias is not part of this model"));
+  const auto config = hf_config_json(qwen2);
+  CHECK_THAT(config, Catch::Contains("\"Qwen2ForCausalLM\""));
+  CHECK_THAT(config, Catch::Contains("\"model_type\": \"qwen2\""));
+  CHECK_THAT(config, Catch::Contains("\"num_key_value_heads\": 2"));
+  auto parsed = parse_safetensors(file_of(qwen2, params_of(q)));
+  REQUIRE(parsed);
+  CHECK(parsed->metadata.at("swarm_model") == "qwen2");
+}
+
 TEST_CASE("the KV cache gives the logits of the whole forward", "[weights][generate]") {
-  const auto cfg = family(GENERATE(0, 1, 2, 3));
+  const auto cfg = family(GENERATE(0, 1, 2, 3, 4));
   INFO(cfg.arch << " kv " << cfg.kv_heads() << " share " << cfg.share_layers);
   auto m = perturbed_model(cfg);
   torch::NoGradGuard no_grad;
@@ -223,7 +248,7 @@ TEST_CASE("the KV cache gives the logits of the whole forward", "[weights][gener
 }
 
 TEST_CASE("greedy generation is the same with and without the cache, past the context", "[weights][generate]") {
-  const auto cfg = family(GENERATE(0, 2));
+  const auto cfg = family(GENERATE(0, 2, 4));
   auto m = perturbed_model(cfg);
   const auto params = params_of(m);
   local_model cached(cfg, params, true), recomputed(cfg, params, false);
@@ -330,7 +355,7 @@ TEST_CASE("sampling: greedy at temperature 0, top-k, the seed fixes the draws", 
 }
 
 TEST_CASE("an exported model's logits match an independent NumPy forward pass to 1e-4", "[weights][reference]") {
-  const auto cfg = family(GENERATE(0, 1, 2, 3));
+  const auto cfg = family(GENERATE(0, 1, 2, 3, 4));
   INFO(cfg.arch << " kv " << cfg.kv_heads() << " share " << cfg.share_layers);
   auto m = perturbed_model(cfg);
   temp_dir dir;

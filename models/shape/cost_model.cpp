@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "config/family.hpp"
 #include "models/shape/partition.hpp"
 
 namespace swarm {
@@ -34,14 +35,18 @@ int64_t stage_parameters(const model_shape& s, int stage) {
   if (stage < 0 || stage >= static_cast<int>(spans.size())) return 0;
   const auto& span = spans[static_cast<size_t>(stage)];
   const int64_t d = s.model.d_model;
-  const bool llama = s.model.is_llama();
+  const auto& family = family_of(s.model);
+  const int64_t norm = family.norm == norm_kind::layer_norm ? 2 * d : d;         // gain and bias, or gain alone
   int64_t n = span.blocks() / s.model.share_layers * block_parameters(s.model);  // shared blocks count once
-  if (span.has_embedding()) n += (s.model.vocab + (llama ? 0 : s.model.seq_len)) * d;  // llama: rotary positions
-  if (span.has_head()) n += (llama ? d : 2 * d) + d * s.model.vocab;  // final norm, head without bias
+  if (span.has_embedding())  // a position embedding only where positions are not rotary
+    n += (s.model.vocab + (family.learned_positions ? s.model.seq_len : 0)) * d;
+  if (span.has_head())
+    n += norm + d * s.model.vocab;   // final norm, head without bias
   if (s.model.boundary != "none") {  // --boundary: up into the stage, norm and down (bottleneck) out of it
-    const int64_t w = s.model.wire_width(), bias = llama ? 0 : 1;
+    const int64_t w = s.model.wire_width(), bias = family.linear_bias ? 1 : 0;
     if (!span.has_embedding()) n += (w + bias) * d;
-    if (!span.has_head()) n += (llama ? d : 2 * d) + (s.model.boundary_kind().first == "bottleneck" ? (d + bias) * w : 0);
+    if (!span.has_head())
+      n += norm + (s.model.boundary_kind().first == "bottleneck" ? (d + bias) * w : 0);
   }
   return n;
 }

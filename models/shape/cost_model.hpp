@@ -89,7 +89,8 @@ struct stage_cost {
 /// Multiply-adds of one sample's forward through `stage` (blocks, and the head on the last).
 [[nodiscard]] double forward_madds(const model_shape& shape, int stage);
 
-/// Parameters of `stage` of the GPT in models/gpt.cpp (embeddings, blocks, final LayerNorm and head).
+/// Parameters of `stage` as models/stage_module.cpp builds it (embeddings, blocks, boundary layers, final norm
+/// and head), counted from its family's descriptor.
 [[nodiscard]] int64_t stage_parameters(const model_shape& shape, int stage);
 
 /// Bytes per value of a compression without a measurement: none 4, fp16 2,

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "config/family.hpp"
+
 namespace swarm {
 
 std::vector<stage_span> partition_blocks(int n_blocks, int num_stages) {
@@ -48,18 +50,11 @@ std::vector<stage_span> partition_layers(const model_config& m, int num_stages) 
 }
 
 double block_matrix_madds(const model_config& m) {
-  const auto d = static_cast<double>(m.d_model);
-  if (!m.is_llama())
-    return 12 * d * d;
-  const double kv_dim = static_cast<double>(m.kv_heads() * (m.d_model / m.n_heads));
-  return 2 * d * d + 2 * d * kv_dim + 3 * d * static_cast<double>(m.ffn_width());
+  return family_of(m).block_madds(m);
 }
 
 int64_t block_parameters(const model_config& m) {
-  const int64_t d = m.d_model;
-  if (!m.is_llama())  // two LayerNorms (2d each), qkv (3d^2 + 3d), projection (d^2 + d), MLP (4d^2 + 4d, 4d^2 + d)
-    return 12 * d * d + 13 * d;
-  return static_cast<int64_t>(block_matrix_madds(m)) + 2 * d;
+  return family_of(m).block_parameters(m);
 }
 
 std::vector<double> stage_costs(const model_config& m, int num_stages) {

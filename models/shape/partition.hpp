@@ -32,12 +32,14 @@ struct stage_span {
 /// layers. Without sharing, partition_blocks(n_layers, num_stages).
 [[nodiscard]] std::vector<stage_span> partition_layers(const model_config& m, int num_stages);
 
-/// Multiply-adds per token of one block's weight matrices: gpt 12 d^2 (qkv,
-/// projection, 4x MLP); llama 2 d^2 (q, o) + 2 d kv_dim (k, v) + 3 d ffn (SwiGLU).
+/// Multiply-adds per token of one block's weight matrices, as its family counts
+/// them (config/families/): gpt 12 d^2 (qkv, projection, 4x MLP); llama 2 d^2
+/// (q, o) + 2 d kv_dim (k, v) + 3 d ffn (SwiGLU).
 [[nodiscard]] double block_matrix_madds(const model_config& m);
 
-/// Parameters of one block: gpt 12 d^2 + 13 d (with biases and two LayerNorms);
-/// llama its matrices and two RMSNorm gains.
+/// Parameters of one block, as its family counts them: gpt 12 d^2 + 13 d (with
+/// biases and two LayerNorms); llama its matrices and two RMSNorm gains; qwen2
+/// llama's and the q, k and v biases.
 [[nodiscard]] int64_t block_parameters(const model_config& m);
 
 /// Work one sample costs each stage of model `m` cut into num_stages by

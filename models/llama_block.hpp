@@ -1,26 +1,16 @@
 #pragma once
-// The Llama family's decoder block, as Hugging Face's LlamaDecoderLayer computes
-// it, so weights move to and from that implementation unchanged: RMSNorm,
-// rotary position embeddings in the rotate-half layout, grouped-query
-// attention, a SwiGLU MLP and no biases. Sub-module names are Hugging Face's.
+// The llama block, as Hugging Face's LlamaDecoderLayer computes it, so weights
+// move to and from that implementation unchanged: RMSNorm, rotary position
+// embeddings in the rotate-half layout, grouped-query attention, a SwiGLU MLP
+// and no biases; with the family's qkv_bias (qwen2, as Qwen2DecoderLayer)
+// biases on the q, k and v projections. Sub-module names are Hugging Face's.
 
 #include <torch/torch.h>
 
 #include "models/block.hpp"
+#include "models/norm.hpp"
 
 namespace swarm {
-
-/// x / sqrt(mean(x^2) + eps) * weight, computed in float32.
-class rms_norm_impl : public torch::nn::Module {
-public:
-  rms_norm_impl(int64_t d, double eps);
-  torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;
-
-private:
-  double eps_;
-};
-TORCH_MODULE_IMPL(rms_norm, rms_norm_impl);
 
 /// cos and sin [T, head_dim] of positions [first, first + t) (rotate-half layout).
 [[nodiscard]] std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t first, int64_t t, int64_t head_dim,
@@ -46,4 +36,4 @@ private:
   torch::nn::Linear gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
 };
 
-} // namespace swarm
+}  // namespace swarm

@@ -1,14 +1,14 @@
-#include "models/llama.hpp"
+#include "models/llama_block.hpp"
 
-#include <cmath>
-#include <limits>
+#include "config/family.hpp"
+#include "models/init.hpp"
 
 namespace swarm {
 
 namespace {
 
-torch::nn::Linear no_bias(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+torch::nn::Linear linear(int64_t in, int64_t out, bool bias = false) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
 torch::Tensor rotate_half(const torch::Tensor& x) {
@@ -16,16 +16,7 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-} // namespace
-
-rms_norm_impl::rms_norm_impl(int64_t d, double eps) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({d}));
-}
-
-torch::Tensor rms_norm_impl::forward(const torch::Tensor& x) {
-  const auto xf = x.to(torch::kFloat);
-  return weight * (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps_)).to(x.scalar_type());
-}
+}  // namespace
 
 std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t first, int64_t t, int64_t head_dim, double theta,
                                                       const torch::Device& device) {
@@ -42,24 +33,24 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, con
 }
 
 llama_block_impl::llama_block_impl(const model_config& cfg)
-    : n_heads_(cfg.n_heads), n_kv_heads_(cfg.kv_heads()), head_dim_(cfg.d_model / cfg.n_heads),
-      theta_(cfg.rope_theta) {
+    : n_heads_(cfg.n_heads), n_kv_heads_(cfg.kv_heads()), head_dim_(cfg.d_model / cfg.n_heads), theta_(cfg.rope_theta) {
   const int64_t d = cfg.d_model, ffn = cfg.ffn_width();
+  const bool qkv_bias = family_of(cfg).qkv_bias;  // qwen2
   input_layernorm_ = register_module("input_layernorm", rms_norm(d, cfg.norm_eps));
-  q_proj_ = register_module("q_proj", no_bias(d, n_heads_ * head_dim_));
-  k_proj_ = register_module("k_proj", no_bias(d, n_kv_heads_ * head_dim_));
-  v_proj_ = register_module("v_proj", no_bias(d, n_kv_heads_ * head_dim_));
-  o_proj_ = register_module("o_proj", no_bias(n_heads_ * head_dim_, d));
+  q_proj_ = register_module("q_proj", linear(d, n_heads_ * head_dim_, qkv_bias));
+  k_proj_ = register_module("k_proj", linear(d, n_kv_heads_ * head_dim_, qkv_bias));
+  v_proj_ = register_module("v_proj", linear(d, n_kv_heads_ * head_dim_, qkv_bias));
+  o_proj_ = register_module("o_proj", linear(n_heads_ * head_dim_, d));
   post_attention_layernorm_ = register_module("post_attention_layernorm", rms_norm(d, cfg.norm_eps));
-  gate_proj_ = register_module("gate_proj", no_bias(d, ffn));
-  up_proj_ = register_module("up_proj", no_bias(d, ffn));
-  down_proj_ = register_module("down_proj", no_bias(ffn, d));
+  gate_proj_ = register_module("gate_proj", linear(d, ffn));
+  up_proj_ = register_module("up_proj", linear(d, ffn));
+  down_proj_ = register_module("down_proj", linear(ffn, d));
 }
 
 void llama_block_impl::init(at::Generator& gen, double std, double residual_std) {
   // Registration order, so the draws are fixed by the config alone.
-  for (auto* l : {q_proj_.get(), k_proj_.get(), v_proj_.get(), o_proj_.get(), gate_proj_.get(), up_proj_.get(),
-                  down_proj_.get()})
+  for (auto* l :
+       {q_proj_.get(), k_proj_.get(), v_proj_.get(), o_proj_.get(), gate_proj_.get(), up_proj_.get(), down_proj_.get()})
     init_linear(*l, l == o_proj_.get() || l == down_proj_.get() ? residual_std : std, gen);
 }
 
@@ -83,4 +74,4 @@ torch::Tensor llama_block_impl::run(const torch::Tensor& x, kv_slot* slot) {
   return r + down_proj_(torch::silu(gate_proj_(m)) * up_proj_(m));
 }
 
-} // namespace swarm
+}  // namespace swarm
