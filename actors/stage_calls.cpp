@@ -57,8 +57,6 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::f
   auto call = open_call(worker, req);
   if (!call)
     return call.error();
-  const auto codec = call->codec;
-  const auto& inputs = call->inputs;
   std::optional<torch::Tensor> targets;
   if (req.has_targets()) {
     auto t = decode_tensor(std::move(*req.mutable_targets()), "targets", worker.device());
@@ -67,7 +65,7 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::f
     targets = std::move(*t);
   }
   if (req.eval() && targets) {  // validation on the last stage: the loss, nothing accumulated
-    auto loss = worker.evaluate(inputs, *targets);
+    auto loss = worker.evaluate(call->inputs, *targets);
     if (!loss)
       return to_caf(loss.error());
     proto::forward_reply reply;
@@ -76,22 +74,22 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::f
     return reply;
   }
   if (req.logits() && worker.span().has_head()) {  // generation: the next token's logits, nothing accumulated
-    auto logits = worker.next_logits(inputs);
+    auto logits = worker.next_logits(call->inputs);
     if (!logits)
       return to_caf(logits.error());
     proto::forward_reply reply;
-    *reply.mutable_outputs() = encode_tensor(*logits, codec);
+    *reply.mutable_outputs() = encode_tensor(*logits, call->codec);
     reply.set_server_step(static_cast<uint64_t>(worker.steps()));
     return reply;
   }
-  auto r = worker.forward(inputs, targets ? &*targets : nullptr, gate, cache_key(req));
+  auto r = worker.forward(call->inputs, targets ? &*targets : nullptr, gate, cache_key(req));
   if (!r)
     return to_caf(r.error());
   proto::forward_reply reply;
   if (r->outputs.defined())
-    *reply.mutable_outputs() = encode_tensor(r->outputs, codec);
+    *reply.mutable_outputs() = encode_tensor(r->outputs, call->codec);
   if (r->input_grad.defined())
-    *reply.mutable_input_grad() = encode_tensor(r->input_grad, codec);
+    *reply.mutable_input_grad() = encode_tensor(r->input_grad, call->codec);
   reply.set_loss(r->loss);
   reply.set_duplicate(r->duplicate);
   reply.set_server_step(static_cast<uint64_t>(worker.steps()));
@@ -103,13 +101,11 @@ caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, proto:
   auto call = open_call(worker, req);
   if (!call)
     return call.error();
-  const auto codec = call->codec;
-  const auto& inputs = call->inputs;
   auto output_grad = decode_tensor(std::move(*req.mutable_output_grad()), "output_grad", worker.device());
   if (!output_grad)
     return output_grad.error();
   auto r = worker.backward(
-      inputs, *output_grad, gate,
+      call->inputs, *output_grad, gate,
       req.has_forward_step()
           ? std::optional<int64_t>(static_cast<int64_t>(std::min<uint64_t>(req.forward_step(), uint64_t{1} << 62)))
           : std::nullopt,
@@ -118,7 +114,7 @@ caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, proto:
     return to_caf(r.error());
   proto::backward_reply reply;
   if (r->input_grad.defined())
-    *reply.mutable_input_grad() = encode_tensor(r->input_grad, codec);
+    *reply.mutable_input_grad() = encode_tensor(r->input_grad, call->codec);
   reply.set_duplicate(r->duplicate);
   reply.set_server_step(static_cast<uint64_t>(worker.steps()));
   return reply;

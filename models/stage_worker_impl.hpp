@@ -92,6 +92,17 @@ struct stage_worker::impl {
     return n;
   }
 
+  /// The parameters were replaced from outside (a peer's state, a
+  /// checkpoint, a file): nothing computed on the old ones is kept, neither
+  /// gradients nor held microbatches nor earlier versions nor cached forwards.
+  void parameters_replaced() {
+    clear_param_grads();
+    clear_accumulator();
+    settle_held(false);
+    previous.clear();  // not the parameters before this state's last step
+    cache.parameters_changed();
+  }
+
   /// Swaps the current parameters with previous[k] (twice: back as they were).
   void swap_previous(size_t k) {
     torch::NoGradGuard no_grad;

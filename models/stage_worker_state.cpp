@@ -157,11 +157,7 @@ error stage_worker::import_state(const std::string& bytes) {
     state[optimizer_key(m.params[i])] = std::move(s);
   }
   m.steps = st.steps;
-  m.clear_param_grads();
-  m.clear_accumulator();
-  m.settle_held(false);
-  m.previous.clear();  // not the parameters before this state's last step
-  m.cache.parameters_changed();
+  m.parameters_replaced();
   return error{};
 }
 
@@ -179,11 +175,7 @@ error stage_worker::load_parameters(const named_tensors& values) {
     return err;
   m.optimizer->state().clear();
   m.steps = 0;
-  m.clear_param_grads();
-  m.clear_accumulator();
-  m.settle_held(false);
-  m.previous.clear();  // not the parameters before this state's last step
-  m.cache.parameters_changed();
+  m.parameters_replaced();
   return error{};
 }
 

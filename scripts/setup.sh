@@ -33,6 +33,7 @@ packages=(
   python3-numpy                    # the tests' NumPy reference forward (tests/reference_forward.py)
   python3-torch                    # scripts/bench_llama.sh: the PyTorch side (reference benchmarks only)
   etcd-server etcd-client          # --control etcd://: standby coordinators elected through etcd 3.4
+  clang-format-14                  # the house style (.clang-format), checked by test_format
 )
 # --fuzz: also what scripts/fuzz.sh builds with (the test suite replays the
 # fuzz corpora without them).

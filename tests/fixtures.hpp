@@ -1,6 +1,6 @@
 #pragma once
-// What tests share: an actor system configured as every node's is, and a
-// model small enough to train in milliseconds.
+// What actor tests share: an actor system configured as every node's is (the
+// models they train: model_configs.hpp).
 
 #include <memory>
 

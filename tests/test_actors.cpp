@@ -23,6 +23,7 @@
 #include "actors/stage_server.hpp"
 #include "messages/wire.hpp"
 #include "fixtures.hpp"
+#include "model_configs.hpp"
 
 using namespace swarm;
 using swarm::testing::system_fixture;
@@ -30,15 +31,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-model_config tiny_model() {
-  model_config m;
-  m.d_model = 16;
-  m.n_heads = 2;
-  m.n_layers = 2;
-  m.seq_len = 8;
-  m.microbatch = 2;
-  return m;
-}
+using testing::tiny_model;
 
 std::string forward_payload(uint32_t stage, int64_t batch, int64_t seq) {
   proto::forward_request req;

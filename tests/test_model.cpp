@@ -14,6 +14,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "model_configs.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,33 +28,8 @@ using namespace swarm;
 
 namespace {
 
-model_config small_config() {
-  model_config cfg;
-  cfg.d_model = 32;
-  cfg.n_heads = 2;
-  cfg.n_layers = 4;
-  cfg.seq_len = 16;
-  cfg.microbatch = 3;
-  cfg.seed = 1234;
-  return cfg;
-}
-
-/// small_config in each family: gpt, llama, llama with grouped-query
-/// attention, that with layers shared in pairs, and qwen2 (llama's blocks
-/// with q, k and v biases) with grouped-query attention.
-model_config family_config(int which) {
-  auto cfg = small_config();
-  if (which > 0) {
-    cfg.arch = which == 4 ? "qwen2" : "llama";
-    cfg.n_heads = 4;
-    cfg.ffn_dim = 48;
-  }
-  if (which > 1)
-    cfg.n_kv_heads = 2;
-  if (which == 3)
-    cfg.share_layers = 2;
-  return cfg;
-}
+using testing::family_model;
+using testing::small_model;
 
 std::string family_name(const model_config& cfg) {
   return cfg.arch + " kv " + std::to_string(cfg.kv_heads()) + "/" + std::to_string(cfg.n_heads) + " share " +
@@ -121,7 +98,7 @@ std::map<std::string, torch::Tensor> merged(std::vector<stage_module>& stages, b
 } // namespace
 
 TEST_CASE("a stage built alone holds the full model's weights", "[model]") {
-  const auto cfg = family_config(GENERATE(0, 1, 2, 3, 4));
+  const auto cfg = family_model(GENERATE(0, 1, 2, 3, 4));
   INFO(family_name(cfg));
   auto full = make_full_model(cfg);
   for (int s : {1, 2, 3, 4}) {
@@ -140,7 +117,7 @@ TEST_CASE("a stage built alone holds the full model's weights", "[model]") {
 }
 
 TEST_CASE("the staged chain reproduces the full model's loss and every gradient", "[model]") {
-  const auto cfg = family_config(GENERATE(0, 1, 2, 3, 4));
+  const auto cfg = family_model(GENERATE(0, 1, 2, 3, 4));
   INFO(family_name(cfg));
   for (int64_t t : {cfg.seq_len, int64_t{10}}) {
     const auto x = random_tokens(cfg.microbatch, t, 1);
@@ -164,7 +141,7 @@ TEST_CASE("the staged chain reproduces the full model's loss and every gradient"
 }
 
 TEST_CASE("--boundary: the cut carries d/K features through trained layers on either side", "[model]") {
-  auto cfg = family_config(GENERATE(0, 1, 4));
+  auto cfg = family_model(GENERATE(0, 1, 4));
   cfg.boundary = GENERATE(std::string{"bottleneck:4"}, std::string{"maxout:2"});
   INFO(family_name(cfg) << " " << cfg.boundary);
   const auto x = random_tokens(cfg.microbatch, cfg.seq_len, 1);
@@ -229,7 +206,7 @@ TEST_CASE("--boundary: the cut carries d/K features through trained layers on ei
 }
 
 TEST_CASE("attention is causal", "[model]") {
-  const auto cfg = family_config(GENERATE(0, 1, 2, 4));
+  const auto cfg = family_model(GENERATE(0, 1, 2, 4));
   INFO(family_name(cfg));
   auto model = make_full_model(cfg);
   torch::NoGradGuard no_grad;
@@ -245,7 +222,7 @@ TEST_CASE("attention is causal", "[model]") {
 }
 
 TEST_CASE("qwen2 is llama with q, k and v biases: at zero biases the same model", "[model][qwen2]") {
-  const auto q = family_config(4);
+  const auto q = family_model(4);
   auto l = q;
   l.arch = "llama";
   auto qwen2 = make_full_model(q), llama = make_full_model(l);
@@ -292,7 +269,7 @@ TEST_CASE("lm_loss is the mean next-byte cross-entropy", "[model]") {
 }
 
 TEST_CASE("an untrained model predicts bytes almost uniformly", "[model]") {
-  const auto cfg = family_config(GENERATE(0, 2));
+  const auto cfg = family_model(GENERATE(0, 2));
   INFO(family_name(cfg));
   auto model = make_full_model(cfg);
   torch::NoGradGuard no_grad;
@@ -303,7 +280,7 @@ TEST_CASE("an untrained model predicts bytes almost uniformly", "[model]") {
 }
 
 TEST_CASE("the optimizer decays matrices only", "[model]") {
-  auto cfg = small_config();
+  auto cfg = small_model();
   auto model = make_full_model(cfg);
   auto opt = make_optimizer(*model, cfg);
   REQUIRE(opt->param_groups().size() == 2);
@@ -323,7 +300,7 @@ TEST_CASE("a shared block is the unshared model with equal blocks; its gradient 
   // Independent of the sharing code: the unshared model, its blocks 2k and
   // 2k + 1 set to the shared model's block 2k, computes the same logits, and
   // the shared block's gradient is the sum of the two blocks' gradients.
-  auto shared_cfg = family_config(3);
+  auto shared_cfg = family_model(3);
   auto plain_cfg = shared_cfg;
   plain_cfg.share_layers = 1;
   auto shared = make_full_model(shared_cfg), plain = make_full_model(plain_cfg);
@@ -386,7 +363,7 @@ TEST_CASE("RMSNorm divides by the root mean square", "[model][llama]") {
 }
 
 TEST_CASE("training on a repeated string drives the loss down", "[model]") {
-  auto cfg = family_config(GENERATE(0, 2));
+  auto cfg = family_model(GENERATE(0, 2));
   INFO(family_name(cfg));
   cfg.lr = 3e-3;
   const std::string pattern = "hello swarm! ";
@@ -421,7 +398,7 @@ TEST_CASE("training on a repeated string drives the loss down", "[model]") {
 
 TEST_CASE("run_local trains a few steps and reports a missing corpus or device", "[model]") {
   app_config cfg;
-  cfg.model = small_config();
+  cfg.model = small_model();
   cfg.threads = 2;
   cfg.trainer.batch_size = 6;  // two microbatches of 3
   cfg.trainer.max_steps = 3;

@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "model_configs.hpp"
+
 using namespace swarm;
 
 namespace {
@@ -76,12 +78,7 @@ TEST_CASE("LAMB: one step of each tensor scaled by its own trust ratio, as compu
 }
 
 TEST_CASE("a stage's schedule follows its optimizer step through a state transfer", "[optimizer][worker]") {
-  model_config cfg;
-  cfg.d_model = 16;
-  cfg.n_heads = 2;
-  cfg.n_layers = 2;
-  cfg.seq_len = 8;
-  cfg.microbatch = 2;
+  auto cfg = testing::tiny_model();
   cfg.optimizer = "lamb";
   cfg.lr_schedule = "cosine";
   cfg.warmup_steps = 2;

@@ -17,6 +17,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "model_configs.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -32,16 +34,7 @@ namespace {
 constexpr int64_t batch = 3;
 constexpr int64_t len = 16;
 
-model_config small_config() {
-  model_config cfg;
-  cfg.d_model = 32;
-  cfg.n_heads = 2;
-  cfg.n_layers = 4;
-  cfg.seq_len = len;
-  cfg.microbatch = batch;
-  cfg.seed = 1234;
-  return cfg;
-}
+using testing::small_model;  // microbatches of `batch` x `len`
 
 proto::tensor tokens(int64_t b, int64_t t, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);
@@ -113,7 +106,7 @@ proto::tensor with_value(torch::Tensor t, int64_t index, double value) {
 
 /// One stage-0 microbatch of `b` samples through the stateless backward; `seed` picks the data.
 void feed(stage_worker& w, uint64_t seed, int64_t b = batch) {
-  REQUIRE(serve_backward(w, bwd(0, tokens(b, len, seed), hidden(b, len, small_config().d_model, seed + 1000))));
+  REQUIRE(serve_backward(w, bwd(0, tokens(b, len, seed), hidden(b, len, small_model().d_model, seed + 1000))));
 }
 
 errc code(const caf::error& err) { return err ? code_of(err) : errc::OK; }
@@ -175,7 +168,7 @@ std::string without_optimizer_state(const std::string& state) {
 } // namespace
 
 TEST_CASE("a non-last stage rejects bad requests and stays usable", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker w(cfg, 0, 2, "cpu");
   const auto before = probe(w);
   const auto good = tokens(batch, len, 1);
@@ -239,7 +232,7 @@ TEST_CASE("a non-last stage rejects bad requests and stays usable", "[worker]") 
 }
 
 TEST_CASE("wrong shapes are reported with what was expected", "[worker]") {
-  stage_worker w(small_config(), 1, 2, "cpu");
+  stage_worker w(small_model(), 1, 2, "cpu");
   auto r = serve_forward(w, fwd(1, tokens(8, 64, 1), tokens(8, 64, 2)));
   REQUIRE(code(r) == errc::WRONG_SHAPE);
   std::cout << "example: " << message(r) << "\n";
@@ -247,7 +240,7 @@ TEST_CASE("wrong shapes are reported with what was expected", "[worker]") {
 }
 
 TEST_CASE("the last stage rejects bad requests and non-finite losses", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker w(cfg, 1, 2, "cpu");
   const auto x = hidden(batch, len, cfg.d_model, 1);
   const auto y = tokens(batch, len, 2);
@@ -283,7 +276,7 @@ TEST_CASE("the last stage rejects bad requests and non-finite losses", "[worker]
 }
 
 TEST_CASE("a validation request gives the training loss and adds nothing, on the last stage only", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker w(cfg, 1, 2, "cpu");
   const auto x = hidden(batch, len, cfg.d_model, 1);
   const auto y = tokens(batch, len, 2);
@@ -314,7 +307,7 @@ TEST_CASE("a validation request gives the training loss and adds nothing, on the
 }
 
 TEST_CASE("apply_step steps only when gradients were accumulated", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker w(cfg, 0, 2, "cpu");
   const auto before = probe(w);
   w.apply_step();  // nothing accumulated
@@ -339,7 +332,7 @@ TEST_CASE("apply_step steps only when gradients were accumulated", "[worker]") {
 }
 
 TEST_CASE("two workers and two microbatches step like the whole model", "[worker]") {
-  auto cfg = small_config();
+  auto cfg = small_model();
   // Each worker clips the norm of its own stage's gradient, not the whole model's,
   // so the reference matches only without clipping.
   cfg.grad_clip = 0;
@@ -381,7 +374,7 @@ TEST_CASE("two workers and two microbatches step like the whole model", "[worker
 }
 
 TEST_CASE("impossible configurations are refused with a fix", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   auto refuses = [&](const model_config& c, int stage, int stages, const std::string& device) {
     try {
       stage_worker w(c, stage, stages, device);
@@ -408,7 +401,7 @@ TEST_CASE("impossible configurations are refused with a fix", "[worker]") {
 
 TEST_CASE("tensors go to the worker's device and come back from it encoded", "[worker]") {
   // Only the CPU here; on a CUDA build the same path runs with "cuda" (see docs/deploy.md, Running on a GPU).
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker w(cfg, 0, 2, "cpu");
   REQUIRE(w.device() == torch::Device("cpu"));
   const auto x = *decode_tensor(tokens(batch, len, 1), "x", w.device());
@@ -436,7 +429,7 @@ TEST_CASE("tensors go to the worker's device and come back from it encoded", "[w
 }
 
 TEST_CASE("take_gradient hands out the mean over microbatches and empties the accumulator", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker both(cfg, 0, 2, "cpu"), one_by_one(cfg, 0, 2, "cpu");
   const auto n = static_cast<size_t>(both.parameter_count());
   feed(both, 1);
@@ -480,7 +473,7 @@ TEST_CASE("take_gradient hands out the mean over microbatches and empties the ac
 }
 
 TEST_CASE("take_gradient counts the samples accumulated before the last step as stale", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker w(cfg, 0, 2, "cpu");
   feed(w, 1);
   auto first = w.take_gradient();  // a round takes it ...
@@ -502,7 +495,7 @@ TEST_CASE("take_gradient counts the samples accumulated before the last step as 
 }
 
 TEST_CASE("a backward whose forward ran a step ago recomputes on the parameters before that step", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   // `before` stays at step 0: the reference; `w` steps once, then gets the backward of a forward of step 0.
   stage_worker before(cfg, 0, 2, "cpu"), w(cfg, 0, 2, "cpu"), same(cfg, 0, 2, "cpu");
   feed(w, 1);
@@ -561,7 +554,7 @@ TEST_CASE("a backward whose forward ran a step ago recomputes on the parameters 
 }
 
 TEST_CASE("a backward on its forward's recorded graph gives what recomputing gives, bit for bit", "[worker][cache]") {
-  auto cfg = small_config();
+  auto cfg = small_model();
   cfg.n_layers = 3;
   for (int stage : {0, 1}) {  // token ids in; hidden states in, with d/d inputs out
     INFO("stage " << stage << " of 3");
@@ -633,7 +626,7 @@ TEST_CASE("a backward on its forward's recorded graph gives what recomputing giv
 }
 
 TEST_CASE("bf16 computes near fp32, keeps float32 everywhere else, and sees every step", "[worker][bf16]") {
-  auto cfg = small_config();
+  auto cfg = small_model();
   cfg.n_layers = 3;
   for (int stage : {0, 1, 2}) {
     INFO("stage " << stage << " of 3");
@@ -689,7 +682,7 @@ TEST_CASE("bf16 computes near fp32, keeps float32 everywhere else, and sees ever
 }
 
 TEST_CASE("the clip bounds the model's norm: this stage's with the other stages' squared norms", "[worker]") {
-  auto cfg = small_config();
+  auto cfg = small_model();
   cfg.grad_clip = 1.0;
   stage_worker clipped(cfg, 0, 2, "cpu"), own(cfg, 0, 2, "cpu");
   auto plain_cfg = cfg;
@@ -733,7 +726,7 @@ TEST_CASE("the clip bounds the model's norm: this stage's with the other stages'
 }
 
 TEST_CASE("restore_gradient puts back what a take gave out, as if never taken", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker kept(cfg, 0, 2, "cpu"), whole(cfg, 0, 2, "cpu");
   feed(kept, 1);
   feed(kept, 2);
@@ -760,7 +753,7 @@ TEST_CASE("restore_gradient puts back what a take gave out, as if never taken", 
 
 TEST_CASE("a held microbatch counts only once settled: kept, as if added at once; dropped, not at all",
           "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker direct(cfg, 0, 2, "cpu"), held(cfg, 0, 2, "cpu");
   const commit_gate hold = [] { return commit_decision{true, true, {}}; };
   auto feed_held = [&](uint64_t seed) {
@@ -801,7 +794,7 @@ TEST_CASE("a held microbatch counts only once settled: kept, as if added at once
 }
 
 TEST_CASE("replicas that apply the same averaged gradient stay bit-identical", "[worker]") {
-  const auto cfg = small_config();  // grad_clip on: clipping must be deterministic too
+  const auto cfg = small_model();  // grad_clip on: clipping must be deterministic too
   stage_worker a(cfg, 0, 2, "cpu"), b(cfg, 0, 2, "cpu");
   uint64_t previous = a.parameter_hash();
   REQUIRE(b.parameter_hash() == previous);
@@ -831,7 +824,7 @@ TEST_CASE("replicas that apply the same averaged gradient stay bit-identical", "
 }
 
 TEST_CASE("apply_gradient rejects a wrong length or non-finite values untouched", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker w(cfg, 1, 2, "cpu");
   const auto n = static_cast<size_t>(w.parameter_count());
   const auto before = w.parameter_hash();
@@ -862,7 +855,7 @@ TEST_CASE("apply_gradient rejects a wrong length or non-finite values untouched"
 }
 
 TEST_CASE("a joining server imports parameters and optimizer state", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker a(cfg, 0, 2, "cpu");
   for (uint64_t step = 0; step < 3; ++step) {
     feed(a, 200 + 2 * step);
@@ -906,7 +899,7 @@ TEST_CASE("a joining server imports parameters and optimizer state", "[worker]")
 }
 
 TEST_CASE("import_state refuses garbage and other stages' states untouched", "[worker]") {
-  const auto cfg = small_config();
+  const auto cfg = small_model();
   stage_worker w(cfg, 0, 2, "cpu");
   feed(w, 1);
   w.apply_step();

@@ -11,6 +11,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "model_configs.hpp"
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -23,25 +25,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// gpt, llama, llama with grouped-query attention, that with layers shared in
-/// pairs, and qwen2 (llama's blocks with q, k and v biases) with grouped-query attention.
+/// testing::family_model(which), seed 99, positions turning faster.
 model_config family(int which) {
-  model_config cfg;
-  cfg.d_model = 32;
-  cfg.n_heads = 2;
-  cfg.n_layers = 4;
-  cfg.seq_len = 16;
+  auto cfg = testing::family_model(which);
   cfg.seed = 99;
-  if (which > 0) {
-    cfg.arch = which == 4 ? "qwen2" : "llama";
-    cfg.n_heads = 4;
-    cfg.ffn_dim = 48;
+  cfg.microbatch = model_config{}.microbatch;  // as these files were written
+  if (which > 0)
     cfg.rope_theta = 500;  // positions turn faster: a rotary mistake shows within 12 tokens
-  }
-  if (which > 1)
-    cfg.n_kv_heads = 2;
-  if (which == 3)
-    cfg.share_layers = 2;
   return cfg;
 }
 
