@@ -25,7 +25,9 @@ const model_family* find_family(const std::string& name) {
 const model_family& family_of(const model_config& m) {
   if (const auto* f = find_family(m.arch))
     return *f;
-  throw std::invalid_argument("--model " + m.arch + ": no such model family (one of: " + families_reading("") + ")");
+  std::string names;
+  for (const auto& n : family_names()) names += (names.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("--model " + m.arch + ": no such model family (one of: " + names + ")");
 }
 
 std::vector<std::string> family_names() {
@@ -37,7 +39,7 @@ std::vector<std::string> family_names() {
 std::string families_reading(const std::string& key) {
   std::string out;
   for (const auto* f : model_families())
-    if (key.empty() || std::find(f->keys.begin(), f->keys.end(), key) != f->keys.end())
+    if (std::find(f->keys.begin(), f->keys.end(), key) != f->keys.end())
       out += (out.empty() ? "" : ", ") + f->name;
   return out;
 }
