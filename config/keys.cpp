@@ -1,5 +1,6 @@
 #include "config/keys.hpp"
 
+#include "config/family.hpp"
 #include "config/key_words.hpp"
 
 #include <limits>
