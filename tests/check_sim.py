@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks of swarm-sim runs against answers worked out by hand (tests/test_sim.sh).
+"""Checks of swarm-sim runs against answers worked out by hand (tests/process/test_sim.sh).
 
   check_sim.py split FILE RATIO      one stage, two peers, the second RATIO times slower:
                                      work splits RATIO:1 and tokens/s equals the two

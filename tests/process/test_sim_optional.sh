@@ -2,7 +2,7 @@
 # The simulator is optional: configuring without SimGrid (its pkg-config module
 # pointed at a name that does not exist) must succeed, say so, and leave the
 # swarm-sim target out while swarm is still there.
-#   tests/test_sim_optional.sh SOURCE_DIR
+#   tests/process/test_sim_optional.sh SOURCE_DIR
 set -euo pipefail
 src=$1
 dir=$(mktemp -d /tmp/swarm-test-nosim-XXXXXX)

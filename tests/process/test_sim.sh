@@ -10,7 +10,7 @@
 #   6. asking first: servers that grant room to at most 4 requests (policy::admission) leave
 #      fewer idle while others queue than routing alone (240 peers, no churn);
 #   7. where the gap went: the parts add up to the gap (within 1% of it) in every run above.
-#   tests/test_sim.sh SWARM_SIM SOURCE_DIR
+#   tests/process/test_sim.sh SWARM_SIM SOURCE_DIR
 set -euo pipefail
 sim=$1
 src=$2

@@ -4,7 +4,7 @@
 # python3-sentencepiece must give exactly the ids `swarm --encode` gives on the
 # same model, line for line. Then a short local run on the shards, and the
 # bad inputs that must be exit 2 naming what is wrong.
-#   tests/test_data_roles.sh SWARM_BINARY SOURCE_DIR
+#   tests/process/test_data_roles.sh SWARM_BINARY SOURCE_DIR
 set -euo pipefail
 swarm=$1
 src=$2
@@ -12,7 +12,7 @@ work=$(mktemp -d /tmp/swarm-test-data-roles-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fortunes=/usr/share/games/fortunes
 py=/usr/bin/python3  # Debian's, with python3-sentencepiece (a python3 earlier on PATH may lack it)
-source "$(dirname "$0")/expect.sh"
+source "$(dirname "$0")/../expect.sh"
 
 echo "== tokenizer: train on $fortunes"
 "$swarm" --role tokenizer --input "$fortunes" --vocab-size 2000 --out "$work/tok.model" --threads 2 | tail -2

@@ -1,6 +1,6 @@
 // The coordinator's HTTP port while a real cluster trains: /api/status and
 // /metrics read by real parsers (tests/check_status.py) against the metrics
-// file, the page in headless chromium (tests/test_status_page.sh), bad
+// file, the page in headless chromium (tests/process/test_status_page.sh), bad
 // requests answered with HTTP errors while training goes on, and
 // `--role status` in the terminal.
 #include <catch2/catch.hpp>
@@ -108,7 +108,7 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
 
   // The page in a real browser: stages, servers and charts, no console errors.
   {
-    const auto [code, out] = sh("bash " SWARM_SOURCE_DIR "/tests/test_status_page.sh http://127.0.0.1:" +
+    const auto [code, out] = sh("bash " SWARM_SOURCE_DIR "/tests/process/test_status_page.sh http://127.0.0.1:" +
                                 std::to_string(http) + "/");
     std::printf("%s", out.c_str());
     CHECK(code == 0);

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Tests scripts/plot_metrics.py on small synthetic metrics files.
-# Usage: bash tests/test_plot_metrics.sh [path/to/plot_metrics.py]
-# (default: ../scripts/plot_metrics.py relative to this file). Exits non-zero
+# Usage: bash tests/unit/test_plot_metrics.sh [path/to/plot_metrics.py]
+# (default: ../../scripts/plot_metrics.py relative to this file). Exits non-zero
 # with a message on the first failure.
 set -u
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-script=${1:-$here/../scripts/plot_metrics.py}
+script=${1:-$here/../../scripts/plot_metrics.py}
 [ -f "$script" ] || { echo "FAIL: no script at $script" >&2; exit 1; }
 
 tmp=$(mktemp -d)

@@ -3,7 +3,7 @@
 // each step; servers of a stage must agree at every step, through a kill -9 in
 // the middle of a round, a server joining mid-training and a coordinator restart.
 // Rebalancing is off: these uneven stages (3+1, 2+1) would otherwise send a
-// server to the thin stage (tests/test_rebalancing.cpp covers that).
+// server to the thin stage (tests/process/test_rebalancing.cpp covers that).
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -5,7 +5,7 @@
 # cache and through a real swarm (a coordinator and two stage servers started
 # from the exported file: the same greedy text), a trainer that trains on
 # from the imported weights, and bad inputs that must be exit 2 naming what is wrong.
-#   tests/test_weight_roles.sh SWARM_BINARY SOURCE_DIR
+#   tests/process/test_weight_roles.sh SWARM_BINARY SOURCE_DIR
 set -euo pipefail
 swarm=$1
 src=$2
@@ -16,7 +16,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-source "$(dirname "$0")/expect.sh"
+source "$(dirname "$0")/../expect.sh"
 
 model=(--config "$src/config/llama-small" --d-model 64 --n-layers 2 --seq-len 32 --threads 1)
 echo "== local: 60 steps of a small llama, checkpointed"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks the coordinator's live status page in headless chromium.
-# Usage: bash tests/test_status_page.sh URL    (e.g. http://127.0.0.1:8080/)
+# Usage: bash tests/process/test_status_page.sh URL    (e.g. http://127.0.0.1:8080/)
 # Fetches URL's api/status, renders URL with chromium --dump-dom (virtual time,
 # so ~3 polls happen) and checks: chromium exits 0; the DOM has the elements
 # stages, trainers, loss-chart, speed-chart, events; it shows every server id
