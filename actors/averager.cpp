@@ -131,9 +131,11 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
     get_logger("averager")->info("stage {}: its last server stopped at optimizer step {}", stage, sg.position.step);
   } else {
     const auto cause = reason ? caf::to_string(reason) : std::string{why};
-    get_logger("averager")->error("stage {}: its last server is gone ({}): no live server holds its state at optimizer "
-                                  "step {}; the next server of the stage loads its newest checkpoint (if there is one)",
-                                  stage, cause, sg.position.step);
+    get_logger("averager")
+        ->error(
+            "stage {}: its last server is gone ({}): no live server holds its state at optimizer "
+            "step {}; the next server of the stage loads its newest checkpoint (if there is one)",
+            stage, cause, sg.position.step);
     st.metrics->emit("stage_lost", {{"stage", int64_t{stage}},
                                     {"step", static_cast<int64_t>(sg.position.step)},
                                     {"hash", std::to_string(sg.position.hash)},
@@ -191,8 +193,8 @@ void on_deadline(self_ptr self, uint32_t stage, uint64_t round, int32_t phase) {
   }
 }
 
-} // namespace
-} // namespace averaging
+}  // namespace
+}  // namespace averaging
 
 using namespace averaging;
 
@@ -238,4 +240,4 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
   };
 }
 
-} // namespace swarm
+}  // namespace swarm

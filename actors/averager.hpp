@@ -67,16 +67,16 @@ namespace swarm {
 
 struct averager_settings {
   int num_stages = 2;
-  int64_t target_batch_size = 64;   ///< samples per stage-wide optimizer step
-  coordinator_config coordinator;   ///< its role's section: averaging_timeout_s (see "averaging" above)
-  int64_t piece_elements = 4 << 20; ///< floats per all-reduce message (net.chunk-bytes / 4)
+  int64_t target_batch_size = 64;    ///< samples per stage-wide optimizer step
+  coordinator_config coordinator;    ///< its role's section: averaging_timeout_s (see "averaging" above)
+  int64_t piece_elements = 4 << 20;  ///< floats per all-reduce message (net.chunk-bytes / 4)
   /// No round starts in the first settle_s after the averager starts (unless
   /// every server of the stage reported step 0: a fresh swarm), nor while a
   /// server that registered less than this ago has not reported yet: after a
   /// restart every server must be heard before the stage's position is taken
   /// from the highest step.
   double settle_s = 3.0;
-  std::shared_ptr<leadership> leader;             ///< elected: term, lease, record (null: the one coordinator)
+  std::shared_ptr<leadership> leader;               ///< elected: term, lease, record (null: the one coordinator)
   std::vector<std::optional<stage_record>> resume;  ///< per stage, what the predecessor recorded (may be empty)
 };
 
@@ -86,27 +86,27 @@ struct averager_state {
 
   struct server {
     caf::actor handle;
-    caf::actor peer;                  ///< its round peer: round_begin lists these, exclusions go to them
+    caf::actor peer;  ///< its round peer: round_begin lists these, exclusions go to them
     uint32_t stage = 0;
-    std::string endpoint;             ///< "host:port" it published
+    std::string endpoint;  ///< "host:port" it published
     policy::member_view view;
     clock::time_point joined{};
-    uint64_t reloads = 0;             ///< its count of reload orders dealt with (progress_report.reloads)
-    bool reload_pending = false;      ///< ordered, and `reloads` has not moved since
+    uint64_t reloads = 0;         ///< its count of reload orders dealt with (progress_report.reloads)
+    bool reload_pending = false;  ///< ordered, and `reloads` has not moved since
     clock::time_point reload_sent{};
-    uint64_t reload_step = 0;         ///< the stage's step the last order was for
+    uint64_t reload_step = 0;  ///< the stage's step the last order was for
   };
   struct round {
     uint64_t id = 0;
-    uint64_t number = 0;                          ///< per stage, from 1: what logs show (ids are 15 digits)
+    uint64_t number = 0;  ///< per stage, from 1: what logs show (ids are 15 digits)
     uint64_t step = 0;
-    std::vector<caf::actor_addr> members;         ///< rank order
-    std::vector<std::string> ids;                 ///< rank order
-    std::map<caf::actor_addr, bool> finished;     ///< member -> applied
+    std::vector<caf::actor_addr> members;      ///< rank order
+    std::vector<std::string> ids;              ///< rank order
+    std::map<caf::actor_addr, bool> finished;  ///< member -> applied
     std::map<caf::actor_addr, policy::stage_position> results;
-    std::map<caf::actor_addr, int64_t> taken;     ///< samples of the gradient each member handed in
+    std::map<caf::actor_addr, int64_t> taken;  ///< samples of the gradient each member handed in
     std::set<caf::actor_addr> excluded;
-    std::set<caf::actor_addr> answered;           ///< sent round_waiting: alive, just waiting
+    std::set<caf::actor_addr> answered;  ///< sent round_waiting: alive, just waiting
     clock::time_point started;
   };
   struct stage {
@@ -119,8 +119,8 @@ struct averager_state {
     /// server's first report or one catching up, which may never call again).
     std::optional<clock::time_point> recheck_at;
     std::vector<std::string> resumed_members;  ///< the predecessor's servers: once all reported, no settle wait
-    bool settled = false;                      ///< past its settle wait (settle_s, a fresh stage, or all resumed reported)
-    std::optional<stage_record> recorded;      ///< what was last recorded in etcd
+    bool settled = false;                  ///< past its settle wait (settle_s, a fresh stage, or all resumed reported)
+    std::optional<stage_record> recorded;  ///< what was last recorded in etcd
   };
 
   averager_settings cfg;
@@ -136,4 +136,4 @@ struct averager_state {
                                                      averager_settings cfg, std::shared_ptr<metrics_sink> metrics,
                                                      rebalancer_actor rebalancing);
 
-} // namespace swarm
+}  // namespace swarm

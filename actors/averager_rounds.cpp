@@ -82,7 +82,7 @@ proto::round_begin round_begin_of(const averager_state& st, uint32_t stage, cons
   return begin;
 }
 
-} // namespace
+}  // namespace
 
 std::optional<size_t> rank_of(const round_t& r, const caf::actor_addr& a) {
   for (size_t i = 0; i < r.members.size(); ++i)
@@ -132,8 +132,9 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
     order.set_step(pos.step);
     order.set_from_endpoint(s.endpoint);
     order.set_term(term_of(st.cfg.leader));
-    get_logger("averager")->debug("stage {}: {} at step {} ({}) reloads from {} at step {}", whom.stage, whom.view.id,
-                                 whom.view.step, reason, s.view.id, pos.step);
+    get_logger("averager")
+        ->debug("stage {}: {} at step {} ({}) reloads from {} at step {}", whom.stage, whom.view.id, whom.view.step,
+                reason, s.view.id, pos.step);
     st.metrics->emit("reload", {{"stage", int64_t{whom.stage}},
                                 {"server", whom.view.id},
                                 {"from", s.view.id},
@@ -181,8 +182,9 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
     return p.step == agreed.step && p.hash == agreed.hash;
   });
   const double secs = seconds_since(r.started);
-  get_logger("averager")->debug("stage {}: round {} done in {:.2f} s: {} of {} applied, step {}", stage, r.number, secs,
-                               applied, r.members.size(), agreed.step);
+  get_logger("averager")
+      ->debug("stage {}: round {} done in {:.2f} s: {} of {} applied, step {}", stage, r.number, secs, applied,
+              r.members.size(), agreed.step);
   st.metrics->emit("round_end", {{"stage", int64_t{stage}},
                                  {"round", static_cast<int64_t>(r.id)},
                                  {"step", static_cast<int64_t>(agreed.step)},
@@ -230,14 +232,13 @@ void maybe_start(self_ptr self, uint32_t stage) {
                                  now - s.reload_sent < seconds(policy::catch_up_wait_s);
       catching_up = catching_up || views.back().catching_up;
     }
-  const auto plan =
-      policy::plan_round(views, sg.position, std::max<int64_t>(1, st.cfg.target_batch_size - sg.owed));
+  const auto plan = policy::plan_round(views, sg.position, std::max<int64_t>(1, st.cfg.target_batch_size - sg.owed));
   for (size_t i : plan.stale)
     order_reload(self, *of_stage[i], of_stage[i]->view.step < sg.position.step ? "behind" : "parameters differ");
   if (!plan.start || !may_order(st.cfg.leader)) {
     if (catching_up)  // its report after the reload calls again; this, if none comes
-      recheck_at(self, stage, now + std::chrono::duration_cast<averager_state::clock::duration>(
-                                         seconds(policy::catch_up_wait_s)));
+      recheck_at(self, stage,
+                 now + std::chrono::duration_cast<averager_state::clock::duration>(seconds(policy::catch_up_wait_s)));
     return;
   }
   round_t r;
@@ -256,8 +257,9 @@ void maybe_start(self_ptr self, uint32_t stage) {
     peers.push_back(of_stage[i]->peer);
     of_stage[i]->view.samples = 0;  // taken by the round; round_done reports what came since
   }
-  get_logger("averager")->debug("stage {}: round {} at step {} among {} servers, {} samples", stage, r.number, r.step,
-                                r.members.size(), plan.samples);
+  get_logger("averager")
+      ->debug("stage {}: round {} at step {} among {} servers, {} samples", stage, r.number, r.step, r.members.size(),
+              plan.samples);
   st.metrics->emit("round_start", {{"stage", int64_t{stage}},
                                    {"round", static_cast<int64_t>(r.id)},
                                    {"step", static_cast<int64_t>(r.step)},
@@ -273,4 +275,4 @@ void maybe_start(self_ptr self, uint32_t stage) {
   sg.running = std::move(r);
 }
 
-} // namespace swarm::averaging
+}  // namespace swarm::averaging

@@ -26,4 +26,4 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force);
 /// Starts a round of `stage` when its servers hold a batch and none runs.
 void maybe_start(self_ptr self, uint32_t stage);
 
-} // namespace swarm::averaging
+}  // namespace swarm::averaging

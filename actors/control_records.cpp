@@ -10,9 +10,7 @@ namespace swarm {
 
 using json = nlohmann::json;
 
-std::string stage_key(uint32_t stage) {
-  return "state/stage/" + std::to_string(stage);
-}
+std::string stage_key(uint32_t stage) { return "state/stage/" + std::to_string(stage); }
 
 // The hash as a decimal string: JSON readers (etcdctl, jq) lose 64-bit integers.
 std::string encode_record(const stage_record& r) {
@@ -88,4 +86,4 @@ std::optional<rebalancer_record> decode_rebalancer_record(const std::string& tex
   return r;
 }
 
-} // namespace swarm
+}  // namespace swarm

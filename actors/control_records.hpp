@@ -29,8 +29,8 @@ struct stage_record {
 };
 
 struct rebalancer_record {
-  double last_load_move = 0;              ///< unix seconds; 0: none yet
-  std::map<std::string, double> movers;   ///< server id -> unix seconds it arrived on its stage by a move
+  double last_load_move = 0;             ///< unix seconds; 0: none yet
+  std::map<std::string, double> movers;  ///< server id -> unix seconds it arrived on its stage by a move
 };
 
 [[nodiscard]] std::string stage_key(uint32_t stage);
@@ -42,4 +42,4 @@ inline const char* rebalancer_key = "state/rebalancer";
 [[nodiscard]] std::optional<stage_record> decode_stage_record(const std::string& json, std::string& why);
 [[nodiscard]] std::optional<rebalancer_record> decode_rebalancer_record(const std::string& json, std::string& why);
 
-} // namespace swarm
+}  // namespace swarm

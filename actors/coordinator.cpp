@@ -21,14 +21,14 @@ void notify(self_ptr self, const proto::register_server& reg, proto::membership_
 
 /// Admits a server whose registration passed every check: the stage's peers,
 /// the averager and the rebalancer hear of it.
-std::string admit(self_ptr self, const proto::register_server& reg, const std::string& bytes,
-                  const stage_actor& server, const caf::actor& round_peer) {
+std::string admit(self_ptr self, const proto::register_server& reg, const std::string& bytes, const stage_actor& server,
+                  const caf::actor& round_peer) {
   self->monitor(server);
   self->state.servers[server.address()] = reg;
   self->send(self->state.averaging, join_atom::value, bytes, caf::actor_cast<caf::actor>(server), round_peer);
   self->send(self->state.rebalancing, join_atom::value, bytes, caf::actor_cast<caf::actor>(server));
-  get_logger("coordinator")->debug("stage {}: server {} joined at {}:{}", reg.stage(), reg.server_id(), reg.host(),
-                                   reg.port());
+  get_logger("coordinator")
+      ->debug("stage {}: server {} joined at {}:{}", reg.stage(), reg.server_id(), reg.host(), reg.port());
   self->state.metrics->emit("server_join", {{"stage", int64_t{reg.stage()}},
                                             {"server", reg.server_id()},
                                             {"host", reg.host()},
@@ -57,7 +57,8 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
     log->warn("rejected registration: {}", describe(reg.error()));
     return reg.error();
   }
-  if (auto err = check_registration(*reg, self->state.cfg.num_stages, self->state.cfg.config_hash, self->state.cfg.tokenizer)) {
+  if (auto err = check_registration(*reg, self->state.cfg.num_stages, self->state.cfg.config_hash,
+                                    self->state.cfg.tokenizer)) {
     log->warn("rejected registration of {}: {}", reg->server_id(), describe(err));
     return err;
   }
@@ -77,7 +78,7 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
                 static_cast<uint16_t>(reg->port()))
       .then(
           [self, rp, reg = *reg, bytes, server, round_peer](const caf::node_id& node, caf::strong_actor_ptr&,
-                                                const std::set<std::string>&) mutable {
+                                                            const std::set<std::string>&) mutable {
             if (node == server.node()) {
               rp.deliver(admit(self, reg, bytes, server, round_peer));
               return;
@@ -91,9 +92,10 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
                                  failed.code() == static_cast<uint8_t>(caf::sec::cannot_connect_to_node);
             if (!refused) {
               get_logger("coordinator")
-                  ->warn("stage {}: could not confirm that server {} is reachable at {}:{} ({}); admitted. If "
-                         "trainers cannot reach it either, check its --host and firewall",
-                         reg.stage(), reg.server_id(), reg.host(), reg.port(), self->system().render(failed));
+                  ->warn(
+                      "stage {}: could not confirm that server {} is reachable at {}:{} ({}); admitted. If "
+                      "trainers cannot reach it either, check its --host and firewall",
+                      reg.stage(), reg.server_id(), reg.host(), reg.port(), self->system().render(failed));
               rp.deliver(admit(self, reg, bytes, server, round_peer));
               return;
             }
@@ -118,7 +120,8 @@ caf::result<std::string> on_subscribe(self_ptr self, const std::string& bytes) {
   self->state.subscribers[who.address()] = {who, sub->stage()};
   for (const auto& [addr, reg] : self->state.servers)
     if (reg.stage() == sub->stage())
-      caf::unsafe_send_as(self, who, membership_atom::value, encode(membership_of(reg, proto::membership_update::JOIN)));
+      caf::unsafe_send_as(self, who, membership_atom::value,
+                          encode(membership_of(reg, proto::membership_update::JOIN)));
   return std::string{};
 }
 
@@ -134,11 +137,11 @@ void on_down(self_ptr self, const caf::down_msg& msg) {
     get_logger("coordinator")->info("stage {}: server {} stopped", reg.stage(), reg.server_id());
     st.metrics->emit("server_stop", {{"stage", int64_t{reg.stage()}}, {"server", reg.server_id()}});
   } else {
-    get_logger("coordinator")->warn("stage {}: server {} down ({})", reg.stage(), reg.server_id(),
-                                    caf::to_string(msg.reason));
-    st.metrics->emit("server_down", {{"stage", int64_t{reg.stage()}},
-                                     {"server", reg.server_id()},
-                                     {"reason", caf::to_string(msg.reason)}});
+    get_logger("coordinator")
+        ->warn("stage {}: server {} down ({})", reg.stage(), reg.server_id(), caf::to_string(msg.reason));
+    st.metrics->emit(
+        "server_down",
+        {{"stage", int64_t{reg.stage()}}, {"server", reg.server_id()}, {"reason", caf::to_string(msg.reason)}});
   }
   notify(self, reg, proto::membership_update::DOWN);
 }
@@ -152,8 +155,8 @@ void on_leave(self_ptr self, const std::string& bytes) {
     return;
   const auto reg = it->second;
   st.servers.erase(it);
-  get_logger("coordinator")->info("stage {}: server {} leaves for stage {}", reg.stage(), reg.server_id(),
-                                  note->to_stage());
+  get_logger("coordinator")
+      ->info("stage {}: server {} leaves for stage {}", reg.stage(), reg.server_id(), note->to_stage());
   notify(self, reg, proto::membership_update::LEAVE);
   self->send(st.averaging, leave_atom::value, caf::actor_cast<caf::actor>(self->current_sender()));
 }
@@ -195,7 +198,7 @@ void on_report(self_ptr self, const std::string& bytes) {
                                                {"eval_loss", rep->eval_loss()}});
 }
 
-} // namespace
+}  // namespace
 
 proto::membership_update membership_of(const proto::register_server& reg, proto::membership_update::change kind) {
   proto::membership_update up;
@@ -216,8 +219,8 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
   cfg.averaging.leader = cfg.leader;
   cfg.rebalancing.leader = cfg.leader;
   self->state.rebalancing = self->spawn<caf::linked>(rebalancer, cfg.rebalancing, self->state.metrics);
-  self->state.averaging = self->spawn<caf::linked>(averager, cfg.averaging, self->state.metrics,
-                                                   self->state.rebalancing);
+  self->state.averaging =
+      self->spawn<caf::linked>(averager, cfg.averaging, self->state.metrics, self->state.rebalancing);
   self->set_down_handler([self](caf::down_msg& msg) { on_down(self, msg); });
   if (cfg.board)
     self->delayed_send(self, std::chrono::seconds(30), tick_atom::value);
@@ -256,4 +259,4 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
   };
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -34,11 +34,11 @@
 namespace swarm {
 
 struct coordinator_settings {
-  int num_stages = 2;        ///< stages of the swarm's model
-  uint64_t config_hash = 0;  ///< model_config::hash() every peer must match
-  std::string tokenizer;     ///< model_config::tokenizer_label(): named in refusals
-  averager_settings averaging;  ///< the averaging coordinator it spawns (num_stages is copied in)
-  rebalancer_settings rebalancing;  ///< the rebalancer it spawns (num_stages is copied in)
+  int num_stages = 2;                   ///< stages of the swarm's model
+  uint64_t config_hash = 0;             ///< model_config::hash() every peer must match
+  std::string tokenizer;                ///< model_config::tokenizer_label(): named in refusals
+  averager_settings averaging;          ///< the averaging coordinator it spawns (num_stages is copied in)
+  rebalancer_settings rebalancing;      ///< the rebalancer it spawns (num_stages is copied in)
   std::shared_ptr<status_board> board;  ///< answers status requests; fed by the metrics sink's observer (may be null)
   /// Elected through etcd (--control): its term and lease, shared with the
   /// averager and the rebalancer (copied into theirs); null: the one coordinator.
@@ -49,9 +49,9 @@ struct coordinator_state {
   static inline const char* name = "coordinator";
   coordinator_settings cfg;
   std::shared_ptr<metrics_sink> metrics;
-  std::map<caf::actor_addr, proto::register_server> servers;       ///< live servers by actor
+  std::map<caf::actor_addr, proto::register_server> servers;               ///< live servers by actor
   std::map<caf::actor_addr, std::pair<caf::actor, uint32_t>> subscribers;  ///< load balancer -> stage
-  averager_actor averaging;  ///< spawned and linked: it lives and dies with this actor
+  averager_actor averaging;      ///< spawned and linked: it lives and dies with this actor
   rebalancer_actor rebalancing;  ///< spawned and linked, like the averager
 };
 
@@ -63,4 +63,4 @@ struct coordinator_state {
 [[nodiscard]] proto::membership_update membership_of(const proto::register_server& reg,
                                                      proto::membership_update::change kind);
 
-} // namespace swarm
+}  // namespace swarm

@@ -35,9 +35,9 @@ void dial_then(Self* self, std::string who, const std::string& endpoint, std::fu
   self->request(dialer(self->system()), std::chrono::seconds(5), caf::connect_atom::value, hp->first, hp->second)
       .then([k](const caf::node_id&, caf::strong_actor_ptr&, const std::set<std::string>&) mutable { k(); },
             [self, who, endpoint, k, tries](caf::error& err) mutable {
-              get_logger("stage_server")->warn("{}: cannot dial peer {}: {}{}", who, endpoint,
-                                               self->system().render(err),
-                                               tries > 1 ? "; dialing again" : "; giving up");
+              get_logger("stage_server")
+                  ->warn("{}: cannot dial peer {}: {}{}", who, endpoint, self->system().render(err),
+                         tries > 1 ? "; dialing again" : "; giving up");
               if (tries > 1)
                 dial_then(self, std::move(who), endpoint, std::move(k), tries - 1);
               else
@@ -45,4 +45,4 @@ void dial_then(Self* self, std::string who, const std::string& endpoint, std::fu
             });
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -26,4 +26,4 @@ struct door_state {
 [[nodiscard]] door_actor::behavior_type door(door_actor::stateful_pointer<door_state> self,
                                              policy::admission_config cfg);
 
-} // namespace swarm
+}  // namespace swarm

@@ -84,12 +84,12 @@ void fill(self_ptr self) {
   if (st.live > 0 || st.next < st.cfg.windows.size() || !st.measuring)
     return;
   st.measuring = false;
-  const double loss = st.samples > 0 ? st.loss_sum / static_cast<double>(st.samples)
-                                     : std::numeric_limits<double>::quiet_NaN();
+  const double loss =
+      st.samples > 0 ? st.loss_sum / static_cast<double>(st.samples) : std::numeric_limits<double>::quiet_NaN();
   st.answer.deliver(loss, st.samples, st.failed, seconds_since(st.started));
 }
 
-} // namespace
+}  // namespace
 
 caf::behavior evaluator(self_ptr self, evaluator_settings cfg, std::vector<caf::actor> balancers) {
   self->state.cfg = std::move(cfg);
@@ -114,4 +114,4 @@ caf::behavior evaluator(self_ptr self, evaluator_settings cfg, std::vector<caf::
   };
 }
 
-} // namespace swarm
+}  // namespace swarm

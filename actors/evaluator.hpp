@@ -38,9 +38,9 @@ struct evaluator_state {
   std::vector<caf::actor> balancers;
   bool measuring = false;
   caf::response_promise answer;
-  size_t next = 0;          ///< next microbatch of cfg.windows to send
+  size_t next = 0;  ///< next microbatch of cfg.windows to send
   int live = 0;
-  double loss_sum = 0;      ///< sum of microbatch mean losses, weighted by samples
+  double loss_sum = 0;  ///< sum of microbatch mean losses, weighted by samples
   int64_t samples = 0, failed = 0;
   uint64_t next_id = uint64_t{1} << 62;  ///< apart from the trainer's microbatch ids
   std::chrono::steady_clock::time_point started;
@@ -50,4 +50,4 @@ struct evaluator_state {
 [[nodiscard]] caf::behavior evaluator(caf::stateful_actor<evaluator_state>* self, evaluator_settings cfg,
                                       std::vector<caf::actor> balancers);
 
-} // namespace swarm
+}  // namespace swarm

@@ -36,8 +36,7 @@ struct leadership {
   std::function<void(const std::string& key, const std::string& value)> record;
 
   [[nodiscard]] bool valid_at(clock::time_point t) const {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count() <
-           valid_until_ns.load();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count() < valid_until_ns.load();
   }
 };
 
@@ -46,13 +45,11 @@ struct leadership {
   return !l || l->valid_at(leadership::clock::now());
 }
 
-[[nodiscard]] inline int64_t term_of(const std::shared_ptr<leadership>& l) {
-  return l ? l->term : 0;
-}
+[[nodiscard]] inline int64_t term_of(const std::shared_ptr<leadership>& l) { return l ? l->term : 0; }
 
 inline void record(const std::shared_ptr<leadership>& l, const std::string& key, const std::string& value) {
   if (l && l->record)
     l->record(key, value);
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -18,9 +18,7 @@ namespace swarm {
 // The request side; the membership side is actors/load_balancer_members.cpp.
 namespace balancing {
 
-double now_s() {
-  return monotonic_seconds();
-}
+double now_s() { return monotonic_seconds(); }
 
 std::optional<request> take(std::map<uint64_t, request>& pending, uint64_t key) {
   auto it = pending.find(key);
@@ -98,9 +96,7 @@ double compute_seconds(const bulk_parts& parts) {
   return !parts.empty() && head.ParseFromString(parts[0]) && std::isfinite(head.compute_s()) ? head.compute_s() : 0;
 }
 
-void deliver_error(request& req, caf::error err) {
-  req.promise.deliver(std::move(err));
-}
+void deliver_error(request& req, caf::error err) { req.promise.deliver(std::move(err)); }
 
 void on_attempt_failed(self_ptr self, request req, const caf::error& err, const char* reason) {
   auto& st = self->state;
@@ -171,7 +167,8 @@ void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string
     // The attempt stays in flight until its bytes are here: a server that dies
     // meanwhile gets it re-sent like any other pending request.
     const bool here = st.inbox.claim(
-        transfer_id, [self, attempt](caf::expected<bulk_parts> whole) { on_reply_payload(self, attempt, std::move(whole)); },
+        transfer_id,
+        [self, attempt](caf::expected<bulk_parts> whole) { on_reply_payload(self, attempt, std::move(whole)); },
         clock_type::now());
     if (!here)
       self->delayed_send(self, seconds(attempt_timeout_s(st, it->second)), bulk_atom::value, transfer_id);
@@ -226,12 +223,16 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
       return;
     const auto code = code_of(err);
     on_attempt_failed(self, std::move(*req), err,
-                      code == errc::TIMEOUT ? "timeout" : code == errc::LEAVING ? "leaving" : "error");
+                      code == errc::TIMEOUT   ? "timeout"
+                      : code == errc::LEAVING ? "leaving"
+                                              : "error");
   };
   if (forward)
-    self->request(target, seconds(timeout), forward_atom::value, piece.transfer_id, std::move(piece.tail)).then(ok, fail);
+    self->request(target, seconds(timeout), forward_atom::value, piece.transfer_id, std::move(piece.tail))
+        .then(ok, fail);
   else
-    self->request(target, seconds(timeout), backward_atom::value, piece.transfer_id, std::move(piece.tail)).then(ok, fail);
+    self->request(target, seconds(timeout), backward_atom::value, piece.transfer_id, std::move(piece.tail))
+        .then(ok, fail);
 }
 
 /// The door of `server_id` answered `ask` with `ticket` (0: busy): send it
@@ -331,7 +332,7 @@ void on_tick(self_ptr self) {
   flush_waiting(self);
 }
 
-} // namespace balancing
+}  // namespace balancing
 
 using namespace balancing;
 
@@ -395,4 +396,4 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
   };
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -68,9 +68,9 @@ struct load_balancer_config {
   trainer_config trainer;
   net_config net;  ///< chunk_bytes, bulk_min_bytes
   int stage = 0;
-  std::string trainer_id;              ///< for metrics
-  uint64_t config_hash = 0;            ///< sent with the subscription
-  std::string tokenizer;               ///< sent with it too: named if the coordinator refuses
+  std::string trainer_id;    ///< for metrics
+  uint64_t config_hash = 0;  ///< sent with the subscription
+  std::string tokenizer;     ///< sent with it too: named if the coordinator refuses
   /// The bulk data plane (net/bulk.hpp): requests of at least
   /// net.bulk_min_bytes go over it, and replies may come over it; null = CAF only.
   std::shared_ptr<bulk_endpoint> bulk;
@@ -85,18 +85,18 @@ struct load_balancer_state {
   using clock = std::chrono::steady_clock;
 
   struct request {
-    std::string head;                       ///< the encoded request, its tensors' bytes moved to `data`
-    std::shared_ptr<const bulk_parts> data; ///< kept for a retry, shared with frames in flight
-    int64_t bytes = 0;                      ///< head and data
+    std::string head;                        ///< the encoded request, its tensors' bytes moved to `data`
+    std::shared_ptr<const bulk_parts> data;  ///< kept for a retry, shared with frames in flight
+    int64_t bytes = 0;                       ///< head and data
     caf::response_promise promise;
-    clock::time_point queued_at;   ///< when it started waiting for a server; zero while not waiting
+    clock::time_point queued_at;  ///< when it started waiting for a server; zero while not waiting
     /// The task and its attempts as the planner sees them: forward or
     /// backward, samples, the forward's server (backward), the servers that
     /// failed it and those that answered busy.
     policy::attempt_history history;
-    std::string failed_reason;     ///< why the previous attempt failed (for `reroute`)
+    std::string failed_reason;  ///< why the previous attempt failed (for `reroute`)
     caf::error last_error;
-    uint64_t ticket = 0;           ///< the chosen server's grant for this attempt; 0: none
+    uint64_t ticket = 0;  ///< the chosen server's grant for this attempt; 0: none
     // The attempt in flight:
     std::string server_id;
     clock::time_point sent_at;
@@ -116,22 +116,22 @@ struct load_balancer_state {
     double wait_s = 2.0;
   };
   std::map<std::string, unreachable_server> unreachable;
-  std::map<std::string, door_actor> doors;     ///< the servers' doors, once each said which
-  std::map<uint64_t, request> asking;          ///< waiting for a door's answer, by ask id
-  std::map<uint64_t, request> in_flight;       ///< dispatched, by attempt id
-  std::deque<request> waiting;                 ///< no eligible server yet
+  std::map<std::string, door_actor> doors;  ///< the servers' doors, once each said which
+  std::map<uint64_t, request> asking;       ///< waiting for a door's answer, by ask id
+  std::map<uint64_t, request> in_flight;    ///< dispatched, by attempt id
+  std::deque<request> waiting;              ///< no eligible server yet
   policy::stage_router router;
   std::mt19937_64 rng;
-  policy::static_pin pin;                      ///< static routing: the one server used
+  policy::static_pin pin;  ///< static routing: the one server used
   chunk_assembler chunks;
-  bulk_inbox inbox;                            ///< replies from the bulk connection, paired with their messages
+  bulk_inbox inbox;  ///< replies from the bulk connection, paired with their messages
   uint64_t next_transfer = 0;
   uint64_t next_attempt = 0;
-  bool stalled = false;                        ///< a stall was logged and has not ended
+  bool stalled = false;  ///< a stall was logged and has not ended
 };
 
 /// Spawns with the coordinator to subscribe to.
 [[nodiscard]] caf::behavior load_balancer(caf::stateful_actor<load_balancer_state>* self, load_balancer_config cfg,
                                           coordinator_actor coordinator, std::shared_ptr<metrics_sink> metrics);
 
-} // namespace swarm
+}  // namespace swarm

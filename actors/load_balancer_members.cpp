@@ -51,8 +51,9 @@ void ask_for_door(self_ptr self, const std::string& id, const stage_actor& serve
               st.doors[id] = caf::actor_cast<door_actor>(door);
           },
           [self, id](caf::error& err) {
-            get_logger("load_balancer")->debug("stage {}: server {} named no door ({}): sending without asking",
-                                              self->state.cfg.stage, id, describe(err));
+            get_logger("load_balancer")
+                ->debug("stage {}: server {} named no door ({}): sending without asking", self->state.cfg.stage, id,
+                        describe(err));
           });
 }
 
@@ -69,7 +70,8 @@ void connect(self_ptr self, const proto::membership_update& up) {
   if (st.connecting.count(id) > 0 || st.servers.count(id) > 0)
     return;
   st.connecting.insert(id);
-  self->request(dialer(self->system()), std::chrono::seconds(10), caf::connect_atom::value, up.host(), static_cast<uint16_t>(up.port()))
+  self->request(dialer(self->system()), std::chrono::seconds(10), caf::connect_atom::value, up.host(),
+                static_cast<uint16_t>(up.port()))
       .then(
           [self, id](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             auto& st = self->state;
@@ -85,8 +87,8 @@ void connect(self_ptr self, const proto::membership_update& up) {
             st.servers[id] = handle;
             st.router.add(id, now_s(), &st.rng);
             ask_for_door(self, id, handle);
-            get_logger("load_balancer")->debug("stage {}: server {} connected ({} live)", st.cfg.stage, id,
-                                              st.servers.size());
+            get_logger("load_balancer")
+                ->debug("stage {}: server {} connected ({} live)", st.cfg.stage, id, st.servers.size());
             flush_waiting(self);
           },
           [self, id, up](caf::error& err) {
@@ -106,7 +108,7 @@ void connect(self_ptr self, const proto::membership_update& up) {
           });
 }
 
-} // namespace
+}  // namespace
 
 void leave_server(self_ptr self, const std::string& server_id) {
   auto& st = self->state;
@@ -114,8 +116,9 @@ void leave_server(self_ptr self, const std::string& server_id) {
     return;
   st.router.remove(server_id);
   unpin(self, server_id);
-  get_logger("load_balancer")->info("stage {}: server {} left for another stage ({} left here)", st.cfg.stage,
-                                    server_id, st.servers.size() - st.leaving.size());
+  get_logger("load_balancer")
+      ->info("stage {}: server {} left for another stage ({} left here)", st.cfg.stage, server_id,
+             st.servers.size() - st.leaving.size());
 }
 
 void remove_server(self_ptr self, std::string server_id, const std::string& why) {
@@ -131,8 +134,9 @@ void remove_server(self_ptr self, std::string server_id, const std::string& why)
   unpin(self, server_id);
   auto lost = take_at(st.in_flight, server_id);
   auto unasked = take_at(st.asking, server_id);  // waiting on its door: choose again now, not at the ask's timeout
-  get_logger("load_balancer")->warn("stage {}: server {} down ({}); re-sending its {} pending requests", st.cfg.stage,
-                                    server_id, why, lost.size() + unasked.size());
+  get_logger("load_balancer")
+      ->warn("stage {}: server {} down ({}); re-sending its {} pending requests", st.cfg.stage, server_id, why,
+             lost.size() + unasked.size());
   for (auto& req : lost)
     on_attempt_failed(self, std::move(req), make_error(errc::PEER_GONE, "server " + server_id + " down: " + why),
                       "down");
@@ -178,10 +182,10 @@ void subscribe(self_ptr self, const coordinator_actor& coordinator) {
   self->request(coordinator, std::chrono::seconds(30), subscribe_atom::value, encode(sub))
       .then([](const std::string&) {},
             [self](caf::error& err) {
-              get_logger("load_balancer")->error("stage {}: subscription refused: {}", self->state.cfg.stage,
-                                                 describe(err));
+              get_logger("load_balancer")
+                  ->error("stage {}: subscription refused: {}", self->state.cfg.stage, describe(err));
               self->quit(err);
             });
 }
 
-} // namespace swarm::balancing
+}  // namespace swarm::balancing

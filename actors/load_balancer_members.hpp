@@ -41,4 +41,4 @@ void dispatch(self_ptr self, request req);
 /// Dispatches again every queued request.
 void flush_waiting(self_ptr self);
 
-} // namespace swarm::balancing
+}  // namespace swarm::balancing

@@ -16,9 +16,7 @@ namespace {
 
 using self_ptr = rebalancer_actor::stateful_pointer<rebalancer_state>;
 
-double now_s(self_ptr self) {
-  return seconds_since(self->state.started);
-}
+double now_s(self_ptr self) { return seconds_since(self->state.started); }
 
 /// The moves' rule: the coordinator's, its cooldown two load periods.
 policy::rebalance_config rule(const rebalancer_state& st) {
@@ -69,9 +67,9 @@ void order_move(self_ptr self, const policy::move_plan& m) {
   auto& s = self->state.servers.at(m.server);
   s.moving_to = m.to;
   s.move_sent = now_s(self);
-  get_logger("rebalancer")->info("stage {} -> {}: moving {} ({}): slowest stage {:.1f} -> {:.1f} samples/s predicted",
-                                 m.from, m.to, m.server, policy::to_string(m.reason), m.bottleneck_before,
-                                 m.bottleneck_after);
+  get_logger("rebalancer")
+      ->info("stage {} -> {}: moving {} ({}): slowest stage {:.1f} -> {:.1f} samples/s predicted", m.from, m.to,
+             m.server, policy::to_string(m.reason), m.bottleneck_before, m.bottleneck_after);
   proto::move_order order;
   order.set_stage(static_cast<uint32_t>(m.from));
   order.set_to_stage(static_cast<uint32_t>(m.to));
@@ -89,9 +87,8 @@ void evaluate(self_ptr self, bool tick) {
     return;
   // Each order changes the view; stop when the policy is content (bounded: each server moves once at most here).
   for (size_t i = 0; i <= st.servers.size(); ++i) {
-    const bool busy = std::any_of(st.servers.begin(), st.servers.end(), [](const auto& s) {
-      return s.second.moving_to.has_value();
-    });
+    const bool busy =
+        std::any_of(st.servers.begin(), st.servers.end(), [](const auto& s) { return s.second.moving_to.has_value(); });
     const bool periodic = tick && !busy && now - st.last_load_check >= st.cfg.coordinator.rebalance_period_s;
     if (periodic) {
       st.last_load_check = now;
@@ -125,8 +122,9 @@ void forget_stale(self_ptr self) {
     it = now - it->second.second > st.cfg.move_timeout_s ? st.placed.erase(it) : std::next(it);
   for (auto& [id, s] : st.servers)
     if (s.moving_to && now - s.move_sent > st.cfg.move_timeout_s) {
-      get_logger("rebalancer")->warn("{} did not arrive on stage {} within {:.0f} s; counting it on stage {} again", id,
-                                     *s.moving_to, st.cfg.move_timeout_s, s.stage);
+      get_logger("rebalancer")
+          ->warn("{} did not arrive on stage {} within {:.0f} s; counting it on stage {} again", id, *s.moving_to,
+                 st.cfg.move_timeout_s, s.stage);
       s.moving_to.reset();
     }
 }
@@ -163,7 +161,7 @@ void on_join(self_ptr self, const std::string& bytes, const caf::actor& handle) 
     s = {};
     s.handle = handle;
     s.settled_at = -std::numeric_limits<double>::infinity();  // a newcomer may move at once: only movers cool down
-    if (st.cfg.resume)  // a mover of the predecessor's still cools down
+    if (st.cfg.resume)                                        // a mover of the predecessor's still cools down
       if (auto m = st.cfg.resume->movers.find(reg->server_id()); m != st.cfg.resume->movers.end())
         s.settled_at = m->second - st.started_unix;
   } else if (s.stage == stage && !s.moving_to) {
@@ -207,8 +205,9 @@ caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
     return make_error(errc::PEER_GONE, "this coordinator's lease ran out: ask the new leader");
   const auto p = policy::place_joiner(st.cfg.stage_cost, view(self), rule(st));
   st.placed[req->server_id()] = {p.to, now_s(self)};
-  get_logger("rebalancer")->info("placing new server {} on stage {}: slowest stage {:.1f} -> {:.1f} samples/s predicted",
-                                 req->server_id(), p.to, p.bottleneck_before, p.bottleneck_after);
+  get_logger("rebalancer")
+      ->info("placing new server {} on stage {}: slowest stage {:.1f} -> {:.1f} samples/s predicted", req->server_id(),
+             p.to, p.bottleneck_before, p.bottleneck_after);
   proto::placement out;
   out.set_stage(static_cast<uint32_t>(p.to));
   out.set_predicted_gain(p.gain);
@@ -216,7 +215,7 @@ caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
   return encode(out);
 }
 
-} // namespace
+}  // namespace
 
 rebalancer_actor::behavior_type rebalancer(self_ptr self, rebalancer_settings cfg,
                                            std::shared_ptr<metrics_sink> metrics) {
@@ -258,4 +257,4 @@ rebalancer_actor::behavior_type rebalancer(self_ptr self, rebalancer_settings cf
   };
 }
 
-} // namespace swarm
+}  // namespace swarm

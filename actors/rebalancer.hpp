@@ -52,15 +52,15 @@ struct rebalancer_settings {
   /// Its role's section: rebalance (off: place joiners, never move anyone),
   /// rebalance_period_s (load moves at most once per period) and the moves' rule.
   coordinator_config coordinator;
-  double move_timeout_s = 120;     ///< an ordered move or a placement not registered by then is forgotten, seconds
+  double move_timeout_s = 120;  ///< an ordered move or a placement not registered by then is forgotten, seconds
   /// No move before this long after start: servers of a fresh (or restarted)
   /// swarm are still registering, and a stage not heard from yet is not empty.
   double settle_s = 10;
   /// Busy seconds a rate is measured over (at least): shorter windows on shared
   /// cores are too noisy to compare servers by.
   double min_busy_s = 1.0;
-  std::shared_ptr<leadership> leader;        ///< elected: term, lease, record (null: the one coordinator)
-  std::optional<rebalancer_record> resume;   ///< the predecessor's cooldowns
+  std::shared_ptr<leadership> leader;       ///< elected: term, lease, record (null: the one coordinator)
+  std::optional<rebalancer_record> resume;  ///< the predecessor's cooldowns
 };
 
 struct rebalancer_state {
@@ -70,8 +70,8 @@ struct rebalancer_state {
   struct server {
     caf::actor handle;
     int stage = 0;
-    double settled_at = 0;         ///< arrived on its stage by a move (rebalancer seconds); -inf for a newcomer
-    double rate = std::nan("");    ///< samples/s per busy second on its stage; NaN: not measured yet
+    double settled_at = 0;       ///< arrived on its stage by a move (rebalancer seconds); -inf for a newcomer
+    double rate = std::nan("");  ///< samples/s per busy second on its stage; NaN: not measured yet
     // Cumulative figures of its current stage (progress_report), and where the measuring window began.
     double busy_s = 0;
     uint64_t committed = 0;
@@ -83,16 +83,16 @@ struct rebalancer_state {
 
   rebalancer_settings cfg;
   std::shared_ptr<metrics_sink> metrics;
-  std::map<std::string, server> servers;                  ///< live servers by id
-  std::map<std::string, std::pair<int, double>> placed;   ///< id -> (stage, when): placed, not registered yet
+  std::map<std::string, server> servers;                 ///< live servers by id
+  std::map<std::string, std::pair<int, double>> placed;  ///< id -> (stage, when): placed, not registered yet
   clock::time_point started;
-  double last_load_check = 0;                             ///< when load moves were last considered
-  double started_unix = 0;                                ///< `started` as unix seconds: records hold unix times
-  rebalancer_record recorded;                             ///< the cooldowns as last recorded
+  double last_load_check = 0;  ///< when load moves were last considered
+  double started_unix = 0;     ///< `started` as unix seconds: records hold unix times
+  rebalancer_record recorded;  ///< the cooldowns as last recorded
 };
 
 [[nodiscard]] rebalancer_actor::behavior_type rebalancer(rebalancer_actor::stateful_pointer<rebalancer_state> self,
                                                          rebalancer_settings cfg,
                                                          std::shared_ptr<metrics_sink> metrics);
 
-} // namespace swarm
+}  // namespace swarm

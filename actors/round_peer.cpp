@@ -95,13 +95,14 @@ void feed(self_ptr self, const caf::actor_addr& from, const std::string& bytes) 
     why = "sender is not the member of that rank";
   caf::expected<std::vector<float>> values{std::vector<float>{}};
   if (msg && why.empty()) {
-    values = decode_floats(msg->values(), msg->codec(), static_cast<int64_t>(std::min<uint64_t>(msg->count(), 1ULL << 40)),
-                           "values");
+    values = decode_floats(msg->values(), msg->codec(),
+                           static_cast<int64_t>(std::min<uint64_t>(msg->count(), 1ULL << 40)), "values");
     if (!values)
       why = describe(values.error());
   }
   if (!msg || !why.empty()) {
-    get_logger("stage_server")->warn("{}: round {}: ignored a piece: {}", who(r), r.number, msg ? why : describe(msg.error()));
+    get_logger("stage_server")
+        ->warn("{}: round {}: ignored a piece: {}", who(r), r.number, msg ? why : describe(msg.error()));
     return;
   }
   policy::piece p;
@@ -116,8 +117,8 @@ void feed(self_ptr self, const caf::actor_addr& from, const std::string& bytes) 
   r.bytes_received += static_cast<int64_t>(msg->values().size());
   auto out = r.exchange->receive(p, &why);
   if (!why.empty())
-    get_logger("stage_server")->warn("{}: round {}: refused a piece from {}: {}", who(r), r.number,
-                                     r.ids[static_cast<size_t>(p.from)], why);
+    get_logger("stage_server")
+        ->warn("{}: round {}: refused a piece from {}: {}", who(r), r.number, r.ids[static_cast<size_t>(p.from)], why);
   send_pieces(self, std::move(out));
 }
 
@@ -157,8 +158,9 @@ void start_exchange(self_ptr self) {
       return;
     }
     if (std::chrono::duration<double>(longest_stall_between(r.sent_at, r.window_end)).count() >= r.slack_s) {
-      finish(self, "this process stood still while the reply of a microbatch in its gradient was leaving, so the "
-                   "trainer may have re-sent it elsewhere",
+      finish(self,
+             "this process stood still while the reply of a microbatch in its gradient was leaving, so the "
+             "trainer may have re-sent it elsewhere",
              true);
       return;
     }
@@ -251,10 +253,12 @@ void on_piece(self_ptr self, const std::string& bytes) {
       key,
       [self, from, head](caf::expected<bulk_parts> values) mutable {
         if (values && values->size() != 1)
-          values = make_error(errc::BAD_REQUEST, "a piece's frame has " + std::to_string(values->size()) + " parts, not 1");
+          values =
+              make_error(errc::BAD_REQUEST, "a piece's frame has " + std::to_string(values->size()) + " parts, not 1");
         if (!values) {
-          get_logger("stage_server")->warn("stage {}: a piece's values of round id {} never came: {}", head.stage(),
-                                           head.round(), describe(values.error()));
+          get_logger("stage_server")
+              ->warn("stage {}: a piece's values of round id {} never came: {}", head.stage(), head.round(),
+                     describe(values.error()));
           return;
         }
         head.set_values(std::move(values->front()));
@@ -302,7 +306,8 @@ void on_round(self_ptr self, const std::string& bytes, const std::vector<caf::ac
   }
   st.round = std::move(r);
   using clock = policy::round_clock;
-  self->delayed_send(self, seconds(clock::report * begin->timeout_s()), deadline_atom::value, begin->round(), int32_t{1});
+  self->delayed_send(self, seconds(clock::report * begin->timeout_s()), deadline_atom::value, begin->round(),
+                     int32_t{1});
   self->delayed_send(self, seconds(clock::end * begin->timeout_s()), deadline_atom::value, begin->round(), int32_t{2});
   auto& rr = *st.round;
   if (begin->member_endpoints_size() != begin->members_size()) {
@@ -369,12 +374,12 @@ void on_deadline(self_ptr self, uint64_t round, int32_t phase) {
     w.add_waiting_on(static_cast<uint32_t>(r));
     names += (names.empty() ? "" : ", ") + st.round->ids[static_cast<size_t>(r)];
   }
-  get_logger("stage_server")->warn("{}: round {} not done after half its timeout; waiting for {}", who(*st.round),
-                                   st.round->number, names);
+  get_logger("stage_server")
+      ->warn("{}: round {} not done after half its timeout; waiting for {}", who(*st.round), st.round->number, names);
   self->send(st.averager, waiting_atom::value, encode(w));
 }
 
-} // namespace
+}  // namespace
 
 round_peer_actor::behavior_type round_peer(self_ptr self, round_peer_config cfg, std::shared_ptr<metrics_sink> metrics,
                                            stage_actor server) {
@@ -414,4 +419,4 @@ round_peer_actor::behavior_type round_peer(self_ptr self, round_peer_config cfg,
   };
 }
 
-} // namespace swarm
+}  // namespace swarm

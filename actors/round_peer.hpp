@@ -58,17 +58,17 @@ struct round_peer_state {
 
   struct exchange_round {
     uint64_t id = 0;
-    uint64_t number = 0;                    ///< within its stage, for logs
+    uint64_t number = 0;  ///< within its stage, for logs
     uint32_t stage = 0;
     int64_t samples = 0;                    ///< in this member's gradient
     std::vector<round_peer_actor> members;  ///< rank order
     std::vector<std::string> ids;           ///< rank order
     std::unique_ptr<policy::butterfly_round> exchange;
     int64_t bytes_sent = 0, bytes_received = 0;  ///< encoded piece values, as they crossed the wire
-    bool finished = false;                  ///< outcome sent; kept to help others repair
-    std::set<int> unready;                  ///< members not linked directly yet (being dialed, or no HELLO yet)
-    bool begun = false;                     ///< pieces flow (every member linked or gone)
-    std::vector<int> gone_early;            ///< ranks gone before it began, told to the exchange then
+    bool finished = false;                       ///< outcome sent; kept to help others repair
+    std::set<int> unready;                       ///< members not linked directly yet (being dialed, or no HELLO yet)
+    bool begun = false;                          ///< pieces flow (every member linked or gone)
+    std::vector<int> gone_early;                 ///< ranks gone before it began, told to the exchange then
     /// A microbatch added provisionally (stage_server.hpp reply_check): no part
     /// leaves before window_end, nor at all when the process stood still
     /// `slack` or longer since sent_at (then the reply may have come late).
@@ -84,14 +84,14 @@ struct round_peer_state {
   std::optional<exchange_round> round;
   std::map<uint64_t, std::vector<std::pair<caf::actor_addr, std::string>>> early_pieces;  ///< rounds not begun here yet
   std::map<uint64_t, std::set<caf::actor_addr>> early_hellos;
-  std::set<caf::actor_addr> monitored;     ///< other members' peers, so a round learns of their death (once each)
+  std::set<caf::actor_addr> monitored;  ///< other members' peers, so a round learns of their death (once each)
   bulk_inbox inbox;
-  int64_t rounds_seen = 0;                 ///< for the test hooks
-  int64_t rounds_with_gradient = 0;        ///< of them, those it held gradient in
+  int64_t rounds_seen = 0;           ///< for the test hooks
+  int64_t rounds_with_gradient = 0;  ///< of them, those it held gradient in
 };
 
 [[nodiscard]] round_peer_actor::behavior_type round_peer(round_peer_actor::stateful_pointer<round_peer_state> self,
                                                          round_peer_config cfg, std::shared_ptr<metrics_sink> metrics,
                                                          stage_actor server);
 
-} // namespace swarm
+}  // namespace swarm

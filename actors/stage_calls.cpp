@@ -50,7 +50,7 @@ std::string cache_key(const Req& req) {
   return req.trainer_id() + "#" + std::to_string(req.microbatch_id());
 }
 
-} // namespace
+}  // namespace
 
 caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::forward_request&& req,
                                                   const commit_gate& gate) {
@@ -120,4 +120,4 @@ caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, proto:
   return reply;
 }
 
-} // namespace swarm
+}  // namespace swarm

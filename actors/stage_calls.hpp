@@ -35,4 +35,4 @@ namespace swarm {
   return serve_backward(worker, proto::backward_request(req), gate);
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -21,8 +21,7 @@
 namespace swarm {
 
 caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& reply, const std::string& server_id,
-                       const std::string& from, std::chrono::steady_clock::time_point started,
-                       metrics_sink& metrics) {
+                       const std::string& from, std::chrono::steady_clock::time_point started, metrics_sink& metrics) {
   if (!reply)
     return reply.error();
   auto rep = decode<proto::state_reply>(*reply, "state_reply");
@@ -34,8 +33,9 @@ caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& r
     return make_error(errc::INTERNAL, "imported parameters hash differently from the peer's");
   const double secs = seconds_since(started);
   const int64_t stage = worker.span().stage;
-  get_logger("stage_server")->info("stage {}: copied the state at step {} from {} ({} bytes, {:.2f} s)", stage,
-                                   rep->step(), from, rep->state().size(), secs);
+  get_logger("stage_server")
+      ->info("stage {}: copied the state at step {} from {} ({} bytes, {:.2f} s)", stage, rep->step(), from,
+             rep->state().size(), secs);
   metrics.emit("state_download", {{"stage", stage},
                                   {"server", server_id},
                                   {"from", from},
@@ -74,8 +74,9 @@ caf::error reject(self_ptr self, const caf::strong_actor_ptr& requester, const c
   ++self->state.counters->rejected;
   // Refusals while moving are expected (load balancers re-send them): not worth a warning each.
   get_logger("stage_server")
-      ->log(code_of(err) == errc::LEAVING ? spdlog::level::debug : spdlog::level::warn, "stage {}: rejected {} from {}: {}",
-            self->state.worker->span().stage, op, caf::to_string(requester), describe(err));
+      ->log(code_of(err) == errc::LEAVING ? spdlog::level::debug : spdlog::level::warn,
+            "stage {}: rejected {} from {}: {}", self->state.worker->span().stage, op, caf::to_string(requester),
+            describe(err));
   return err;
 }
 
@@ -247,10 +248,9 @@ reply_t receive_request(self_ptr self, const char* op, uint64_t transfer_id, std
   const auto requester = self->current_sender();
   auto rp = self->make_response_promise<uint64_t, std::string>();
   if (!is_bulk(transfer_id)) {
-    run_or_defer<Req>(self, requester, op,
-                      one_part(st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id,
-                                                std::move(tail))),
-                      run, rp);
+    run_or_defer<Req>(
+        self, requester, op,
+        one_part(st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id, std::move(tail))), run, rp);
     return rp;
   }
   const bool here = st.inbox.claim(
@@ -264,7 +264,7 @@ reply_t receive_request(self_ptr self, const char* op, uint64_t transfer_id, std
   return rp;
 }
 
-} // namespace
+}  // namespace
 
 void settle_held(self_ptr self) {
   auto& st = self->state;
@@ -272,8 +272,9 @@ void settle_held(self_ptr self) {
   if (!h)
     return;
   const double stall =
-      h->sent ? std::chrono::duration<double>(longest_stall_between(h->sent_at, h->sent_at + reply_leaves_within)).count()
-              : 0;
+      h->sent
+          ? std::chrono::duration<double>(longest_stall_between(h->sent_at, h->sent_at + reply_leaves_within)).count()
+          : 0;
   const bool keep = h->sent && stall < h->slack_s;
   const int64_t samples = st.worker->settle_held(keep);
   if (keep) {
@@ -283,14 +284,16 @@ void settle_held(self_ptr self) {
     st.serving.committed.erase(h->key);  // a retry that comes back here must count
     auto log = get_logger("stage_server");
     if (h->sent && h->slack_s <= 0)
-      log->warn("stage {}: held back the gradients of {} ({} samples): its reply left {:.2f} s after the trainer's "
-                "deadline, so the trainer retried it elsewhere",
-                st.worker->span().stage, h->key, samples, -h->slack_s);
+      log->warn(
+          "stage {}: held back the gradients of {} ({} samples): its reply left {:.2f} s after the trainer's "
+          "deadline, so the trainer retried it elsewhere",
+          st.worker->span().stage, h->key, samples, -h->slack_s);
     else if (h->sent)
-      log->warn("stage {}: held back the gradients of {} ({} samples): its reply left {:.2f} s before the trainer's "
-                "deadline, but this process stood still {:.2f} s while it was leaving, so the trainer may have retried "
-                "it elsewhere",
-                st.worker->span().stage, h->key, samples, h->slack_s, stall);
+      log->warn(
+          "stage {}: held back the gradients of {} ({} samples): its reply left {:.2f} s before the trainer's "
+          "deadline, but this process stood still {:.2f} s while it was leaving, so the trainer may have retried "
+          "it elsewhere",
+          st.worker->span().stage, h->key, samples, h->slack_s, stall);
     else
       log->warn("stage {}: held back the gradients of {} ({} samples): its reply was never sent",
                 st.worker->span().stage, h->key, samples);
@@ -361,17 +364,17 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   });
   return {
       [self](forward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
-        return receive_request<proto::forward_request>(
-            self, "forward_request", transfer_id, std::move(tail),
-            [self](proto::forward_request& r, const commit_gate& g) {
-              return serve_forward(*self->state.worker, std::move(r), g);  // takes only r's tensor bytes
-            });
+        return receive_request<proto::forward_request>(self, "forward_request", transfer_id, std::move(tail),
+                                                       [self](proto::forward_request& r, const commit_gate& g) {
+                                                         return serve_forward(*self->state.worker, std::move(r),
+                                                                              g);  // takes only r's tensor bytes
+                                                       });
       },
       [self](backward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
         return receive_request<proto::backward_request>(self, "backward_request", transfer_id, std::move(tail),
-                                               [self](proto::backward_request& r, const commit_gate& g) {
-                                                 return serve_backward(*self->state.worker, std::move(r), g);
-                                               });
+                                                        [self](proto::backward_request& r, const commit_gate& g) {
+                                                          return serve_backward(*self->state.worker, std::move(r), g);
+                                                        });
       },
       [self](state_atom, uint64_t transfer_id, std::string tail) -> reply_t {
         auto& st = self->state;
@@ -392,8 +395,9 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         rep.set_step(static_cast<uint64_t>(st.worker->steps()));
         rep.set_parameter_hash(st.avg.hash);
         rep.set_state(st.worker->export_state());
-        get_logger("stage_server")->debug("stage {}: sent state at step {} ({} bytes) to {}", req->stage(), rep.step(),
-                                         rep.state().size(), req->server_id());
+        get_logger("stage_server")
+            ->debug("stage {}: sent state at step {} ({} bytes) to {}", req->stage(), rep.step(), rep.state().size(),
+                    req->server_id());
         // Never bulk: a joining server downloads with a scoped actor, which cannot claim.
         auto [id, bytes] = send_reply(self, requester, rep, false);
         return {id, std::move(bytes)};
@@ -434,4 +438,4 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   };
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -105,7 +105,8 @@ struct stage_server_counters {
   int64_t late = 0;               ///< requests refused or discarded after their commit deadline
   int64_t rounds = 0;             ///< averaging rounds applied
   int64_t rounds_failed = 0;      ///< rounds given up (deadline, excluded, or a step behind)
-  int64_t dropped_samples = 0;    ///< samples of gradients thrown away: more than a step old (see carry_over), or with a move
+  int64_t dropped_samples =
+      0;  ///< samples of gradients thrown away: more than a step old (see carry_over), or with a move
   int64_t carried_gradients = 0;  ///< gradients a failed round or a reload did not use, kept for the next round
   int64_t withheld_samples = 0;   ///< answered, but held back: the reply may have come late (see the header)
 };
@@ -122,18 +123,18 @@ struct reply_check {
 /// exchange itself runs in its round peer (actors/round_peer.hpp).
 struct server_round {
   uint64_t id = 0;
-  uint64_t number = 0;                    ///< the round's number within its stage (round_begin.number), for logs
-  uint64_t step = 0;                      ///< the step the round starts from
+  uint64_t number = 0;  ///< the round's number within its stage (round_begin.number), for logs
+  uint64_t step = 0;    ///< the step the round starts from
   int members = 0;
   std::chrono::steady_clock::time_point started;
-  int64_t samples = 0;                    ///< samples of the gradient handed in
-  int64_t stale_samples = 0;              ///< of those, computed on parameters before `step` (local_gradient)
+  int64_t samples = 0;        ///< samples of the gradient handed in
+  int64_t stale_samples = 0;  ///< of those, computed on parameters before `step` (local_gradient)
   int64_t microbatches = 0;
-  double other_norm_sq = 0;               ///< round_begin.other_norm_sq: the clip's other stages
-  int64_t term = 0;                       ///< round_begin.term: the ordering coordinator's
-  std::optional<reply_check> check;       ///< a provisional microbatch in its gradient (settle_held_for_round)
-  bool finished = false;                  ///< applied or given up
-  bool writer = false;                    ///< its lowest live member: writes the stage's checkpoint
+  double other_norm_sq = 0;          ///< round_begin.other_norm_sq: the clip's other stages
+  int64_t term = 0;                  ///< round_begin.term: the ordering coordinator's
+  std::optional<reply_check> check;  ///< a provisional microbatch in its gradient (settle_held_for_round)
+  bool finished = false;             ///< applied or given up
+  bool writer = false;               ///< its lowest live member: writes the stage's checkpoint
 };
 
 /// Requests and their exactly-once accounting; written by actors/stage_server.cpp only.
@@ -144,15 +145,15 @@ struct serving_state {
   int64_t forwards_seen = 0, backwards_seen = 0, states_seen = 0;  ///< for the fault hook
   std::unordered_set<std::string> committed;
   std::deque<std::string> committed_order;
-  double busy_s = 0;                        ///< seconds spent handling requests on this stage (the rebalancer's rate)
+  double busy_s = 0;  ///< seconds spent handling requests on this stage (the rebalancer's rate)
 
   /// The answered microbatch whose gradients the worker holds apart (see "Exactly once").
   struct held_reply {
     uint64_t id = 0;
     std::string key;
-    double reply_deadline = 0;             ///< unix seconds
-    bool sent = false;                     ///< the reply was handed to CAF or the bulk plane
-    double slack_s = 0;                    ///< reply_deadline minus the unix time it was handed over
+    double reply_deadline = 0;  ///< unix seconds
+    bool sent = false;          ///< the reply was handed to CAF or the bulk plane
+    double slack_s = 0;         ///< reply_deadline minus the unix time it was handed over
     std::chrono::steady_clock::time_point sent_at;
   };
   std::optional<held_reply> held;
@@ -174,8 +175,8 @@ struct serving_state {
 /// Stage-wide averaging and reloads; written by actors/stage_server_averaging.cpp,
 /// except `begin_stage` (a move) and the parameter hash after a start or a move.
 struct averaging_state {
-  uint64_t hash = 0;                       ///< parameter hash, cached: it changes only with a step or a reload
-  int64_t reported_samples = -1;           ///< accumulated samples in the last progress report
+  uint64_t hash = 0;              ///< parameter hash, cached: it changes only with a step or a reload
+  int64_t reported_samples = -1;  ///< accumulated samples in the last progress report
   std::optional<server_round> round;
   /// A failed round's gradient whose parts went out: the others may have stepped
   /// with them. The next round tells: at the same step nobody did (it goes into
@@ -185,9 +186,9 @@ struct averaging_state {
     int64_t step = 0;
   };
   std::optional<returned_gradient> returned;
-  round_peer_actor peer;                   ///< runs the rounds' exchanges beside this thread (linked)
+  round_peer_actor peer;  ///< runs the rounds' exchanges beside this thread (linked)
   bool reloading = false;
-  uint64_t reloads = 0;                    ///< reload orders finished or turned down (see progress_report)
+  uint64_t reloads = 0;  ///< reload orders finished or turned down (see progress_report)
 
   [[nodiscard]] bool in_round() const { return round && !round->finished; }
   /// In a round not finished yet, or copying a peer's state: a move waits for either.
@@ -204,20 +205,21 @@ struct averaging_state {
 /// Registration and moving (the drawn states serving -> draining -> moving);
 /// written by actors/stage_server_move.cpp only.
 struct membership_state {
-  coordinator_actor coordinator;           ///< set by the node's register message; again after a coordinator restart
-  averager_actor averager;                 ///< fetched on registering; again after a coordinator restart
-  proto::register_server registration;     ///< as last sent; its stage is the one served now
-  bool registered = false;                 ///< registered at least once (server_exit is owed)
+  coordinator_actor coordinator;        ///< set by the node's register message; again after a coordinator restart
+  averager_actor averager;              ///< fetched on registering; again after a coordinator restart
+  proto::register_server registration;  ///< as last sent; its stage is the one served now
+  bool registered = false;              ///< registered at least once (server_exit is owed)
   std::chrono::steady_clock::time_point registered_at;  ///< last registration: rounds after a later freeze are given up
-  std::optional<proto::move_order> move;   ///< ordered, not done: draining, requests are refused meanwhile
+  std::optional<proto::move_order> move;                ///< ordered, not done: draining, requests are refused meanwhile
   std::chrono::steady_clock::time_point move_ordered;
-  bool hand_in_timer = false;              ///< the move's wait for a round to hand its gradient to is timed
+  bool hand_in_timer = false;  ///< the move's wait for a round to hand its gradient to is timed
   /// Stopped on purpose, when: requests refused, its gradient waits for a round (moving::hand_in_before_stop).
   std::optional<std::chrono::steady_clock::time_point> stopping;
-  int64_t stopping_samples = 0;            ///< gradient samples held when stopped
-  std::set<uint32_t> left_stages;          ///< stages it served before: their late requests get LEAVING, not an error
-  int64_t newest_term = 0;                 ///< the newest coordinator term seen (Fencing, moving::accept_term)
-  std::chrono::steady_clock::time_point serving_since = std::chrono::steady_clock::now();  ///< first checkpoint due from here
+  int64_t stopping_samples = 0;    ///< gradient samples held when stopped
+  std::set<uint32_t> left_stages;  ///< stages it served before: their late requests get LEAVING, not an error
+  int64_t newest_term = 0;         ///< the newest coordinator term seen (Fencing, moving::accept_term)
+  std::chrono::steady_clock::time_point serving_since =
+      std::chrono::steady_clock::now();  ///< first checkpoint due from here
 
   [[nodiscard]] bool draining() const { return move.has_value(); }
 };
@@ -231,7 +233,7 @@ struct stage_server_state {
   static inline const char* name = "stage_server";
 
   stage_server_config cfg;
-  std::shared_ptr<stage_worker> worker;    ///< replaced on a move
+  std::shared_ptr<stage_worker> worker;  ///< replaced on a move
   std::shared_ptr<metrics_sink> metrics;
   std::shared_ptr<stage_server_counters> counters;  ///< reset on a move
   // Payloads in pieces, of requests and of rounds alike:
@@ -239,7 +241,7 @@ struct stage_server_state {
   bulk_inbox inbox;                         ///< payloads from the bulk connection, paired with their messages
   std::set<caf::actor_addr> chunk_senders;  ///< monitored so their unfinished payloads can be dropped
   uint64_t next_transfer = 0;
-  door_actor door;                          ///< answers reservations while this one computes
+  door_actor door;  ///< answers reservations while this one computes
   serving_state serving;
   averaging_state avg;
   membership_state member;
@@ -273,4 +275,4 @@ void release_deferred(stage_actor::stateful_pointer<stage_server_state> self);
                                      const std::string& server_id, const std::string& from,
                                      std::chrono::steady_clock::time_point started, metrics_sink& metrics);
 
-} // namespace swarm
+}  // namespace swarm

@@ -83,14 +83,15 @@ void finish(server_ptr self, std::string why, const proto::round_outcome& o, con
   if (why.empty() && st.cfg.freeze_s > 0)
     if (auto thaw = thawed_after(st.member.registered_at);
         thaw && clock_type::now() - *thaw < std::chrono::duration<double>(2 * st.cfg.freeze_s))
-      why = "this process stood still longer than the connection timeout: its peers counted it out of its rounds "
-            "until it registers again";
+      why =
+          "this process stood still longer than the connection timeout: its peers counted it out of its rounds "
+          "until it registers again";
   bool applied = why.empty();
   if (applied) {
     if (auto err = st.worker->apply_gradient(mean, r.other_norm_sq)) {
       // Every member got the same vector, so every member refuses it alike.
-      get_logger("stage_server")->error("stage {}: round {}: averaged gradient refused: {}", stage_of(self), r.number,
-                                        describe(err));
+      get_logger("stage_server")
+          ->error("stage {}: round {}: averaged gradient refused: {}", stage_of(self), r.number, describe(err));
       applied = false;
       why = "averaged gradient refused";
     }
@@ -104,8 +105,9 @@ void finish(server_ptr self, std::string why, const proto::round_outcome& o, con
   } else {
     ++st.counters->rounds_failed;
     const char* fate = keep_gradient(self, r, o, mean);
-    get_logger("stage_server")->warn("stage {}: gave up round {} after {:.2f} s: {}; its gradient ({} samples) {}",
-                                     stage_of(self), r.number, secs, why, r.samples, fate);
+    get_logger("stage_server")
+        ->warn("stage {}: gave up round {} after {:.2f} s: {}; its gradient ({} samples) {}", stage_of(self), r.number,
+               secs, why, r.samples, fate);
   }
   st.metrics->emit("averaging_round",
                    {{"stage", stage_of(self)},
@@ -133,11 +135,9 @@ void finish(server_ptr self, std::string why, const proto::round_outcome& o, con
 }
 
 /// Gives the running round up here, before its peer had an outcome.
-void give_up(server_ptr self, const char* why) {
-  finish(self, why, proto::round_outcome{}, {});
-}
+void give_up(server_ptr self, const char* why) { finish(self, why, proto::round_outcome{}, {}); }
 
-} // namespace
+}  // namespace
 
 void emit_params(server_ptr self) {
   self->state.metrics->emit("params", {{"stage", stage_of(self)},
@@ -164,9 +164,11 @@ void carry_over(server_ptr self, local_gradient g, int64_t computed_at, const ch
     return;
   }
   st.counters->dropped_samples += g.samples;
-  get_logger("stage_server")->info("stage {}: dropped {} samples of gradient computed at step {}: the stage is at "
-                                   "step {} now",
-                                   stage_of(self), g.samples, computed_at, st.worker->steps());
+  get_logger("stage_server")
+      ->info(
+          "stage {}: dropped {} samples of gradient computed at step {}: the stage is at "
+          "step {} now",
+          stage_of(self), g.samples, computed_at, st.worker->steps());
 }
 
 void report_progress(server_ptr self, bool force) {
@@ -256,8 +258,7 @@ void on_deadline(server_ptr self, uint64_t round, int32_t phase) {
   if (phase == 3) {
     st.serving.waited_out = round;
     release_deferred(self);
-  }
-  else
+  } else
     give_up(self, "its round peer gave no outcome by the round's end");
 }
 
@@ -277,4 +278,4 @@ void abandon_round(server_ptr self) {
   give_up(self, "its link to the coordinator dropped; the round went on without it");
 }
 
-} // namespace swarm::averaging
+}  // namespace swarm::averaging

@@ -49,4 +49,4 @@ void carry_over(server_ptr self, local_gradient g, int64_t computed_at, const ch
 /// Writes `params` (stage, step, parameter hash) after a step or a reload.
 void emit_params(server_ptr self);
 
-} // namespace swarm::averaging
+}  // namespace swarm::averaging

@@ -27,12 +27,13 @@ void write_now(stage_actor::stateful_pointer<stage_server_state> self) {
   const double secs = seconds_since(started);
   if (!written) {
     // Training goes on: a full disk must not stop the swarm, but it must be seen.
-    get_logger("stage_server")->error("stage {}: checkpoint at step {} failed: {}", stage, step,
-                                      describe(written.error()));
+    get_logger("stage_server")
+        ->error("stage {}: checkpoint at step {} failed: {}", stage, step, describe(written.error()));
     return;
   }
-  get_logger("stage_server")->debug("stage {}: checkpoint at step {} written to {} ({} bytes, {:.3f} s)", stage, step,
-                                   *written, state.size(), secs);
+  get_logger("stage_server")
+      ->debug("stage {}: checkpoint at step {} written to {} ({} bytes, {:.3f} s)", stage, step, *written, state.size(),
+              secs);
   st.metrics->emit("checkpoint", {{"stage", int64_t{stage}},
                                   {"server", st.cfg.server_id},
                                   {"step", step},
@@ -41,7 +42,7 @@ void write_now(stage_actor::stateful_pointer<stage_server_state> self) {
                                   {"seconds", secs}});
 }
 
-} // namespace
+}  // namespace
 
 void after_round(stage_actor::stateful_pointer<stage_server_state> self) {
   auto& st = self->state;
@@ -49,9 +50,9 @@ void after_round(stage_actor::stateful_pointer<stage_server_state> self) {
   if (!ck.store || !st.avg.round || !st.avg.round->writer)
     return;
   const double since_s = seconds_since(st.member.serving_since);
-  if (checkpoint_due(st.worker->steps(), ck.store->latest_written(checkpoint_header::kind::stage,
-                                                                  st.worker->span().stage),
-                     ck.every_steps, ck.every_s, since_s))
+  if (checkpoint_due(st.worker->steps(),
+                     ck.store->latest_written(checkpoint_header::kind::stage, st.worker->span().stage), ck.every_steps,
+                     ck.every_s, since_s))
     write_now(self);
 }
 
@@ -80,8 +81,8 @@ caf::expected<bool> load_newest(const checkpoint_settings& settings, int num_sta
     return false;
   const int stage = worker.span().stage;
   const auto started = clock_type::now();
-  auto found = settings.store->newest(checkpoint_header::kind::stage, stage, static_cast<uint32_t>(num_stages),
-                                      config_hash);
+  auto found =
+      settings.store->newest(checkpoint_header::kind::stage, stage, static_cast<uint32_t>(num_stages), config_hash);
   if (!found)
     return to_caf(found.error());
   if (!*found || (*found)->header.step <= after_step)
@@ -91,10 +92,9 @@ caf::expected<bool> load_newest(const checkpoint_settings& settings, int num_sta
     return make_error(err.code(), "checkpoint " + data.path + " does not load: " + describe(err));
   const double secs = seconds_since(started);
   const auto hash = worker.parameter_hash();
-  get_logger("stage_server")->info("stage {}: loaded checkpoint {} (step {}, {:.2f} s){}", stage, data.path,
-                                   data.header.step, secs,
-                                   data.skipped ? " after skipping " + std::to_string(data.skipped) + " bad newer file(s)"
-                                                : std::string{});
+  get_logger("stage_server")
+      ->info("stage {}: loaded checkpoint {} (step {}, {:.2f} s){}", stage, data.path, data.header.step, secs,
+             data.skipped ? " after skipping " + std::to_string(data.skipped) + " bad newer file(s)" : std::string{});
   metrics.emit("checkpoint_load", {{"stage", int64_t{stage}},
                                    {"server", server_id},
                                    {"step", data.header.step},
@@ -105,4 +105,4 @@ caf::expected<bool> load_newest(const checkpoint_settings& settings, int num_sta
   return true;
 }
 
-} // namespace swarm::checkpointing
+}  // namespace swarm::checkpointing

@@ -37,8 +37,8 @@ void on_stop(stage_actor::stateful_pointer<stage_server_state> self);
 /// Imports the newest valid checkpoint of `worker`'s stage if its step is
 /// above `after_step`; true when one was loaded (`checkpoint_load` written).
 /// BAD_CONFIG: the newest fits another model.
-[[nodiscard]] caf::expected<bool> load_newest(const checkpoint_settings& settings, int num_stages,
-                                              uint64_t config_hash, const std::string& server_id,
-                                              stage_worker& worker, metrics_sink& metrics, int64_t after_step = -1);
+[[nodiscard]] caf::expected<bool> load_newest(const checkpoint_settings& settings, int num_stages, uint64_t config_hash,
+                                              const std::string& server_id, stage_worker& worker, metrics_sink& metrics,
+                                              int64_t after_step = -1);
 
-} // namespace swarm::checkpointing
+}  // namespace swarm::checkpointing

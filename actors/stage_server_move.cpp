@@ -128,9 +128,9 @@ void move_now(server_ptr self) {
   // With the coordinator gone (its node noticed), asking it would block this
   // server, which serves nothing while moving, for the requests' timeouts.
   const bool reachable = st.member.coordinator && coordinator_up(st);
-  const auto source = download_state(self->system(), reachable ? st.member.coordinator : coordinator_actor{}, to,
-                                     st.cfg.model.hash(), st.cfg.server_id, *fresh, *st.metrics, st.cfg.checkpoints,
-                                     st.cfg.num_stages);
+  const auto source =
+      download_state(self->system(), reachable ? st.member.coordinator : coordinator_actor{}, to, st.cfg.model.hash(),
+                     st.cfg.server_id, *fresh, *st.metrics, st.cfg.checkpoints, st.cfg.num_stages);
   st.worker = std::move(fresh);
   *st.counters = {};
   st.serving.begin_stage();
@@ -154,7 +154,7 @@ void move_now(server_ptr self) {
                                  {"state_from", std::string{to_string(source)}}});
 }
 
-} // namespace
+}  // namespace
 
 caf::result<std::string> on_register(server_ptr self, const std::string& bytes, const caf::actor& coordinator) {
   auto reg = decode<proto::register_server>(bytes, "register_server");
@@ -195,8 +195,10 @@ void on_move(server_ptr self, const std::string& bytes) {
     return;
   const auto here = static_cast<uint32_t>(stage_of(self));
   if (!order || order->stage() != here || order->to_stage() == here ||
-      order->to_stage() >= static_cast<uint32_t>(st.cfg.num_stages) || (st.member.move && st.member.move->to_stage() != order->to_stage())) {
-    log->warn("stage {}: ignored a move order{}", here, order ? " that does not fit (stage, target or a move under way)" : "");
+      order->to_stage() >= static_cast<uint32_t>(st.cfg.num_stages) ||
+      (st.member.move && st.member.move->to_stage() != order->to_stage())) {
+    log->warn("stage {}: ignored a move order{}", here,
+              order ? " that does not fit (stage, target or a move under way)" : "");
     return;
   }
   if (!st.member.move) {
@@ -240,8 +242,9 @@ bool hand_in_before_stop(server_ptr self) {
     return false;
   st.member.stopping = clock_type::now();
   st.member.stopping_samples = samples;
-  get_logger("stage_server")->info("stage {}: stopping; handing {} samples of gradient to a round first (at most {} s)",
-                                   stage_of(self), samples, stop_hand_in_wait.count());
+  get_logger("stage_server")
+      ->info("stage {}: stopping; handing {} samples of gradient to a round first (at most {} s)", stage_of(self),
+             samples, stop_hand_in_wait.count());
   averaging::report_progress(self, true);
   stop_when_handed_in(self, true);
   return true;
@@ -273,14 +276,14 @@ void stop(server_ptr self, const caf::error& reason) {
     const int64_t left = st.worker->accumulated_samples();
     st.counters->dropped_samples += left;
     if (left > 0)
-      get_logger("stage_server")->info("stage {}: exiting with {} samples of gradient not averaged (dropped)",
-                                       stage_of(self), left);
+      get_logger("stage_server")
+          ->info("stage {}: exiting with {} samples of gradient not averaged (dropped)", stage_of(self), left);
     if (reason == caf::exit_reason::user_shutdown)
       st.metrics->emit("stop_hand_in", {{"stage", int64_t{stage_of(self)}},
-                                       {"server", st.cfg.server_id},
-                                       {"samples", std::max(st.member.stopping_samples, left)},
-                                       {"handed_in", left == 0},
-                                       {"seconds", seconds_since(*st.member.stopping)}});
+                                        {"server", st.cfg.server_id},
+                                        {"samples", std::max(st.member.stopping_samples, left)},
+                                        {"handed_in", left == 0},
+                                        {"seconds", seconds_since(*st.member.stopping)}});
   }
   report_exit(self, -1);
   self->quit(reason);
@@ -316,9 +319,12 @@ void report_exit(server_ptr self, int moved_to) {
 
 const char* to_string(state_source s) {
   switch (s) {
-    case state_source::peer: return "peer";
-    case state_source::checkpoint: return "checkpoint";
-    case state_source::initial: return "initial";
+    case state_source::peer:
+      return "peer";
+    case state_source::checkpoint:
+      return "checkpoint";
+    case state_source::initial:
+      return "initial";
   }
   return "?";
 }
@@ -358,4 +364,4 @@ state_source download_state(caf::actor_system& sys, const coordinator_actor& coo
   return state_source::initial;
 }
 
-} // namespace swarm::moving
+}  // namespace swarm::moving

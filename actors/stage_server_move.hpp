@@ -73,4 +73,4 @@ enum class state_source { peer, checkpoint, initial };
                                           metrics_sink& metrics, const checkpoint_settings& checkpoints,
                                           int num_stages);
 
-} // namespace swarm::moving
+}  // namespace swarm::moving

@@ -17,7 +17,7 @@ namespace {
 
 int64_t stage(server_ptr self) { return self->state.worker->span().stage; }
 
-} // namespace
+}  // namespace
 
 void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer) {
   auto& st = self->state;
@@ -51,39 +51,41 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
   req.set_stage(static_cast<uint32_t>(stage(self)));
   req.set_server_id(st.cfg.server_id);
   // Dialed first: the averager's handle may carry a route through a coordinator that died.
-  dial_then(self, "stage " + std::to_string(stage(self)), order->from_endpoint(), [self, req, from = order->from_server_id(), peer] {
-    const auto started = std::chrono::steady_clock::now();
-    auto handle = caf::actor_cast<stage_actor>(peer);
-    self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
-        .then(
-            [self, handle, from, started](uint64_t transfer_id, std::string& tail) {
-              auto& st = self->state;
-              st.avg.reloading = false;
-              ++st.avg.reloads;
-              settle_held(self);
-              const int64_t before = st.worker->steps();
-              auto carried = st.worker->take_gradient();
-              auto err = adopt_state(*st.worker, st.chunks.finish(handle.address(), transfer_id, std::move(tail)),
-                                     st.cfg.server_id, from, started, *st.metrics);
-              carry_over(self, std::move(carried), before, "reload");
-              st.avg.hash = st.worker->parameter_hash();
-              if (err)
-                get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage(self), from,
-                                                 describe(err));
-              else
-                emit_params(self);
-              report_progress(self, true);
-              moving::resume(self);
-            },
-            [self, from](caf::error& err) {
-              self->state.avg.reloading = false;
-              ++self->state.avg.reloads;
-              report_progress(self, true);
-              get_logger("stage_server")->warn("stage {}: reload from {} failed: {}", stage(self), from,
-                                               describe(err));
-              moving::resume(self);
+  dial_then(self, "stage " + std::to_string(stage(self)), order->from_endpoint(),
+            [self, req, from = order->from_server_id(), peer] {
+              const auto started = std::chrono::steady_clock::now();
+              auto handle = caf::actor_cast<stage_actor>(peer);
+              self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
+                  .then(
+                      [self, handle, from, started](uint64_t transfer_id, std::string& tail) {
+                        auto& st = self->state;
+                        st.avg.reloading = false;
+                        ++st.avg.reloads;
+                        settle_held(self);
+                        const int64_t before = st.worker->steps();
+                        auto carried = st.worker->take_gradient();
+                        auto err =
+                            adopt_state(*st.worker, st.chunks.finish(handle.address(), transfer_id, std::move(tail)),
+                                        st.cfg.server_id, from, started, *st.metrics);
+                        carry_over(self, std::move(carried), before, "reload");
+                        st.avg.hash = st.worker->parameter_hash();
+                        if (err)
+                          get_logger("stage_server")
+                              ->warn("stage {}: reload from {} failed: {}", stage(self), from, describe(err));
+                        else
+                          emit_params(self);
+                        report_progress(self, true);
+                        moving::resume(self);
+                      },
+                      [self, from](caf::error& err) {
+                        self->state.avg.reloading = false;
+                        ++self->state.avg.reloads;
+                        report_progress(self, true);
+                        get_logger("stage_server")
+                            ->warn("stage {}: reload from {} failed: {}", stage(self), from, describe(err));
+                        moving::resume(self);
+                      });
             });
-  });
 }
 
-} // namespace swarm::averaging
+}  // namespace swarm::averaging

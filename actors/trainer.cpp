@@ -67,14 +67,16 @@ void report_exit(self_ptr self) {
   std::string acked;
   for (auto n : st.acked)
     acked += (acked.empty() ? "" : ",") + std::to_string(n);
-  get_logger("trainer")->info("{}: {} steps, {} microbatches issued, {} completed, {} dropped, {} in flight; acked "
-                              "samples per stage {}; stage steps {}",
-                              st.live.empty() && !st.stop_asked ? "done" : "stopped", st.step, st.issued, st.completed, st.dropped,
-                              st.live.size(), acked, st.stages.steps_text());
+  get_logger("trainer")->info(
+      "{}: {} steps, {} microbatches issued, {} completed, {} dropped, {} in flight; acked "
+      "samples per stage {}; stage steps {}",
+      st.live.empty() && !st.stop_asked ? "done" : "stopped", st.step, st.issued, st.completed, st.dropped,
+      st.live.size(), acked, st.stages.steps_text());
   if (const auto lag = st.stages.stalled(stage_lag_allowed))
-    get_logger("trainer")->warn("stage {} ended at optimizer step {}, where it stayed while stage {} took {} steps: "
-                                "it did not learn from those samples",
-                                lag->stage, lag->step, lag->leader, lag->gained);
+    get_logger("trainer")->warn(
+        "stage {} ended at optimizer step {}, where it stayed while stage {} took {} steps: "
+        "it did not learn from those samples",
+        lag->stage, lag->step, lag->leader, lag->gained);
   st.metrics->emit("trainer_exit", {{"trainer", st.cfg.trainer_id},
                                     {"steps", st.step},
                                     {"issued", st.issued},
@@ -137,10 +139,11 @@ void check_stage_lag(self_ptr self) {
   if (!warn_about_lag(lag->gained, st.lag_warned, stage_lag_allowed))
     return;
   st.lag_warned = lag->gained;
-  get_logger("trainer")->warn("stage {} has stayed at optimizer step {} while stage {} took {} steps (stage steps {}): "
-                              "its averaging rounds are not completing, so its weights are not learning; the "
-                              "coordinator's log and status page say which member it waits on",
-                              lag->stage, lag->step, lag->leader, lag->gained, st.stages.steps_text());
+  get_logger("trainer")->warn(
+      "stage {} has stayed at optimizer step {} while stage {} took {} steps (stage steps {}): "
+      "its averaging rounds are not completing, so its weights are not learning; the "
+      "coordinator's log and status page say which member it waits on",
+      lag->stage, lag->step, lag->leader, lag->gained, st.stages.steps_text());
   st.metrics->emit("stage_lag", {{"trainer", st.cfg.trainer_id},
                                  {"stage", int64_t{lag->stage}},
                                  {"step", lag->step},
@@ -170,10 +173,11 @@ void run_eval(self_ptr self, bool first) {
       .then(
           [self, step, done](double loss, int64_t samples, int64_t failed, double secs) {
             auto& st = self->state;
-            get_logger("trainer")->info("validation at step {}: loss {:.4f} (perplexity {:.1f}) on {} samples in "
-                                        "{:.1f} s{}",
-                                        step, loss, std::exp(loss), samples, secs,
-                                        failed ? fmt::format(" ({} samples failed)", failed) : std::string{});
+            get_logger("trainer")->info(
+                "validation at step {}: loss {:.4f} (perplexity {:.1f}) on {} samples in "
+                "{:.1f} s{}",
+                step, loss, std::exp(loss), samples, secs,
+                failed ? fmt::format(" ({} samples failed)", failed) : std::string{});
             st.metrics->emit("eval", {{"trainer", st.cfg.trainer_id},
                                       {"step", step},
                                       {"samples", samples},
@@ -190,11 +194,9 @@ void run_eval(self_ptr self, bool first) {
           });
 }
 
-} // namespace
+}  // namespace
 
-int last_stage(self_ptr self) {
-  return self->state.cfg.num_stages - 1;
-}
+int last_stage(self_ptr self) { return self->state.cfg.num_stages - 1; }
 
 caf::timespan request_deadline(self_ptr self, double attempt_timeout_s) {
   const auto& t = self->state.cfg.train;
@@ -234,8 +236,8 @@ void emit_step(self_ptr self) {
                             {"step_retries", st.retries - st.step_retries_base},
                             {"busy", busy_answers(st)},
                             {"wire_bytes", st.wire_bytes},
-                            {"wire_bytes_per_sample",
-                             static_cast<double>(st.wire_bytes) / static_cast<double>(std::max<int64_t>(st.samples, 1))}});
+                            {"wire_bytes_per_sample", static_cast<double>(st.wire_bytes) /
+                                                          static_cast<double>(std::max<int64_t>(st.samples, 1))}});
   st.step_retries_base = st.retries;
   st.step_samples = 0;
   st.step_loss_sum = 0;
@@ -248,7 +250,7 @@ void emit_step(self_ptr self) {
     run_eval(self, false);
 }
 
-} // namespace training
+}  // namespace training
 
 using namespace training;
 
@@ -322,4 +324,4 @@ caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const
           }};
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -52,7 +52,7 @@ struct trainer_settings {
   /// Checkpoints of this trainer's position (slot `slot` of the store); null store: none.
   checkpoint_settings checkpoints;
   int slot = 0;
-  uint64_t sampler_seed = 0;  ///< data/corpus.hpp sampler_seed: from the model seed and the slot (or pid)
+  uint64_t sampler_seed = 0;               ///< data/corpus.hpp sampler_seed: from the model seed and the slot (or pid)
   std::optional<trainer_position> resume;  ///< continue from here (step count and data position)
   /// Validation microbatches (--eval-every with --data); empty: no validation.
   std::vector<microbatch_tokens> eval_set;
@@ -67,10 +67,10 @@ struct trainer_state {
   struct microbatch {
     std::vector<proto::tensor> inputs;  ///< inputs[k]: what stage k's forward took
     proto::tensor targets;
-    std::vector<std::string> servers;   ///< servers[k]: who ran stage k's forward
+    std::vector<std::string> servers;     ///< servers[k]: who ran stage k's forward
     std::vector<uint64_t> forward_steps;  ///< forward_steps[k]: the step stage k's forward ran at
     int64_t samples = 0;
-    float loss = 0;    ///< mean loss, known after the last stage's forward
+    float loss = 0;  ///< mean loss, known after the last stage's forward
   };
 
   trainer_settings cfg;
@@ -87,24 +87,24 @@ struct trainer_state {
   int64_t step_retries_base = 0;  ///< retries at the last step event
   std::vector<int64_t> acked;     ///< per stage: samples whose gradients the stage confirmed
   int64_t samples = 0;            ///< samples completed in total
-  int64_t wire_bytes = 0;         ///< request and reply payload bytes, all stages (load-balancer retries not counted again)
+  int64_t wire_bytes = 0;  ///< request and reply payload bytes, all stages (load-balancer retries not counted again)
   int64_t step = 0;
-  int64_t step_samples = 0;       ///< samples completed since the last step event
-  double step_loss_sum = 0;       ///< sum over microbatches of their mean loss, this step
+  int64_t step_samples = 0;  ///< samples completed since the last step event
+  double step_loss_sum = 0;  ///< sum over microbatches of their mean loss, this step
   int64_t step_microbatches = 0;
   clock::time_point step_started, started;
-  int64_t first_step = 0;           ///< the step this run started at (for the ETA)
-  clock::time_point progress_logged;///< when the progress line was last printed
+  int64_t first_step = 0;             ///< the step this run started at (for the ETA)
+  clock::time_point progress_logged;  ///< when the progress line was last printed
   bool progress_logged_once = false;
-  bool reported = false;          ///< trainer_exit written
-  caf::actor evaluator;    ///< actors/evaluator.hpp; none without an eval set
+  bool reported = false;      ///< trainer_exit written
+  caf::actor evaluator;       ///< actors/evaluator.hpp; none without an eval set
   bool eval_pending = false;  ///< a validation measurement is under way
-  stage_watch stages{0};   ///< each stage's optimizer step as its replies report it
-  int64_t lag_warned = 0;  ///< the stall last warned about (policy/stage_lag.hpp); 0 once it moves
+  stage_watch stages{0};      ///< each stage's optimizer step as its replies report it
+  int64_t lag_warned = 0;     ///< the stall last warned about (policy/stage_lag.hpp); 0 once it moves
 };
 
 [[nodiscard]] caf::behavior trainer(caf::stateful_actor<trainer_state>* self, trainer_settings cfg,
                                     std::shared_ptr<const token_source> text, std::vector<caf::actor> balancers,
                                     std::shared_ptr<metrics_sink> metrics);
 
-} // namespace swarm
+}  // namespace swarm

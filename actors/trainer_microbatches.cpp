@@ -151,7 +151,7 @@ void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_g
           [self, id, stage](caf::error& err) { drop(self, id, stage, false, err); });
 }
 
-} // namespace
+}  // namespace
 
 void launch(self_ptr self) {
   auto& st = self->state;
@@ -170,4 +170,4 @@ void launch(self_ptr self) {
   }
 }
 
-} // namespace swarm::training
+}  // namespace swarm::training

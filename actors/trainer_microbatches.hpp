@@ -28,4 +28,4 @@ void emit_step(self_ptr self);
 /// Draining and nothing left in flight: trainer_exit, the balancers stopped, the actor quits.
 void maybe_finish(self_ptr self);
 
-} // namespace swarm::training
+}  // namespace swarm::training

@@ -14,4 +14,4 @@ namespace swarm {
 [[nodiscard]] load_balancer_config balancer_config(const app_config& cfg, const std::string& trainer_id, int stage,
                                                    std::shared_ptr<bulk_endpoint> bulk);
 
-} // namespace swarm
+}  // namespace swarm

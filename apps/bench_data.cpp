@@ -24,7 +24,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace swarm;
@@ -62,9 +62,8 @@ int main(int argc, char** argv) {
     int64_t tokens = 0;
     for (auto c : counts)
       tokens += c;
-    std::printf("encode threads=%d lines=%zu bytes=%zu tokens=%lld seconds=%.3f mb_per_s=%.2f\n", threads,
-                lines.size(), text.size(), static_cast<long long>(tokens), secs,
-                static_cast<double>(text.size()) / 1e6 / secs);
+    std::printf("encode threads=%d lines=%zu bytes=%zu tokens=%lld seconds=%.3f mb_per_s=%.2f\n", threads, lines.size(),
+                text.size(), static_cast<long long>(tokens), secs, static_cast<double>(text.size()) / 1e6 / secs);
   }
   const int64_t seq = std::atoll(argv[4]), batch = std::atoll(argv[5]);
   auto shards = shard_set::open(argv[3], "train", (*tok)->hash(), seq + 1);

@@ -127,8 +127,8 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
               bulk_inbox::clock::now());
           return rp;
         }
-        auto whole = self->state.chunks.finish(caf::actor_cast<caf::actor_addr>(self->current_sender()), id,
-                                               std::move(tail));
+        auto whole =
+            self->state.chunks.finish(caf::actor_cast<caf::actor_addr>(self->current_sender()), id, std::move(tail));
         if (!whole)
           return whole.error();
         auto n = check_payload(bulk_parts{std::move(*whole)});
@@ -180,8 +180,8 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
 /// The requesting side of the bulk variants: receives bulk replies.
 struct requester_state {
   bulk_inbox inbox;
-  std::shared_ptr<const bulk_parts> payload;  ///< what the transport-only variants send
-  std::shared_ptr<std::function<void()>> next; ///< sends the next transfer
+  std::shared_ptr<const bulk_parts> payload;    ///< what the transport-only variants send
+  std::shared_ptr<std::function<void()>> next;  ///< sends the next transfer
   caf::actor dest;
   std::shared_ptr<bulk_endpoint> bulk;
   std::function<void(bool)> done;
@@ -243,72 +243,78 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
   // every transport pays alike, so its time is not counted.
   clock_type::duration building{};
   const auto start = clock_type::now();
-  auto actor = sys.spawn([&, bulk, dest, kind, reps, bytes](caf::stateful_actor<requester_state>* self) -> caf::behavior {
-    bulk->attach(caf::actor_cast<caf::actor>(self));
-    self->state.payload = std::make_shared<const bulk_parts>(bulk_parts{std::string(bytes, 'q')});
-    auto left = std::make_shared<int>(reps);
-    auto fail = [self, &finished](caf::error& err) {
-      std::fprintf(stderr, "transfer failed: %s\n", describe(err).c_str());
-      finished.set_value(false);
-      self->quit();
-    };
-    auto next = std::make_shared<std::function<void()>>();
-    std::weak_ptr<std::function<void()>> weak = next;  // not `next`: a cycle would keep the endpoint alive
-    *next = [self, &finished, &tensor, &building, bulk, dest, kind, bytes, left, weak, fail, reps] {
-      auto next = weak.lock();
-      if ((*left)-- == 0) {
-        finished.set_value(true);
-        self->quit();
-        return;
-      }
-      if (kind == bulk_kind::encoded_request) {
-        const auto built = clock_type::now();
-        auto req = tensor;
-        building += clock_type::now() - built;
-        auto parts = encode_parts(req);
-        auto head = std::move(parts.front());
-        parts.erase(parts.begin());
-        const auto key = bulk->push(dest, std::move(head), shared_parts(std::move(parts)));
-        self->request(dest, std::chrono::seconds(120), transfer_atom::value, key, std::string{})
-            .then([next](int64_t) { (*next)(); }, fail);
-      } else if (kind == bulk_kind::request) {
-        const auto key = bulk->push(dest, std::string{}, self->state.payload);
-        self->request(dest, std::chrono::seconds(120), bytes_atom::value, key, uint64_t{bytes})
-            .then([next](uint64_t) { (*next)(); }, fail);
-      } else if (kind == bulk_kind::reply) {
-        self->request(dest, std::chrono::seconds(120), fetch_atom::value, uint64_t{bytes}, true)
-            .then(
-                [self, next, bytes](uint64_t key) {
-                  self->state.inbox.claim(
-                      key,
-                      [next, bytes](caf::expected<bulk_parts> whole) {
-                        if (whole && whole->size() == 2 && (*whole)[1].size() == bytes) {
-                          give_back(*whole);
-                          (*next)();
-                        }
-                      },
-                      bulk_inbox::clock::now());
-                },
-                fail);
-      } else {
-        // All pieces go out at once, as a member's parts do; the last is acknowledged.
-        for (int i = 0; i < reps; ++i) {
-          const auto key = bulk->push(dest, std::string{}, self->state.payload);
-          if (i + 1 < reps)
-            self->send(dest, piece_atom::value, key, false);
-          else
-            self->request(dest, std::chrono::seconds(120), piece_atom::value, key, true)
-                .then([self, &finished](int64_t) { finished.set_value(true); self->quit(); }, fail);
-        }
-        *left = -1;
-      }
-    };
-    self->state.next = next;  // alive as long as the actor
-    (*next)();
-    return {[self](bulk_atom, uint64_t key, bulk_parts& b) {
-      self->state.inbox.arrived(key, std::move(b), bulk_inbox::clock::now());
-    }};
-  });
+  auto actor =
+      sys.spawn([&, bulk, dest, kind, reps, bytes](caf::stateful_actor<requester_state>* self) -> caf::behavior {
+        bulk->attach(caf::actor_cast<caf::actor>(self));
+        self->state.payload = std::make_shared<const bulk_parts>(bulk_parts{std::string(bytes, 'q')});
+        auto left = std::make_shared<int>(reps);
+        auto fail = [self, &finished](caf::error& err) {
+          std::fprintf(stderr, "transfer failed: %s\n", describe(err).c_str());
+          finished.set_value(false);
+          self->quit();
+        };
+        auto next = std::make_shared<std::function<void()>>();
+        std::weak_ptr<std::function<void()>> weak = next;  // not `next`: a cycle would keep the endpoint alive
+        *next = [self, &finished, &tensor, &building, bulk, dest, kind, bytes, left, weak, fail, reps] {
+          auto next = weak.lock();
+          if ((*left)-- == 0) {
+            finished.set_value(true);
+            self->quit();
+            return;
+          }
+          if (kind == bulk_kind::encoded_request) {
+            const auto built = clock_type::now();
+            auto req = tensor;
+            building += clock_type::now() - built;
+            auto parts = encode_parts(req);
+            auto head = std::move(parts.front());
+            parts.erase(parts.begin());
+            const auto key = bulk->push(dest, std::move(head), shared_parts(std::move(parts)));
+            self->request(dest, std::chrono::seconds(120), transfer_atom::value, key, std::string{})
+                .then([next](int64_t) { (*next)(); }, fail);
+          } else if (kind == bulk_kind::request) {
+            const auto key = bulk->push(dest, std::string{}, self->state.payload);
+            self->request(dest, std::chrono::seconds(120), bytes_atom::value, key, uint64_t{bytes})
+                .then([next](uint64_t) { (*next)(); }, fail);
+          } else if (kind == bulk_kind::reply) {
+            self->request(dest, std::chrono::seconds(120), fetch_atom::value, uint64_t{bytes}, true)
+                .then(
+                    [self, next, bytes](uint64_t key) {
+                      self->state.inbox.claim(
+                          key,
+                          [next, bytes](caf::expected<bulk_parts> whole) {
+                            if (whole && whole->size() == 2 && (*whole)[1].size() == bytes) {
+                              give_back(*whole);
+                              (*next)();
+                            }
+                          },
+                          bulk_inbox::clock::now());
+                    },
+                    fail);
+          } else {
+            // All pieces go out at once, as a member's parts do; the last is acknowledged.
+            for (int i = 0; i < reps; ++i) {
+              const auto key = bulk->push(dest, std::string{}, self->state.payload);
+              if (i + 1 < reps)
+                self->send(dest, piece_atom::value, key, false);
+              else
+                self->request(dest, std::chrono::seconds(120), piece_atom::value, key, true)
+                    .then(
+                        [self, &finished](int64_t) {
+                          finished.set_value(true);
+                          self->quit();
+                        },
+                        fail);
+            }
+            *left = -1;
+          }
+        };
+        self->state.next = next;  // alive as long as the actor
+        (*next)();
+        return {[self](bulk_atom, uint64_t key, bulk_parts& b) {
+          self->state.inbox.arrived(key, std::move(b), bulk_inbox::clock::now());
+        }};
+      });
   const bool ok = result.get();
   bulk->detach(actor.id());
   return ok ? mb_per_s(bytes, reps, start + building) : 0;
@@ -395,11 +401,11 @@ int connect_plain(uint16_t port) {
   std::_Exit(0);
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   restart_with_huge_pages(argv);  // as the cluster launcher gives its children
-  keep_freed_memory();             // as every role does
+  keep_freed_memory();            // as every role does
   int reps = 5;
   size_t chunk = 16 << 20;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -437,19 +443,21 @@ int main(int argc, char** argv) {
   const int tcp_fd = connect_plain(tcp_port);
   if (tcp_fd < 0)
     return 1;
-  std::printf("payloads between two processes on loopback, %d reps each, best of 3 rounds; MB/s, and ratios to raw\n"
-              "TCP measured in the same run. Transport: the bytes reach the receiving actor (raw TCP: its reader).\n"
-              "End to end: a forward request holding a float32 tensor (built beforehand, as the trainer's encode_tensor\n"
-              "leaves it) sent, decoded into a torch tensor and checked, as a server does: bulk (the tensor's bytes\n"
-              "beside the encoded rest, as every request and reply travels), and CAF alone (serialized whole, in\n"
-              "chunks of %zu bytes).\n",
-              reps, chunk);
+  std::printf(
+      "payloads between two processes on loopback, %d reps each, best of 3 rounds; MB/s, and ratios to raw\n"
+      "TCP measured in the same run. Transport: the bytes reach the receiving actor (raw TCP: its reader).\n"
+      "End to end: a forward request holding a float32 tensor (built beforehand, as the trainer's encode_tensor\n"
+      "leaves it) sent, decoded into a torch tensor and checked, as a server does: bulk (the tensor's bytes\n"
+      "beside the encoded rest, as every request and reply travels), and CAF alone (serialized whole, in\n"
+      "chunks of %zu bytes).\n",
+      reps, chunk);
   std::printf("%5s | %9s %9s %9s %9s | %7s %7s %7s | %9s %9s %7s %7s\n", "MiB", "request", "reply", "pieces", "raw tcp",
               "req/raw", "rep/raw", "pcs/raw", "bulk e2e", "caf e2e", "b/raw", "c/raw");
   auto remote_cpu = [&] {
     caf::scoped_actor self{sys};
     double secs = 0;
-    self->request(*dest, std::chrono::seconds(10), cpu_atom::value).receive([&](double s) { secs = s; }, [](caf::error&) {});
+    self->request(*dest, std::chrono::seconds(10), cpu_atom::value)
+        .receive([&](double s) { secs = s; }, [](caf::error&) {});
     return secs;
   };
   double cpu_bytes = 0, cpu_secs = 0;

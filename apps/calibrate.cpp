@@ -25,7 +25,8 @@ namespace {
 /// Median seconds of `reps` runs of `f` after `warmup` unmeasured ones.
 template <class F>
 double median_seconds(int warmup, int reps, F&& f) {
-  for (int i = 0; i < warmup; ++i) f();
+  for (int i = 0; i < warmup; ++i)
+    f();
   std::vector<double> s;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -48,7 +49,7 @@ std::string machine_name() {
          std::to_string(torch::get_num_threads()) + " torch thread(s)";
 }
 
-} // namespace
+}  // namespace
 
 int run_calibrate(const app_config& cfg) {
   set_torch_threads(cfg.threads > 0 ? cfg.threads : 1);
@@ -75,28 +76,34 @@ int run_calibrate(const app_config& cfg) {
       const auto targets = tokens();
       const auto grad = torch::randn({m.microbatch, m.seq_len, width});
       const auto check = [](const auto& r) {
-        if (!r) throw std::runtime_error("calibrate: a stage request failed: " + describe(r.error()));
+        if (!r)
+          throw std::runtime_error("calibrate: a stage request failed: " + describe(r.error()));
       };
       const double fwd = median_seconds(2, reps, [&] { check(worker.forward(in, last ? &targets : nullptr)); });
       const double bwd = last ? 0.0 : median_seconds(2, reps, [&] { check(worker.backward(in, grad)); });
       points.push_back({request_madds(shape, k, false), fwd});
-      if (!last) points.push_back({request_madds(shape, k, true), bwd});
+      if (!last)
+        points.push_back({request_madds(shape, k, true), bwd});
       std::cerr << "calibrate: d-model " << width << ", stage " << k << ": forward " << fwd << " s, backward " << bwd
                 << " s\n";
-      if (width != m.d_model) continue;
+      if (width != m.d_model)
+        continue;
       std::string state;
       state_s += median_seconds(1, 3, [&] {
         state = worker.export_state();
-        if (auto err = worker.import_state(state)) throw std::runtime_error("calibrate: import_state: " + describe(err));
+        if (auto err = worker.import_state(state))
+          throw std::runtime_error("calibrate: import_state: " + describe(err));
       });
       state_bytes += static_cast<double>(state.size());
       cal.forward_s.push_back(fwd);
       cal.backward_s.push_back(bwd);
       parameters += worker.parameter_count();
-      step_s += median_seconds(1, 3, [&] {
-        check(worker.forward(in, last ? &targets : nullptr));
-        worker.apply_step();
-      }) - fwd;
+      step_s += median_seconds(1, 3,
+                               [&] {
+                                 check(worker.forward(in, last ? &targets : nullptr));
+                                 worker.apply_step();
+                               }) -
+                fwd;
     }
   }
   cal.step_s_per_parameter = std::max(step_s, 0.0) / static_cast<double>(parameters);
@@ -108,7 +115,8 @@ int run_calibrate(const app_config& cfg) {
   const double codec_s = median_seconds(1, reps, [&] {
     encoded = encode_values(values, codec);
     auto back = decode_values(encoded, codec, values.numel(), at::kCPU, "calibration");
-    if (!back) throw std::runtime_error("calibrate: the codec failed: " + describe(back.error()));
+    if (!back)
+      throw std::runtime_error("calibrate: the codec failed: " + describe(back.error()));
   });
   cal.codec_s_per_value = codec_s / static_cast<double>(values.numel());
   cal.bytes_per_value = static_cast<double>(encoded.size()) / static_cast<double>(values.numel());
@@ -129,4 +137,4 @@ int run_calibrate(const app_config& cfg) {
   return 0;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -21,9 +21,7 @@
 
 namespace swarm {
 
-std::string self_exe() {
-  return std::filesystem::read_symlink("/proc/self/exe").string();
-}
+std::string self_exe() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 
 pid_t spawn_child(const std::vector<std::string>& args, const std::string& output) {
   std::vector<char*> argv;
@@ -95,7 +93,7 @@ void stop_children(children_map& children, std::set<role> which, const std::shar
   }
 }
 
-} // namespace
+}  // namespace
 
 void stop_all(children_map& children, const std::shared_ptr<spdlog::logger>& log) {
   stop_children(children, {role::trainer}, log);  // their microbatches in flight finish on live servers
@@ -125,4 +123,4 @@ int free_tcp_port(const std::string& host) {
   return ntohs(a.sin_port);
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -20,8 +20,8 @@ namespace swarm {
 struct child {
   std::string name;  ///< "coordinator", "server 1.0", "trainer 0"
   role which = role::server;
-  int stage = -1;    ///< servers: the stage it was started on (it may have moved since)
-  bool etcd = false; ///< an etcd member (--control-replicas), not this binary: stopped last
+  int stage = -1;     ///< servers: the stage it was started on (it may have moved since)
+  bool etcd = false;  ///< an etcd member (--control-replicas), not this binary: stopped last
 };
 using children_map = std::map<pid_t, child>;
 
@@ -45,4 +45,4 @@ void stop_all(children_map& children, const std::shared_ptr<spdlog::logger>& log
 /// A TCP port free on `host` right now (0 when none could be had).
 [[nodiscard]] int free_tcp_port(const std::string& host);
 
-} // namespace swarm
+}  // namespace swarm

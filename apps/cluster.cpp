@@ -123,7 +123,7 @@ struct control_process {
   std::string name;
   std::vector<std::string> args;
   bool etcd = false;
-  int port = 0;  ///< candidates: the port they publish on (how the leader's address names one)
+  int port = 0;        ///< candidates: the port they publish on (how the leader's address names one)
   std::string output;  ///< etcd: its log file (grpc writes to stderr past --log-outputs)
   pid_t pid = 0;
   std::optional<clock_type::time_point> restart_at;
@@ -248,8 +248,9 @@ bool supervisor::start_control(const std::string& dir) {
       break;
     }
   if (etcd_exe.empty()) {
-    log_->error("--control-replicas needs etcd, which is not installed here (Debian's etcd-server; scripts/setup.sh "
-                "installs it)");
+    log_->error(
+        "--control-replicas needs etcd, which is not installed here (Debian's etcd-server; scripts/setup.sh "
+        "installs it)");
     return false;
   }
   const std::string data = std::filesystem::path(cfg_.metrics).parent_path() / "etcd";
@@ -277,12 +278,37 @@ bool supervisor::start_control(const std::string& dir) {
     // leader (without it, the election it forced stalled lease renewals for
     // seconds and cost the coordinator its lease: the regions test).
     control_.push_back({"etcd " + name,
-                        {etcd_exe, "--name", name, "--data-dir", data + "/" + name, "--listen-client-urls", c,
-                         "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
-                         "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token",
-                         "swarm-" + std::to_string(::getpid()), "--heartbeat-interval", "25", "--election-timeout",
-                         "250", "--pre-vote", "--logger", "zap", "--log-outputs", "stderr"},
-                        true, 0, data + "/" + name + ".log"});
+                        {etcd_exe,
+                         "--name",
+                         name,
+                         "--data-dir",
+                         data + "/" + name,
+                         "--listen-client-urls",
+                         c,
+                         "--advertise-client-urls",
+                         c,
+                         "--listen-peer-urls",
+                         p,
+                         "--initial-advertise-peer-urls",
+                         p,
+                         "--initial-cluster",
+                         initial,
+                         "--initial-cluster-state",
+                         "new",
+                         "--initial-cluster-token",
+                         "swarm-" + std::to_string(::getpid()),
+                         "--heartbeat-interval",
+                         "25",
+                         "--election-timeout",
+                         "250",
+                         "--pre-vote",
+                         "--logger",
+                         "zap",
+                         "--log-outputs",
+                         "stderr"},
+                        true,
+                        0,
+                        data + "/" + name + ".log"});
   }
   cfg_.net.control = "etcd://" + endpoints;
   common_ = to_flags(cfg_);
@@ -294,10 +320,10 @@ bool supervisor::start_control(const std::string& dir) {
     if (i == 0)  // the status page of the first candidate; the other's on its own port
       extra.insert(extra.end(), http_flags_.begin(), http_flags_.end());
     else if (!http_flags_.empty())
-      extra.insert(extra.end(), {"--http-port", std::to_string(free_tcp_port(cfg_.coordinator.http_host)), "--http-host",
-                                 cfg_.coordinator.http_host});
-    control_.push_back({"coordinator " + std::string(1, static_cast<char>('A' + i)),
-                        args_for(role::coordinator, extra), false, port});
+      extra.insert(extra.end(), {"--http-port", std::to_string(free_tcp_port(cfg_.coordinator.http_host)),
+                                 "--http-host", cfg_.coordinator.http_host});
+    control_.push_back(
+        {"coordinator " + std::string(1, static_cast<char>('A' + i)), args_for(role::coordinator, extra), false, port});
   }
   for (auto& p : control_)
     start_control_process(p);
@@ -404,10 +430,10 @@ void supervisor::hit(pid_t pid, bool kill, clock_type::time_point now) {
   ::kill(pid, kill ? SIGKILL : SIGSTOP);
   if (kill)
     chaos_killed_.insert(pid);
-  log_->warn("chaos: {} {} (pid {}) for {} s", kill ? "killed" : "stopped", victim.name, pid, cfg_.cluster.chaos_down_s);
-  metrics_->emit("chaos", {{"action", std::string{kill ? "kill" : "stop"}},
-                           {"process", victim.name},
-                           {"pid", int64_t{pid}}});
+  log_->warn("chaos: {} {} (pid {}) for {} s", kill ? "killed" : "stopped", victim.name, pid,
+             cfg_.cluster.chaos_down_s);
+  metrics_->emit("chaos",
+                 {{"action", std::string{kill ? "kill" : "stop"}}, {"process", victim.name}, {"pid", int64_t{pid}}});
   recoveries_.push_back({now + after_s(cfg_.cluster.chaos_down_s), pid, victim, kill});
 }
 
@@ -427,9 +453,8 @@ void supervisor::chaos(clock_type::time_point now) {
     wiped_ = true;
     const int stage = policy::choose_wipe_stage(c.chaos_stage, cfg_.stages, rng_);
     log_->warn("chaos: killing every server of stage {} at once", stage);
-    metrics_->emit("chaos", {{"action", std::string{"wipe"}},
-                             {"process", "stage " + std::to_string(stage)},
-                             {"pid", int64_t{0}}});
+    metrics_->emit(
+        "chaos", {{"action", std::string{"wipe"}}, {"process", "stage " + std::to_string(stage)}, {"pid", int64_t{0}}});
     for (const auto& s : servers)
       if (s.stage == stage)
         hit(static_cast<pid_t>(s.id), true, now);
@@ -451,9 +476,9 @@ void supervisor::chaos(clock_type::time_point now) {
     ::kill(coordinator_, SIGKILL);
     chaos_hit_coordinator_ = true;
     log_->warn("chaos: killed the coordinator (pid {})", coordinator_);
-    metrics_->emit("chaos", {{"action", std::string{"kill"}},
-                             {"process", std::string{"coordinator"}},
-                             {"pid", int64_t{coordinator_}}});
+    metrics_->emit(
+        "chaos",
+        {{"action", std::string{"kill"}}, {"process", std::string{"coordinator"}}, {"pid", int64_t{coordinator_}}});
   }
 }
 
@@ -519,8 +544,10 @@ bool supervisor::on_exit(pid_t pid, int status) {
     chaos_hit_coordinator_ = false;
     quick_deaths_ = verdict.quick_deaths;
     if (verdict.give_up) {
-      log_->error("the coordinator exited with code {}, the {}th time in a row within {} s of its start; stopping "
-                  "the cluster", code, quick_deaths_, supervision_.quick_s);
+      log_->error(
+          "the coordinator exited with code {}, the {}th time in a row within {} s of its start; stopping "
+          "the cluster",
+          code, quick_deaths_, supervision_.quick_s);
       exit_code_ = 1;
       return false;
     }
@@ -567,7 +594,7 @@ int supervisor::run() {
   return exit_code_;
 }
 
-} // namespace
+}  // namespace
 
 int run_cluster(const app_config& cfg) {
   setup_logging("cluster", cfg.log_level);
@@ -579,4 +606,4 @@ int run_cluster(const app_config& cfg) {
   return supervisor{cfg}.run();
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -145,9 +145,7 @@ void lease_keeper::watch(const etcd_leadership& won) {
   watched_ = won;
 }
 
-bool lease_keeper::lost() const {
-  return gone_ || !leader_->valid_at(leadership::clock::now());
-}
+bool lease_keeper::lost() const { return gone_ || !leader_->valid_at(leadership::clock::now()); }
 
 std::chrono::milliseconds lease_keeper::margin(int64_t ttl_s) {
   // A tenth of the TTL, at least 100 ms: etcd's lease clock and ours may run
@@ -190,8 +188,7 @@ void lease_keeper::run(endpoints where) {
     }
     if (ttl) {
       const auto until = sent + std::chrono::seconds(*ttl) - margin(*ttl);
-      leader_->valid_until_ns =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count();
+      leader_->valid_until_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count();
     }
     const auto next = sent + every;
     while (!stop_ && leadership::clock::now() < next)
@@ -253,4 +250,4 @@ void recorder::run(endpoints where) {
   }
 }
 
-} // namespace swarm::control
+}  // namespace swarm::control

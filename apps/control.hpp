@@ -128,4 +128,4 @@ private:
   std::thread thread_;
 };
 
-} // namespace swarm::control
+}  // namespace swarm::control

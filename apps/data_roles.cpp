@@ -73,16 +73,15 @@ result<std::shared_ptr<const token_source>> shards_of(const app_config& cfg, con
   return std::shared_ptr<const token_source>(*set);
 }
 
-} // namespace
+}  // namespace
 
 result<std::shared_ptr<const tokenizer>> use_tokenizer(app_config& cfg) {
   auto tok = tokenizer::open(cfg.model.tokenizer);
   if (!tok)
     return tok;
   if (cfg.model.vocab_fixed && cfg.model.vocab != (*tok)->vocab())
-    return error{errc::BAD_CONFIG, "--vocab " + std::to_string(cfg.model.vocab) + ", but tokenizer '" +
-                                       (*tok)->name() + "' has " + std::to_string((*tok)->vocab()) +
-                                       " ids (leave --vocab at auto)"};
+    return error{errc::BAD_CONFIG, "--vocab " + std::to_string(cfg.model.vocab) + ", but tokenizer '" + (*tok)->name() +
+                                       "' has " + std::to_string((*tok)->vocab()) + " ids (leave --vocab at auto)"};
   cfg.model.vocab = (*tok)->vocab();
   cfg.model.tokenizer_hash = (*tok)->hash();
   return tok;
@@ -103,9 +102,7 @@ result<std::shared_ptr<const token_source>> training_text(const app_config& cfg)
   }
 }
 
-result<std::shared_ptr<const token_source>> validation_text(const app_config& cfg) {
-  return shards_of(cfg, "val");
-}
+result<std::shared_ptr<const token_source>> validation_text(const app_config& cfg) { return shards_of(cfg, "val"); }
 
 int run_tokenizer(const app_config& cfg, const tokenizer& tok) {
   if (cfg.data.encode) {
@@ -193,8 +190,9 @@ int run_prepare(const app_config& cfg, const tokenizer& tok) {
   const auto& r = *sum;
   const auto per_token = [](int64_t bytes, int64_t tokens) { return fixed(tokens ? double(bytes) / tokens : 0, 2); };
   std::ostringstream report;
-  report << "prepare: done in " << fixed(r.seconds, 1) << " s (" << fixed((r.bytes + r.val_bytes) / 1e6 / std::max(r.seconds, 1e-9), 1)
-         << " MB/s): " << r.files << " files (" << r.skipped_files << " skipped)\n"
+  report << "prepare: done in " << fixed(r.seconds, 1) << " s ("
+         << fixed((r.bytes + r.val_bytes) / 1e6 / std::max(r.seconds, 1e-9), 1) << " MB/s): " << r.files << " files ("
+         << r.skipped_files << " skipped)\n"
          << "  train: " << r.documents << " documents, " << r.tokens << " tokens, " << fixed(r.bytes / 1e6, 1)
          << " MB, " << per_token(r.bytes, r.tokens) << " bytes per token, " << r.shards << " shards\n"
          << "  validation: " << r.val_documents << " documents, " << r.val_tokens << " tokens, "
@@ -207,4 +205,4 @@ int run_prepare(const app_config& cfg, const tokenizer& tok) {
   return 0;
 }
 
-} // namespace swarm
+}  // namespace swarm

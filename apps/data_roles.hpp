@@ -25,4 +25,4 @@ namespace swarm {
 int run_tokenizer(const app_config& cfg, const tokenizer& tok);
 int run_prepare(const app_config& cfg, const tokenizer& tok);
 
-} // namespace swarm
+}  // namespace swarm

@@ -32,4 +32,4 @@ std::unique_ptr<http_status> http_status::start(const std::string& host, uint16_
   return std::unique_ptr<http_status>(new http_status(std::move(*server)));
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -28,4 +28,4 @@ private:
   std::unique_ptr<http_server> server_;
 };
 
-} // namespace swarm
+}  // namespace swarm

@@ -33,4 +33,4 @@ inline void restart_with_huge_pages(char** argv) {
     ::execv("/proc/self/exe", argv);  // on failure: carry on without
 }
 
-} // namespace swarm
+}  // namespace swarm

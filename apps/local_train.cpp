@@ -96,8 +96,8 @@ struct local_checkpoints {
     auto position = store->write({checkpoint_header::kind::trainer, slot, 1, cfg.model.hash(), step},
                                  encode_position({step, samples, generator.str()}));
     if (!written || !position) {
-      std::cerr << "local: checkpoint at step " << step << " failed: "
-                << describe(written ? position.error() : written.error()) << std::endl;
+      std::cerr << "local: checkpoint at step " << step
+                << " failed: " << describe(written ? position.error() : written.error()) << std::endl;
       return;
     }
     metrics.emit("checkpoint", {{"stage", int64_t{0}},
@@ -135,7 +135,8 @@ void validate_at(stage_worker& worker, const std::vector<microbatch_tokens>& eva
   double loss_sum = 0;
   int64_t measured = 0, failed = 0;
   for (const auto& mb : eval_set) {
-    auto loss = worker.evaluate(to_tensor(mb.inputs, mb.batch, mb.seq_len), to_tensor(mb.targets, mb.batch, mb.seq_len));
+    auto loss =
+        worker.evaluate(to_tensor(mb.inputs, mb.batch, mb.seq_len), to_tensor(mb.targets, mb.batch, mb.seq_len));
     if (!loss) {
       failed += mb.batch;
       continue;
@@ -156,7 +157,7 @@ void validate_at(stage_worker& worker, const std::vector<microbatch_tokens>& eva
   std::fflush(stdout);
 }
 
-} // namespace
+}  // namespace
 
 int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bool>& stop_requested) {
   const auto& m = cfg.model;
@@ -197,8 +198,9 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
   // Gradient accumulation: the batch is cut into microbatches exactly as the swarm does.
   const int64_t microbatches = std::max<int64_t>(1, cfg.trainer.batch_size / m.microbatch);
   const int64_t samples_per_step = microbatches * m.microbatch;
-  std::cout << "local: " << (*text)->tokens() << (cfg.trainer.data.empty() ? " corpus bytes" : " tokens") << ", batch " << samples_per_step << " = " << microbatches
-            << " x " << m.microbatch << ", " << threads.torch << " torch + " << threads.blas << " BLAS threads, device " << cfg.device << std::endl;
+  std::cout << "local: " << (*text)->tokens() << (cfg.trainer.data.empty() ? " corpus bytes" : " tokens") << ", batch "
+            << samples_per_step << " = " << microbatches << " x " << m.microbatch << ", " << threads.torch
+            << " torch + " << threads.blas << " BLAS threads, device " << cfg.device << std::endl;
 
   // Validation on the same windows as a swarm trainer's (data/corpus.hpp, eval_batches).
   std::vector<microbatch_tokens> eval_set;
@@ -240,4 +242,4 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
   return 0;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -15,4 +15,4 @@ class metrics_sink;
 /// `stop_requested`); prints progress and emits `step` events. Returns the exit code.
 int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bool>& stop_requested);
 
-} // namespace swarm
+}  // namespace swarm

@@ -15,7 +15,7 @@ namespace swarm {
 
 inline void keep_freed_memory() {
   ::mallopt(M_MMAP_THRESHOLD, 32 << 20);  // the largest glibc accepts on 64-bit
-  ::mallopt(M_TRIM_THRESHOLD, 1 << 30);  // int: 1 GiB of free heap top kept (in practice: all)
+  ::mallopt(M_TRIM_THRESHOLD, 1 << 30);   // int: 1 GiB of free heap top kept (in practice: all)
 }
 
-} // namespace swarm
+}  // namespace swarm

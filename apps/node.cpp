@@ -105,7 +105,7 @@ std::string tls_hint(const std::string& error, bool tls) {
              : " (does the coordinator use TLS? then this node needs --tls-ca, --tls-cert and --tls-key too)";
 }
 
-} // namespace
+}  // namespace
 
 /// Nothing is left to do by then: metrics lines are written as they happen,
 /// checkpoints are fsynced, and the kernel closes the sockets, which peers see
@@ -120,9 +120,7 @@ void end_process(int code) {
   ::_exit(code);
 }
 
-int exit_code_of(const caf::error& reason) {
-  return !reason || stopped_on_purpose(reason) ? 0 : 1;
-}
+int exit_code_of(const caf::error& reason) { return !reason || stopped_on_purpose(reason) ? 0 : 1; }
 
 std::optional<checkpoint_settings> checkpoints_of(const app_config& cfg, const char* who) {
   checkpoint_settings out;
@@ -157,9 +155,7 @@ caf::actor_system& node::start() {
   return *sys_;
 }
 
-void node::phase(const char* what) {
-  phase_now = what;
-}
+void node::phase(const char* what) { phase_now = what; }
 
 /// Each attempt is bounded: CAF's own remote_actor waits forever on a
 /// connection whose handshake never completes. `lost`: a coordinator that
@@ -182,8 +178,8 @@ caf::expected<coordinator_actor> node::dial_coordinator(const std::string& fixed
   const int64_t lost_term = lost ? term_ : 0;
   const double wait_s = cfg_.net.coordinator_wait_s;
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                              std::chrono::duration<double>(wait_s));
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(wait_s));
   const bool tls = sys_->has_openssl_manager();
   bool told = false;  // a person should not wait the whole time to learn that it is trying
   for (;;) {
@@ -198,12 +194,14 @@ caf::expected<coordinator_actor> node::dial_coordinator(const std::string& fixed
       handle = std::move(address.error());
     else if (!hp)
       handle = make_error(errc::BAD_REQUEST, "etcd names the leader at '" + *address + "', not HOST:PORT");
-    else if (auto found = dial(*sys_, hp->first, hp->second, lost_one ? std::chrono::seconds(1) : std::chrono::seconds(5)))
+    else if (auto found =
+                 dial(*sys_, hp->first, hp->second, lost_one ? std::chrono::seconds(1) : std::chrono::seconds(5)))
       handle = caf::actor_cast<coordinator_actor>(std::move(*found));
     else
       handle = std::move(found.error());
     if (handle && lost && handle->address() == lost &&
-        !answers(*sys_, *handle, lost_one ? caf::timespan{std::chrono::milliseconds(500)} : caf::timespan{std::chrono::seconds(3)}))
+        !answers(*sys_, *handle,
+                 lost_one ? caf::timespan{std::chrono::milliseconds(500)} : caf::timespan{std::chrono::seconds(3)}))
       handle = make_error(errc::PEER_GONE, "the lost coordinator is still cached and does not answer");
     if (handle && etcd_)
       term_ = found_term_;
@@ -214,8 +212,9 @@ caf::expected<coordinator_actor> node::dial_coordinator(const std::string& fixed
                 << tls_hint(describe(handle.error()), tls) << "\n";
     else if (!handle && !lost && !told) {
       told = true;
-      get_logger(who_)->warn("cannot reach the coordinator at {} yet: {}{}; trying again for up to {:g} s (--coordinator-wait)",
-                             address_text, describe(handle.error()), tls_hint(describe(handle.error()), tls), wait_s);
+      get_logger(who_)->warn(
+          "cannot reach the coordinator at {} yet: {}{}; trying again for up to {:g} s (--coordinator-wait)",
+          address_text, describe(handle.error()), tls_hint(describe(handle.error()), tls), wait_s);
     }
     if (handle || out_of_time)
       return handle;
@@ -240,9 +239,9 @@ std::shared_ptr<bulk_endpoint> node::bulk() {
   opts.port = static_cast<uint16_t>(cfg_.server.bulk_port);
   opts.max_frame = largest_payload_bytes({cfg_.model, cfg_.stages, cfg_.trainer.compression});
   // Never below one largest frame: a smaller budget would refuse peers' own frames.
-  opts.max_pending = std::max(opts.max_frame, cfg_.net.bulk_budget_mib > 0
-                                                  ? static_cast<uint64_t>(cfg_.net.bulk_budget_mib) << 20
-                                                  : std::max(uint64_t{256} << 20, 4 * opts.max_frame));
+  opts.max_pending =
+      std::max(opts.max_frame, cfg_.net.bulk_budget_mib > 0 ? static_cast<uint64_t>(cfg_.net.bulk_budget_mib) << 20
+                                                            : std::max(uint64_t{256} << 20, 4 * opts.max_frame));
   if (!cfg_.net.tls_ca.empty()) {
     auto tls = tls_context::load({cfg_.net.tls_ca, cfg_.net.tls_cert, cfg_.net.tls_key});
     if (!tls) {  // checked at start-up already (main.cpp); a file changed since
@@ -306,9 +305,7 @@ node::wait_result node::wait_for(const caf::actor& whom, const caf::actor& watch
   }
 }
 
-caf::error node::wait_for(const caf::actor& whom) {
-  return wait_for(whom, caf::actor{}).reason;
-}
+caf::error node::wait_for(const caf::actor& whom) { return wait_for(whom, caf::actor{}).reason; }
 
 caf::error node::run_with_coordinator(const caf::actor& whom, coordinator_actor coord, const std::string& address,
                                       const std::function<bool(const coordinator_actor&)>& rejoin,
@@ -359,4 +356,4 @@ void node::emit_bulk(const std::string& process) {
                           {"peak_pending", static_cast<int64_t>(s.peak_pending)}});
 }
 
-} // namespace swarm
+}  // namespace swarm

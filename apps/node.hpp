@@ -130,10 +130,10 @@ private:
   caf::actor_system_config sys_cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   std::shared_ptr<bulk_endpoint> bulk_;
-  std::unique_ptr<etcd_client> etcd_;  ///< --control only
+  std::unique_ptr<etcd_client> etcd_;                        ///< --control only
   std::shared_ptr<const std::atomic<int64_t>> newest_term_;  ///< --control: etcd's newest leader term (its watch)
-  int64_t term_ = 0;                   ///< --control: the joined leader's term
-  int64_t found_term_ = 0;             ///< --control: the term of the leader leader_address found last
+  int64_t term_ = 0;                                         ///< --control: the joined leader's term
+  int64_t found_term_ = 0;  ///< --control: the term of the leader leader_address found last
 };
 
-} // namespace swarm
+}  // namespace swarm

@@ -31,8 +31,7 @@ result<std::unique_ptr<remote_logits>> remote_logits::connect(const app_config& 
   auto coord = m.n.connect(m.cfg.server.coordinator);
   auto bulk = m.n.bulk();
   for (int s = 0; s < m.cfg.stages; ++s)
-    m.balancers.push_back(
-        sys.spawn(load_balancer, balancer_config(m.cfg, m.id, s, bulk), coord, m.n.metrics()));
+    m.balancers.push_back(sys.spawn(load_balancer, balancer_config(m.cfg, m.id, s, bulk), coord, m.n.metrics()));
   m.n.phase("generating");
   return r;
 }
@@ -61,8 +60,7 @@ result<at::Tensor> remote_logits::next(const std::vector<int64_t>& tokens, int64
     req.set_reply_codec(last ? proto::RAW : codec_of(t.compression));
     caf::error failed;
     proto::forward_reply rep;
-    self->request(m.balancers[static_cast<size_t>(stage)], deadline, forward_atom::value, encode_parts(req),
-                  int64_t{1})
+    self->request(m.balancers[static_cast<size_t>(stage)], deadline, forward_atom::value, encode_parts(req), int64_t{1})
         .receive(
             [&](std::vector<std::string>& parts, const std::string&, int32_t) {
               auto decoded = decode_parts<proto::forward_reply>(std::move(parts), "forward_reply");
@@ -88,4 +86,4 @@ result<at::Tensor> remote_logits::next(const std::vector<int64_t>& tokens, int64
   return error(errc::BAD_CONFIG, "--stages is 0");
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -36,4 +36,4 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
-} // namespace swarm
+}  // namespace swarm

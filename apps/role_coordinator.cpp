@@ -48,10 +48,10 @@ void write_port_file(const std::string& path, uint16_t port) {
 /// The status page (when --http-port asks for one), fed by the process's events.
 std::unique_ptr<http_status> start_status_page(node& n, const app_config& cfg, coordinator_settings& settings) {
   settings.board = std::make_shared<status_board>(unix_seconds());
-  n.metrics()->observe([board = settings.board](double t, const char* event,
-                                                std::initializer_list<metrics_sink::field> fields) {
-    board->on_event(t, event, fields);
-  });
+  n.metrics()->observe(
+      [board = settings.board](double t, const char* event, std::initializer_list<metrics_sink::field> fields) {
+        board->on_event(t, event, fields);
+      });
   if (cfg.coordinator.http_port <= 0)
     return nullptr;
   std::string error;
@@ -61,14 +61,14 @@ std::unique_ptr<http_status> start_status_page(node& n, const app_config& cfg, c
     std::cerr << "swarm: coordinator: " << error << " (--http-port, --http-host)\n";
     n.end(2);
   }
-  get_logger("coordinator")->info("status page on http://{}:{}/ (also /api/status and /metrics)",
-                                  cfg.coordinator.http_host, http->port());
+  get_logger("coordinator")
+      ->info("status page on http://{}:{}/ (also /api/status and /metrics)", cfg.coordinator.http_host, http->port());
   return http;
 }
 
 /// The coordinator actor published on `port`; ends the process when it cannot listen.
 std::pair<coordinator_actor, std::unique_ptr<basp_guard>> serve(node& n, const app_config& cfg,
-                                                               const coordinator_settings& settings, int port) {
+                                                                const coordinator_settings& settings, int port) {
   auto coord = n.sys().spawn(coordinator, settings, n.metrics());
   // reuse: a coordinator restarted on its old port must not wait out TIME_WAIT.
   auto guard = n.publish(coord, port, true);
@@ -87,8 +87,9 @@ std::pair<coordinator_actor, std::unique_ptr<basp_guard>> serve(node& n, const a
 /// A lease from etcd, tried for up to --coordinator-wait at start (then exit
 /// 1 naming the endpoints), and for as long as it takes later.
 int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at_start) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                               std::chrono::duration<double>(cfg.net.coordinator_wait_s));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(cfg.net.coordinator_wait_s));
   bool told = false;
   for (;;) {
     auto lease = client.grant(cfg.net.control_lease_s);
@@ -132,7 +133,8 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
   log->info("standing by as {} for the election through etcd at {}", address, cfg.net.control);
   for (bool told = false; !won;) {
     leader = std::make_shared<leadership>();
-    keeper = std::make_unique<control::lease_keeper>(control::endpoints_of(cfg), lease, cfg.net.control_lease_s, leader);
+    keeper =
+        std::make_unique<control::lease_keeper>(control::endpoints_of(cfg), lease, cfg.net.control_lease_s, leader);
     auto result = client->campaign(control::election, address, lease, std::chrono::seconds(5));
     // Leading needs a renewal confirmed after the win (its deadline runs from
     // there); it may take a while when a member is cut off, not past the lease.
@@ -190,7 +192,8 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
       n.end(exit_code_of(reason));
     if (keeper->lost()) {
       // Its actors stopped ordering when the lease's deadline passed (may_order); now the process goes.
-      log->error("lost its etcd lease (term {}): another candidate may lead now; exiting so as to stand again", won->term);
+      log->error("lost its etcd lease (term {}): another candidate may lead now; exiting so as to stand again",
+                 won->term);
       n.metrics()->emit("leadership", {{"change", std::string{"lost"}},
                                        {"term", won->term},
                                        {"address", address},
@@ -207,7 +210,7 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
   }
 }
 
-} // namespace
+}  // namespace
 
 int run_coordinator(const app_config& cfg) {
   node n{cfg, "coordinator", "coordinator", "coordinator"};
@@ -238,4 +241,4 @@ int run_status(const app_config& cfg) {
   n.end(code);
 }
 
-} // namespace swarm
+}  // namespace swarm

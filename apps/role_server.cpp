@@ -23,8 +23,8 @@ namespace {
 
 /// The stage server actor's settings from the process's config.
 stage_server_config stage_server_settings(const app_config& cfg, const std::string& server_id,
-                                  std::shared_ptr<bulk_endpoint> bulk, const checkpoint_settings& checkpoints,
-                                  std::shared_ptr<const named_tensors> initial) {
+                                          std::shared_ptr<bulk_endpoint> bulk, const checkpoint_settings& checkpoints,
+                                          std::shared_ptr<const named_tensors> initial) {
   stage_server_config scfg;
   scfg.server_id = server_id;
   scfg.server = cfg.server;
@@ -101,12 +101,12 @@ void emit_join(metrics_sink& metrics, const std::string& server_id, int stage, c
                              {"seconds", seconds}});
 }
 
-} // namespace
+}  // namespace
 
 int run_server(const app_config& cfg) {
   // Names no stage: a server may serve several in its life (--stage auto, moves).
-  const std::string server_id = "s-" + std::to_string(::getpid()) +
-                                (cfg.server.host == "127.0.0.1" ? std::string{} : "@" + cfg.server.host);
+  const std::string server_id =
+      "s-" + std::to_string(::getpid()) + (cfg.server.host == "127.0.0.1" ? std::string{} : "@" + cfg.server.host);
   node n{cfg, "server " + server_id, "server", "server"};
   auto log = get_logger("stage_server");
   set_torch_threads(cfg.threads, cfg.model.d_model, cfg.bf16());
@@ -142,8 +142,8 @@ int run_server(const app_config& cfg) {
   (void)moving::download_state(sys, coord, stage, cfg.model.hash(), server_id, *worker, *n.metrics(), *checkpoints,
                                cfg.stages);
   const auto scfg = stage_server_settings(cfg, server_id, bulk, *checkpoints, *initial);
-  auto server = sys.spawn<caf::detached>(stage_server, scfg, worker, n.metrics(),
-                                         std::make_shared<stage_server_counters>());
+  auto server =
+      sys.spawn<caf::detached>(stage_server, scfg, worker, n.metrics(), std::make_shared<stage_server_counters>());
   auto stop_server = [&] { caf::anon_send_exit(server, caf::exit_reason::user_shutdown); };
   auto guard = n.publish(server, cfg.server.port, false);
   if (!guard) {
@@ -167,14 +167,15 @@ int run_server(const app_config& cfg) {
   // restart, or this process was stopped long enough for peers to give up on
   // it), register again so trainers find this server anew. The server writes
   // its own server_exit when it stops.
-  const auto reason = n.run_with_coordinator(caf::actor_cast<caf::actor>(server), coord, cfg.server.coordinator,
-                                             [&](const coordinator_actor& fresh) {
-                                               auto err = register_with(sys, fresh, reg, server);
-                                               if (err)
-                                                 log->warn("registering again failed: {}; retrying", describe(err));
-                                               return !err;
-                                             },
-                                             scfg.coordinator_up.get());
+  const auto reason = n.run_with_coordinator(
+      caf::actor_cast<caf::actor>(server), coord, cfg.server.coordinator,
+      [&](const coordinator_actor& fresh) {
+        auto err = register_with(sys, fresh, reg, server);
+        if (err)
+          log->warn("registering again failed: {}; retrying", describe(err));
+        return !err;
+      },
+      scfg.coordinator_up.get());
   // Let the middleman deliver the server's down notices (user_shutdown: a
   // server stopped on purpose, not a lost link) before the process ends.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -182,4 +183,4 @@ int run_server(const app_config& cfg) {
   n.end(exit_code_of(reason));
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -40,8 +40,8 @@ bool resume_trainer(const app_config& cfg, trainer_settings& tcfg) {
     return false;
   }
   tcfg.slot = *slot;
-  auto found = store.newest(checkpoint_header::kind::trainer, *slot, static_cast<uint32_t>(cfg.stages),
-                            cfg.model.hash());
+  auto found =
+      store.newest(checkpoint_header::kind::trainer, *slot, static_cast<uint32_t>(cfg.stages), cfg.model.hash());
   if (!found) {
     std::cerr << "swarm: trainer: " << describe(found.error()) << "\n";
     return false;
@@ -100,16 +100,26 @@ std::shared_ptr<trainer_tally> tally_of(metrics_sink& metrics) {
       const std::string_view k{key};
       const auto* i = std::get_if<int64_t>(&value);
       const auto* d = std::get_if<double>(&value);
-      if (k == "step" && i) r.set_step(*i);
-      else if (k == "loss" && d) r.set_loss(*d);
-      else if (k == "tokens_per_s" && d) r.set_tokens_per_s(*d);
-      else if (k == "samples" && i) r.set_samples(*i);
-      else if (k == "tokens" && i) r.set_tokens(*i);
-      else if (k == "dropped" && i) r.set_dropped(*i);
-      else if (k == "retries" && i) r.set_retries(*i);
-      else if (k == "busy" && i) r.set_busy(*i);
-      else if (k == "wire_bytes" && i) r.set_wire_bytes(*i);
-      else if (k == "elapsed_s" && d) r.set_elapsed_s(*d);
+      if (k == "step" && i)
+        r.set_step(*i);
+      else if (k == "loss" && d)
+        r.set_loss(*d);
+      else if (k == "tokens_per_s" && d)
+        r.set_tokens_per_s(*d);
+      else if (k == "samples" && i)
+        r.set_samples(*i);
+      else if (k == "tokens" && i)
+        r.set_tokens(*i);
+      else if (k == "dropped" && i)
+        r.set_dropped(*i);
+      else if (k == "retries" && i)
+        r.set_retries(*i);
+      else if (k == "busy" && i)
+        r.set_busy(*i);
+      else if (k == "wire_bytes" && i)
+        r.set_wire_bytes(*i);
+      else if (k == "elapsed_s" && d)
+        r.set_elapsed_s(*d);
     }
   });
   return tally;
@@ -148,7 +158,7 @@ caf::behavior status_reporter(caf::event_based_actor* self, std::string trainer_
   };
 }
 
-} // namespace
+}  // namespace
 
 load_balancer_config balancer_config(const app_config& cfg, const std::string& trainer_id, int stage,
                                      std::shared_ptr<bulk_endpoint> bulk) {
@@ -199,9 +209,10 @@ int run_trainer(const app_config& cfg) {
   if (has_slot)
     get_logger("trainer")->info("trainer slot {}: the data sampler draws the same windows in every run", tcfg.slot);
   else
-    get_logger("trainer")->info("no trainer slot: the data sampler is seeded by the process id ({}); --trainer-slot N "
-                                "repeats a run's windows",
-                                ::getpid());
+    get_logger("trainer")->info(
+        "no trainer slot: the data sampler is seeded by the process id ({}); --trainer-slot N "
+        "repeats a run's windows",
+        ::getpid());
   auto& sys = n.start();
   auto coord = n.connect(cfg.trainer.coordinator);
   auto bulk = n.bulk();
@@ -238,4 +249,4 @@ int run_trainer(const app_config& cfg) {
   n.end(exit_code_of(reason));
 }
 
-} // namespace swarm
+}  // namespace swarm

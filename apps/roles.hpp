@@ -27,4 +27,4 @@ int run_calibrate(const app_config& cfg);
 /// lives in a torch TU.
 thread_split set_torch_threads(int threads, int64_t width = 0, bool bf16 = false);
 
-} // namespace swarm
+}  // namespace swarm

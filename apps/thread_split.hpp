@@ -31,4 +31,4 @@ constexpr int64_t blas_width = 512;
   return {threads, 1};
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -24,4 +24,4 @@ thread_split set_torch_threads(int threads, int64_t width, bool bf16) {
   return split;
 }
 
-} // namespace swarm
+}  // namespace swarm

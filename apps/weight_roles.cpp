@@ -77,8 +77,7 @@ public:
     if (!text)
       return;
     const std::string replacement = "\xEF\xBF\xBD";
-    const bool partial = !tok_.is_bytes() && text->size() >= 3 &&
-                         text->compare(text->size() - 3, 3, replacement) == 0;
+    const bool partial = !tok_.is_bytes() && text->size() >= 3 && text->compare(text->size() - 3, 3, replacement) == 0;
     if (partial || text->size() < printed_ || text->compare(0, printed_, printed_text_) != 0)
       return;
     std::fwrite(text->data() + printed_, 1, text->size() - printed_, stdout);
@@ -94,7 +93,7 @@ private:
   size_t printed_ = 0;
 };
 
-} // namespace
+}  // namespace
 
 result<std::shared_ptr<const named_tensors>> initial_weights(const app_config& cfg) {
   if (cfg.init_from.empty())
@@ -229,13 +228,15 @@ int run_generate(const app_config& cfg, const tokenizer& tok) {
     return 1;
   }
   const auto n = static_cast<double>(done->tokens.size());
-  std::fprintf(stderr, "generate: %zu tokens in %.2f s: %.1f tokens/s (%s; prompt %zu tokens%s)\n",
-               done->tokens.size(), done->seconds, n / std::max(done->seconds, 1e-9), how.c_str(), context.size(),
-               done->ended ? "; the model ended the document" : done->interrupted ? "; interrupted" : "");
+  std::fprintf(stderr, "generate: %zu tokens in %.2f s: %.1f tokens/s (%s; prompt %zu tokens%s)\n", done->tokens.size(),
+               done->seconds, n / std::max(done->seconds, 1e-9), how.c_str(), context.size(),
+               done->ended         ? "; the model ended the document"
+               : done->interrupted ? "; interrupted"
+                                   : "");
   const int code = done->interrupted ? 1 : 0;
   if (remote)
     remote->end(code);
   return code;
 }
 
-} // namespace swarm
+}  // namespace swarm

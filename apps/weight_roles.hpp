@@ -18,4 +18,4 @@ namespace swarm {
 int run_export(const app_config& cfg, const tokenizer& tok);
 int run_generate(const app_config& cfg, const tokenizer& tok);
 
-} // namespace swarm
+}  // namespace swarm

@@ -20,7 +20,7 @@ void advise_huge_pages(void* p, size_t n) {
     ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
-} // namespace
+}  // namespace
 
 buffer_pool::buffer_pool(uint64_t max_bytes, size_t max_buffers, size_t min_size)
     : max_bytes_(max_bytes), max_buffers_(max_buffers), min_size_(min_size) {}
@@ -103,4 +103,4 @@ buffer_pool& transfer_buffers() {
   return pool;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -68,4 +68,4 @@ private:
 /// 1 GiB (a few of the largest transfers in flight at once).
 [[nodiscard]] buffer_pool& transfer_buffers();
 
-} // namespace swarm
+}  // namespace swarm

@@ -20,4 +20,4 @@ namespace swarm {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-} // namespace swarm
+}  // namespace swarm

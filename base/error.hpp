@@ -56,7 +56,7 @@ private:
 template <class T>
 class result {
 public:
-  result(T value) : v_(std::move(value)) {}  // NOLINT: implicit, as a return value
+  result(T value) : v_(std::move(value)) {}         // NOLINT: implicit, as a return value
   result(swarm::error err) : v_(std::move(err)) {}  // NOLINT
 
   explicit operator bool() const { return v_.index() == 0; }
@@ -70,4 +70,4 @@ private:
   std::variant<T, swarm::error> v_;
 };
 
-} // namespace swarm
+}  // namespace swarm

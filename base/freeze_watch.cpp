@@ -35,7 +35,7 @@ clock_type::time_point at(const std::atomic<clock_type::rep>& t) {
   return clock_type::time_point{clock_type::duration{t.load()}};
 }
 
-} // namespace
+}  // namespace
 
 void watch_freezes(clock_type::duration gap) {
   std::call_once(started, [gap] {
@@ -75,7 +75,8 @@ clock_type::duration longest_stall_between(clock_type::time_point from, clock_ty
     return {};
   const auto last = at(ticked_at);
   // One that lasts now, the watch not having ticked since.
-  auto longest = last < to ? std::max(clock_type::duration{}, clock_type::now() - last - period) : clock_type::duration{};
+  auto longest =
+      last < to ? std::max(clock_type::duration{}, clock_type::now() - last - period) : clock_type::duration{};
   std::lock_guard<std::mutex> lock{stalls_mutex};
   for (const auto& s : stalls)
     if (s.from < to && s.to > from)
@@ -83,4 +84,4 @@ clock_type::duration longest_stall_between(clock_type::time_point from, clock_ty
   return longest;
 }
 
-} // namespace swarm
+}  // namespace swarm

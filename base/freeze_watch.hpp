@@ -31,4 +31,4 @@ void watch_freezes(std::chrono::steady_clock::duration gap);
 [[nodiscard]] std::chrono::steady_clock::duration longest_stall_between(std::chrono::steady_clock::time_point from,
                                                                         std::chrono::steady_clock::time_point to);
 
-} // namespace swarm
+}  // namespace swarm

@@ -11,4 +11,4 @@ uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
   return h;
 }
 
-} // namespace swarm
+}  // namespace swarm

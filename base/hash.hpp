@@ -21,4 +21,4 @@ constexpr uint64_t fnv1a64_basis = 14695981039346656037ULL;
   return z ^ (z >> 31);
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -19,4 +19,4 @@ std::shared_ptr<spdlog::logger> get_logger(const std::string& name) {
   }
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -15,4 +15,4 @@ void setup_logging(const std::string& process_tag, const std::string& level);
 /// The logger called `name`, created on first use.
 [[nodiscard]] std::shared_ptr<spdlog::logger> get_logger(const std::string& name);
 
-} // namespace swarm
+}  // namespace swarm

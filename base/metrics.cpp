@@ -31,7 +31,8 @@ std::string line_of(double t, const std::string& role, const char* event, const 
   line["t"] = printed_number("%.3f", t);
   line["role"] = role;
   line["event"] = event;
-  for (; first != last; ++first) line[first->first] = written(first->second);
+  for (; first != last; ++first)
+    line[first->first] = written(first->second);
   return one_line(line) + "\n";
 }
 
@@ -78,4 +79,4 @@ std::shared_ptr<metrics_sink> open_metrics(const std::string& path, const std::s
   return path.empty() ? std::make_shared<metrics_sink>() : std::make_shared<metrics_sink>(path, role);
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -57,4 +57,4 @@ private:
 /// A sink appending to `path` as `role`, or one that drops everything when `path` is empty.
 [[nodiscard]] std::shared_ptr<metrics_sink> open_metrics(const std::string& path, const std::string& role);
 
-} // namespace swarm
+}  // namespace swarm

@@ -18,4 +18,4 @@ struct metrics_event_doc {
 /// The table of docs/metrics.md (`swarm --help-metrics-markdown`).
 [[nodiscard]] std::string metrics_events_markdown();
 
-} // namespace swarm
+}  // namespace swarm

@@ -19,7 +19,8 @@ metrics_event::metrics_event(double t, std::string name, ordered_json fields)
 
 metrics_event::metrics_event(double t, std::string name, std::initializer_list<metrics_sink::field> fields)
     : t_(t), name_(std::move(name)), fields_(ordered_json::object()) {
-  for (const auto& [key, value] : fields) fields_[key] = exact(value);
+  for (const auto& [key, value] : fields)
+    fields_[key] = exact(value);
 }
 
 std::optional<metrics_event> metrics_event::parse(std::string_view line) {

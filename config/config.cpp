@@ -15,17 +15,28 @@ namespace swarm {
 
 const char* to_string(role r) {
   switch (r) {
-    case role::coordinator: return "coordinator";
-    case role::server: return "server";
-    case role::trainer: return "trainer";
-    case role::local: return "local";
-    case role::calibrate: return "calibrate";
-    case role::cluster: return "cluster";
-    case role::status: return "status";
-    case role::tokenizer: return "tokenizer";
-    case role::prepare: return "prepare";
-    case role::export_weights: return "export";
-    case role::generate: return "generate";
+    case role::coordinator:
+      return "coordinator";
+    case role::server:
+      return "server";
+    case role::trainer:
+      return "trainer";
+    case role::local:
+      return "local";
+    case role::calibrate:
+      return "calibrate";
+    case role::cluster:
+      return "cluster";
+    case role::status:
+      return "status";
+    case role::tokenizer:
+      return "tokenizer";
+    case role::prepare:
+      return "prepare";
+    case role::export_weights:
+      return "export";
+    case role::generate:
+      return "generate";
   }
   return "?";
 }
@@ -33,8 +44,8 @@ const char* to_string(role r) {
 uint64_t model_config::hash() const {
   // FNV-1a over the printed fields: stable across processes and builds.
   std::ostringstream s;
-  s << d_model << ' ' << n_heads << ' ' << n_layers << ' ' << seq_len << ' ' << microbatch << ' ' << vocab << ' '
-    << lr << ' ' << weight_decay << ' ' << beta1 << ' ' << beta2 << ' ' << grad_clip << ' ' << seed;
+  s << d_model << ' ' << n_heads << ' ' << n_layers << ' ' << seq_len << ' ' << microbatch << ' ' << vocab << ' ' << lr
+    << ' ' << weight_decay << ' ' << beta1 << ' ' << beta2 << ' ' << grad_clip << ' ' << seed;
   // This basis is one digit short of FNV's; it stays, or every checkpoint
   // written so far would belong to "another model config".
   if (tokenizer_hash != 0)  // bytes leave the hash as it was before tokenizers
@@ -94,8 +105,7 @@ std::optional<std::pair<std::string, uint16_t>> split_host_port(const std::strin
   return std::make_pair(s.substr(0, colon), static_cast<uint16_t>(port));
 }
 
-std::optional<std::vector<std::pair<std::string, uint16_t>>> parse_control(const std::string& url,
-                                                                            std::string& why) {
+std::optional<std::vector<std::pair<std::string, uint16_t>>> parse_control(const std::string& url, std::string& why) {
   const std::string scheme = "etcd://";
   if (url.compare(0, scheme.size(), scheme) != 0) {
     why = "--control " + url + ": expected etcd://HOST:PORT[,HOST:PORT...]";
@@ -141,7 +151,8 @@ std::string role_rules(const app_config& c) {
   if (c.which == role::cluster && c.cluster.control_replicas > 0 && !c.net.control.empty())
     return "--control with --control-replicas: the cluster starts its own etcd members and sets --control itself";
   if (needs_coordinator && c.net.control.empty() && !split_host_port(c.server.coordinator))
-    return "--coordinator '" + c.server.coordinator + "': " + to_string(c.which) + " needs HOST:PORT of the coordinator "
+    return "--coordinator '" + c.server.coordinator + "': " + to_string(c.which) +
+           " needs HOST:PORT of the coordinator "
            "(or --control etcd://...)";
   if (c.which == role::server && c.server.stage >= c.stages)
     return "--stage " + std::to_string(c.server.stage) + ": server needs auto or a stage in [0, " +
@@ -165,14 +176,14 @@ std::string role_rules(const app_config& c) {
            "(a running swarm)";
   if (c.which == role::generate && !c.server.coordinator.empty() && !split_host_port(c.server.coordinator))
     return "--coordinator '" + c.server.coordinator + "': generate needs HOST:PORT of the coordinator";
-  if (c.trainer.eval_every > 0 && c.trainer.data.empty() && (c.which == role::trainer || c.which == role::local ||
-                                                              c.which == role::cluster))
+  if (c.trainer.eval_every > 0 && c.trainer.data.empty() &&
+      (c.which == role::trainer || c.which == role::local || c.which == role::cluster))
     return "--eval-every " + std::to_string(c.trainer.eval_every) +
            ": validation needs --data (the held-out shards of --role prepare)";
   return {};
 }
 
-} // namespace
+}  // namespace
 
 std::string validate(const app_config& c) {
   // Each key's own check comes from its row; `copy` because a binding may write.
@@ -255,11 +266,12 @@ parse_result parse_config(int argc, const char* const* argv) {
     result.message = metrics_events_markdown();
     return result;
   }
-  CLI::App app{"swarm: SWARM-parallel training of a GPT- or Llama-style model on CAF actors.\n"
-               "One binary; --role picks what this process is. Every option is also a key of the\n"
-               "--config file (`key = value`, the flag's name without dashes in front).\n"
-               "--help-markdown prints this list as docs/flags.md's table, --help-metrics-markdown\n"
-               "the metrics events as docs/metrics.md's."};
+  CLI::App app{
+      "swarm: SWARM-parallel training of a GPT- or Llama-style model on CAF actors.\n"
+      "One binary; --role picks what this process is. Every option is also a key of the\n"
+      "--config file (`key = value`, the flag's name without dashes in front).\n"
+      "--help-markdown prints this list as docs/flags.md's table, --help-metrics-markdown\n"
+      "the metrics events as docs/metrics.md's."};
   // The last occurrence wins, so a launcher can append overrides to a full flag list.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
   app.set_config("--config", "", "read options from this file (see config/); flags override it");
@@ -308,4 +320,4 @@ std::vector<std::string> to_flags(const app_config& c, bool every_key) {
   return keys::to_flags(bind_keys(copy), every_key);
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -18,7 +18,19 @@
 
 namespace swarm {
 
-enum class role { coordinator, server, trainer, local, cluster, status, calibrate, tokenizer, prepare, export_weights, generate };
+enum class role {
+  coordinator,
+  server,
+  trainer,
+  local,
+  cluster,
+  status,
+  calibrate,
+  tokenizer,
+  prepare,
+  export_weights,
+  generate
+};
 
 [[nodiscard]] const char* to_string(role r);
 
@@ -43,25 +55,26 @@ struct model_config {
   /// | maxout:K (LayerNorm and the max of each K neighbouring features before,
   /// a learned projection up after). The layers belong to the stages on either side.
   std::string boundary = "none";
-  int64_t seq_len = 128;      ///< context length, bytes per sample
-  int64_t microbatch = 8;     ///< samples per microbatch
-  int64_t vocab = 256;        ///< vocabulary size: the tokenizer's (256 for bytes), set once it is opened
-  bool vocab_fixed = false;   ///< --vocab was given: the tokenizer must have exactly `vocab` ids
+  int64_t seq_len = 128;     ///< context length, bytes per sample
+  int64_t microbatch = 8;    ///< samples per microbatch
+  int64_t vocab = 256;       ///< vocabulary size: the tokenizer's (256 for bytes), set once it is opened
+  bool vocab_fixed = false;  ///< --vocab was given: the tokenizer must have exactly `vocab` ids
   /// `bytes` or a SentencePiece model file (data/tokenizer.hpp). Every role of a
   /// swarm opens it: its file hash is part of the model hash.
   std::string tokenizer = "bytes";
   uint64_t tokenizer_hash = 0;  ///< FNV-1a of the tokenizer file, 0 for bytes (set when it is opened)
-  double lr = 1e-3;           ///< AdamW learning rate
-  double weight_decay = 0.1;  ///< AdamW decoupled weight decay (2-D weights only)
-  double beta1 = 0.9;         ///< AdamW first-moment decay
-  double beta2 = 0.95;        ///< AdamW second-moment decay
-  double grad_clip = 1.0;     ///< the model's gradient-norm clip per optimizer step (see stage_worker::apply_gradient); 0 = off
-  std::string optimizer = "adamw";  ///< adamw | lamb (layer-wise trust ratios: no norm crosses stages)
+  double lr = 1e-3;             ///< AdamW learning rate
+  double weight_decay = 0.1;    ///< AdamW decoupled weight decay (2-D weights only)
+  double beta1 = 0.9;           ///< AdamW first-moment decay
+  double beta2 = 0.95;          ///< AdamW second-moment decay
+  double grad_clip =
+      1.0;  ///< the model's gradient-norm clip per optimizer step (see stage_worker::apply_gradient); 0 = off
+  std::string optimizer = "adamw";       ///< adamw | lamb (layer-wise trust ratios: no norm crosses stages)
   std::string lr_schedule = "constant";  ///< constant | cosine (decays to min_lr at decay_steps)
-  int64_t warmup_steps = 0;   ///< linear warm-up from lr / warmup_steps to lr over this many steps
-  double min_lr = 0;          ///< cosine: the rate at decay_steps and after
-  int64_t decay_steps = 0;    ///< cosine: the step it reaches min_lr (--max-steps, copied at load)
-  uint64_t seed = 1;          ///< parameter initialisation seed
+  int64_t warmup_steps = 0;              ///< linear warm-up from lr / warmup_steps to lr over this many steps
+  double min_lr = 0;                     ///< cosine: the rate at decay_steps and after
+  int64_t decay_steps = 0;               ///< cosine: the step it reaches min_lr (--max-steps, copied at load)
+  uint64_t seed = 1;                     ///< parameter initialisation seed
 
   /// Key/value heads as built: n_kv_heads, or n_heads when it is 0 (and always
   /// for a family without grouped-query attention, such as gpt).
@@ -119,13 +132,13 @@ struct net_config {
 };
 
 struct coordinator_config {
-  int port = 0;           ///< TCP port to publish on; 0 = any free port
-  std::string port_file;  ///< write the bound port here once listening (for scripts)
-  int http_port = 0;      ///< status page, /api/status and /metrics; 0 = none
+  int port = 0;                         ///< TCP port to publish on; 0 = any free port
+  std::string port_file;                ///< write the bound port here once listening (for scripts)
+  int http_port = 0;                    ///< status page, /api/status and /metrics; 0 = none
   std::string http_host = "127.0.0.1";  ///< address the HTTP port binds to
   /// No round outlives this, seconds; its clock's multiples are policy::round_clock.
   double averaging_timeout_s = 30.0;
-  std::string rebalance = "on";       ///< on: move servers between stages; off: servers stay where they started
+  std::string rebalance = "on";  ///< on: move servers between stages; off: servers stay where they started
   /// Seconds between load moves (one server at most each). The paper's 300 s suits
   /// stages of ~1B parameters whose download takes minutes at 200 Mb/s; ours
   /// download in under a second and runs last minutes, so 30 s lets the swarm
@@ -138,13 +151,13 @@ struct coordinator_config {
 };
 
 struct server_config {
-  std::string coordinator;       ///< HOST:PORT of the coordinator
-  int stage = -1;                ///< pipeline stage served, 0-based; -1: auto (the coordinator places it)
-  std::string host = "127.0.0.1";///< address trainers use to reach this server
-  int port = 0;                  ///< TCP port to publish on; 0 = any free port
-  int bulk_port = 0;             ///< TCP port of the bulk connection (server and trainer); 0 = any free port
-  int64_t batch_size = 64;       ///< samples per stage-wide optimizer step (the coordinator's target batch size)
-  double slowdown = 1.0;         ///< emulate a device this many times slower (>= 1)
+  std::string coordinator;         ///< HOST:PORT of the coordinator
+  int stage = -1;                  ///< pipeline stage served, 0-based; -1: auto (the coordinator places it)
+  std::string host = "127.0.0.1";  ///< address trainers use to reach this server
+  int port = 0;                    ///< TCP port to publish on; 0 = any free port
+  int bulk_port = 0;               ///< TCP port of the bulk connection (server and trainer); 0 = any free port
+  int64_t batch_size = 64;         ///< samples per stage-wide optimizer step (the coordinator's target batch size)
+  double slowdown = 1.0;           ///< emulate a device this many times slower (>= 1)
   std::string averaging_compression = "fp16";  ///< none | fp16 | blockwise8: the all-reduce pieces it sends
   /// A request that would add gradients while a round of its stage runs waits
   /// up to this long for the round's step (else its gradient is a step stale); 0 = never waits.
@@ -168,23 +181,23 @@ struct server_config {
     fail_round,
     hang_state
   } fault = fault_kind::none;
-  int64_t fault_after = 1;       ///< the fault hits the Nth request of its kind
+  int64_t fault_after = 1;  ///< the fault hits the Nth request of its kind
 };
 
 struct trainer_config {
-  std::string coordinator;          ///< HOST:PORT of the coordinator
+  std::string coordinator;                           ///< HOST:PORT of the coordinator
   std::string corpus = "/usr/share/games/fortunes";  ///< file or folder of text files
-  std::string data;                 ///< folder of token shards (--role prepare); empty: train on --corpus
-  int64_t eval_every = 0;           ///< measure the validation loss every this many steps (and at 0); 0 = never
-  int64_t eval_tokens = 65536;      ///< validation tokens per measurement
+  std::string data;             ///< folder of token shards (--role prepare); empty: train on --corpus
+  int64_t eval_every = 0;       ///< measure the validation loss every this many steps (and at 0); 0 = never
+  int64_t eval_tokens = 65536;  ///< validation tokens per measurement
   /// Which trainer of the swarm this is: seeds its data sampler (with the
   /// model seed) and names its checkpoint slot. -1 (auto): the lowest free
   /// checkpoint slot with --checkpoint-dir, else the process id.
   int slot = -1;
-  int in_flight = 4;                ///< microbatches in the pipeline at once
-  int64_t batch_size = 64;          ///< samples per reported step (loss averaged over it)
-  int64_t max_steps = 0;            ///< stop after this many steps; 0 = run until stopped
-  double forward_timeout_s = 30.0;  ///< deadline of one forward request, seconds
+  int in_flight = 4;                       ///< microbatches in the pipeline at once
+  int64_t batch_size = 64;                 ///< samples per reported step (loss averaged over it)
+  int64_t max_steps = 0;                   ///< stop after this many steps; 0 = run until stopped
+  double forward_timeout_s = 30.0;         ///< deadline of one forward request, seconds
   double backward_timeout_s = 75.0;        ///< deadline of one backward request, seconds
   std::string compression = "blockwise8";  ///< none | fp16 | blockwise8: activations and gradients between stages
   /// The stage router's knobs (--ema-alpha, --backward-cost, --ban-base, --ban-max).
@@ -197,10 +210,10 @@ struct trainer_config {
 
 /// --role tokenizer and --role prepare (data/): text in, a tokenizer or token shards out.
 struct data_config {
-  std::string input;          ///< text files and folders, one per line (--input takes several)
-  int vocab_size = 8000;      ///< tokenizer: ids in the model to train
-  bool encode = false;        ///< tokenizer: print the ids of each standard-input line instead of training
-  double val_fraction = 0.005;///< prepare: fraction of documents held out for validation
+  std::string input;            ///< text files and folders, one per line (--input takes several)
+  int vocab_size = 8000;        ///< tokenizer: ids in the model to train
+  bool encode = false;          ///< tokenizer: print the ids of each standard-input line instead of training
+  double val_fraction = 0.005;  ///< prepare: fraction of documents held out for validation
   int64_t shard_tokens = int64_t{1} << 26;  ///< prepare: tokens per shard file
 
   [[nodiscard]] std::vector<std::string> inputs() const;
@@ -208,22 +221,23 @@ struct data_config {
 
 /// Checkpoints (models/checkpoint.hpp): servers, trainers and --role local.
 struct checkpoint_config {
-  std::string dir;           ///< folder of checkpoints on this machine; empty = none written or loaded
-  std::string every = "60s"; ///< "N": every N optimizer steps; "Ns": every N seconds
-  int keep = 3;              ///< newest checkpoints kept per stage (and per trainer)
+  std::string dir;            ///< folder of checkpoints on this machine; empty = none written or loaded
+  std::string every = "60s";  ///< "N": every N optimizer steps; "Ns": every N seconds
+  int keep = 3;               ///< newest checkpoints kept per stage (and per trainer)
   // Parsed from `every` by parse_config: exactly one is > 0.
   int64_t every_steps = 0;
   double every_s = 60;
 };
 
 struct cluster_config {
-  int servers_per_stage = 2;  ///< server processes per stage
-  int trainers = 1;           ///< trainer processes
-  std::string chaos = "none"; ///< none | kill (SIGKILL, fresh process later) | stop (SIGSTOP, SIGCONT later) | mixed (either, at random)
-  double chaos_every_s = 20;  ///< one random server hit every this many seconds
-  double chaos_down_s = 10;   ///< restarted (kill) or continued (stop) after this many seconds
-  int chaos_stage = -1;       ///< only servers of this stage; -1 = any stage
-  uint64_t chaos_seed = 1;    ///< seed of the victim choice
+  int servers_per_stage = 2;   ///< server processes per stage
+  int trainers = 1;            ///< trainer processes
+  std::string chaos = "none";  ///< none | kill (SIGKILL, fresh process later) | stop (SIGSTOP, SIGCONT later) | mixed
+                               ///< (either, at random)
+  double chaos_every_s = 20;   ///< one random server hit every this many seconds
+  double chaos_down_s = 10;    ///< restarted (kill) or continued (stop) after this many seconds
+  int chaos_stage = -1;        ///< only servers of this stage; -1 = any stage
+  uint64_t chaos_seed = 1;     ///< seed of the victim choice
   double chaos_coordinator_every_s = 0;  ///< SIGKILL the coordinator this often (it is restarted at once); 0 = never
   /// kill (SIGKILL) or stop (SIGSTOP, SIGCONT after chaos_down_s): what
   /// chaos_coordinator_every_s does to the (leading) coordinator.
@@ -231,7 +245,7 @@ struct cluster_config {
   /// 0: one coordinator, restarted when it dies; N: N etcd members on loopback
   /// (data in the run's folder) and two coordinator candidates elected through them.
   int control_replicas = 0;
-  double chaos_wipe_at_s = 0;            ///< once, this many seconds in: SIGKILL every server of one stage; 0 = never
+  double chaos_wipe_at_s = 0;    ///< once, this many seconds in: SIGKILL every server of one stage; 0 = never
   std::string server_slowdowns;  ///< per-server --slowdown, comma-separated in launch order (stage-major)
   std::string stage_servers;     ///< servers per stage in stage order, e.g. "3,1"; empty: servers_per_stage each
 
@@ -241,29 +255,29 @@ struct cluster_config {
 
 /// --role generate: sampling a continuation of --prompt.
 struct generate_config {
-  std::string prompt;           ///< text to continue (empty: from a document's start)
-  int64_t max_new_tokens = 200; ///< tokens to generate at most (fewer when the model ends the document)
-  double temperature = 0.8;     ///< softmax temperature; 0 = greedy (argmax)
-  int64_t top_k = 40;           ///< sample among the k likeliest tokens; 0 = all
-  uint64_t sample_seed = 1;     ///< seed of the sampling (--seed is the model's, in its hash)
-  std::string kv_cache = "on";  ///< on: keep keys and values of past positions; off: recompute the window per token
+  std::string prompt;            ///< text to continue (empty: from a document's start)
+  int64_t max_new_tokens = 200;  ///< tokens to generate at most (fewer when the model ends the document)
+  double temperature = 0.8;      ///< softmax temperature; 0 = greedy (argmax)
+  int64_t top_k = 40;            ///< sample among the k likeliest tokens; 0 = all
+  uint64_t sample_seed = 1;      ///< seed of the sampling (--seed is the model's, in its hash)
+  std::string kv_cache = "on";   ///< on: keep keys and values of past positions; off: recompute the window per token
 };
 
 /// Everything one process needs; each role reads its own part.
 struct app_config {
   role which = role::local;
-  std::string config_file;   ///< the file the values came from, if any
-  int stages = 2;            ///< pipeline stages the model is cut into
-  int threads = 0;           ///< torch intra-op threads; 0 = all cores (cluster: cores / servers)
-  std::string device = "cpu";///< torch device of the stage: cpu, cuda, cuda:N (CUDA needs a CUDA build of libtorch)
+  std::string config_file;     ///< the file the values came from, if any
+  int stages = 2;              ///< pipeline stages the model is cut into
+  int threads = 0;             ///< torch intra-op threads; 0 = all cores (cluster: cores / servers)
+  std::string device = "cpu";  ///< torch device of the stage: cpu, cuda, cuda:N (CUDA needs a CUDA build of libtorch)
   /// fp32, or bf16: forwards in bfloat16 under autocast, with float32 master
   /// parameters, gradients, optimizer state, all-reduce and wire tensors.
   std::string precision = "fp32";
   [[nodiscard]] bool bf16() const { return precision == "bf16"; }
-  std::string metrics;       ///< JSON-lines metrics file to append to; empty = none
-  std::string out = "-";     ///< calibrate: where the calibration goes (- = standard output)
+  std::string metrics;             ///< JSON-lines metrics file to append to; empty = none
+  std::string out = "-";           ///< calibrate: where the calibration goes (- = standard output)
   std::string log_level = "info";  ///< trace, debug, info, warn, error
-  std::string init_from;     ///< safetensors file (Hugging Face names) to start the stages from; empty = random init
+  std::string init_from;  ///< safetensors file (Hugging Face names) to start the stages from; empty = random init
   model_config model;
   net_config net;
   coordinator_config coordinator;
@@ -298,6 +312,6 @@ struct parse_result {
 /// The members named by `--control etcd://H1:P1,H2:P2,...`; nullopt, with
 /// `why` saying what is wrong, otherwise.
 [[nodiscard]] std::optional<std::vector<std::pair<std::string, uint16_t>>> parse_control(const std::string& url,
-                                                                                       std::string& why);
+                                                                                         std::string& why);
 
-} // namespace swarm
+}  // namespace swarm

@@ -26,13 +26,15 @@ const model_family& family_of(const model_config& m) {
   if (const auto* f = find_family(m.arch))
     return *f;
   std::string names;
-  for (const auto& n : family_names()) names += (names.empty() ? "" : ", ") + n;
+  for (const auto& n : family_names())
+    names += (names.empty() ? "" : ", ") + n;
   throw std::invalid_argument("--model " + m.arch + ": no such model family (one of: " + names + ")");
 }
 
 std::vector<std::string> family_names() {
   std::vector<std::string> out;
-  for (const auto* f : model_families()) out.push_back(f->name);
+  for (const auto* f : model_families())
+    out.push_back(f->name);
   return out;
 }
 

@@ -48,7 +48,8 @@ std::optional<double> numeric(const value& v) {
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     size_t diagonal = row[0];
     row[0] = i;
@@ -106,7 +107,8 @@ check check::one_of(std::vector<std::string> allowed) {
   check c;
   c.kind_ = kind::one_of;
   c.message_ = "must be one of ";
-  for (size_t i = 0; i < allowed.size(); ++i) c.message_ += (i ? ", " : "") + allowed[i];
+  for (size_t i = 0; i < allowed.size(); ++i)
+    c.message_ += (i ? ", " : "") + allowed[i];
   c.allowed_ = std::move(allowed);
   return c;
 }
@@ -292,7 +294,8 @@ std::string check_config_file(const CLI::App& app, const std::string& path, cons
     return "";  // CLI11 says it cannot read it
   std::vector<std::string> keys;
   for (const CLI::Option* opt : app.get_options())
-    for (const auto& name : opt->get_lnames()) keys.push_back(name);
+    for (const auto& name : opt->get_lnames())
+      keys.push_back(name);
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     const auto text = trim(line);

@@ -197,7 +197,8 @@ template <class T>
 template <class... S>
 [[nodiscard]] std::vector<binding> bind_all(const std::vector<row>& table, S&... sections) {
   std::vector<binding> out;
-  for (const auto& r : table) out.push_back(bind(r, sections...));
+  for (const auto& r : table)
+    out.push_back(bind(r, sections...));
   return out;
 }
 

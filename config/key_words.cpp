@@ -13,8 +13,8 @@ namespace swarm::key_words {
 namespace {
 
 /// Every role, in --help order; to_string() names them.
-constexpr role roles[] = {role::coordinator, role::server,    role::trainer,   role::local,
-                          role::cluster,     role::status,    role::calibrate, role::tokenizer,
+constexpr role roles[] = {role::coordinator, role::server,         role::trainer,   role::local,
+                          role::cluster,     role::status,         role::calibrate, role::tokenizer,
                           role::prepare,     role::export_weights, role::generate};
 
 /// -1 for "auto", else one index in [0, limit); the complaint, else empty.
@@ -30,9 +30,7 @@ std::string set_auto_index(int& out, const std::string& text, int limit, const c
   return {};
 }
 
-std::string auto_index_text(int index) {
-  return index < 0 ? "auto" : std::to_string(index);
-}
+std::string auto_index_text(int index) { return index < 0 ? "auto" : std::to_string(index); }
 
 using fault_kind = server_config::fault_kind;
 /// --fault's words, in the order of fault_kind.
@@ -47,7 +45,8 @@ const std::vector<std::pair<fault_kind, std::string>> fault_words = {{fault_kind
 
 std::vector<std::string> role_names() {
   std::vector<std::string> out;
-  for (role r : roles) out.emplace_back(to_string(r));
+  for (role r : roles)
+    out.emplace_back(to_string(r));
   return out;
 }
 
@@ -68,9 +67,7 @@ keys::row family_key(keys::row r) {
   return r;
 }
 
-std::string role_text(const app_config& c) {
-  return to_string(c.which);
-}
+std::string role_text(const app_config& c) { return to_string(c.which); }
 
 std::string set_role(app_config& c, const std::string& text) {
   for (role r : roles)
@@ -81,9 +78,7 @@ std::string set_role(app_config& c, const std::string& text) {
   return "no such role";  // CLI11's word list refuses it first
 }
 
-std::string vocab_text(const model_config& m) {
-  return m.vocab_fixed ? std::to_string(m.vocab) : "auto";
-}
+std::string vocab_text(const model_config& m) { return m.vocab_fixed ? std::to_string(m.vocab) : "auto"; }
 
 std::string set_vocab(model_config& m, const std::string& text) {
   if (text == "auto") {
@@ -98,18 +93,14 @@ std::string set_vocab(model_config& m, const std::string& text) {
   return {};
 }
 
-std::string stage_text(const server_config& s) {
-  return auto_index_text(s.stage);
-}
+std::string stage_text(const server_config& s) { return auto_index_text(s.stage); }
 
 std::string set_stage(server_config& s, const std::string& text) {
   // The upper bound is --stages, checked with the whole config.
   return set_auto_index(s.stage, text, std::numeric_limits<int>::max(), "must be auto or a stage index (0-based)");
 }
 
-std::string slot_text(const trainer_config& t) {
-  return auto_index_text(t.slot);
-}
+std::string slot_text(const trainer_config& t) { return auto_index_text(t.slot); }
 
 std::string set_slot(trainer_config& t, const std::string& text) {
   return set_auto_index(t.slot, text, 4096, "must be auto or a trainer slot in [0, 4095]");

@@ -44,4 +44,4 @@ namespace swarm::key_words {
 /// --averaging-timeout's help: the round clock's multiples.
 [[nodiscard]] std::string averaging_timeout_help();
 
-} // namespace swarm::key_words
+}  // namespace swarm::key_words

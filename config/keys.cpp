@@ -341,7 +341,8 @@ const std::vector<keys::row>& swarm_keys() {
 }
 
 std::vector<keys::binding> bind_keys(app_config& c) {
-  return keys::bind_all(swarm_keys(), c, c.model, c.net, c.coordinator, c.server, c.trainer, c.checkpoint, c.cluster, c.data, c.generate);
+  return keys::bind_all(swarm_keys(), c, c.model, c.net, c.coordinator, c.server, c.trainer, c.checkpoint, c.cluster,
+                        c.data, c.generate);
 }
 
 }  // namespace swarm

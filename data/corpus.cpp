@@ -25,12 +25,13 @@ std::string read_file(const fs::path& p) {
   return out.str();
 }
 
-} // namespace
+}  // namespace
 
 corpus corpus::load(const std::string& path, int64_t min_bytes) {
   std::error_code ec;
   if (!fs::exists(path, ec))
-    throw std::runtime_error("corpus '" + path + "' does not exist (install the 'fortunes' package or pass --corpus FILE)");
+    throw std::runtime_error("corpus '" + path +
+                             "' does not exist (install the 'fortunes' package or pass --corpus FILE)");
   std::string text;
   if (fs::is_directory(path, ec)) {
     std::vector<fs::path> files;
@@ -105,11 +106,11 @@ std::vector<microbatch_tokens> eval_batches(const token_source& text, int64_t se
   std::vector<microbatch_tokens> out;
   for (size_t at = 0; at < windows.size(); at += static_cast<size_t>(microbatch)) {
     const auto end = std::min(windows.size(), at + static_cast<size_t>(microbatch));
-    out.push_back(gather_windows(text, {windows.begin() + static_cast<std::ptrdiff_t>(at),
-                                        windows.begin() + static_cast<std::ptrdiff_t>(end)},
-                                 seq_len));
+    out.push_back(gather_windows(
+        text, {windows.begin() + static_cast<std::ptrdiff_t>(at), windows.begin() + static_cast<std::ptrdiff_t>(end)},
+        seq_len));
   }
   return out;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -79,4 +79,4 @@ struct microbatch_tokens {
 [[nodiscard]] std::vector<microbatch_tokens> eval_batches(const token_source& text, int64_t seq_len, int64_t tokens,
                                                           int64_t microbatch);
 
-} // namespace swarm
+}  // namespace swarm

@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr size_t cut_after = 64 << 10;     // a long file is cut at a blank line after this many bytes
-constexpr size_t batch_bytes = 16 << 20;   // text encoded in parallel at once
+constexpr size_t cut_after = 64 << 10;    // a long file is cut at a blank line after this many bytes
+constexpr size_t batch_bytes = 16 << 20;  // text encoded in parallel at once
 
 std::string mb(int64_t bytes) {
   char buf[32];
@@ -61,7 +61,8 @@ public:
       return {};
     char name[32];
     std::snprintf(name, sizeof name, "-%05lld.bin", static_cast<long long>(written_));
-    if (auto e = write_shard((fs::path(dir_) / (split_ + name)).string(), tokens_, documents_, tok_.hash(), tok_.vocab()))
+    if (auto e =
+            write_shard((fs::path(dir_) / (split_ + name)).string(), tokens_, documents_, tok_.hash(), tok_.vocab()))
       return e;
     ++written_;
     tokens_.clear();
@@ -99,7 +100,7 @@ void encode_all(std::vector<pending>& docs, const tokenizer& tok, int threads) {
     t.join();
 }
 
-} // namespace
+}  // namespace
 
 std::vector<document_span> split_documents(const std::string& text) {
   std::vector<document_span> out;
@@ -166,8 +167,9 @@ result<prepare_summary> prepare_shards(const prepare_settings& s, const tokenize
   using clock = std::chrono::steady_clock;
   const auto started = clock::now();
   if (tok.is_bytes())
-    return error{errc::BAD_CONFIG, "prepare needs a SentencePiece --tokenizer (bytes have no end-of-document "
-                                   "token; --corpus trains on raw bytes without preparing)"};
+    return error{errc::BAD_CONFIG,
+                 "prepare needs a SentencePiece --tokenizer (bytes have no end-of-document "
+                 "token; --corpus trains on raw bytes without preparing)"};
   auto files = list_inputs(s.inputs);
   if (!files)
     return files.error();
@@ -272,4 +274,4 @@ result<prepare_summary> prepare_shards(const prepare_settings& s, const tokenize
   return sum;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -68,4 +68,4 @@ struct input_file {
 };
 [[nodiscard]] result<std::vector<input_file>> list_inputs(const std::vector<std::string>& inputs);
 
-} // namespace swarm
+}  // namespace swarm

@@ -33,7 +33,7 @@ struct sentencepiece_api {
 
 constexpr int sentencepiece_api_version = 2;
 
-} // namespace swarm
+}  // namespace swarm
 
 /// The shim's one exported symbol.
 extern "C" const swarm::sentencepiece_api* swarm_sentencepiece_api();

@@ -83,9 +83,7 @@ void* load(const std::string& model, std::string* err) {
   });
 }
 
-void release(void* p) {
-  delete static_cast<SentencePieceProcessor*>(p);
-}
+void release(void* p) { delete static_cast<SentencePieceProcessor*>(p); }
 
 void info(const void* p, int* vocab, int* bos, int* eos) {
   const auto* sp = static_cast<const SentencePieceProcessor*>(p);
@@ -128,7 +126,7 @@ bool train(const std::unordered_map<std::string, std::string>& spec, const std::
 
 const swarm::sentencepiece_api api{swarm::sentencepiece_api_version, load, release, info, encode, decode, train};
 
-} // namespace
+}  // namespace
 
 extern "C" __attribute__((visibility("default"))) const swarm::sentencepiece_api* swarm_sentencepiece_api() {
   // SentencePiece logs to std::cerr. Loaded with RTLD_DEEPBIND, its std::cerr

@@ -54,11 +54,9 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
-} // namespace
+}  // namespace
 
-uint32_t token_width(uint32_t vocab) {
-  return vocab <= 65536 ? 2 : 4;
-}
+uint32_t token_width(uint32_t vocab) { return vocab <= 65536 ? 2 : 4; }
 
 std::string encode_shard_header(const shard_header& h) {
   std::string out(shard_header_bytes, '\0');
@@ -83,8 +81,8 @@ result<shard_header> decode_shard_header(const void* bytes, size_t n) {
   if (get<uint32_t>(p + 60) != crc(p, 60))
     return error{errc::BAD_CONFIG, "header checksum does not match: the header is corrupt"};
   if (const auto v = get<uint32_t>(p + 8); v != shard_version)
-    return error{errc::BAD_CONFIG, "format version " + std::to_string(v) + ", this build reads version " +
-                                       std::to_string(shard_version)};
+    return error{errc::BAD_CONFIG,
+                 "format version " + std::to_string(v) + ", this build reads version " + std::to_string(shard_version)};
   shard_header h;
   h.width = get<uint32_t>(p + 12);
   h.tokens = get<uint64_t>(p + 16);
@@ -95,8 +93,8 @@ result<shard_header> decode_shard_header(const void* bytes, size_t n) {
   if (h.width != 2 && h.width != 4)
     return error{errc::BAD_CONFIG, "token width " + std::to_string(h.width) + " bytes (2 or 4)"};
   if (h.vocab == 0 || h.width != token_width(h.vocab))
-    return error{errc::BAD_CONFIG, "vocabulary " + std::to_string(h.vocab) + " does not fit token width " +
-                                       std::to_string(h.width)};
+    return error{errc::BAD_CONFIG,
+                 "vocabulary " + std::to_string(h.vocab) + " does not fit token width " + std::to_string(h.width)};
   if (h.tokens > (uint64_t{1} << 40))
     return error{errc::BAD_CONFIG, "claims " + std::to_string(h.tokens) + " tokens (at most 2^40)"};
   return h;
@@ -113,8 +111,8 @@ error write_shard(const std::string& path, const std::vector<uint32_t>& tokens, 
   std::string body(tokens.size() * h.width, '\0');
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] >= vocab)
-      return {errc::INTERNAL, "token " + std::to_string(tokens[i]) + " is outside the vocabulary of " +
-                                  std::to_string(vocab)};
+      return {errc::INTERNAL,
+              "token " + std::to_string(tokens[i]) + " is outside the vocabulary of " + std::to_string(vocab)};
     for (uint32_t b = 0; b < h.width; ++b)
       body[i * h.width + b] = static_cast<char>((tokens[i] >> (8 * b)) & 0xff);
   }
@@ -195,4 +193,4 @@ shard::~shard() {
     munmap(const_cast<unsigned char*>(base_), mapped_);
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -55,8 +55,8 @@ struct shard_header {
 
 /// Writes tokens as one shard at `path` (through a temporary file renamed into
 /// place, so a crash leaves no half shard under the final name).
-[[nodiscard]] error write_shard(const std::string& path, const std::vector<uint32_t>& tokens,
-                                uint64_t documents, uint64_t tokenizer_hash, uint32_t vocab);
+[[nodiscard]] error write_shard(const std::string& path, const std::vector<uint32_t>& tokens, uint64_t documents,
+                                uint64_t tokenizer_hash, uint32_t vocab);
 
 /// One shard, checked and mapped read-only.
 class shard {
@@ -64,8 +64,7 @@ public:
   /// Opens and checks `path`: header, file size, both checksums, every token
   /// below the vocabulary. A shard of another tokenizer than
   /// `expected_tokenizer` (its hash; 0: bytes) is refused, naming both.
-  [[nodiscard]] static result<std::shared_ptr<const shard>> open(const std::string& path,
-                                                                 uint64_t expected_tokenizer);
+  [[nodiscard]] static result<std::shared_ptr<const shard>> open(const std::string& path, uint64_t expected_tokenizer);
   ~shard();
   shard(const shard&) = delete;
   shard& operator=(const shard&) = delete;
@@ -88,4 +87,4 @@ private:
   size_t mapped_ = 0;
 };
 
-} // namespace swarm
+}  // namespace swarm

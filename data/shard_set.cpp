@@ -11,7 +11,8 @@ result<std::shared_ptr<const shard_set>> shard_set::open(const std::string& dir,
                                                          uint64_t tokenizer_hash, int64_t window) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    return error{errc::BAD_CONFIG, "data folder '" + dir + "' " + (fs::exists(dir, ec) ? "is not a folder" : "does not exist") +
+    return error{errc::BAD_CONFIG, "data folder '" + dir + "' " +
+                                       (fs::exists(dir, ec) ? "is not a folder" : "does not exist") +
                                        " (make one with --role prepare)"};
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -22,8 +23,8 @@ result<std::shared_ptr<const shard_set>> shard_set::open(const std::string& dir,
   if (ec)
     return error{errc::BAD_CONFIG, "data folder '" + dir + "': " + ec.message()};
   if (files.empty())
-    return error{errc::BAD_CONFIG, "data folder '" + dir + "' holds no " + split +
-                                       "-*.bin shards (make them with --role prepare)"};
+    return error{errc::BAD_CONFIG,
+                 "data folder '" + dir + "' holds no " + split + "-*.bin shards (make them with --role prepare)"};
   std::sort(files.begin(), files.end());
   auto set = std::make_shared<shard_set>();
   int64_t longest = 0;
@@ -61,4 +62,4 @@ void shard_set::copy(int64_t index, int64_t len, int64_t* out) const {
   }
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -36,4 +36,4 @@ private:
   int64_t tokens_ = 0;
 };
 
-} // namespace swarm
+}  // namespace swarm

@@ -31,8 +31,8 @@ const sentencepiece_api* shim(std::string* why) {
   static const sentencepiece_api* api = nullptr;
   static std::string error;
   std::call_once(once, [] {
-    // The sanitizers refuse RTLD_DEEPBIND; their builds load it plainly (fine
-    // in a process without libprotobuf: test_data and the fuzz targets).
+  // The sanitizers refuse RTLD_DEEPBIND; their builds load it plainly (fine
+  // in a process without libprotobuf: test_data and the fuzz targets).
 #ifdef SWARM_SANITIZED
     const int flags = RTLD_NOW | RTLD_LOCAL;
 #else
@@ -69,7 +69,7 @@ const sentencepiece_api* shim(std::string* why) {
   return api;
 }
 
-} // namespace
+}  // namespace
 
 tokenizer::~tokenizer() {
   if (sp_)
@@ -82,8 +82,9 @@ result<std::shared_ptr<const tokenizer>> tokenizer::open(const std::string& spec
     return std::shared_ptr<const tokenizer>(std::move(t));
   std::ifstream in(spec, std::ios::binary);
   if (!in)
-    return error{errc::BAD_CONFIG, "tokenizer '" + spec + "' cannot be read (a SentencePiece .model file, "
-                                   "made by --role tokenizer, or 'bytes')"};
+    return error{errc::BAD_CONFIG, "tokenizer '" + spec +
+                                       "' cannot be read (a SentencePiece .model file, "
+                                       "made by --role tokenizer, or 'bytes')"};
   std::ostringstream bytes;
   bytes << in.rdbuf();
   const auto file = bytes.str();
@@ -121,8 +122,8 @@ result<std::vector<int>> tokenizer::encode(std::string_view text) const {
 result<std::string> tokenizer::decode(const std::vector<int>& ids) const {
   for (const int id : ids)
     if (id < 0 || static_cast<uint32_t>(id) >= vocab_)
-      return error{errc::BAD_REQUEST, "cannot decode id " + std::to_string(id) + ": the vocabulary has " +
-                                          std::to_string(vocab_)};
+      return error{errc::BAD_REQUEST,
+                   "cannot decode id " + std::to_string(id) + ": the vocabulary has " + std::to_string(vocab_)};
   std::string text;
   if (!sp_) {
     text.reserve(ids.size());
@@ -208,4 +209,4 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -53,9 +53,9 @@ private:
 struct tokenizer_training {
   std::vector<std::string> files;  ///< text files (UTF-8), one sentence per line
   int vocab = 8000;
-  std::string out;                 ///< the model file to write
+  std::string out;  ///< the model file to write
   int threads = 2;
-  int64_t max_lines = 2'000'000;   ///< lines sampled for training (SentencePiece's input_sentence_size)
+  int64_t max_lines = 2'000'000;  ///< lines sampled for training (SentencePiece's input_sentence_size)
 };
 
 /// Trains a BPE model: unk 0, BOS 1, EOS 2, no PAD, byte fallback, digits
@@ -66,4 +66,4 @@ struct tokenizer_training {
 /// Whether `bytes` is valid UTF-8 (the prepare and tokenizer roles' test of a text file).
 [[nodiscard]] bool valid_utf8(std::string_view bytes);
 
-} // namespace swarm
+}  // namespace swarm

@@ -56,7 +56,7 @@ std::array<float, 256> build() {
   return out;
 }
 
-} // namespace
+}  // namespace
 
 const std::array<float, 256>& dynamic_codebook() {
   static const std::array<float, 256> code = build();
@@ -72,4 +72,4 @@ const std::array<float, 256>& wire_codebook() {
   return code;
 }
 
-} // namespace swarm
+}  // namespace swarm

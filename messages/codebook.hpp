@@ -20,4 +20,4 @@ namespace swarm {
 /// FNV-1a f02be9abae46842c.
 [[nodiscard]] const std::array<float, 256>& wire_codebook();
 
-} // namespace swarm
+}  // namespace swarm

@@ -4,7 +4,6 @@
 #include <caf/exit_reason.hpp>
 #include <caf/sec.hpp>
 
-
 namespace swarm {
 
 caf::error make_error(errc code, std::string what) {
@@ -48,9 +47,7 @@ bool stopped_on_purpose(const caf::error& reason) {
   return reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal;
 }
 
-bool is_retryable(const caf::error& err) {
-  return is_retryable(code_of(err));
-}
+bool is_retryable(const caf::error& err) { return is_retryable(code_of(err)); }
 
 std::string describe(const caf::error& err) {
   if (!err)
@@ -69,4 +66,4 @@ void register_error_category(caf::actor_system_config& cfg) {
   });
 }
 
-} // namespace swarm
+}  // namespace swarm

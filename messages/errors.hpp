@@ -46,4 +46,4 @@ template <class T>
 /// Registers the "swarm" category so the actor system can render these errors.
 void register_error_category(caf::actor_system_config& cfg);
 
-} // namespace swarm
+}  // namespace swarm

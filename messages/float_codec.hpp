@@ -24,4 +24,4 @@ namespace swarm {
 /// values as everyone it sent them to (bit-identical averaging).
 void round_trip_floats(float* p, int64_t n, proto::codec c);
 
-} // namespace swarm
+}  // namespace swarm

@@ -75,29 +75,27 @@ using eval_atom = caf::atom_constant<caf::atom("eval")>;
 /// a progress_report the averager accepted (its load figures); place:
 /// placement_request -> placement (a new server asks where to go, through the
 /// coordinator); tick: its own timer.
-using rebalancer_actor = caf::typed_actor<caf::reacts_to<join_atom, std::string, caf::actor>,
-                                          caf::reacts_to<progress_atom, std::string>,
-                                          caf::replies_to<place_atom, std::string>::with<std::string>,
-                                          caf::reacts_to<tick_atom>>;
+using rebalancer_actor =
+    caf::typed_actor<caf::reacts_to<join_atom, std::string, caf::actor>, caf::reacts_to<progress_atom, std::string>,
+                     caf::replies_to<place_atom, std::string>::with<std::string>, caf::reacts_to<tick_atom>>;
 
 /// The averaging coordinator (actors/averager.hpp). progress: progress_report;
 /// done: round_done; waiting: round_waiting (all three from servers); join: register_server plus the server's
 /// handle and its round peer's (actors/round_peer.hpp); leave: the server left its stage (both from the coordinator,
-/// which spawned it); deadline: its own timer (stage, round, phase; round 0: whether a round may start now). waiting comes from a server's round peer. Server
-/// handles travel as plain caf::actor because stage_actor (below) refers to this type.
-using averager_actor = caf::typed_actor<caf::reacts_to<progress_atom, std::string>,
-                                        caf::reacts_to<done_atom, std::string>,
-                                        caf::reacts_to<waiting_atom, std::string>,
-                                        caf::reacts_to<join_atom, std::string, caf::actor, caf::actor>,
-                                        caf::reacts_to<leave_atom, caf::actor>,
-                                        caf::reacts_to<deadline_atom, uint32_t, uint64_t, int32_t>>;
+/// which spawned it); deadline: its own timer (stage, round, phase; round 0: whether a round may start now). waiting
+/// comes from a server's round peer. Server handles travel as plain caf::actor because stage_actor (below) refers to
+/// this type.
+using averager_actor = caf::typed_actor<
+    caf::reacts_to<progress_atom, std::string>, caf::reacts_to<done_atom, std::string>,
+    caf::reacts_to<waiting_atom, std::string>, caf::reacts_to<join_atom, std::string, caf::actor, caf::actor>,
+    caf::reacts_to<leave_atom, caf::actor>, caf::reacts_to<deadline_atom, uint32_t, uint64_t, int32_t>>;
 
 /// A stage server's door (actors/door.hpp), in its process: answers
 /// reservations while the server computes. reserve -> a ticket, 0 when it has
 /// no room (policy::admission); release: the ticket's request is over (from
 /// its server).
-using door_actor = caf::typed_actor<caf::replies_to<reserve_atom>::with<uint64_t>,
-                                    caf::reacts_to<release_atom, uint64_t>>;
+using door_actor =
+    caf::typed_actor<caf::replies_to<reserve_atom>::with<uint64_t>, caf::reacts_to<release_atom, uint64_t>>;
 
 /// A stage server. Requests carry (transfer_id, last bytes of a proto payload):
 /// forward: forward_request -> forward_reply; backward: backward_request -> backward_reply;
@@ -118,18 +116,12 @@ using stage_actor = caf::typed_actor<
     caf::replies_to<forward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<backward_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     caf::replies_to<state_atom, uint64_t, std::string>::with<uint64_t, std::string>,
-    caf::reacts_to<chunk_atom, uint64_t, std::string>,
-    caf::reacts_to<round_atom, std::string, std::vector<caf::actor>>,
-    caf::reacts_to<done_atom, std::string, std::vector<float>>,
-    caf::reacts_to<reload_atom, std::string, caf::actor>,
+    caf::reacts_to<chunk_atom, uint64_t, std::string>, caf::reacts_to<round_atom, std::string, std::vector<caf::actor>>,
+    caf::reacts_to<done_atom, std::string, std::vector<float>>, caf::reacts_to<reload_atom, std::string, caf::actor>,
     caf::reacts_to<deadline_atom, uint64_t, int32_t>,
-    caf::replies_to<register_atom, std::string, caf::actor>::with<std::string>,
-    caf::reacts_to<move_atom, std::string>,
-    caf::reacts_to<bulk_atom, uint64_t, std::vector<std::string>>,
-    caf::reacts_to<bulk_atom, uint64_t>,
-    caf::reacts_to<settle_atom, uint64_t>,
-    caf::reacts_to<leave_atom>,
-    caf::replies_to<door_atom>::with<caf::actor>>;
+    caf::replies_to<register_atom, std::string, caf::actor>::with<std::string>, caf::reacts_to<move_atom, std::string>,
+    caf::reacts_to<bulk_atom, uint64_t, std::vector<std::string>>, caf::reacts_to<bulk_atom, uint64_t>,
+    caf::reacts_to<settle_atom, uint64_t>, caf::reacts_to<leave_atom>, caf::replies_to<door_atom>::with<caf::actor>>;
 
 /// A stage server's round peer (actors/round_peer.hpp), in the server's process:
 /// the server's part of the all-reduce, beside the thread that computes. round:
@@ -140,15 +132,13 @@ using stage_actor = caf::typed_actor<
 /// another member's peer; exclude: round_exclude from the averager; deadline:
 /// its own timers for a round (round id, 0: the reply check's window is over,
 /// 1: say what it waits for, 2: give up); abandon: its server gave up that round; bulk: as the stage server's.
-using round_peer_actor = caf::typed_actor<
-    caf::reacts_to<round_atom, std::string, std::vector<caf::actor>, std::vector<float>, int64_t, averager_actor,
-                   std::vector<int64_t>>,
-    caf::reacts_to<piece_atom, std::string>,
-    caf::reacts_to<exclude_atom, std::string>,
-    caf::reacts_to<deadline_atom, uint64_t, int32_t>,
-    caf::reacts_to<abandon_atom, uint64_t>,
-    caf::reacts_to<bulk_atom, uint64_t, std::vector<std::string>>,
-    caf::reacts_to<bulk_atom, uint64_t>>;
+using round_peer_actor =
+    caf::typed_actor<caf::reacts_to<round_atom, std::string, std::vector<caf::actor>, std::vector<float>, int64_t,
+                                    averager_actor, std::vector<int64_t>>,
+                     caf::reacts_to<piece_atom, std::string>, caf::reacts_to<exclude_atom, std::string>,
+                     caf::reacts_to<deadline_atom, uint64_t, int32_t>, caf::reacts_to<abandon_atom, uint64_t>,
+                     caf::reacts_to<bulk_atom, uint64_t, std::vector<std::string>>,
+                     caf::reacts_to<bulk_atom, uint64_t>>;
 
 /// The membership registry. register: (register_server, the server's handle, its round peer's)
 /// -> register_reply, and the server is monitored from then on; peers:
@@ -163,11 +153,8 @@ using coordinator_actor = caf::typed_actor<
     caf::replies_to<register_atom, std::string, stage_actor, caf::actor>::with<std::string>,
     caf::replies_to<averager_atom>::with<averager_actor>,
     caf::replies_to<subscribe_atom, std::string>::with<std::string>,
-    caf::replies_to<peers_atom, std::string>::with<std::string>,
-    caf::reacts_to<leave_atom, std::string>,
-    caf::replies_to<place_atom, std::string>::with<std::string>,
-    caf::reacts_to<report_atom, std::string>,
-    caf::replies_to<status_atom, std::string>::with<std::string>,
-    caf::reacts_to<tick_atom>>;
+    caf::replies_to<peers_atom, std::string>::with<std::string>, caf::reacts_to<leave_atom, std::string>,
+    caf::replies_to<place_atom, std::string>::with<std::string>, caf::reacts_to<report_atom, std::string>,
+    caf::replies_to<status_atom, std::string>::with<std::string>, caf::reacts_to<tick_atom>>;
 
-} // namespace swarm
+}  // namespace swarm

@@ -42,4 +42,4 @@ namespace swarm {
 [[nodiscard]] caf::expected<at::Tensor> decode_values(const std::string& data, proto::codec c, int64_t n,
                                                       const at::Device& device, const std::string& name);
 
-} // namespace swarm
+}  // namespace swarm

@@ -11,4 +11,4 @@ void register_types(caf::actor_system_config& cfg) {
   register_error_category(cfg);
 }
 
-} // namespace swarm
+}  // namespace swarm

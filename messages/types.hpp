@@ -11,4 +11,4 @@ namespace swarm {
 /// Adds the message types and the "swarm" error category to `cfg`.
 void register_types(caf::actor_system_config& cfg);
 
-} // namespace swarm
+}  // namespace swarm

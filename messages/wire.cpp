@@ -58,13 +58,16 @@ proto::codec codec_of(const std::string& name) {
 uint64_t encoded_bytes(proto::codec c, int64_t n, size_t element_size) {
   const auto count = static_cast<uint64_t>(n);
   switch (c) {
-    case proto::RAW: return count * element_size;
-    case proto::FP16: return count * 2;
+    case proto::RAW:
+      return count * element_size;
+    case proto::FP16:
+      return count * 2;
     case proto::BLOCKWISE8: {
       const auto blocks = (count + blockwise8_block - 1) / blockwise8_block;
       return 16 + 4 * blocks + 4 * 256 + count;
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -73,7 +76,8 @@ caf::error check_encoded(const std::string& data, proto::codec c, int64_t n, siz
   if (!proto::codec_IsValid(c))
     return make_error(errc::BAD_REQUEST, name + ": unknown codec " + std::to_string(c));
   if (c != proto::RAW && !floating)
-    return make_error(errc::BAD_REQUEST, name + ": codec " + proto::codec_Name(c) + " applies to floating-point data only");
+    return make_error(errc::BAD_REQUEST,
+                      name + ": codec " + proto::codec_Name(c) + " applies to floating-point data only");
   if (n < 0 || static_cast<uint64_t>(n) > std::numeric_limits<uint64_t>::max() / 8)
     return make_error(errc::BAD_REQUEST, name + ": invalid element count " + std::to_string(n));
   const uint64_t want = encoded_bytes(c, n, element_size);
@@ -121,7 +125,7 @@ std::vector<std::string*> tensor_data_fields(google::protobuf::Message& msg) {
   return out;
 }
 
-} // namespace
+}  // namespace
 
 std::vector<std::string> take_tensor_data(google::protobuf::Message& msg) {
   std::vector<std::string> out;
@@ -194,7 +198,7 @@ caf::error check_stage(uint32_t stage, int num_stages) {
   return caf::none;
 }
 
-} // namespace
+}  // namespace
 
 caf::error check_request(const proto::forward_request& req, int num_stages) {
   if (auto err = check_stage(req.stage(), num_stages))
@@ -231,8 +235,8 @@ caf::error check_request(const proto::backward_request& req, int num_stages) {
   return check_tensor(req.output_grad(), "output_grad");
 }
 
-caf::error model_mismatch(const std::string& who, const std::string& theirs_tokenizer,
-                          const std::string& our_tokenizer, const std::string& detail) {
+caf::error model_mismatch(const std::string& who, const std::string& theirs_tokenizer, const std::string& our_tokenizer,
+                          const std::string& detail) {
   std::string text = who + "'s model hash differs from the swarm's" + detail;
   if (!theirs_tokenizer.empty() && !our_tokenizer.empty() && theirs_tokenizer != our_tokenizer)
     text += ": its tokenizer is " + theirs_tokenizer + ", the swarm's " + our_tokenizer +
@@ -256,4 +260,4 @@ caf::error check_registration(const proto::register_server& reg, int num_stages,
   return caf::none;
 }
 
-} // namespace swarm
+}  // namespace swarm

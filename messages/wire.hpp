@@ -25,7 +25,8 @@ template <class Proto>
 [[nodiscard]] caf::expected<Proto> decode(const std::string& bytes, const char* what) {
   Proto msg;
   if (!msg.ParseFromString(bytes))
-    return make_error(errc::BAD_REQUEST, std::string{"malformed "} + what + " (" + std::to_string(bytes.size()) + " bytes)");
+    return make_error(errc::BAD_REQUEST,
+                      std::string{"malformed "} + what + " (" + std::to_string(bytes.size()) + " bytes)");
   return msg;
 }
 
@@ -101,4 +102,4 @@ constexpr int64_t blockwise8_block = 4096;
 [[nodiscard]] caf::error model_mismatch(const std::string& who, const std::string& theirs_tokenizer,
                                         const std::string& our_tokenizer, const std::string& detail = {});
 
-} // namespace swarm
+}  // namespace swarm

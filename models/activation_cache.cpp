@@ -22,8 +22,8 @@ void activation_cache::erase(std::list<entry>::iterator it) {
   entries_.erase(it);
 }
 
-void activation_cache::put(const std::string& key, int64_t step, const torch::Tensor& inputs,
-                           recorded_forward forward, int64_t bytes) {
+void activation_cache::put(const std::string& key, int64_t step, const torch::Tensor& inputs, recorded_forward forward,
+                           int64_t bytes) {
   if (auto old = by_key_.find(key); old != by_key_.end())
     erase(old->second);  // a forward sent again: the newer one is what its backward belongs to
   if (bytes > stats_.limit_bytes) {
@@ -63,4 +63,4 @@ void activation_cache::parameters_changed() {
   stats_.bytes = 0;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -28,8 +28,7 @@ public:
   /// Keeps `forward` of `inputs` under `key`, recorded at parameter step
   /// `step`; replaces an entry of the same key, evicts the oldest to make room,
   /// and keeps nothing that alone is over the budget.
-  void put(const std::string& key, int64_t step, const torch::Tensor& inputs, recorded_forward forward,
-           int64_t bytes);
+  void put(const std::string& key, int64_t step, const torch::Tensor& inputs, recorded_forward forward, int64_t bytes);
 
   /// The forward recorded under `key` at `step` on exactly `inputs`, taken out
   /// (a hit); nullopt otherwise (a miss, and whatever was under `key` is dropped).
@@ -57,4 +56,4 @@ private:
   activation_cache_stats stats_;
 };
 
-} // namespace swarm
+}  // namespace swarm

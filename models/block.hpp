@@ -27,4 +27,4 @@ public:
 /// names, from models/block.cpp's table.
 [[nodiscard]] std::shared_ptr<decoder_block> make_block(const model_config& cfg);
 
-} // namespace swarm
+}  // namespace swarm

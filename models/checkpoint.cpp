@@ -46,7 +46,9 @@ static_assert(sizeof(raw_header) == 64, "the header is 64 bytes on disk");
 
 uint64_t header_checksum(const raw_header& h) { return fnv1a64(&h, offsetof(raw_header, header_fnv)); }
 
-std::string prefix(checkpoint_header::kind what) { return what == checkpoint_header::kind::stage ? "stage-" : "trainer-"; }
+std::string prefix(checkpoint_header::kind what) {
+  return what == checkpoint_header::kind::stage ? "stage-" : "trainer-";
+}
 
 std::string file_name(int64_t step) {
   char name[40];
@@ -115,7 +117,7 @@ bool fsync_dir(const fs::path& folder) {
   return ok;
 }
 
-} // namespace
+}  // namespace
 
 result<checkpoint_data> parse_checkpoint(const std::string& bytes, int64_t named_step) {
   raw_header h;
@@ -128,15 +130,15 @@ result<checkpoint_data> parse_checkpoint(const std::string& bytes, int64_t named
     return error(errc::BAD_REQUEST, "header checksum does not match (corrupt)");
   if (h.version != format_version)
     return error(errc::BAD_REQUEST, "format version " + std::to_string(h.version) + ", this build reads " +
-                                             std::to_string(format_version));
+                                        std::to_string(format_version));
   if (bytes.size() - sizeof h != h.payload_bytes)
     return error(errc::BAD_REQUEST, "torn: " + std::to_string(bytes.size() - sizeof h) + " payload bytes of " +
-                                             std::to_string(h.payload_bytes));
+                                        std::to_string(h.payload_bytes));
   if (fnv1a64(bytes.data() + sizeof h, h.payload_bytes) != h.payload_fnv)
     return error(errc::BAD_REQUEST, "payload checksum does not match (corrupt)");
   if (h.step != named_step)
-    return error(errc::BAD_REQUEST, "holds step " + std::to_string(h.step) + ", its name says " +
-                                             std::to_string(named_step));
+    return error(errc::BAD_REQUEST,
+                 "holds step " + std::to_string(h.step) + ", its name says " + std::to_string(named_step));
   checkpoint_data out;
   out.header = {static_cast<checkpoint_header::kind>(h.kind), h.index, h.num_stages, h.config_hash, h.step};
   out.payload = bytes.substr(sizeof h);
@@ -162,11 +164,10 @@ error misfit(const checkpoint_data& d, uint32_t num_stages, uint64_t config_hash
   if (h.config_hash == config_hash && h.num_stages == num_stages)
     return error{};
   return error(errc::BAD_CONFIG,
-                    "checkpoint " + d.path + " was written by a model of config hash " +
-                        std::to_string(h.config_hash) + " cut into " + std::to_string(h.num_stages) +
-                        " stages; this process has config hash " + std::to_string(config_hash) + " and " +
-                        std::to_string(num_stages) +
-                        " stages: run with that model config, or point --checkpoint-dir at another folder");
+               "checkpoint " + d.path + " was written by a model of config hash " + std::to_string(h.config_hash) +
+                   " cut into " + std::to_string(h.num_stages) + " stages; this process has config hash " +
+                   std::to_string(config_hash) + " and " + std::to_string(num_stages) +
+                   " stages: run with that model config, or point --checkpoint-dir at another folder");
 }
 
 /// The temporary file being written now, for abandon_partial_write(), which
@@ -174,7 +175,7 @@ error misfit(const checkpoint_data& d, uint32_t num_stages, uint64_t config_hash
 char partial_path[4096];
 std::atomic<bool> partial_pending{false};
 
-} // namespace
+}  // namespace
 
 checkpoint_store::checkpoint_store(std::string dir, int keep) : dir_(std::move(dir)), keep_(std::max(1, keep)) {}
 
@@ -234,8 +235,7 @@ result<std::string> checkpoint_store::write(const checkpoint_header& h, const st
 }
 
 result<std::optional<checkpoint_data>> checkpoint_store::newest(checkpoint_header::kind what, int index,
-                                                                       uint32_t num_stages,
-                                                                       uint64_t config_hash) const {
+                                                                uint32_t num_stages, uint64_t config_hash) const {
   const fs::path folder_path = folder(what, index);
   remove_dead_partials(folder_path);
   int skipped = 0;
@@ -250,8 +250,8 @@ result<std::optional<checkpoint_data>> checkpoint_store::newest(checkpoint_heade
       return err;
     if (data->header.what != what || data->header.index != index)
       return error(errc::BAD_CONFIG, "checkpoint " + data->path + " belongs to another folder (" +
-                                              prefix(data->header.what) + std::to_string(data->header.index) +
-                                              "): move it back");
+                                         prefix(data->header.what) + std::to_string(data->header.index) +
+                                         "): move it back");
     data->skipped = skipped;
     return std::optional<checkpoint_data>{std::move(*data)};
   }
@@ -265,8 +265,7 @@ std::optional<checkpoint_store::latest> checkpoint_store::latest_written(checkpo
     return std::nullopt;
   std::error_code ec;
   const auto written = fs::last_write_time(files.front().second, ec);
-  const double age = ec ? 0.0
-                        : std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count();
+  const double age = ec ? 0.0 : std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count();
   return latest{files.front().first, age};
 }
 
@@ -309,8 +308,8 @@ result<trainer_position> decode_position(const std::string& text) {
   trainer_position p;
   in >> magic >> version >> key_step >> p.step >> key_samples >> p.samples >> key_rng >> std::ws;
   std::getline(in, p.rng);
-  if (!in || magic != "swarm-trainer-position" || version != "1" || key_step != "step" ||
-      key_samples != "samples" || key_rng != "rng" || p.step < 0 || p.samples < 0 || p.rng.empty())
+  if (!in || magic != "swarm-trainer-position" || version != "1" || key_step != "step" || key_samples != "samples" ||
+      key_rng != "rng" || p.step < 0 || p.samples < 0 || p.rng.empty())
     return error(errc::BAD_REQUEST, "not a trainer position");
   return p;
 }
@@ -331,7 +330,7 @@ result<int> claim_trainer_slot(const checkpoint_store& store, int wanted) {
   }
   if (wanted >= 0)
     return error(errc::BAD_CONFIG, "trainer slot " + std::to_string(wanted) + " of " + store.dir() +
-                                     " is held by another running trainer (--trainer-slot)");
+                                       " is held by another running trainer (--trainer-slot)");
   return error(errc::INTERNAL, "every trainer slot of " + store.dir() + " is held");
 }
 
@@ -344,4 +343,4 @@ bool checkpoint_due(int64_t step, const std::optional<checkpoint_store::latest>&
   return newest ? newest->age_s >= every_s : since_s >= every_s;
 }
 
-} // namespace swarm
+}  // namespace swarm

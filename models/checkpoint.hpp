@@ -55,8 +55,8 @@ public:
   /// The newest whole, uncorrupted checkpoint of a folder (nullopt when none),
   /// each bad file skipped with a warning. BAD_CONFIG when that newest one was
   /// written by another model config or stage count: never loaded.
-  [[nodiscard]] result<std::optional<checkpoint_data>>
-  newest(checkpoint_header::kind what, int index, uint32_t num_stages, uint64_t config_hash) const;
+  [[nodiscard]] result<std::optional<checkpoint_data>> newest(checkpoint_header::kind what, int index,
+                                                              uint32_t num_stages, uint64_t config_hash) const;
 
   /// Step of the newest file by name alone (no reading) and its age in seconds;
   /// nullopt when the folder holds none. Decides when the next one is due.
@@ -115,4 +115,4 @@ struct trainer_position {
 [[nodiscard]] bool checkpoint_due(int64_t step, const std::optional<checkpoint_store::latest>& newest,
                                   int64_t every_steps, double every_s, double since_s);
 
-} // namespace swarm
+}  // namespace swarm

@@ -122,4 +122,4 @@ result<generation_result> generate(const generation_request& r, const next_logit
   return out;
 }
 
-} // namespace swarm
+}  // namespace swarm

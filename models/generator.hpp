@@ -50,7 +50,7 @@ private:
 struct generation_request {
   std::vector<int64_t> context;  ///< the prompt's tokens (at least one)
   int64_t max_new_tokens = 200;
-  int64_t eos = -1;              ///< stop once this is drawn (-1: never)
+  int64_t eos = -1;  ///< stop once this is drawn (-1: never)
   int64_t seq_len = 128;
   double temperature = 0.8;
   int64_t top_k = 40;
@@ -69,4 +69,4 @@ struct generation_result {
 [[nodiscard]] result<generation_result> generate(const generation_request& r, const next_logits_fn& logits,
                                                  const std::function<void(int64_t)>& on_token);
 
-} // namespace swarm
+}  // namespace swarm

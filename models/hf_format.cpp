@@ -38,4 +38,4 @@ std::string hf_config_json(const model_config& m) {
   return c.dump(2) + "\n";
 }
 
-} // namespace swarm
+}  // namespace swarm

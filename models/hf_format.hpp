@@ -23,4 +23,4 @@ namespace swarm {
 /// config.json for transformers (the family's config class), keys sorted.
 [[nodiscard]] std::string hf_config_json(const model_config& m);
 
-} // namespace swarm
+}  // namespace swarm

@@ -28,10 +28,14 @@ std::string shape_text(const std::vector<int64_t>& s) {
 }
 
 at::ScalarType dtype_of(const std::string& name) {
-  if (name == "F32") return torch::kFloat;
-  if (name == "F16") return torch::kHalf;
-  if (name == "BF16") return torch::kBFloat16;
-  if (name == "F64") return torch::kDouble;
+  if (name == "F32")
+    return torch::kFloat;
+  if (name == "F16")
+    return torch::kHalf;
+  if (name == "BF16")
+    return torch::kBFloat16;
+  if (name == "F64")
+    return torch::kDouble;
   return torch::kByte;  // not a weight type: refused by the caller
 }
 
@@ -67,7 +71,7 @@ std::string file_alias(const safetensors_file& f, const hf_tensor& want, const m
   return want.file_name;
 }
 
-} // namespace
+}  // namespace
 
 result<std::string> write_hf_weights(const model_config& m, const named_tensors& params) {
   const auto layout = hf_layout(m);
@@ -84,8 +88,8 @@ result<std::string> write_hf_weights(const model_config& m, const named_tensors&
     if (k.sizes().vec() != t.shape)
       return error(errc::BAD_REQUEST, "parameter " + t.param + " is " + shape_text(k.sizes().vec()) + ", " +
                                           t.file_name + " must be " + shape_text(t.shape));
-    tensors.push_back({t.file_name, "F32", t.shape,
-                       std::string_view(static_cast<const char*>(k.data_ptr()), k.nbytes())});
+    tensors.push_back(
+        {t.file_name, "F32", t.shape, std::string_view(static_cast<const char*>(k.data_ptr()), k.nbytes())});
   }
   // "format": transformers reads a safetensors file only when it says pt.
   return write_safetensors(tensors, {{"format", "pt"}, {"swarm_model", m.arch}});
@@ -118,8 +122,8 @@ result<named_tensors> read_hf_weights(const model_config& m, const std::string& 
     const std::string name = file_alias(*file, want, family_of(m));
     const auto* t = file->find(name);
     if (!t)
-      return bad("tensor " + want.file_name + " is missing (this model: " + m.arch + ", " +
-                 std::to_string(m.n_layers) + " layers, d_model " + std::to_string(m.d_model) + ")");
+      return bad("tensor " + want.file_name + " is missing (this model: " + m.arch + ", " + std::to_string(m.n_layers) +
+                 " layers, d_model " + std::to_string(m.d_model) + ")");
     used.insert(name);
     if (!readable_dtype(t->dtype))
       return bad("tensor " + name + " is " + t->dtype + ": only F32, F16, BF16 and F64 weights can be read");
@@ -175,4 +179,4 @@ result<checkpoint_parameters> read_checkpoint_parameters(const model_config& m, 
   return out;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -32,7 +32,6 @@ struct checkpoint_parameters {
 };
 /// BAD_CONFIG when the folder holds no stage checkpoints, one is missing, or
 /// they were written by another model config (the message says which).
-[[nodiscard]] result<checkpoint_parameters> read_checkpoint_parameters(const model_config& m,
-                                                                        const std::string& dir);
+[[nodiscard]] result<checkpoint_parameters> read_checkpoint_parameters(const model_config& m, const std::string& dir);
 
-} // namespace swarm
+}  // namespace swarm

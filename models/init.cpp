@@ -9,9 +9,7 @@ namespace swarm {
 namespace {
 
 /// One SplitMix64 step: neighbouring tags give unrelated seeds.
-uint64_t mix(uint64_t x) {
-  return splitmix64_finish(x + 0x9e3779b97f4a7c15ULL);
-}
+uint64_t mix(uint64_t x) { return splitmix64_finish(x + 0x9e3779b97f4a7c15ULL); }
 
 }  // namespace
 

@@ -20,9 +20,7 @@ constexpr double init_std = 0.02;
 constexpr uint64_t embeddings_tag = 0;
 constexpr uint64_t head_tag = uint64_t{1} << 40;
 constexpr uint64_t boundary_tag = uint64_t{2} << 40;  // + 2 stage: up into it; + 2 stage + 1: down out of it
-inline uint64_t block_tag(int64_t global_index) {
-  return 1 + static_cast<uint64_t>(global_index);
-}
+inline uint64_t block_tag(int64_t global_index) { return 1 + static_cast<uint64_t>(global_index); }
 
 /// A private generator for the sub-module `tag` names, seeded by cfg.seed, so
 /// building a model never disturbs torch's global one.

@@ -11,4 +11,4 @@ namespace swarm {
 
 using named_tensors = std::map<std::string, at::Tensor>;
 
-} // namespace swarm
+}  // namespace swarm

@@ -56,9 +56,8 @@ torch::Tensor lamb::step(LossClosure closure) {
 }
 
 std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& module, const model_config& cfg) {
-  auto options = torch::optim::AdamWOptions(learning_rate(cfg, 0))
-                     .betas({cfg.beta1, cfg.beta2})
-                     .weight_decay(cfg.weight_decay);
+  auto options =
+      torch::optim::AdamWOptions(learning_rate(cfg, 0)).betas({cfg.beta1, cfg.beta2}).weight_decay(cfg.weight_decay);
   // Decay shrinks matrices towards zero; on gains and biases it only hurts (GPT-2, nanoGPT).
   std::vector<torch::Tensor> decay, no_decay;
   for (auto& p : module.parameters())
@@ -79,4 +78,4 @@ void set_learning_rate(torch::optim::AdamW& optimizer, const model_config& cfg, 
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
 }
 
-} // namespace swarm
+}  // namespace swarm

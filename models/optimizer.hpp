@@ -28,7 +28,7 @@ namespace swarm {
 /// need nothing new). Per tensor: m, v as AdamW (bias-corrected), r = m / (sqrt(v) + eps)
 /// + weight_decay w, w -= lr x (||w|| / ||r||) r, the ratio 1 where either norm is 0.
 class lamb : public torch::optim::AdamW {
- public:
+public:
   using torch::optim::AdamW::AdamW;
   torch::Tensor step(LossClosure closure = nullptr) override;
 };
@@ -40,4 +40,4 @@ class lamb : public torch::optim::AdamW {
 /// Sets every parameter group's rate to learning_rate(cfg, step).
 void set_learning_rate(torch::optim::AdamW& optimizer, const model_config& cfg, int64_t step);
 
-} // namespace swarm
+}  // namespace swarm

@@ -15,7 +15,8 @@ error load_parameters(torch::nn::Module& module, const named_tensors& values) {
       return error(errc::NON_FINITE, "parameter " + p.key() + " holds NaN or Inf");
   }
   torch::NoGradGuard no_grad;
-  for (auto& p : params) p.value().copy_(values.at(p.key()));
+  for (auto& p : params)
+    p.value().copy_(values.at(p.key()));
   return error{};
 }
 

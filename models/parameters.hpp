@@ -14,7 +14,8 @@ namespace swarm {
 /// "[8, 64, 32] Float": a tensor's shape and type, for error messages.
 inline std::string shape_of(const torch::Tensor& t) {
   std::string s = "[";
-  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  for (int64_t d = 0; d < t.dim(); ++d)
+    s += (d ? ", " : "") + std::to_string(t.size(d));
   return s + "] " + std::string{c10::toString(t.scalar_type())};
 }
 

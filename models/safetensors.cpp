@@ -15,9 +15,7 @@ using json = nlohmann::json;
 constexpr uint64_t max_header_bytes = 100'000'000;  // the reference implementation's cap
 constexpr const char* metadata_key = "__metadata__";
 
-error bad(const std::string& what) {
-  return error{errc::BAD_REQUEST, "safetensors: " + what};
-}
+error bad(const std::string& what) { return error{errc::BAD_REQUEST, "safetensors: " + what}; }
 
 /// Elements of `shape` times `size` bytes, or false on overflow or a negative dimension.
 bool byte_count(const std::vector<int64_t>& shape, int size, uint64_t& out) {
@@ -33,7 +31,7 @@ bool byte_count(const std::vector<int64_t>& shape, int size, uint64_t& out) {
   return true;
 }
 
-} // namespace
+}  // namespace
 
 const safetensor* safetensors_file::find(const std::string& name) const {
   for (const auto& t : tensors)
@@ -106,8 +104,8 @@ result<safetensors_file> parse_safetensors(std::string_view file) {
       return bad(where + "data_offsets " + offsets->dump() + " is not [begin, end]");
     const auto begin = (*offsets)[0].get<uint64_t>(), end = (*offsets)[1].get<uint64_t>();
     if (begin > end || end > data.size())
-      return bad(where + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                 "] outside the " + std::to_string(data.size()) + " bytes of data");
+      return bad(where + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] outside the " +
+                 std::to_string(data.size()) + " bytes of data");
     uint64_t bytes = 0;
     if (!byte_count(t.shape, safetensors_dtype_size(t.dtype), bytes) || bytes != end - begin)
       return bad(where + "shape " + shape->dump() + " of " + t.dtype + " does not fill its " +
@@ -117,9 +115,8 @@ result<safetensors_file> parse_safetensors(std::string_view file) {
     out.tensors.push_back(std::move(t));
   }
   // The tensors tile the data: sorted by offset, each begins where the last ended.
-  std::sort(spans.begin(), spans.end(), [](const span& a, const span& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(spans.begin(), spans.end(),
+            [](const span& a, const span& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   uint64_t at = 0;
   for (const auto& s : spans) {
     if (s.begin != at)
@@ -169,4 +166,4 @@ result<std::string> write_safetensors(const std::vector<safetensor>& tensors,
   return out;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -24,9 +24,9 @@ namespace swarm {
 
 struct safetensor {
   std::string name;
-  std::string dtype;            ///< F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL
+  std::string dtype;  ///< F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL
   std::vector<int64_t> shape;
-  std::string_view data;        ///< parse: a view into the file's bytes; write: the bytes to write
+  std::string_view data;  ///< parse: a view into the file's bytes; write: the bytes to write
 };
 
 struct safetensors_file {
@@ -48,4 +48,4 @@ struct safetensors_file {
 [[nodiscard]] result<std::string> write_safetensors(const std::vector<safetensor>& tensors,
                                                     const std::map<std::string, std::string>& metadata);
 
-} // namespace swarm
+}  // namespace swarm

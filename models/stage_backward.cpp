@@ -10,9 +10,7 @@ torch::Tensor as_grad_leaf(const torch::Tensor& inputs) {
   return inputs.detach().clone().requires_grad_(true);
 }
 
-torch::Tensor grad_of(const torch::Tensor& leaf) {
-  return leaf.requires_grad() ? leaf.grad() : torch::Tensor{};
-}
+torch::Tensor grad_of(const torch::Tensor& leaf) { return leaf.requires_grad() ? leaf.grad() : torch::Tensor{}; }
 
 torch::Tensor stage_backward(stage_module& stage, const torch::Tensor& inputs, const torch::Tensor& output_grad) {
   torch::AutoGradMode grad_mode(true);

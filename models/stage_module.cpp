@@ -39,7 +39,8 @@ void stage_module_impl::build_blocks(const model_config& cfg) {
     // Global index in the name, so a stage's parameter names match the full model's.
     auto blk = register_module("block" + std::to_string(i), make_block(cfg));
     blk->init(gen, init_std, residual_std);
-    for (int r = 0; r < share; ++r) blocks_.push_back(blk);
+    for (int r = 0; r < share; ++r)
+      blocks_.push_back(blk);
   }
 }
 
@@ -76,9 +77,7 @@ void stage_module_impl::build_head(const model_config& cfg) {
   init_linear(*head_, init_std, gen);
 }
 
-torch::Tensor stage_module_impl::cut_in(const torch::Tensor& x) {
-  return boundary_up_ ? boundary_up_(x) : x;
-}
+torch::Tensor stage_module_impl::cut_in(const torch::Tensor& x) { return boundary_up_ ? boundary_up_(x) : x; }
 
 torch::Tensor stage_module_impl::cut_out(const torch::Tensor& h) {
   if (!boundary_norm_)
@@ -118,7 +117,8 @@ torch::Tensor stage_module_impl::forward_cached(const torch::Tensor& x, std::vec
 
 torch::Tensor stage_module_impl::forward_body(const torch::Tensor& x) {
   torch::Tensor h = span_.has_embedding() ? embed(x, 0) : cut_in(x);
-  for (auto& blk : blocks_) h = blk->forward(h);
+  for (auto& blk : blocks_)
+    h = blk->forward(h);
   return finish(h);
 }
 
@@ -126,13 +126,12 @@ torch::Tensor stage_module_impl::forward_cached_body(const torch::Tensor& x, std
   cache.resize(blocks_.size());
   const int64_t first = cache.empty() ? 0 : cache.front().positions();
   torch::Tensor h = span_.has_embedding() ? embed(x, first) : cut_in(x);
-  for (size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->forward_cached(h, cache[i]);
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    h = blocks_[i]->forward_cached(h, cache[i]);
   return finish(h);
 }
 
-stage_module make_full_model(const model_config& cfg) {
-  return stage_module(cfg, partition_layers(cfg, 1).at(0));
-}
+stage_module make_full_model(const model_config& cfg) { return stage_module(cfg, partition_layers(cfg, 1).at(0)); }
 
 error whole_model_error(const model_config& cfg, const std::string& who) {
   if (cfg.boundary == "none")

@@ -27,16 +27,15 @@ error wrong_shape(const torch::Tensor& t, const char* name, const std::string& e
 
 /// Token ids: int64 [B, T], 1 <= B, 1 <= T <= seq_len, ids in [0, vocab).
 error check_tokens(const torch::Tensor& t, const char* name, const model_config& cfg) {
-  const bool ok = t.defined() && t.scalar_type() == torch::kLong && t.dim() == 2 && t.size(0) >= 1 &&
-                  t.size(1) >= 1 && t.size(1) <= cfg.seq_len;
+  const bool ok = t.defined() && t.scalar_type() == torch::kLong && t.dim() == 2 && t.size(0) >= 1 && t.size(1) >= 1 &&
+                  t.size(1) <= cfg.seq_len;
   if (!ok)
     return t.defined() ? wrong_shape(t, name, "[B, T<=" + std::to_string(cfg.seq_len) + "] Long")
                        : error(errc::BAD_REQUEST, std::string{name} + " missing");
   const auto lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
   if (lo < 0 || hi >= cfg.vocab)
-    return error(errc::BAD_REQUEST, std::string{name} + " hold token ids outside [0, " +
-                                             std::to_string(cfg.vocab) + "): min " + std::to_string(lo) + ", max " +
-                                             std::to_string(hi));
+    return error(errc::BAD_REQUEST, std::string{name} + " hold token ids outside [0, " + std::to_string(cfg.vocab) +
+                                        "): min " + std::to_string(lo) + ", max " + std::to_string(hi));
   return error{};
 }
 
@@ -51,8 +50,8 @@ error check_hidden(const torch::Tensor& t, const char* name, const model_config&
                   t.size(1) >= 1 && t.size(1) <= cfg.seq_len && t.size(2) == cfg.wire_width();
   if (!ok)
     return t.defined() ? wrong_shape(t, name,
-                                     "[B, T<=" + std::to_string(cfg.seq_len) + ", " +
-                                         std::to_string(cfg.wire_width()) + "] Float")
+                                     "[B, T<=" + std::to_string(cfg.seq_len) + ", " + std::to_string(cfg.wire_width()) +
+                                         "] Float")
                        : error(errc::BAD_REQUEST, std::string{name} + " missing");
   return check_finite(t, name);
 }
@@ -63,7 +62,7 @@ error check_inputs(const torch::Tensor& t, const stage_span& span, const model_c
 
 /// `t` must be [B, T(, d_model)] of the batch and length of `inputs`.
 error check_same_batch(const torch::Tensor& t, const char* name, const torch::Tensor& inputs,
-                            const std::string& expected) {
+                       const std::string& expected) {
   if (t.size(0) != inputs.size(0) || t.size(1) != inputs.size(1))
     return wrong_shape(t, name, expected + " (the inputs are " + shape_of(inputs) + ")");
   return error{};
@@ -91,8 +90,7 @@ stage_span checked_span(const model_config& cfg, int stage, int num_stages) {
   return spans[static_cast<size_t>(stage)];
 }
 
-} // namespace
-
+}  // namespace
 
 stage_worker::stage_worker(const model_config& cfg, int stage, int num_stages, const std::string& device)
     : impl_(std::make_unique<impl>(cfg, checked_span(cfg, stage, num_stages), usable_device(device))) {}
@@ -102,7 +100,7 @@ stage_worker::stage_worker(stage_worker&&) noexcept = default;
 stage_worker& stage_worker::operator=(stage_worker&&) noexcept = default;
 
 result<forward_result> stage_worker::forward(const torch::Tensor& inputs_in, const torch::Tensor* targets_in,
-                                                   const commit_gate& gate, const std::string& cache_key) {
+                                             const commit_gate& gate, const std::string& cache_key) {
   auto& m = *impl_;
   try {
     const auto inputs = inputs_in.defined() ? inputs_in.to(m.device) : inputs_in;
@@ -111,8 +109,8 @@ result<forward_result> stage_worker::forward(const torch::Tensor& inputs_in, con
     forward_result result;
     if (!m.span().has_head()) {
       if (targets_in)
-        return error(errc::BAD_REQUEST, "targets given to stage " + std::to_string(m.span().stage) +
-                                                 ", which is not the last");
+        return error(errc::BAD_REQUEST,
+                     "targets given to stage " + std::to_string(m.span().stage) + ", which is not the last");
       if (!cache_key.empty() && m.cache.enabled()) {
         auto recorded = stage_forward_recorded(m.module, inputs);
         result.outputs = recorded.outputs.detach();
@@ -163,15 +161,16 @@ result<float> stage_worker::evaluate(const torch::Tensor& inputs_in, const torch
       return error(errc::NON_FINITE, "validation loss is not finite");
     return loss;
   } catch (const std::exception& e) {
-    return error(errc::INTERNAL, std::string{"validation on stage "} + std::to_string(m.span().stage) + ": " + e.what());
+    return error(errc::INTERNAL,
+                 std::string{"validation on stage "} + std::to_string(m.span().stage) + ": " + e.what());
   }
 }
 
 result<at::Tensor> stage_worker::next_logits(const torch::Tensor& inputs_in) {
   auto& m = *impl_;
   if (!m.span().has_head())
-    return error(errc::BAD_REQUEST, "logits asked of stage " + std::to_string(m.span().stage) +
-                                        ", which is not the last");
+    return error(errc::BAD_REQUEST,
+                 "logits asked of stage " + std::to_string(m.span().stage) + ", which is not the last");
   try {
     const auto inputs = inputs_in.defined() ? inputs_in.to(m.device) : inputs_in;
     if (auto err = check_inputs(inputs, m.span(), m.cfg))
@@ -187,8 +186,8 @@ result<at::Tensor> stage_worker::next_logits(const torch::Tensor& inputs_in) {
 }
 
 result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, const torch::Tensor& grad_in,
-                                                     const commit_gate& gate, std::optional<int64_t> forward_step,
-                                                     const std::string& cache_key) {
+                                               const commit_gate& gate, std::optional<int64_t> forward_step,
+                                               const std::string& cache_key) {
   auto& m = *impl_;
   if (m.span().has_head())
     return error(errc::BAD_REQUEST, "backward on the last stage (its forward already ran backward)");
@@ -322,11 +321,11 @@ error stage_worker::apply_gradient(const std::vector<float>& mean_grad, double o
   const auto expected = static_cast<size_t>(parameter_count());
   if (mean_grad.size() != expected)
     return error(errc::WRONG_SHAPE, "gradient of " + std::to_string(mean_grad.size()) + " values for stage " +
-                                             std::to_string(m.span().stage) + " expected " + std::to_string(expected));
+                                        std::to_string(m.span().stage) + " expected " + std::to_string(expected));
   for (size_t i = 0; i < mean_grad.size(); ++i)
     if (!std::isfinite(mean_grad[i]))
       return error(errc::NON_FINITE, "gradient for stage " + std::to_string(m.span().stage) + " holds " +
-                                              std::to_string(mean_grad[i]) + " at index " + std::to_string(i));
+                                         std::to_string(mean_grad[i]) + " at index " + std::to_string(i));
   try {
     size_t offset = 0;
     for (auto& p : m.params) {
@@ -386,4 +385,4 @@ int64_t stage_worker::parameter_count() const {
   return n;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -40,9 +40,10 @@ namespace swarm {
 /// Asked once a microbatch's gradients are computed and finite, before they are
 /// added to the accumulator: the caller's exactly-once rule (see stage_server).
 struct commit_decision {
-  bool add = true;     ///< false: already added once; reply without adding again
-  bool hold = false;   ///< add later: kept apart until settle_held(), while the caller learns whether its reply was in time
-  error reject;        ///< set: discard the gradients and fail the request with it
+  bool add = true;  ///< false: already added once; reply without adding again
+  bool hold =
+      false;     ///< add later: kept apart until settle_held(), while the caller learns whether its reply was in time
+  error reject;  ///< set: discard the gradients and fail the request with it
 };
 using commit_gate = std::function<commit_decision()>;
 
@@ -59,13 +60,13 @@ struct local_gradient {
 
 /// What the activation cache (stage_worker::set_activation_cache) did.
 struct activation_cache_stats {
-  int64_t hits = 0;        ///< backwards that ran on their forward's recorded graph
-  int64_t misses = 0;      ///< backwards with a key that found none (or another microbatch's): recomputed
-  int64_t stepped = 0;     ///< recorded forwards dropped because the parameters stepped before their backward
-  int64_t evicted = 0;     ///< recorded forwards dropped for room (or alone over the budget)
-  int64_t bytes = 0;       ///< held now (recorded_forward_bytes estimates)
-  int64_t peak_bytes = 0;  ///< most held at once
-  int64_t limit_bytes = 0; ///< the budget; 0 = off
+  int64_t hits = 0;         ///< backwards that ran on their forward's recorded graph
+  int64_t misses = 0;       ///< backwards with a key that found none (or another microbatch's): recomputed
+  int64_t stepped = 0;      ///< recorded forwards dropped because the parameters stepped before their backward
+  int64_t evicted = 0;      ///< recorded forwards dropped for room (or alone over the budget)
+  int64_t bytes = 0;        ///< held now (recorded_forward_bytes estimates)
+  int64_t peak_bytes = 0;   ///< most held at once
+  int64_t limit_bytes = 0;  ///< the budget; 0 = off
 };
 
 /// What one forward pass gives: the stage's outputs, or on the last stage the
@@ -100,7 +101,7 @@ public:
   /// `cache_key` (a non-last stage with the activation cache on): the
   /// forward is recorded and kept for the backward given the same key.
   [[nodiscard]] result<forward_result> forward(const at::Tensor& inputs, const at::Tensor* targets = nullptr,
-                                                      const commit_gate& gate = {}, const std::string& cache_key = {});
+                                               const commit_gate& gate = {}, const std::string& cache_key = {});
 
   /// Validation on the last stage: the mean loss of `inputs` against
   /// `targets`, same checks as forward; no backward, nothing accumulated.
@@ -126,9 +127,9 @@ public:
   /// is still there, of these exact inputs, and the parameters have not
   /// stepped since (same gradients bit for bit); else it recomputes as above.
   [[nodiscard]] result<backward_result> backward(const at::Tensor& inputs, const at::Tensor& output_grad,
-                                                        const commit_gate& gate = {},
-                                                        std::optional<int64_t> forward_step = std::nullopt,
-                                                        const std::string& cache_key = {});
+                                                 const commit_gate& gate = {},
+                                                 std::optional<int64_t> forward_step = std::nullopt,
+                                                 const std::string& cache_key = {});
 
   /// Keeps recorded forwards for their backward, up to `bytes` of them
   /// (estimated: recorded_forward_bytes in models/stage_backward.hpp), oldest dropped
@@ -200,4 +201,4 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
-} // namespace swarm
+}  // namespace swarm

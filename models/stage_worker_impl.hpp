@@ -40,7 +40,7 @@ struct stage_worker::impl {
   /// (stage_worker::backward); empty on the last stage, whose forward runs its
   /// backward, and after an import.
   std::deque<std::vector<torch::Tensor>> previous;
-  bool held_stale = false;  ///< the held microbatch was computed on `previous`
+  bool held_stale = false;        ///< the held microbatch was computed on `previous`
   swarm::activation_cache cache;  ///< recorded forwards awaiting their backward
 
   torch::Device device;
@@ -151,7 +151,7 @@ struct stage_worker::impl {
     if (!finite) {
       clear_param_grads();
       return error(errc::NON_FINITE, "stage " + std::to_string(span().stage) +
-                                              ": loss or gradients are NaN or Inf for these inputs; dropped");
+                                         ": loss or gradients are NaN or Inf for these inputs; dropped");
     }
     const auto decision = gate ? gate() : commit_decision{};
     duplicate = !decision.add;
@@ -179,4 +179,4 @@ struct stage_worker::impl {
   }
 };
 
-} // namespace swarm
+}  // namespace swarm

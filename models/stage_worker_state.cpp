@@ -58,7 +58,7 @@ torch::Tensor read_tensor(torch::serialize::InputArchive& in, const std::string&
   return t.detach().contiguous();
 }
 
-} // namespace
+}  // namespace
 
 std::string stage_worker::export_state() const {
   const auto& m = *impl_;
@@ -115,7 +115,7 @@ error stage_worker::import_state(const std::string& bytes) {
     const std::string there = span_string(st.span[0], st.span[1], st.span[2], st.span[3]);
     if (st.names != join(m.names))
       return error(errc::WRONG_SHAPE, "state of " + there + " does not fit " + here +
-                                               ": its parameters are named differently (another stage or model)");
+                                          ": its parameters are named differently (another stage or model)");
     for (size_t i = 0; i < m.params.size(); ++i) {
       const auto idx = std::to_string(i);
       st.params.push_back(read_tensor(in, "param_" + idx));
@@ -131,9 +131,8 @@ error stage_worker::import_state(const std::string& bytes) {
         if (t == &st.max_exp_avg_sq[i] && !t->defined())
           continue;
         if (!t->defined() || t->scalar_type() != torch::kFloat32 || t->sizes() != p.sizes())
-          return error(errc::WRONG_SHAPE, "state of " + there + " does not fit " + here + ": " + m.names[i] +
-                                                   " is " + (t->defined() ? shape_of(*t) : "missing") + " expected " +
-                                                   shape_of(p));
+          return error(errc::WRONG_SHAPE, "state of " + there + " does not fit " + here + ": " + m.names[i] + " is " +
+                                              (t->defined() ? shape_of(*t) : "missing") + " expected " + shape_of(p));
         if (!all_finite(*t))
           return error(errc::NON_FINITE, "state of " + there + ": " + m.names[i] + " holds NaN or Inf");
       }
@@ -183,4 +182,4 @@ const stage_span& stage_worker::span() const { return impl_->span(); }
 
 torch::Device stage_worker::device() const { return impl_->device; }
 
-} // namespace swarm
+}  // namespace swarm

@@ -69,7 +69,7 @@ struct link {
   }
 };
 
-} // namespace
+}  // namespace
 
 uint32_t basp_payload_size(const unsigned char* h) {
   return (uint32_t{h[4]} << 24) | (uint32_t{h[5]} << 16) | (uint32_t{h[6]} << 8) | uint32_t{h[7]};
@@ -276,4 +276,4 @@ guard_stats basp_guard::stats() const {
   return impl_->stats;
 }
 
-} // namespace swarm
+}  // namespace swarm

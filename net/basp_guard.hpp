@@ -37,7 +37,7 @@ namespace swarm {
 constexpr size_t basp_header_size = 32;
 
 struct basp_limits {
-  uint32_t max_handshake = 1024;               ///< a real client handshake is ~32 bytes
+  uint32_t max_handshake = 1024;                    ///< a real client handshake is ~32 bytes
   uint64_t max_payload = (16u << 20) + (1u << 20);  ///< net.chunk-bytes and headroom
 };
 
@@ -63,7 +63,7 @@ struct guard_options {
   uint16_t port = 0;               ///< public port; 0 = any free one
   uint16_t backend_port = 0;       ///< CAF's port on 127.0.0.1
   basp_limits limits;
-  bool tls = false;                ///< the backend speaks TLS: pass records, not BASP frames
+  bool tls = false;  ///< the backend speaks TLS: pass records, not BASP frames
   std::chrono::seconds handshake_timeout{10};
   std::chrono::seconds idle_timeout{120};  ///< well above the heartbeat interval
   int max_connections = 256;
@@ -92,4 +92,4 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
-} // namespace swarm
+}  // namespace swarm

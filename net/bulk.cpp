@@ -23,7 +23,7 @@ namespace {
 
 const auto lookup_name = caf::atom("swarmbulk");
 
-} // namespace
+}  // namespace
 
 std::vector<std::unique_ptr<peer_link>> bulk_endpoint::impl::sweep_ended() {
   std::vector<std::unique_ptr<peer_link>> ended;
@@ -303,4 +303,4 @@ bulk_stats bulk_endpoint::stats() const {
   return impl_->stats;
 }
 
-} // namespace swarm
+}  // namespace swarm

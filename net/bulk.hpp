@@ -91,7 +91,7 @@ struct bulk_options {
   /// this long mid-frame closes (its frame dropped, its room freed). Between
   /// frames a connection may idle for ever.
   std::chrono::seconds read_timeout{30};
-  int max_connections = 256;       ///< accepted connections at once; more are refused
+  int max_connections = 256;                 ///< accepted connections at once; more are refused
   std::chrono::seconds connect_timeout{10};  ///< lookup and connect to a peer, each
   std::chrono::seconds write_timeout{60};    ///< a write that moves nothing this long breaks the connection
   std::shared_ptr<const tls_context> tls;    ///< mutual TLS on every connection, both ways; null = plain TCP
@@ -100,13 +100,13 @@ struct bulk_options {
 /// Counters, for benchmarks and tests.
 struct bulk_stats {
   uint64_t frames_sent = 0, bytes_sent = 0, frames_received = 0, bytes_received = 0;
-  uint64_t send_failures = 0;      ///< frames dropped because the peer could not be reached or the write failed
-  uint64_t bad_frames = 0;         ///< connections closed for garbage
-  uint64_t strangers = 0;          ///< connections closed before a hello naming this endpoint's token
-  uint64_t undeliverable = 0;      ///< frames for an actor not attached here (gone)
-  uint64_t frames_waited = 0;      ///< frames that waited for room under max_pending
-  uint64_t stalled = 0;            ///< connections closed mid-frame (no room in time, or no bytes)
-  uint64_t peak_pending = 0;       ///< most bytes held in frames being received at once
+  uint64_t send_failures = 0;  ///< frames dropped because the peer could not be reached or the write failed
+  uint64_t bad_frames = 0;     ///< connections closed for garbage
+  uint64_t strangers = 0;      ///< connections closed before a hello naming this endpoint's token
+  uint64_t undeliverable = 0;  ///< frames for an actor not attached here (gone)
+  uint64_t frames_waited = 0;  ///< frames that waited for room under max_pending
+  uint64_t stalled = 0;        ///< connections closed mid-frame (no room in time, or no bytes)
+  uint64_t peak_pending = 0;   ///< most bytes held in frames being received at once
 };
 
 class bulk_endpoint {
@@ -182,4 +182,4 @@ private:
   std::map<uint64_t, continuation> claims_;
 };
 
-} // namespace swarm
+}  // namespace swarm

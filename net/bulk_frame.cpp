@@ -25,4 +25,4 @@ std::string judge_hello(const bulk_hello& h, const bulk_token& expected) {
   return "";
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -56,4 +56,4 @@ static_assert(sizeof(bulk_hello) == 24, "a bulk hello is 24 bytes on the wire");
 /// Why a hello is refused, or empty when it names `expected`.
 [[nodiscard]] std::string judge_hello(const bulk_hello& h, const bulk_token& expected);
 
-} // namespace swarm
+}  // namespace swarm

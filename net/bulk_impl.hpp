@@ -120,4 +120,4 @@ struct bulk_endpoint::impl {
   void accept_loop();
 };
 
-} // namespace swarm
+}  // namespace swarm

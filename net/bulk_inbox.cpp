@@ -63,4 +63,4 @@ void bulk_inbox::evict(clock::time_point now) {
   }
 }
 
-} // namespace swarm
+}  // namespace swarm

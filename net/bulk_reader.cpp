@@ -33,13 +33,13 @@ bool bulk_endpoint::impl::reserve(uint64_t n, const std::string& who) {
   std::unique_lock<std::mutex> lock(m);
   if (pending + n > opts.max_pending) {
     ++stats.frames_waited;
-    get_logger("bulk")->warn("a frame of {} bytes from {} waits: frames being received hold {} of {} bytes", n,
-                             who, pending, opts.max_pending);
+    get_logger("bulk")->warn("a frame of {} bytes from {} waits: frames being received hold {} of {} bytes", n, who,
+                             pending, opts.max_pending);
     if (!room.wait_for(lock, opts.read_timeout, [&] { return stopping || pending + n <= opts.max_pending; }) ||
         stopping) {
       ++stats.stalled;
-      get_logger("bulk")->warn("closed a bulk connection from {}: no room for its frame of {} bytes within {} s",
-                               who, n, opts.read_timeout.count());
+      get_logger("bulk")->warn("closed a bulk connection from {}: no room for its frame of {} bytes within {} s", who,
+                               n, opts.read_timeout.count());
       return false;
     }
   }
@@ -99,8 +99,7 @@ bool bulk_endpoint::impl::greeted(tls_link& in, int fd, const std::string& who) 
   std::lock_guard<std::mutex> lock(m);
   ++stats.strangers;
   if (warned.size() < 1024 && warned.insert(who).second)
-    get_logger("bulk")->warn("closed a bulk connection from {}: {} (further ones from it are not logged)", who,
-                             why);
+    get_logger("bulk")->warn("closed a bulk connection from {}: {} (further ones from it are not logged)", who, why);
   return false;
 }
 
@@ -159,4 +158,4 @@ void bulk_endpoint::impl::accept_loop() {
   });
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -37,7 +37,8 @@ caf::expected<std::string> chunk_assembler::finish(const caf::actor_addr& from, 
     return tail;
   auto it = partial_.find({from, transfer_id});
   if (it == partial_.end())
-    return make_error(errc::BAD_REQUEST, "transfer " + std::to_string(transfer_id) + " finished before any chunk arrived");
+    return make_error(errc::BAD_REQUEST,
+                      "transfer " + std::to_string(transfer_id) + " finished before any chunk arrived");
   std::string whole = std::move(it->second);
   partial_.erase(it);
   whole += tail;
@@ -49,4 +50,4 @@ void chunk_assembler::forget(const caf::actor_addr& from) {
     it = it->first.first == from ? partial_.erase(it) : std::next(it);
 }
 
-} // namespace swarm
+}  // namespace swarm

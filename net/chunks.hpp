@@ -46,8 +46,7 @@ public:
 
   /// The whole payload: the pieces added for (from, transfer_id) followed by
   /// `tail`. BAD_REQUEST when transfer_id is non-zero but no piece arrived.
-  [[nodiscard]] caf::expected<std::string> finish(const caf::actor_addr& from, uint64_t transfer_id,
-                                                  std::string tail);
+  [[nodiscard]] caf::expected<std::string> finish(const caf::actor_addr& from, uint64_t transfer_id, std::string tail);
 
   /// Forgets unfinished payloads of a sender that went down.
   void forget(const caf::actor_addr& from);
@@ -58,4 +57,4 @@ private:
   std::map<std::pair<caf::actor_addr, uint64_t>, std::string> partial_;
 };
 
-} // namespace swarm
+}  // namespace swarm

@@ -97,11 +97,11 @@ json object_field(const json& j, const char* name) {
 }
 
 etcd_kv kv_of(const json& j) {
-  return {bytes_field(j, "key"), bytes_field(j, "value"), int_field(j, "create_revision"),
-          int_field(j, "mod_revision"), int_field(j, "lease")};
+  return {bytes_field(j, "key"), bytes_field(j, "value"), int_field(j, "create_revision"), int_field(j, "mod_revision"),
+          int_field(j, "lease")};
 }
 
-} // namespace
+}  // namespace
 
 namespace {
 
@@ -122,11 +122,9 @@ std::string prefix_end(std::string prefix) {
   return prefix;
 }
 
-std::string endpoint_of(const etcd_member& m) {
-  return m.host + ":" + std::to_string(m.port);
-}
+std::string endpoint_of(const etcd_member& m) { return m.host + ":" + std::to_string(m.port); }
 
-} // namespace
+}  // namespace
 
 struct etcd_client::impl {
   std::vector<etcd_member> members;
@@ -190,9 +188,9 @@ struct etcd_client::impl {
       if (stopped)
         return caf::none;
       if (streamed)  // it took the stream; it ended (etcd stopped, or went quiet for `idle`)
-        return error == httplib::Error::Read ? make_error(errc::TIMEOUT, "etcd " + path + ": quiet for " +
-                                                                             std::to_string(idle.count()) + " ms")
-                                             : make_error(errc::PEER_GONE, "etcd " + who + " " + path + ": stream ended");
+        return error == httplib::Error::Read
+                   ? make_error(errc::TIMEOUT, "etcd " + path + ": quiet for " + std::to_string(idle.count()) + " ms")
+                   : make_error(errc::PEER_GONE, "etcd " + who + " " + path + ": stream ended");
       why = who + ": " + httplib::to_string(error);
     }
     return make_error(errc::PEER_GONE, "etcd " + path + ": no member answered (" + why + ")");
@@ -234,8 +232,8 @@ struct etcd_client::impl {
         continue;
       }
       if (reply.is_discarded() || !reply.is_object())
-        return make_error(errc::INTERNAL, "etcd " + who + " " + path + ": not a JSON object (HTTP " +
-                                              std::to_string(res.status) + ")");
+        return make_error(errc::INTERNAL,
+                          "etcd " + who + " " + path + ": not a JSON object (HTTP " + std::to_string(res.status) + ")");
       if (res.status != 200) {
         std::string message = text_field(reply, "message");
         if (message.empty())
@@ -336,11 +334,12 @@ caf::expected<bool> etcd_client::put_if_leader(const etcd_leadership& l, const s
                                                const std::string& value) {
   // One transaction: the put happens only while the leader key still exists
   // with the creation revision this leader won with.
-  const json body{{"compare", json::array({{{"key", b64_encode(l.key)},
-                                            {"target", "CREATE"},
-                                            {"result", "EQUAL"},
-                                            {"create_revision", std::to_string(l.term)}}})},
-                  {"success", json::array({{{"request_put", {{"key", b64_encode(key)}, {"value", b64_encode(value)}}}}})}};
+  const json body{
+      {"compare", json::array({{{"key", b64_encode(l.key)},
+                                {"target", "CREATE"},
+                                {"result", "EQUAL"},
+                                {"create_revision", std::to_string(l.term)}}})},
+      {"success", json::array({{{"request_put", {{"key", b64_encode(key)}, {"value", b64_encode(value)}}}}})}};
   auto r = impl_->call("/v3/kv/txn", body, impl_->timeout);
   if (!r)
     return r.error();
@@ -395,4 +394,4 @@ caf::error etcd_client::resign(const etcd_leadership& l) {
   return r ? caf::error{} : r.error();
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -104,4 +104,4 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
-} // namespace swarm
+}  // namespace swarm

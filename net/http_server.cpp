@@ -25,14 +25,22 @@ using clock = std::chrono::steady_clock;
 
 const char* reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 505: return "HTTP Version Not Supported";
-    default: return status >= 500 ? "Internal Server Error" : "Error";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 413:
+      return "Payload Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return status >= 500 ? "Internal Server Error" : "Error";
   }
 }
 
@@ -110,7 +118,7 @@ std::string encode(const parsed& p) {
   return out;
 }
 
-} // namespace
+}  // namespace
 
 struct http_server::impl {
   struct conn {
@@ -170,9 +178,10 @@ struct http_server::impl {
     const auto now = clock::now();
     if (now - last_eviction_log > std::chrono::minutes(1)) {
       last_eviction_log = now;
-      get_logger("http")->warn("{} connections held open on the HTTP port (the most kept is {}): closing the "
-                               "oldest to answer new ones ({} closed so far)",
-                               conns.size() + 1, opt.max_connections, stats.evicted);
+      get_logger("http")->warn(
+          "{} connections held open on the HTTP port (the most kept is {}): closing the "
+          "oldest to answer new ones ({} closed so far)",
+          conns.size() + 1, opt.max_connections, stats.evicted);
     }
   }
 
@@ -371,13 +380,11 @@ http_server::~http_server() {
   impl_->thread.join();
 }
 
-uint16_t http_server::port() const {
-  return impl_->port;
-}
+uint16_t http_server::port() const { return impl_->port; }
 
 http_stats http_server::stats() const {
   std::lock_guard<std::mutex> lock(impl_->stats_mutex);
   return impl_->stats;
 }
 
-} // namespace swarm
+}  // namespace swarm

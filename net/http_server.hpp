@@ -49,8 +49,8 @@ struct http_stats {
 class http_server {
 public:
   /// Listens on host:port (port 0: any free one) and serves from its own thread.
-  static caf::expected<std::unique_ptr<http_server>> start(const std::string& host, uint16_t port,
-                                                           http_handler handler, http_options options = {});
+  static caf::expected<std::unique_ptr<http_server>> start(const std::string& host, uint16_t port, http_handler handler,
+                                                           http_options options = {});
   ~http_server();
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;
@@ -65,4 +65,4 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
-} // namespace swarm
+}  // namespace swarm

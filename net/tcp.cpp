@@ -34,7 +34,7 @@ bool connect_within(int fd, const addrinfo* a, std::chrono::milliseconds timeout
   return ok;
 }
 
-} // namespace
+}  // namespace
 
 caf::expected<std::pair<int, uint16_t>> listen_tcp(const std::string& host, uint16_t port, const std::string& who) {
   addrinfo hints{};
@@ -126,7 +126,6 @@ int connect_to(const std::string& host, uint16_t port, std::chrono::seconds conn
   return fd;
 }
 
-
 std::string peer_name(int fd) {
   sockaddr_storage a{};
   socklen_t len = sizeof a;
@@ -146,4 +145,4 @@ void set_receive_timeout(int fd, std::chrono::seconds timeout) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
-} // namespace swarm
+}  // namespace swarm

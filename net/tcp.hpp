@@ -71,4 +71,4 @@ void set_receive_timeout(int fd, std::chrono::seconds timeout);
 /// Writes all `n` bytes; false when the peer is gone or a write timed out.
 bool write_all(int fd, const char* p, size_t n, int flags = 0);
 
-} // namespace swarm
+}  // namespace swarm

@@ -42,7 +42,7 @@ struct peer_book {
   /// the relay may close before CAF's first handshake step asks (a prober that
   /// hangs up at once), so a closed one is kept a while. At most one per port.
   std::map<uint16_t, std::pair<std::string, std::chrono::steady_clock::time_point>> relayed;
-  std::set<std::string> warned;             ///< peers whose refusal was logged
+  std::set<std::string> warned;  ///< peers whose refusal was logged
 };
 
 peer_book& book() {
@@ -140,16 +140,17 @@ caf::error bad_file(const char* flag, const std::string& file, const std::string
 /// No prompt for an encrypted key's passphrase: a node runs unattended.
 int no_passphrase(char*, int, int, void*) { return 0; }
 
-} // namespace
+}  // namespace
 
 caf::expected<std::shared_ptr<tls_context>> tls_context::load(const tls_files& f) {
-  const std::pair<const char*, const std::string*> files[] = {{"--tls-ca", &f.ca}, {"--tls-cert", &f.cert},
-                                                              {"--tls-key", &f.key}};
+  const std::pair<const char*, const std::string*> files[] = {
+      {"--tls-ca", &f.ca}, {"--tls-cert", &f.cert}, {"--tls-key", &f.key}};
   for (const auto& [flag, path] : files)
     if (path->empty() || ::access(path->c_str(), R_OK) != 0)
-      return make_error(errc::BAD_CONFIG, std::string{flag} + " " + (path->empty() ? "is missing" : *path) +
-                                              (path->empty() ? "" : ": cannot read it: " + std::string{std::strerror(errno)}) +
-                                              " (--tls-ca, --tls-cert and --tls-key go together)");
+      return make_error(errc::BAD_CONFIG,
+                        std::string{flag} + " " + (path->empty() ? "is missing" : *path) +
+                            (path->empty() ? "" : ": cannot read it: " + std::string{std::strerror(errno)}) +
+                            " (--tls-ca, --tls-cert and --tls-key go together)");
   ERR_clear_error();
   SSL_CTX* ctx = SSL_CTX_new(TLS_method());
   if (!ctx)
@@ -162,18 +163,18 @@ caf::expected<std::shared_ptr<tls_context>> tls_context::load(const tls_files& f
   if (SSL_CTX_use_certificate_chain_file(ctx, f.cert.c_str()) != 1)
     return bad_file("--tls-cert", f.cert, "not a PEM certificate");
   if (SSL_CTX_use_PrivateKey_file(ctx, f.key.c_str(), SSL_FILETYPE_PEM) != 1)
-    return bad_file("--tls-key", f.key, openssl_reason() == "key values mismatch"
-                                             ? "does not match the certificate in " + f.cert
-                                             : "not an unencrypted PEM private key");
+    return bad_file("--tls-key", f.key,
+                    openssl_reason() == "key values mismatch" ? "does not match the certificate in " + f.cert
+                                                              : "not an unencrypted PEM private key");
   if (SSL_CTX_check_private_key(ctx) != 1)
     return bad_file("--tls-key", f.key, "does not match the certificate in " + f.cert);
   // The node's own certificate must pass what its peers will check: signed by
   // the CA, valid now, usable as client and as server.
   for (int purpose : {X509_PURPOSE_SSL_CLIENT, X509_PURPOSE_SSL_SERVER}) {
     X509_STORE_CTX* check = X509_STORE_CTX_new();
-    const bool ok = check && X509_STORE_CTX_init(check, SSL_CTX_get_cert_store(ctx), SSL_CTX_get0_certificate(ctx),
-                                                 nullptr) == 1 &&
-                    X509_STORE_CTX_set_purpose(check, purpose) == 1 && X509_verify_cert(check) == 1;
+    const bool ok =
+        check && X509_STORE_CTX_init(check, SSL_CTX_get_cert_store(ctx), SSL_CTX_get0_certificate(ctx), nullptr) == 1 &&
+        X509_STORE_CTX_set_purpose(check, purpose) == 1 && X509_verify_cert(check) == 1;
     const std::string why = check ? X509_verify_cert_error_string(X509_STORE_CTX_get_error(check)) : "out of memory";
     X509_STORE_CTX_free(check);
     if (!ok)
@@ -278,7 +279,7 @@ void note_relayed_peer(uint16_t local_port, const std::string& peer) {
 
 uint64_t tls_refusals() { return refusals.load(); }
 
-} // namespace swarm
+}  // namespace swarm
 
 // The interposed OpenSSL calls (see tls.hpp): this executable's definitions
 // come first in the dynamic symbol lookup, so CAF's openssl module calls
@@ -307,4 +308,4 @@ int SSL_write(SSL* ssl, const void* buf, int num) {
   return next(ssl, buf, num);
 }
 
-} // extern "C"
+}  // extern "C"

@@ -83,8 +83,8 @@ private:
 [[nodiscard]] caf::io::middleman_actor dialer(caf::actor_system& sys);
 
 /// Dials host:port within `timeout`; what is published there, or the error.
-[[nodiscard]] caf::expected<caf::strong_actor_ptr> dial(caf::actor_system& sys, const std::string& host,
-                                                        uint16_t port, caf::timespan timeout);
+[[nodiscard]] caf::expected<caf::strong_actor_ptr> dial(caf::actor_system& sys, const std::string& host, uint16_t port,
+                                                        caf::timespan timeout);
 
 /// The guard says whom it relays on the loopback connection from `local_port`
 /// (its end towards CAF), so a refusal names the real peer; `peer` empty: the
@@ -95,4 +95,4 @@ void note_relayed_peer(uint16_t local_port, const std::string& peer);
 /// Handshakes refused so far in this process (CAF links and bulk alike).
 [[nodiscard]] uint64_t tls_refusals();
 
-} // namespace swarm
+}  // namespace swarm

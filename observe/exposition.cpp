@@ -12,7 +12,8 @@ namespace {
 
 prometheus::Labels labels_of(const prometheus::ClientMetric& m) {
   prometheus::Labels out;
-  for (const auto& l : m.label) out.emplace(l.name, l.value);
+  for (const auto& l : m.label)
+    out.emplace(l.name, l.value);
   return out;
 }
 
@@ -30,15 +31,9 @@ exposition::family& exposition::declare(const char* name, const char* help, prom
   return families_.emplace_back(std::move(f));
 }
 
-void exposition::counter(const char* name, const char* help) {
-  declare(name, help, prometheus::MetricType::Counter);
-}
-void exposition::gauge(const char* name, const char* help) {
-  declare(name, help, prometheus::MetricType::Gauge);
-}
-void exposition::summary(const char* name, const char* help) {
-  declare(name, help, prometheus::MetricType::Summary);
-}
+void exposition::counter(const char* name, const char* help) { declare(name, help, prometheus::MetricType::Counter); }
+void exposition::gauge(const char* name, const char* help) { declare(name, help, prometheus::MetricType::Gauge); }
+void exposition::summary(const char* name, const char* help) { declare(name, help, prometheus::MetricType::Summary); }
 
 void exposition::add(const prometheus::Labels& labels, double value) {
   if (families_.empty())
@@ -59,7 +54,8 @@ void exposition::add_summary(const prometheus::Labels& labels, uint64_t count, d
     throw std::logic_error("exposition: a summary sample before its summary");
   auto& f = families_.back();
   prometheus::ClientMetric m;
-  for (const auto& [name, value] : labels) m.label.push_back({name, value});
+  for (const auto& [name, value] : labels)
+    m.label.push_back({name, value});
   m.summary.sample_count = count;
   m.summary.sample_sum = std::isfinite(sum) ? sum : 0.0;
   f.declared.metric.push_back(std::move(m));

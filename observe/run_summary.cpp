@@ -117,4 +117,4 @@ std::string run_summary(const std::string& metrics_path, double since) {
   return o;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -10,4 +10,4 @@ namespace swarm {
 /// `since` (a file appended to by earlier runs keeps their lines too).
 [[nodiscard]] std::string run_summary(const std::string& metrics_path, double since);
 
-} // namespace swarm
+}  // namespace swarm

@@ -219,28 +219,27 @@ std::string status_board::summary_line() {
   const std::array<int64_t, 5> now_counts{joins_, downs_, reloads_, moves_, rounds};
   const auto since = [&](size_t i) { return std::to_string(now_counts[i] - summarized_[i]); };
   o += "; since the last line: " + since(4) + " rounds, " + since(0) + " joins, " + since(1) + " downs, " + since(2) +
-       " reloads, " + since(3) + " moves" + (failed > 0 ? " (" + std::to_string(failed) + " rounds failed in all)" : "");
+       " reloads, " + since(3) + " moves" +
+       (failed > 0 ? " (" + std::to_string(failed) + " rounds failed in all)" : "");
   summarized_ = now_counts;
   return o;
 }
 
 std::string status_board::text(double now) const {
   std::lock_guard<std::mutex> lock(m_);
-  std::string o = "swarm: up " + fmt("%.0f", now - started_) + " s, " + std::to_string(stages_.size()) +
-                  " stages, " + std::to_string(trainers_.size()) + " trainers\n\n";
+  std::string o = "swarm: up " + fmt("%.0f", now - started_) + " s, " + std::to_string(stages_.size()) + " stages, " +
+                  std::to_string(trainers_.size()) + " trainers\n\n";
   if (control_.on)
     o += "control: this process is the " + control_.role + "; leader " +
          (control_.leader.empty() ? std::string{"none now"} : control_.leader) + " (term " +
-         std::to_string(control_.term) + "); candidates " + control_.candidates + "; etcd " + control_.members +
-         "\n\n";
+         std::to_string(control_.term) + "); candidates " + control_.candidates + "; etcd " + control_.members + "\n\n";
   for (const auto& [index, st] : stages_) {
     const int64_t rounds = st.applied + st.failed;
     const int64_t stalled = stalled_by(index);
     o += "stage " + std::to_string(index) + "  step " + std::to_string(st.step) +
          (stalled > 0 ? "  (NOT LEARNING: another stage took " + std::to_string(stalled) + " steps since its last)"
                       : "") +
-         "  rounds " +
-         std::to_string(st.applied) + " applied, " + std::to_string(st.failed) + " failed, mean " +
+         "  rounds " + std::to_string(st.applied) + " applied, " + std::to_string(st.failed) + " failed, mean " +
          fmt("%.2f", rounds > 0 ? st.round_seconds_sum / static_cast<double>(rounds) : 0.0) + " s\n";
     for (const auto& [id, s] : servers_)
       if (s.stage == index) {
@@ -274,4 +273,4 @@ std::string status_board::text(double now) const {
   return o;
 }
 
-} // namespace swarm
+}  // namespace swarm

@@ -70,7 +70,7 @@ private:
             busy = 0, wire_bytes = 0;
     double loss = 0, tokens_per_s = 0, elapsed_s = 0, last_report = 0;
     std::vector<std::array<double, 4>> history;  ///< t, step, loss, tokens_per_s
-    bool has_eval = false;  ///< a validation loss was measured
+    bool has_eval = false;                       ///< a validation loss was measured
     int64_t eval_step = 0;
     double eval_loss = 0;
     std::vector<std::array<double, 2>> eval_history;  ///< step, validation loss
@@ -127,4 +127,4 @@ private:
   std::array<int64_t, 5> summarized_{};  ///< joins, downs, reloads, moves, rounds at the last summary_line
 };
 
-} // namespace swarm
+}  // namespace swarm

@@ -15,9 +15,7 @@ namespace {
 
 /// `x` rounded as printf's `format` would print it; not finite as 0 (the
 /// page draws a number, never a null).
-ordered_json num(const char* format, double x) {
-  return printed_number(format, std::isfinite(x) ? x : 0.0);
-}
+ordered_json num(const char* format, double x) { return printed_number(format, std::isfinite(x) ? x : 0.0); }
 
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -86,7 +84,8 @@ ordered_json status_board::trainers_json(double now) const {
       j["eval_loss"] = num("%.5f", tr.eval_loss);
     }
     auto evals = ordered_json::array();
-    for (const auto& [step, loss] : tr.eval_history) evals.push_back({num("%.0f", step), num("%.5f", loss)});
+    for (const auto& [step, loss] : tr.eval_history)
+      evals.push_back({num("%.0f", step), num("%.5f", loss)});
     j["eval_history"] = std::move(evals);
     out.push_back(std::move(j));
   }
@@ -125,7 +124,8 @@ std::string status_board::json(double now) const {
   if (control_.on)
     o["control"] = control_json();
   auto events = ordered_json::array();
-  for (const auto& e : events_) events.push_back({{"t", num("%.3f", e.t)}, {"event", e.name}, {"text", e.text}});
+  for (const auto& e : events_)
+    events.push_back({{"t", num("%.3f", e.t)}, {"event", e.name}, {"text", e.text}});
   o["events"] = std::move(events);
   return one_line(o) + "\n";
 }

@@ -42,7 +42,8 @@ void status_board::trainer_metrics(exposition& x) const {
       x.counter(m.name, m.help);
     else
       x.gauge(m.name, m.help);
-    for (const auto& [id, tr] : trainers_) x.add({{"trainer", id}}, m.get(tr));
+    for (const auto& [id, tr] : trainers_)
+      x.add({{"trainer", id}}, m.get(tr));
   }
 }
 
@@ -53,12 +54,15 @@ std::string status_board::prometheus(double now) const {
   x.add({}, now - started_);
   const auto at = [](int64_t stage) { return prometheus::Labels{{"stage", std::to_string(stage)}}; };
   x.gauge("swarm_stage_servers", "Live servers of a stage.");
-  for (const auto& [index, st] : stages_) x.add(at(index), static_cast<double>(live_servers(index)));
+  for (const auto& [index, st] : stages_)
+    x.add(at(index), static_cast<double>(live_servers(index)));
   x.gauge("swarm_stage_step", "Optimizer step the servers of a stage agreed on.");
-  for (const auto& [index, st] : stages_) x.add(at(index), static_cast<double>(st.step));
+  for (const auto& [index, st] : stages_)
+    x.add(at(index), static_cast<double>(st.step));
   x.gauge("swarm_stage_stalled_steps",
           "Steps another stage took since this one last stepped, when more than 5 (it is not learning); else 0.");
-  for (const auto& [index, st] : stages_) x.add(at(index), static_cast<double>(stalled_by(index)));
+  for (const auto& [index, st] : stages_)
+    x.add(at(index), static_cast<double>(stalled_by(index)));
   x.counter("swarm_rounds_total", "Averaging rounds ended, by outcome.");
   for (const auto& [index, st] : stages_) {
     x.add({{"stage", std::to_string(index)}, {"outcome", "applied"}}, static_cast<double>(st.applied));
@@ -74,7 +78,8 @@ std::string status_board::prometheus(double now) const {
   x.counter("swarm_server_events_total", "Server joins, downs, reloads and moves seen by the coordinator.");
   const std::pair<const char*, int64_t> server_events[] = {
       {"join", joins_}, {"down", downs_}, {"reload", reloads_}, {"move", moves_}};
-  for (const auto& [kind, n] : server_events) x.add({{"kind", kind}}, static_cast<double>(n));
+  for (const auto& [kind, n] : server_events)
+    x.add({{"kind", kind}}, static_cast<double>(n));
   trainer_metrics(x);
   if (control_.on) {
     x.gauge("swarm_control_term", "The election term this process last saw leading (--control).");

@@ -18,9 +18,7 @@ std::optional<uint64_t> admission::grant(double now) {
   return ticket;
 }
 
-void admission::done(uint64_t ticket) {
-  granted_.erase(ticket);
-}
+void admission::done(uint64_t ticket) { granted_.erase(ticket); }
 
 int64_t admission::held(double now) const {
   int64_t n = 0;
@@ -29,4 +27,4 @@ int64_t admission::held(double now) const {
   return n;
 }
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

@@ -55,4 +55,4 @@ private:
   uint64_t next_ticket_ = 0;
 };
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

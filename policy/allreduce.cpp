@@ -39,4 +39,4 @@ bool weighted_mean(const std::vector<weighted_part>& parts, int64_t n, float* ou
   return true;
 }
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

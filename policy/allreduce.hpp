@@ -39,4 +39,4 @@ struct weighted_part {
   return peers < 2 ? 0.0 : 2.0 * (peers - 1) / peers * bytes;
 }
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

@@ -10,15 +10,11 @@ bool listed(const std::vector<std::string>& ids, const std::string& id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-} // namespace
+}  // namespace
 
-bool asks(const attempt_config& cfg, const attempt_history& h) {
-  return !cfg.pinned && h.refusals < cfg.busy_retries;
-}
+bool asks(const attempt_config& cfg, const attempt_history& h) { return !cfg.pinned && h.refusals < cfg.busy_retries; }
 
-bool attempts_left(const attempt_config& cfg, const attempt_history& h) {
-  return h.attempts < cfg.max_attempts;
-}
+bool attempts_left(const attempt_config& cfg, const attempt_history& h) { return h.attempts < cfg.max_attempts; }
 
 std::optional<std::string> next_server(const attempt_config& cfg, const attempt_history& h, stage_router& router,
                                        static_pin& pin, double now, std::mt19937_64& rng,
@@ -59,4 +55,4 @@ void on_ended(attempt_history& h, stage_router& router, const std::string& serve
   h.tried.push_back(server);
 }
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

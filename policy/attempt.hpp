@@ -77,4 +77,4 @@ void on_busy(attempt_history& h, stage_router& router, const std::string& server
 /// server's slot is released and any next attempt avoids it.
 void on_ended(attempt_history& h, stage_router& router, const std::string& server);
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

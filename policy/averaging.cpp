@@ -5,8 +5,7 @@
 
 namespace swarm::policy {
 
-round_plan plan_round(const std::vector<member_view>& servers, const stage_position& stage,
-                      int64_t target_batch_size) {
+round_plan plan_round(const std::vector<member_view>& servers, const stage_position& stage, int64_t target_batch_size) {
   round_plan plan;
   bool leaving_with_gradient = false, catching_up = false;
   for (size_t i = 0; i < servers.size(); ++i) {
@@ -36,9 +35,8 @@ stage_position majority(const std::vector<stage_position>& results) {
   stage_position best{};
   size_t best_count = 0;
   for (const auto& r : results) {
-    const auto count = static_cast<size_t>(std::count_if(results.begin(), results.end(), [&](const stage_position& o) {
-      return o.step == r.step && o.hash == r.hash;
-    }));
+    const auto count = static_cast<size_t>(std::count_if(
+        results.begin(), results.end(), [&](const stage_position& o) { return o.step == r.step && o.hash == r.hash; }));
     if (best_count == 0 || r.step > best.step || (r.step == best.step && count > best_count)) {
       best = r;
       best_count = count;
@@ -57,4 +55,4 @@ bool state_held(const std::vector<member_view>& live, const std::vector<bool>& a
   return false;
 }
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

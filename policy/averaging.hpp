@@ -49,10 +49,10 @@ struct round_clock {
 };
 
 struct round_plan {
-  bool start = false;            ///< eligible servers hold the target batch, or one leaving holds gradient
-  std::vector<size_t> members;   ///< eligible servers, indices into the input, in rank order (by id)
-  std::vector<size_t> stale;     ///< reported servers behind the stage or with other parameters: reload them
-  uint64_t samples = 0;          ///< samples the eligible servers hold together
+  bool start = false;           ///< eligible servers hold the target batch, or one leaving holds gradient
+  std::vector<size_t> members;  ///< eligible servers, indices into the input, in rank order (by id)
+  std::vector<size_t> stale;    ///< reported servers behind the stage or with other parameters: reload them
+  uint64_t samples = 0;         ///< samples the eligible servers hold together
 };
 
 /// Eligible: reported, at the stage's step, with its hash, and not leaving
@@ -76,4 +76,4 @@ struct round_plan {
 [[nodiscard]] bool state_held(const std::vector<member_view>& live, const std::vector<bool>& awaited,
                               const stage_position& position);
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

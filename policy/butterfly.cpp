@@ -9,8 +9,8 @@ butterfly_round::butterfly_round(int rank, int members, std::vector<float> grad,
                                  int64_t piece_elements, round_trip_fn round_trip)
     : me_(rank), n_(members), grad_(std::move(grad)), samples_(samples),
       piece_elements_(std::max<int64_t>(1, piece_elements)), round_trip_(std::move(round_trip)),
-      shards_(partition_shards(static_cast<int64_t>(grad_.size()), members)),
-      state_(static_cast<size_t>(members)), gone_(static_cast<size_t>(members), false) {
+      shards_(partition_shards(static_cast<int64_t>(grad_.size()), members)), state_(static_cast<size_t>(members)),
+      gone_(static_cast<size_t>(members), false) {
   for (int k = 0; k < n_; ++k) {
     auto& s = state_[static_cast<size_t>(k)];
     s.parts.assign(static_cast<size_t>(n_), empty_part(k));
@@ -39,9 +39,7 @@ int butterfly_round::owner_of(int k) const {
   return me_;  // unreachable: this member is never gone to itself
 }
 
-int butterfly_round::gone_count() const {
-  return static_cast<int>(std::count(gone_.begin(), gone_.end(), true));
-}
+int butterfly_round::gone_count() const { return static_cast<int>(std::count(gone_.begin(), gone_.end(), true)); }
 
 bool butterfly_round::complete() const { return complete_; }
 
@@ -170,7 +168,7 @@ void butterfly_round::try_reduce(int k, std::vector<piece>& out) {
     s.reduced.assign(static_cast<size_t>(sh.size()), 0.0f);
     if (!weighted_mean(parts, sh.size(), s.reduced.data()))
       std::fill(s.reduced.begin(), s.reduced.end(), 0.0f);  // nobody had samples
-    if (round_trip_)  // piece by piece, as send_shard cuts it
+    if (round_trip_)                                        // piece by piece, as send_shard cuts it
       for (int64_t off = 0; off < sh.size(); off += piece_elements_)
         round_trip_(s.reduced.data() + off, std::min(piece_elements_, sh.size() - off));
     s.done = true;
@@ -224,4 +222,4 @@ void butterfly_round::finish_if_complete() {
   complete_ = true;
 }
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

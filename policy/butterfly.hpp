@@ -33,11 +33,11 @@ namespace swarm::policy {
 struct piece {
   int from = 0;
   int to = 0;
-  bool reduced = false;   ///< false: PART (sender's mean gradient); true: REDUCED
+  bool reduced = false;  ///< false: PART (sender's mean gradient); true: REDUCED
   int shard = 0;
-  int64_t offset = 0;     ///< first element within the shard; a multiple of piece_elements
-  int64_t shard_size = 0; ///< the sender's idea of the shard's size (checked)
-  int64_t samples = 0;    ///< PART: the sender's weight
+  int64_t offset = 0;      ///< first element within the shard; a multiple of piece_elements
+  int64_t shard_size = 0;  ///< the sender's idea of the shard's size (checked)
+  int64_t samples = 0;     ///< PART: the sender's weight
   std::vector<float> values;
 };
 
@@ -88,15 +88,15 @@ private:
     int64_t samples = 0;
     std::vector<float> values;  ///< empty until the first piece arrives
     std::vector<bool> got;      ///< per piece
-    int64_t missing = 0;    ///< pieces not yet received
+    int64_t missing = 0;        ///< pieces not yet received
   };
   struct shard_state {
     std::vector<part> parts;       ///< PART per rank; my own is taken from grad_ when needed
     std::vector<part> reduced_by;  ///< REDUCED per sender, kept apart so a dead sender's half never mixes in
     std::vector<float> reduced;    ///< the shard's result, once done
     bool done = false;
-    bool broadcast = false;    ///< I sent REDUCED of it to every live member
-    int repair_sent_to = -1;   ///< owner I last sent my repair material to
+    bool broadcast = false;   ///< I sent REDUCED of it to every live member
+    int repair_sent_to = -1;  ///< owner I last sent my repair material to
   };
 
   [[nodiscard]] int owner_of(int k) const;
@@ -120,4 +120,4 @@ private:
   int reassigned_ = 0;
 };
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

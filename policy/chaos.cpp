@@ -3,10 +3,14 @@
 namespace swarm::policy {
 
 std::optional<chaos_mode> chaos_mode_of(const std::string& word) {
-  if (word == "none") return chaos_mode::none;
-  if (word == "kill") return chaos_mode::kill;
-  if (word == "stop") return chaos_mode::stop;
-  if (word == "mixed") return chaos_mode::mixed;
+  if (word == "none")
+    return chaos_mode::none;
+  if (word == "kill")
+    return chaos_mode::kill;
+  if (word == "stop")
+    return chaos_mode::stop;
+  if (word == "mixed")
+    return chaos_mode::mixed;
   return std::nullopt;
 }
 
@@ -40,4 +44,4 @@ coordinator_verdict after_coordinator_death(const coordinator_supervision& s, in
   return v;
 }
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

@@ -59,4 +59,4 @@ struct coordinator_verdict {
 [[nodiscard]] coordinator_verdict after_coordinator_death(const coordinator_supervision& s, int quick_deaths,
                                                           double alive_s, bool by_chaos);
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

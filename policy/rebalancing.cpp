@@ -8,10 +8,14 @@ namespace swarm::policy {
 
 const char* to_string(move_reason r) {
   switch (r) {
-    case move_reason::load: return "load";
-    case move_reason::redundancy: return "redundancy";
-    case move_reason::empty: return "empty";
-    case move_reason::join: return "join";
+    case move_reason::load:
+      return "load";
+    case move_reason::redundancy:
+      return "redundancy";
+    case move_reason::empty:
+      return "empty";
+    case move_reason::join:
+      return "join";
   }
   return "?";
 }
@@ -118,14 +122,14 @@ std::optional<move_plan> best_move(const swarm_model& m, const std::vector<serve
       cap[from] = m.cap[from], cap[to] = m.cap[to];
       if (!allowed(i, t, after) || (best && !better(after, best_score)))
         continue;
-      best = move_plan{servers[i].id, servers[i].stage, t, reason, before.bottleneck, after.bottleneck,
-                       gain_of(before, after)};
+      best = move_plan{servers[i].id,    servers[i].stage,      t, reason, before.bottleneck,
+                       after.bottleneck, gain_of(before, after)};
       best_score = after;
     }
   return best;
 }
 
-} // namespace
+}  // namespace
 
 rebalance_config periodic_rule(rebalance_config moves, double period_s) {
   moves.cooldown_s = 2 * period_s;
@@ -136,8 +140,8 @@ std::vector<double> capacities(const std::vector<double>& cost, const std::vecto
   return swarm_model(cost, servers).cap;
 }
 
-std::optional<move_plan> plan_move(const std::vector<double>& cost, const std::vector<server_load>& servers,
-                                   double now, bool periodic, const rebalance_config& cfg) {
+std::optional<move_plan> plan_move(const std::vector<double>& cost, const std::vector<server_load>& servers, double now,
+                                   bool periodic, const rebalance_config& cfg) {
   const swarm_model m(cost, servers);
   const int stages = static_cast<int>(cost.size());
   const auto settled = [&](size_t i) { return now - servers[i].settled_at >= cfg.cooldown_s; };
@@ -177,9 +181,7 @@ move_plan place_joiner(const std::vector<double>& cost, const std::vector<server
     return p;
   const swarm_model m(cost, servers);
   // The least-served stage, preferring empty, then under-replicated ones.
-  auto rank = [&](size_t s) {
-    return std::make_tuple(m.count[s] > 0, m.count[s] >= cfg.min_replicas, m.cap[s]);
-  };
+  auto rank = [&](size_t s) { return std::make_tuple(m.count[s] > 0, m.count[s] >= cfg.min_replicas, m.cap[s]); };
   size_t to = 0;
   for (size_t s = 1; s < cost.size(); ++s)
     if (rank(s) < rank(to))
@@ -197,4 +199,4 @@ move_plan place_joiner(const std::vector<double>& cost, const std::vector<server
   return p;
 }
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

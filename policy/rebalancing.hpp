@@ -46,8 +46,8 @@ struct rebalance_config {
   /// A load move must raise the predicted bottleneck by more than this
   /// fraction: rates measured on shared cores are noisy by ~5%.
   double min_gain = 0.1;
-  int min_replicas = 2;     ///< servers per stage kept before optimising throughput, where others have spare
-  double cooldown_s = 60;   ///< a server that moved or joined is not moved again for this long (but for an empty stage)
+  int min_replicas = 2;    ///< servers per stage kept before optimising throughput, where others have spare
+  double cooldown_s = 60;  ///< a server that moved or joined is not moved again for this long (but for an empty stage)
 };
 
 /// The rule a coordinator that checks loads every `period_s` runs: `moves`
@@ -91,4 +91,4 @@ struct move_plan {
 [[nodiscard]] move_plan place_joiner(const std::vector<double>& cost, const std::vector<server_load>& servers,
                                      const rebalance_config& cfg);
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

@@ -26,7 +26,7 @@ bool listed(const std::vector<std::string>& ids, const std::string& id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-} // namespace
+}  // namespace
 
 // --- throughput_ema --------------------------------------------------------------
 
@@ -257,7 +257,8 @@ std::optional<std::string> stage_router::pick_one(double task_size, bool backwar
 }
 
 std::optional<std::string> stage_router::choose_backward(const std::string& preferred, double task_size, double now,
-                                                         std::mt19937_64& rng, const std::vector<std::string>& exclude) {
+                                                         std::mt19937_64& rng,
+                                                         const std::vector<std::string>& exclude) {
   const peer* p = find(preferred);
   if (p != nullptr && !p->returning && !is_banned(*p, now) && !listed(exclude, preferred) && !capped(*p)) {
     const auto lo = floor(now, exclude, nullptr);
@@ -360,8 +361,8 @@ std::optional<double> stage_router::ema(const std::string& id) const {
 }
 
 size_t stage_router::eligible(double now) const {
-  return static_cast<size_t>(std::count_if(peers_.begin(), peers_.end(),
-                                           [&](const auto& kv) { return !is_banned(kv.second, now); }));
+  return static_cast<size_t>(
+      std::count_if(peers_.begin(), peers_.end(), [&](const auto& kv) { return !is_banned(kv.second, now); }));
 }
 
 std::optional<std::string> static_pin::pin(std::vector<std::string> candidates, std::mt19937_64& rng) {
@@ -386,4 +387,4 @@ bool static_pin::gone(const std::string& id, const std::vector<std::string>& pre
   return true;
 }
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

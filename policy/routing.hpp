@@ -190,7 +190,7 @@ private:
     bool returning = false;     // banned since last chosen: lift vtime when eligible again
     int ban_count = 0;          // consecutive bans without a success in between
     int64_t timeouts = 0;
-    int64_t in_flight = 0;      // this router's requests at it not yet released
+    int64_t in_flight = 0;  // this router's requests at it not yet released
   };
   /// A task's size in forward samples: a backward counts backward_cost of them
   /// (what choices charge and what rates are measured in); never negative.
@@ -225,21 +225,20 @@ private:
   // Thousands of servers per stage in swarm-sim: every operation is O(log n)
   // (ties and bans aside) instead of a scan of the stage.
   // Looked up by id on every call: one hash, and nodes stay put for the pointers below.
-  std::unordered_map<std::string, peer> peers_;       // by id
-  std::unordered_map<uint64_t, peer*> by_seq_;        // seq -> its peer
+  std::unordered_map<std::string, peer> peers_;  // by id
+  std::unordered_map<uint64_t, peer*> by_seq_;   // seq -> its peer
   // (vtime, seq) of peers not returning, with ranks: the ties of a fresh stage
   // (hundreds of unmeasured servers at one virtual time, for minutes when
   // each trainer uses each server rarely) are counted and drawn from in
   // O(log n) instead of walked.
-  using ranked = __gnu_pbds::tree<std::pair<double, uint64_t>, peer*,
-                                  std::less<std::pair<double, uint64_t>>, __gnu_pbds::rb_tree_tag,
-                                  __gnu_pbds::tree_order_statistics_node_update>;
+  using ranked = __gnu_pbds::tree<std::pair<double, uint64_t>, peer*, std::less<std::pair<double, uint64_t>>,
+                                  __gnu_pbds::rb_tree_tag, __gnu_pbds::tree_order_statistics_node_update>;
   ranked steady_;
-  std::set<uint64_t> returning_;                      // seqs of returning peers
+  std::set<uint64_t> returning_;  // seqs of returning peers
   uint64_t next_seq_ = 0;
-  std::set<uint64_t> capped_;                         // seqs of peers capped() now
-  double rate_sum_ = 0.0;  // sum of the measured peers' EMAs (for speed())
-  int64_t rated_ = 0;      // number of measured peers
+  std::set<uint64_t> capped_;  // seqs of peers capped() now
+  double rate_sum_ = 0.0;      // sum of the measured peers' EMAs (for speed())
+  int64_t rated_ = 0;          // number of measured peers
 };
 
 /// Static routing, the GPipe-style baseline of SWARM's comparison: one pinned
@@ -266,4 +265,4 @@ private:
   std::set<std::string> retired_;
 };
 
-} // namespace swarm::policy
+}  // namespace swarm::policy

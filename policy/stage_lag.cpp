@@ -67,4 +67,4 @@ bool warn_about_lag(int64_t gained, int64_t last_warned, int64_t allowed) {
   return last_warned == 0 ? gained > allowed : gained >= last_warned + allowed;
 }
 
-} // namespace swarm
+}  // namespace swarm

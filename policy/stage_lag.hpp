@@ -7,12 +7,11 @@
 //
 // The watch remembers, for each stage, every stage's step when that stage
 // last moved (or, for a stage heard of later, when it was first heard of); it
-// is stalled when another stage has since gained more than `allowed` steps. Absolute step counts are no measure: rounds close at or
-// past the target batch, so stages drift apart by a few percent in a healthy
-// run, and one that reloaded an older checkpoint trains on with an offset.
-// Steps a stage takes while still behind the one standing still do not count:
-// one catching up after its own rounds were held up is no sign that the stage
-// ahead stopped (a stall behind such an offset is reported once it is passed).
+// is stalled when another stage has since gained more than `allowed` steps. Absolute step counts are no measure: rounds
+// close at or past the target batch, so stages drift apart by a few percent in a healthy run, and one that reloaded an
+// older checkpoint trains on with an offset. Steps a stage takes while still behind the one standing still do not
+// count: one catching up after its own rounds were held up is no sign that the stage ahead stopped (a stall behind such
+// an offset is reported once it is passed).
 //
 // Pure: fed with (stage, step) observations (a trainer: its replies'
 // server_step; the status board: the servers' reports), no clock.
@@ -30,10 +29,10 @@ namespace swarm {
 constexpr int64_t stage_lag_allowed = 5;
 
 struct stage_lag {
-  int stage = 0;      ///< the stalled stage
-  int64_t step = 0;   ///< where it stays
-  int leader = 0;     ///< the stage that gained the most since it last moved
-  int64_t gained = 0; ///< that stage's steps since then
+  int stage = 0;       ///< the stalled stage
+  int64_t step = 0;    ///< where it stays
+  int leader = 0;      ///< the stage that gained the most since it last moved
+  int64_t gained = 0;  ///< that stage's steps since then
 };
 
 class stage_watch {
@@ -65,4 +64,4 @@ private:
 /// (0: none since the stage last moved): past `allowed`, then each `allowed` more.
 [[nodiscard]] bool warn_about_lag(int64_t gained, int64_t last_warned, int64_t allowed);
 
-} // namespace swarm
+}  // namespace swarm

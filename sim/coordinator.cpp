@@ -36,7 +36,8 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
   const double t0 = w.now();
   const int n = static_cast<int>(members.size());
   std::vector<uint64_t> epochs;
-  for (peer* m : members) epochs.push_back(m->epoch);
+  for (peer* m : members)
+    epochs.push_back(m->epoch);
   const auto& c = w.costs[static_cast<size_t>(stage)];
   const auto shards = policy::partition_shards(c.parameters, n);
   const double vb = nominal_bytes_per_value(w.cfg.server.averaging_compression);
@@ -45,7 +46,8 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
   const double deadline = t0 + policy::round_clock::end * w.cfg.coordinator.averaging_timeout_s;
   const auto done = s4u::Semaphore::create(0);
   const int flows = n > 1 ? n : 0;  // a lone member has nothing to exchange
-  for (int i = 0; i < flows; ++i) w.books.round(*members[static_cast<size_t>(i)], +1, t0);
+  for (int i = 0; i < flows; ++i)
+    w.books.round(*members[static_cast<size_t>(i)], +1, t0);
   for (int i = 0; i < flows; ++i) {
     peer* m = members[static_cast<size_t>(i)];
     const auto own = static_cast<double>(shards[static_cast<size_t>(i)].size());
@@ -56,7 +58,8 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
       end->ready->release();
     }
   }
-  for (int i = 0; i < flows; ++i) done->acquire();
+  for (int i = 0; i < flows; ++i)
+    done->acquire();
   for (int i = 0; i < flows; ++i)
     if (members[static_cast<size_t>(i)]->epoch == epochs[static_cast<size_t>(i)])
       w.books.round(*members[static_cast<size_t>(i)], -1, w.now());
@@ -69,18 +72,28 @@ void run_round(int stage, std::vector<peer*> members, int64_t round) {
   }
   const int alive = static_cast<int>(survivors.size());
   auto& step = w.stage_step[static_cast<size_t>(stage)];
-  if (alive > 0) ++step;
-  for (peer* m : survivors) m->step = step;
+  if (alive > 0)
+    ++step;
+  for (peer* m : survivors)
+    m->step = step;
   (alive > 0 ? w.total.rounds_applied : w.total.rounds_failed)++;
-  w.emit("round_end", {{"stage", int64_t{stage}}, {"round", round}, {"step", static_cast<int64_t>(step)},
-                       {"peers", int64_t{n}}, {"applied", alive > 0}, {"agreeing", int64_t{alive}},
-                       {"excluded", int64_t{n - alive}}, {"seconds", w.now() - t0}}, "coordinator");
+  w.emit("round_end",
+         {{"stage", int64_t{stage}},
+          {"round", round},
+          {"step", static_cast<int64_t>(step)},
+          {"peers", int64_t{n}},
+          {"applied", alive > 0},
+          {"agreeing", int64_t{alive}},
+          {"excluded", int64_t{n - alive}},
+          {"seconds", w.now() - t0}},
+         "coordinator");
   w.round_running[static_cast<size_t>(stage)] = false;
 }
 
 void maybe_start_rounds(world& w, int64_t& rounds) {
   for (int s = 0; s < w.cfg.stages; ++s) {
-    if (w.round_running[static_cast<size_t>(s)]) continue;
+    if (w.round_running[static_cast<size_t>(s)])
+      continue;
     const uint64_t pos = w.stage_step[static_cast<size_t>(s)];
     std::vector<peer*> live;
     std::vector<policy::member_view> views;
@@ -89,12 +102,14 @@ void maybe_start_rounds(world& w, int64_t& rounds) {
         start_reload(*p);
         continue;
       }
-      if (p->reloading) continue;
+      if (p->reloading)
+        continue;
       live.push_back(p);
       views.push_back({p->name, true, p->step, static_cast<uint64_t>(p->accumulated), p->step});
     }
     const auto plan = policy::plan_round(views, {pos, pos}, w.cfg.server.batch_size);
-    if (!plan.start) continue;
+    if (!plan.start)
+      continue;
     std::vector<peer*> members;
     for (size_t i : plan.members) {
       members.push_back(live[i]);
@@ -108,26 +123,30 @@ void maybe_start_rounds(world& w, int64_t& rounds) {
 
 void maybe_move(world& w, bool periodic) {
   auto plan = policy::plan_move(w.rebalance_cost, server_loads(w), w.now(), periodic, rebalance_cfg(w.cfg));
-  if (!plan) return;
+  if (!plan)
+    return;
   for (auto& p : w.peers) {
-    if (p.name != plan->server || p.state != peer::serving) continue;
+    if (p.name != plan->server || p.state != peer::serving)
+      continue;
     p.move_to = plan->to;
     p.move_reason = plan->reason;
     p.predicted_gain = std::isfinite(plan->gain) ? plan->gain : std::nan("");
     p.ordered_at = w.now();
     deliver(p, new request{request::move, p.stage, p.epoch});
     auto& t = w.total;
-    (plan->reason == policy::move_reason::load ? t.moves_load
-     : plan->reason == policy::move_reason::empty ? t.moves_empty : t.moves_redundancy)++;
+    (plan->reason == policy::move_reason::load    ? t.moves_load
+     : plan->reason == policy::move_reason::empty ? t.moves_empty
+                                                  : t.moves_redundancy)++;
   }
 }
 
-} // namespace
+}  // namespace
 
 std::vector<policy::server_load> server_loads(world& w) {
   std::vector<policy::server_load> out;
   for (auto& p : w.peers) {
-    if (p.state == peer::off || (p.stage < 0 && p.move_to < 0)) continue;  // off, or starting and not placed yet
+    if (p.state == peer::off || (p.stage < 0 && p.move_to < 0))
+      continue;  // off, or starting and not placed yet
     policy::server_load l;
     l.id = p.name;
     const bool ordered = p.move_to >= 0;
@@ -159,8 +178,10 @@ int place(peer& p) {
   auto& w = the_world();
   // swarm --role cluster restarts a killed server on its stage when rebalancing is off.
   const bool cluster_churn = w.cfg.churn == "kill" || w.cfg.churn == "replay";
-  if (w.cfg.coordinator.rebalance == "off" && cluster_churn && p.home_stage >= 0) return p.home_stage;
-  if (w.cfg.join == "random") return std::uniform_int_distribution<int>(0, w.cfg.stages - 1)(w.rng);
+  if (w.cfg.coordinator.rebalance == "off" && cluster_churn && p.home_stage >= 0)
+    return p.home_stage;
+  if (w.cfg.join == "random")
+    return std::uniform_int_distribution<int>(0, w.cfg.stages - 1)(w.rng);
   return policy::place_joiner(w.rebalance_cost, server_loads(w), rebalance_cfg(w.cfg)).to;
 }
 
@@ -185,8 +206,10 @@ void coordinator_main() {
     // the tick, not after the averager's work below (a kill 0.2 s after a
     // periodic check is not seen by that check).
     if (cfg.coordinator.rebalance == "on" && now >= std::min(cfg.coordinator.rebalance_period_s, 10.0)) {
-      const bool periodic = now - last_periodic >= cfg.coordinator.rebalance_period_s - 1e-9;  // ticks are sums of floats
-      if (periodic) last_periodic = now;
+      const bool periodic =
+          now - last_periodic >= cfg.coordinator.rebalance_period_s - 1e-9;  // ticks are sums of floats
+      if (periodic)
+        last_periodic = now;
       maybe_move(w, periodic);
     }
     if (w.coordinator_backlog_s > 0) {  // the servers' reports of the last tick (local platform only)
@@ -199,11 +222,16 @@ void coordinator_main() {
       const auto loads = server_loads(w);
       const auto caps = policy::capacities(w.rebalance_cost, loads);
       std::vector<int64_t> count(static_cast<size_t>(cfg.stages), 0);
-      for (const auto& l : loads) ++count[static_cast<size_t>(l.stage)];
+      for (const auto& l : loads)
+        ++count[static_cast<size_t>(l.stage)];
       for (int s = 0; s < cfg.stages; ++s) {
         const int64_t servers = count[static_cast<size_t>(s)];
-        w.emit("stage_load", {{"stage", int64_t{s}}, {"servers", servers}, {"capacity", caps[static_cast<size_t>(s)]},
-                              {"cost", w.rebalance_cost[static_cast<size_t>(s)]}}, "coordinator");
+        w.emit("stage_load",
+               {{"stage", int64_t{s}},
+                {"servers", servers},
+                {"capacity", caps[static_cast<size_t>(s)]},
+                {"cost", w.rebalance_cost[static_cast<size_t>(s)]}},
+               "coordinator");
       }
     }
     if (now - last_report >= cfg.report_every - 1e-9 || now >= cfg.duration) {
@@ -212,9 +240,13 @@ void coordinator_main() {
       const double tps = static_cast<double>(samples - report_samples) * static_cast<double>(cfg.model.seq_len) / span;
       const double opt = (w.total.optimal_samples - report_optimal) * static_cast<double>(cfg.model.seq_len) / span;
       w.timeline.push_back({now, tps, opt});
-      w.emit("sim_throughput", {{"tokens_per_s", tps}, {"optimal_tokens_per_s", opt},
-                                {"share", opt > 0 ? tps / opt : std::nan("")}, {"alive", int64_t{alive}},
-                                {"samples", samples}}, "sim");
+      w.emit("sim_throughput",
+             {{"tokens_per_s", tps},
+              {"optimal_tokens_per_s", opt},
+              {"share", opt > 0 ? tps / opt : std::nan("")},
+              {"alive", int64_t{alive}},
+              {"samples", samples}},
+             "sim");
       if (!cfg.quiet)
         std::fprintf(stderr, "swarm-sim: %7.0f s simulated  %9.0f tokens/s  %5.1f%% of optimal  %d peers up\n", now,
                      tps, opt > 0 ? 100 * tps / opt : 0.0, alive);
@@ -226,4 +258,4 @@ void coordinator_main() {
   finish(w);
 }
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

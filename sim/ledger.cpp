@@ -11,7 +11,7 @@ namespace {
 
 double speed_of(const peer& p) { return p.speed / p.slowdown; }
 
-} // namespace
+}  // namespace
 
 void ledger::open(double from, double to, int stages) {
   *this = ledger{};
@@ -41,17 +41,23 @@ void ledger::idle_sums(const peer& p, double sign) {
 void ledger::set_phase(peer& p, phase ph, double now) {
   const double v = speed_of(p), dt = clip(p.phase_since, now);
   switch (p.ph) {
-    case phase::starting: starting_ += v * dt; break;
-    case phase::copying: copying_ += v * dt; break;
+    case phase::starting:
+      starting_ += v * dt;
+      break;
+    case phase::copying:
+      copying_ += v * dt;
+      break;
     case phase::busy:  // computed() booked a finished request; one cut short by a death is lost
-      if (ph == phase::off) killed_computing_ += v * dt;
+      if (ph == phase::off)
+        killed_computing_ += v * dt;
       break;
     case phase::idle:
       touch(p.idle_stage, now);
       idle_sums(p, -1);
       p.idle_stage = -1;
       break;
-    case phase::off: break;
+    case phase::off:
+      break;
   }
   p.ph = ph;
   p.phase_since = now;
@@ -68,7 +74,8 @@ void ledger::round(peer& p, int delta, double now) {
     idle_sums(p, -1);
   }
   p.in_round = std::max(0, p.in_round + delta);
-  if (p.ph == phase::idle) idle_sums(p, +1);
+  if (p.ph == phase::idle)
+    idle_sums(p, +1);
 }
 
 void ledger::queued(int stage, int delta, double now) {
@@ -93,9 +100,13 @@ void ledger::attempt_over(work_books& b, attempt_end how) {
       b.microbatch_in += b.attempt_in;
       b.microbatch_pre += b.attempt_pre;
       break;
-    case attempt_end::down: lost_down_ += b.attempt_in; break;  // its reply died with its server
+    case attempt_end::down:
+      lost_down_ += b.attempt_in;
+      break;  // its reply died with its server
     case attempt_end::timed_out:
-    case attempt_end::leaving: overshoot_ += b.attempt_in; break;
+    case attempt_end::leaving:
+      overshoot_ += b.attempt_in;
+      break;
   }
   b.attempt = 0;
   b.attempt_in = b.attempt_pre = 0;
@@ -111,9 +122,8 @@ void ledger::microbatch_over(work_books& b, bool completed, double now) {
   b.microbatch_in = b.microbatch_pre = 0;
 }
 
-ledger::report ledger::close(std::vector<peer>& peers, const std::vector<const work_books*>& workers,
-                             double completed, double best_samples, double fluid_samples, double per_sample,
-                             double now) {
+ledger::report ledger::close(std::vector<peer>& peers, const std::vector<const work_books*>& workers, double completed,
+                             double best_samples, double fluid_samples, double per_sample, double now) {
   double computing = 0;  // requests being computed at the end: in flight, not lost
   for (auto& p : peers) {
     if (p.ph == phase::busy) {
@@ -122,9 +132,11 @@ ledger::report ledger::close(std::vector<peer>& peers, const std::vector<const w
     }
     set_phase(p, phase::off, now);
   }
-  for (size_t s = 0; s < stages_.size(); ++s) touch(static_cast<int>(s), now);
+  for (size_t s = 0; s < stages_.size(); ++s)
+    touch(static_cast<int>(s), now);
   double booked = 0;  // finished compute of microbatches still on their way at the end
-  for (const auto* b : workers) booked += b->microbatch_in + b->attempt_in;
+  for (const auto* b : workers)
+    booked += b->microbatch_in + b->attempt_in;
   const double in_flight = computing + booked;
   // Compute the completed samples got beyond the yardstick's cost: on `local`
   // the shared cores make requests slower than the yardstick, which gives
@@ -159,4 +171,4 @@ ledger::report ledger::close(std::vector<peer>& peers, const std::vector<const w
   return r;
 }
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

@@ -94,4 +94,4 @@ private:
   double useful_ = 0, useful_pre_ = 0, dropped_ = 0, overshoot_ = 0, lost_down_ = 0;
 };
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

@@ -42,15 +42,18 @@ double peak_rss_mib() {
 /// brings the rest). Placed ones need no state copy: the swarm starts fresh.
 void start_initial(world& w) {
   const auto& c = w.cfg;
-  if (c.churn == "trace") return;  // churn_main brings up every machine when its trace says
+  if (c.churn == "trace")
+    return;  // churn_main brings up every machine when its trace says
   std::vector<int> stage_of(w.peers.size(), -1);
   if (!c.cluster.stage_servers.empty()) {
     const auto counts = *number_list(c.cluster.stage_servers);
     size_t next = 0;
     for (int s = 0; s < c.stages; ++s)
-      for (int k = 0; k < static_cast<int>(counts[static_cast<size_t>(s)]); ++k) stage_of[next++] = s;
+      for (int k = 0; k < static_cast<int>(counts[static_cast<size_t>(s)]); ++k)
+        stage_of[next++] = s;
   } else {
-    for (size_t i = 0; i < w.peers.size(); ++i) stage_of[i] = static_cast<int>(i) % c.stages;
+    for (size_t i = 0; i < w.peers.size(); ++i)
+      stage_of[i] = static_cast<int>(i) % c.stages;
   }
   // Replaying a real run: its servers start in the order, and as far apart, as
   // they joined there (they came up 0.5-3 s apart; with static routing the
@@ -59,13 +62,16 @@ void start_initial(world& w) {
   std::map<std::pair<int, int>, double> joined;
   double first = std::numeric_limits<double>::infinity();
   for (const auto& a : w.replayed)
-    if (a.join) first = std::min(first, a.t);
+    if (a.join)
+      first = std::min(first, a.t);
   for (const auto& a : w.replayed)
-    if (a.join) joined[{a.stage, a.index}] = a.t - first;
+    if (a.join)
+      joined[{a.stage, a.index}] = a.t - first;
   std::vector<std::pair<double, size_t>> starts;
   std::map<int, int> started;  // stage -> peers started on it so far
   for (size_t i = 0; i < w.peers.size(); ++i) {
-    if (stage_of[i] < 0) continue;  // a spare machine: --stage-servers used fewer than --peers
+    if (stage_of[i] < 0)
+      continue;  // a spare machine: --stage-servers used fewer than --peers
     peer& p = w.peers[i];
     p.initial_stage = stage_of[i];
     p.initial_index = started[p.initial_stage]++;
@@ -74,12 +80,13 @@ void start_initial(world& w) {
   }
   std::stable_sort(starts.begin(), starts.end());
   for (const auto& [t, i] : starts) {
-    if (t > w.now()) s4u::this_actor::sleep_until(t);
+    if (t > w.now())
+      s4u::this_actor::sleep_until(t);
     start_server(w.peers[i], stage_of[i]);
   }
 }
 
-} // namespace
+}  // namespace
 
 namespace swarm::sim {
 
@@ -93,14 +100,26 @@ namespace swarm::sim {
   int64_t issued = 0, completed = 0, dropped = 0, reroutes = 0, busy = 0;
   for (const auto& t : w.trainers) {
     issued += t.issued, completed += t.completed, dropped += t.dropped, reroutes += t.reroutes, busy += t.busy;
-    w.emit("trainer_exit", {{"trainer", t.name}, {"steps", t.steps}, {"issued", t.issued}, {"completed", t.completed},
-                            {"dropped", t.dropped}, {"in_flight", t.issued - t.completed - t.dropped},
-                            {"retries", t.retries}, {"samples", t.samples}}, "trainer");
+    w.emit("trainer_exit",
+           {{"trainer", t.name},
+            {"steps", t.steps},
+            {"issued", t.issued},
+            {"completed", t.completed},
+            {"dropped", t.dropped},
+            {"in_flight", t.issued - t.completed - t.dropped},
+            {"retries", t.retries},
+            {"samples", t.samples}},
+           "trainer");
   }
   for (const auto& p : w.peers)
     if (p.state != peer::off)
-      w.emit("server_exit", {{"stage", int64_t{p.stage}}, {"server", p.name}, {"served", p.served},
-                             {"late", p.late}, {"moved_to", int64_t{-1}}}, "server");
+      w.emit("server_exit",
+             {{"stage", int64_t{p.stage}},
+              {"server", p.name},
+              {"served", p.served},
+              {"late", p.late},
+              {"moved_to", int64_t{-1}}},
+             "server");
   const auto& tot = w.total;
   // After the warm-up: the pipeline is full.
   const auto counted = static_cast<double>(w.samples() - tot.warm_samples);
@@ -111,42 +130,48 @@ namespace swarm::sim {
   const double mean_alive = tot.alive_peer_seconds / cfg.duration;
   std::vector<const work_books*> workers;
   for (const auto& t : w.trainers)
-    for (const auto& b : t.workers) workers.push_back(&b);
+    for (const auto& b : t.workers)
+      workers.push_back(&b);
   double per_sample = 0;
-  for (int s = 0; s < cfg.stages; ++s) per_sample += w.seconds_per_sample(s);
+  for (int s = 0; s < cfg.stages; ++s)
+    per_sample += w.seconds_per_sample(s);
   const auto gap = w.books.close(w.peers, workers, counted, opt, flu, per_sample, w.now());
   std::vector<metrics_sink::field> parts{{"gap_points", gap.gap_points}, {"gap_sum_points", gap.sum_points}};
-  for (const auto& p : gap.parts) parts.emplace_back(p.key.c_str(), p.points);
+  for (const auto& p : gap.parts)
+    parts.emplace_back(p.key.c_str(), p.points);
   w.emit("sim_gap", parts, "sim");
-  w.emit("sim_summary", {{"tokens_per_s", tps},
-                         {"share_of_optimal", share},
-                         {"share_of_fluid", fluid},
-                         {"samples", w.samples()},
-                         {"issued", issued},
-                         {"completed", completed},
-                         {"dropped", dropped},
-                         {"reroutes", reroutes},
-                         {"busy", busy},
-                         {"rounds_applied", tot.rounds_applied},
-                         {"rounds_failed", tot.rounds_failed},
-                         {"moves_load", tot.moves_load},
-                         {"moves_redundancy", tot.moves_redundancy},
-                         {"moves_empty", tot.moves_empty},
-                         {"joins", tot.joins},
-                         {"downs", tot.downs},
-                         {"mean_peers_up", mean_alive},
-                         {"simulated_s", cfg.duration},
-                         {"warmup_s", cfg.warmup},
-                         {"wall_s", wall},
-                         {"peak_rss_mib", peak_rss_mib()},
-                         {"seed", static_cast<int64_t>(cfg.seed)}},
+  w.emit("sim_summary",
+         {{"tokens_per_s", tps},
+          {"share_of_optimal", share},
+          {"share_of_fluid", fluid},
+          {"samples", w.samples()},
+          {"issued", issued},
+          {"completed", completed},
+          {"dropped", dropped},
+          {"reroutes", reroutes},
+          {"busy", busy},
+          {"rounds_applied", tot.rounds_applied},
+          {"rounds_failed", tot.rounds_failed},
+          {"moves_load", tot.moves_load},
+          {"moves_redundancy", tot.moves_redundancy},
+          {"moves_empty", tot.moves_empty},
+          {"joins", tot.joins},
+          {"downs", tot.downs},
+          {"mean_peers_up", mean_alive},
+          {"simulated_s", cfg.duration},
+          {"warmup_s", cfg.warmup},
+          {"wall_s", wall},
+          {"peak_rss_mib", peak_rss_mib()},
+          {"seed", static_cast<int64_t>(cfg.seed)}},
          "sim");
   w.emit("cluster_exit", {{"code", int64_t{0}}}, "sim");
   w.metrics.flush();
   std::printf("swarm-sim: %.0f simulated s, %d peers (%.1f up on average), %d stages, %d trainers\n", cfg.duration,
               cfg.peers, mean_alive, cfg.stages, cfg.cluster.trainers);
-  std::printf("  throughput  %.0f tokens/s after the %.0f s warm-up, %.1f%% of the best assignment's (%.1f%% of the "
-              "fluid bound)\n", tps, cfg.warmup, 100 * share, 100 * fluid);
+  std::printf(
+      "  throughput  %.0f tokens/s after the %.0f s warm-up, %.1f%% of the best assignment's (%.1f%% of the "
+      "fluid bound)\n",
+      tps, cfg.warmup, 100 * share, 100 * fluid);
   // Throughput over time, in at most 10 spans of equal length.
   if (!w.timeline.empty()) {
     const size_t n = w.timeline.size(), spans = std::min<size_t>(10, n);
@@ -154,7 +179,8 @@ namespace swarm::sim {
     for (size_t k = 0; k < spans; ++k) {
       const size_t a = k * n / spans, b = (k + 1) * n / spans;
       double tps = 0, opt = 0;
-      for (size_t i = a; i < b; ++i) tps += w.timeline[i].tokens_per_s, opt += w.timeline[i].optimal_tokens_per_s;
+      for (size_t i = a; i < b; ++i)
+        tps += w.timeline[i].tokens_per_s, opt += w.timeline[i].optimal_tokens_per_s;
       std::printf("  %.0fs: %.0f, %.0f%%", w.timeline[b - 1].t, tps / static_cast<double>(b - a),
                   opt > 0 ? 100 * tps / opt : 0.0);
     }
@@ -162,15 +188,16 @@ namespace swarm::sim {
   }
   std::printf("  the gap to the best assignment: %.1f points; where it went (points, they sum to %.1f):\n",
               gap.gap_points, gap.sum_points);
-  for (const auto& p : gap.parts) std::printf("    %6.2f  %s\n", p.points, p.label.c_str());
+  for (const auto& p : gap.parts)
+    std::printf("    %6.2f  %s\n", p.points, p.label.c_str());
   std::printf("  microbatches issued %lld, completed %lld, dropped %lld, reroutes %lld; busy answers %lld\n",
               static_cast<long long>(issued), static_cast<long long>(completed), static_cast<long long>(dropped),
               static_cast<long long>(reroutes), static_cast<long long>(busy));
-  std::printf("  rounds applied %lld, failed %lld; moves: load %lld, redundancy %lld, empty %lld; joins %lld, downs %lld\n",
-              static_cast<long long>(tot.rounds_applied), static_cast<long long>(tot.rounds_failed),
-              static_cast<long long>(tot.moves_load), static_cast<long long>(tot.moves_redundancy),
-              static_cast<long long>(tot.moves_empty), static_cast<long long>(tot.joins),
-              static_cast<long long>(tot.downs));
+  std::printf(
+      "  rounds applied %lld, failed %lld; moves: load %lld, redundancy %lld, empty %lld; joins %lld, downs %lld\n",
+      static_cast<long long>(tot.rounds_applied), static_cast<long long>(tot.rounds_failed),
+      static_cast<long long>(tot.moves_load), static_cast<long long>(tot.moves_redundancy),
+      static_cast<long long>(tot.moves_empty), static_cast<long long>(tot.joins), static_cast<long long>(tot.downs));
   std::printf("  simulator: %.1f s wall, peak RSS %.0f MiB\n", wall, peak_rss_mib());
   std::fflush(stdout);
   std::_Exit(0);
@@ -195,7 +222,8 @@ int load_inputs(world& w) {
     std::cerr << "swarm-sim: bad config: cannot cut " << m.n_layers << " layers into " << cfg.stages << " stages\n";
     return 2;
   }
-  for (const auto& c : w.costs) w.rebalance_cost.push_back(c.madds_per_sample);
+  for (const auto& c : w.costs)
+    w.rebalance_cost.push_back(c.madds_per_sample);
   if (cfg.churn == "trace" && !read_trace(cfg.trace, &error)) {
     std::cerr << "swarm-sim: " << error << "\n";
     return 2;
@@ -222,7 +250,7 @@ int load_inputs(world& w) {
   return 0;
 }
 
-} // namespace swarm::sim
+}  // namespace swarm::sim
 
 int main(int argc, char** argv) {
   // Actor stacks (1 MiB each, see below) must come from mmap, touched page by
@@ -243,7 +271,8 @@ int main(int argc, char** argv) {
   w.stage_step.assign(static_cast<size_t>(cfg.stages), 0);
   w.round_running.assign(static_cast<size_t>(cfg.stages), false);
   w.joined_mutex = s4u::Mutex::create();
-  for (int s = 0; s < cfg.stages; ++s) w.server_joined.push_back(s4u::ConditionVariable::create());
+  for (int s = 0; s < cfg.stages; ++s)
+    w.server_joined.push_back(s4u::ConditionVariable::create());
 
   w.wall_start = std::chrono::steady_clock::now();
   xbt_log_control_set("root.thresh:critical");
@@ -271,15 +300,27 @@ int main(int argc, char** argv) {
   }
   // The summary's window starts at the coordinator's last whole-second tick within the warm-up.
   w.books.open(cfg.warmup >= 1 ? std::floor(cfg.warmup + 1e-9) : 0.0, cfg.duration, cfg.stages);
-  w.emit("cluster_start", {{"stages", int64_t{cfg.stages}}, {"peers", int64_t{cfg.peers}},
-                           {"trainers", int64_t{cfg.cluster.trainers}}, {"microbatch", cfg.model.microbatch},
-                           {"seq_len", cfg.model.seq_len}, {"simulated", true}}, "sim");
+  w.emit("cluster_start",
+         {{"stages", int64_t{cfg.stages}},
+          {"peers", int64_t{cfg.peers}},
+          {"trainers", int64_t{cfg.cluster.trainers}},
+          {"microbatch", cfg.model.microbatch},
+          {"seq_len", cfg.model.seq_len},
+          {"simulated", true}},
+         "sim");
   for (size_t k = 0; k < w.costs.size(); ++k) {
     const auto& c = w.costs[k];
-    w.emit("stage_cost", {{"stage", static_cast<int64_t>(k)}, {"forward_s", c.forward_s}, {"backward_s", c.backward_s},
-                          {"forward_in_bytes", c.forward_in_bytes}, {"forward_out_bytes", c.forward_out_bytes},
-                          {"backward_in_bytes", c.backward_in_bytes}, {"backward_out_bytes", c.backward_out_bytes},
-                          {"parameters", c.parameters}, {"state_bytes", c.state_bytes}}, "sim");
+    w.emit("stage_cost",
+           {{"stage", static_cast<int64_t>(k)},
+            {"forward_s", c.forward_s},
+            {"backward_s", c.backward_s},
+            {"forward_in_bytes", c.forward_in_bytes},
+            {"forward_out_bytes", c.forward_out_bytes},
+            {"backward_in_bytes", c.backward_in_bytes},
+            {"backward_out_bytes", c.backward_out_bytes},
+            {"parameters", c.parameters},
+            {"state_bytes", c.state_bytes}},
+           "sim");
   }
   s4u::Actor::create("coordinator", w.coordinator_host, coordinator_main);
   s4u::Actor::create("churn", w.coordinator_host, churn_main);

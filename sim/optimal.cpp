@@ -11,7 +11,8 @@ namespace swarm::sim {
 
 optimum best_assignment(const std::vector<double>& cost, const std::vector<double>& speed) {
   optimum o;
-  if (cost.empty() || speed.empty()) return o;
+  if (cost.empty() || speed.empty())
+    return o;
   const double total_cost = std::accumulate(cost.begin(), cost.end(), 0.0);
   o.fluid = std::accumulate(speed.begin(), speed.end(), 0.0) / total_cost;
   std::vector<double> sorted = speed;
@@ -32,4 +33,4 @@ optimum best_assignment(const std::vector<double>& cost, const std::vector<doubl
   return o;
 }
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

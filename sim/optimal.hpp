@@ -22,4 +22,4 @@ struct optimum {
 /// `cost`: work per sample of each stage (> 0); `speed`: each live peer's work per second.
 [[nodiscard]] optimum best_assignment(const std::vector<double>& cost, const std::vector<double>& speed);
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

@@ -21,7 +21,8 @@ s4u::Host* add_host(s4u::NetZone* zone, const std::string& name, double speed, d
   h->set_core_count(cores);
   h->set_coordinates(coords);
   h->seal();
-  if (!shared) return h;  // no access link: flows to and from it are limited by the other end only
+  if (!shared)
+    return h;  // no access link: flows to and from it are limited by the other end only
   auto* up = zone->create_link(name + "_up", bytes_per_s)->seal();
   auto* down = zone->create_link(name + "_down", bytes_per_s)->seal();
   zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {s4u::LinkInRoute(up)}, false);
@@ -48,7 +49,8 @@ void run_flows(const std::shared_ptr<flow_end>& end, s4u::Mailbox* out, s4u::Mai
       } catch (const simgrid::Exception&) {  // cut at the deadline, or the other end was
       }
     }
-    if (near) flow->done->release();
+    if (near)
+      flow->done->release();
   }
 }
 
@@ -58,12 +60,10 @@ void start_machine_actors(world& w) {
   for (auto& p : w.peers) {
     auto* up = s4u::Mailbox::by_name("up" + std::to_string(p.index));
     auto* down = s4u::Mailbox::by_name("down" + std::to_string(p.index));
-    s4u::Actor::create("flows" + std::to_string(p.index), p.host, [end = p.near_end, up, down] {
-      run_flows(end, up, down, true);
-    });
-    s4u::Actor::create("hub" + std::to_string(p.index), w.hub, [end = p.hub_end, up, down] {
-      run_flows(end, down, up, false);
-    });
+    s4u::Actor::create("flows" + std::to_string(p.index), p.host,
+                       [end = p.near_end, up, down] { run_flows(end, up, down, true); });
+    s4u::Actor::create("hub" + std::to_string(p.index), w.hub,
+                       [end = p.hub_end, up, down] { run_flows(end, down, up, false); });
     // The receiver takes every request as its bytes arrive (so transfers to one
     // machine run side by side) and queues it for whichever server lives there.
     s4u::Actor::create("nic" + std::to_string(p.index), p.host, [pp = &p] {
@@ -78,7 +78,7 @@ void start_machine_actors(world& w) {
   }
 }
 
-} // namespace
+}  // namespace
 
 void build_platform(world& w) {
   const auto& c = w.cfg;
@@ -87,7 +87,8 @@ void build_platform(world& w) {
   const double pi = std::acos(-1.0);
   const double radius = c.regions > 1 ? c.region_latency_ms / (2 * std::sin(pi / c.regions)) : 0;
   const auto coords = [&](int region) {
-    if (local) return std::string("0 0 0.01");
+    if (local)
+      return std::string("0 0 0.01");
     const double a = 2 * pi * region / c.regions;
     return std::to_string(radius * std::cos(a)) + " " + std::to_string(radius * std::sin(a)) + " " +
            std::to_string(c.local_latency_ms / 2);
@@ -141,4 +142,4 @@ void build_platform(world& w) {
     })->daemonize();
 }
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

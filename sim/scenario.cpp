@@ -16,7 +16,8 @@ std::optional<std::vector<double>> number_list(const std::string& text) {
     try {
       size_t used = 0;
       out.push_back(std::stod(item, &used));
-      if (used != item.size() || !std::isfinite(out.back())) return std::nullopt;
+      if (used != item.size() || !std::isfinite(out.back()))
+        return std::nullopt;
     } catch (const std::exception&) {
       return std::nullopt;
     }
@@ -115,7 +116,7 @@ const std::vector<keys::row>& sim_keys() {
   return rows;
 }
 
-} // namespace
+}  // namespace
 
 std::vector<keys::binding> bind_keys(scenario& s) {
   std::vector<keys::binding> out;
@@ -136,23 +137,29 @@ namespace {
 std::string check(const scenario& s) {
   if (s.stages > s.model.n_layers)
     return "stages must be 1..n-layers (" + std::to_string(s.model.n_layers) + ")";
-  if (s.warmup >= s.duration) return "warmup must be shorter than duration";
-  if (s.churn == "trace" && s.trace.empty()) return "--churn trace needs --trace FILE";
-  if (s.churn == "replay" && s.churn_log.empty()) return "--churn replay needs --churn-log FILE";
+  if (s.warmup >= s.duration)
+    return "warmup must be shorter than duration";
+  if (s.churn == "trace" && s.trace.empty())
+    return "--churn trace needs --trace FILE";
+  if (s.churn == "replay" && s.churn_log.empty())
+    return "--churn replay needs --churn-log FILE";
   if (!s.cluster.stage_servers.empty()) {
     auto n = number_list(s.cluster.stage_servers);
-    if (!n || static_cast<int>(n->size()) != s.stages) return "stage-servers needs one count per stage";
+    if (!n || static_cast<int>(n->size()) != s.stages)
+      return "stage-servers needs one count per stage";
     double sum = 0;
     for (double v : *n) {
-      if (v < 0 || v != std::floor(v)) return "stage-servers: counts must be whole numbers >= 0";
+      if (v < 0 || v != std::floor(v))
+        return "stage-servers: counts must be whole numbers >= 0";
       sum += v;
     }
-    if (static_cast<int>(sum) > s.peers) return "stage-servers places more servers than --peers";
+    if (static_cast<int>(sum) > s.peers)
+      return "stage-servers places more servers than --peers";
   }
   return {};
 }
 
-} // namespace
+}  // namespace
 
 parse_result parse_scenario(int argc, char** argv) {
   scenario s;
@@ -162,9 +169,10 @@ parse_result parse_scenario(int argc, char** argv) {
     r.message = keys::markdown_table(bound);
     return r;
   }
-  CLI::App app{"swarm-sim: a simulated swarm (SimGrid) that runs swarm's own routing, rebalancing and averaging "
-               "policies over thousands of peers. Every flag is also a key of a --config file; swarm's flags mean "
-               "what they mean there. --help-markdown prints this list as docs/simulator.md's table."};
+  CLI::App app{
+      "swarm-sim: a simulated swarm (SimGrid) that runs swarm's own routing, rebalancing and averaging "
+      "policies over thousands of peers. Every flag is also a key of a --config file; swarm's flags mean "
+      "what they mean there. --help-markdown prints this list as docs/simulator.md's table."};
   app.option_defaults()->always_capture_default();
   app.set_config("--config", "", "read key = value lines (keys are these flags without dashes)");
   keys::add_options(app, bound);
@@ -184,19 +192,22 @@ parse_result parse_scenario(int argc, char** argv) {
     r.exit_code = 2;
     return r;
   }
-  if (auto c = app.get_option("--config"); c->count() > 0) s.config_file = c->as<std::string>();
+  if (auto c = app.get_option("--config"); c->count() > 0)
+    s.config_file = c->as<std::string>();
   auto why = keys::apply_text(bound);  // --routing's word into trainer.attempts.pinned
   if (why.empty())
     why = keys::check_all(bound);
-  if (why.empty()) why = check(s);
+  if (why.empty())
+    why = check(s);
   if (!why.empty()) {
     r.message = "swarm-sim: bad config: " + why;
     r.exit_code = 2;
     return r;
   }
-  if (s.warmup < 0) s.warmup = 0.1 * s.duration;
+  if (s.warmup < 0)
+    s.warmup = 0.1 * s.duration;
   r.config = s;
   return r;
 }
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

@@ -19,21 +19,21 @@ struct scenario {
   // are swarm's rows of config/keys.cpp, registered by scenario.cpp with the
   // same names, defaults, help and checks. Only the keys scenario.cpp lists
   // are flags here; the other members keep swarm's defaults and are not read.
-  model_config model;              ///< d-model, n-layers, seq-len, microbatch
-  int stages = app_config{}.stages; ///< swarm's --stages (app_config holds it outside its sections)
-  server_config server;            ///< batch-size, averaging-compression
-  trainer_config trainer;          ///< in-flight, routing, compression, timeouts, retries, commit-grace, EMA, bans;
-                                   ///< routing-probe (swarm-sim's own flag for swarm's probe cap)
-  coordinator_config coordinator;  ///< averaging-timeout, rebalance, rebalance-period, -min-gain, min-replicas
-  cluster_config cluster;          ///< trainers; stage_servers is swarm-sim's own --stage-servers
-  std::string calibration;         ///< file from `swarm --role calibrate`; empty = the source tree's
+  model_config model;                ///< d-model, n-layers, seq-len, microbatch
+  int stages = app_config{}.stages;  ///< swarm's --stages (app_config holds it outside its sections)
+  server_config server;              ///< batch-size, averaging-compression
+  trainer_config trainer;            ///< in-flight, routing, compression, timeouts, retries, commit-grace, EMA, bans;
+                                     ///< routing-probe (swarm-sim's own flag for swarm's probe cap)
+  coordinator_config coordinator;    ///< averaging-timeout, rebalance, rebalance-period, -min-gain, min-replicas
+  cluster_config cluster;            ///< trainers; stage_servers is swarm-sim's own --stage-servers
+  std::string calibration;           ///< file from `swarm --role calibrate`; empty = the source tree's
   // The swarm.
-  int peers = 4;                  ///< server machines (trace: slots the trace is laid over)
-  std::string slowdowns;          ///< per-peer slowdown (swarm's --server-slowdowns), cycled; empty: 1
-  double speed = 1;               ///< compute speed of a peer relative to this machine's calibrated core
-  double speed_spread = 0;        ///< peers' speeds drawn log-normal with this sigma around `speed`
-  double ramp_s = 0;              ///< each trainer slot starts at a random time in [0, ramp_s): no start-up wave
-  std::string join = "placed";    ///< placed: the rebalancer's placement (swarm --stage auto) | random: any stage
+  int peers = 4;                ///< server machines (trace: slots the trace is laid over)
+  std::string slowdowns;        ///< per-peer slowdown (swarm's --server-slowdowns), cycled; empty: 1
+  double speed = 1;             ///< compute speed of a peer relative to this machine's calibrated core
+  double speed_spread = 0;      ///< peers' speeds drawn log-normal with this sigma around `speed`
+  double ramp_s = 0;            ///< each trainer slot starts at a random time in [0, ramp_s): no start-up wave
+  std::string join = "placed";  ///< placed: the rebalancer's placement (swarm --stage auto) | random: any stage
   // The platform.
   std::string platform = "wan";   ///< wan: a host per peer in regions | local: one machine of `cores` cores on loopback
   int cores = 2;                  ///< local: cores shared by every process
@@ -43,29 +43,29 @@ struct scenario {
   double bandwidth_mbps = 100;    ///< wan: each peer's up and down link, Mbit/s
   double loopback_gbps = 8;       ///< local: the loopback's bandwidth, Gbit/s
   // Churn.
-  std::string churn = "none";     ///< none | kill (as swarm --chaos kill) | rate | trace | replay
-  double churn_every = 30;        ///< kill: one random serving peer every this many seconds
-  double churn_down = 10;         ///< kill: back after this long; rate: mean time down, seconds
-  double mtbf = 3600;             ///< rate: mean time between failures of a peer, seconds
-  std::string trace;              ///< trace: a file of ../shared/data/traces' formats
-  double trace_speedup = 1;       ///< trace: replay this many times faster
-  double trace_jitter = 300;      ///< trace: per-lifetime shift of each copy of the trace, +- seconds
-  std::string churn_log;          ///< replay: a swarm --role cluster metrics file whose chaos kills and restarts are redone
-  double start_s = 0;             ///< a (re)started server asks to join this long after its machine came up (process start)
-  double start_cpu_s = 0;         ///< core-seconds its start-up burns on its machine's cores
+  std::string churn = "none";  ///< none | kill (as swarm --chaos kill) | rate | trace | replay
+  double churn_every = 30;     ///< kill: one random serving peer every this many seconds
+  double churn_down = 10;      ///< kill: back after this long; rate: mean time down, seconds
+  double mtbf = 3600;          ///< rate: mean time between failures of a peer, seconds
+  std::string trace;           ///< trace: a file of ../shared/data/traces' formats
+  double trace_speedup = 1;    ///< trace: replay this many times faster
+  double trace_jitter = 300;   ///< trace: per-lifetime shift of each copy of the trace, +- seconds
+  std::string churn_log;   ///< replay: a swarm --role cluster metrics file whose chaos kills and restarts are redone
+  double start_s = 0;      ///< a (re)started server asks to join this long after its machine came up (process start)
+  double start_cpu_s = 0;  ///< core-seconds its start-up burns on its machine's cores
   // The run.
-  double duration = 600;          ///< simulated seconds
-  uint64_t seed = 1;              ///< of every random choice (model.seed is swarm's, not read here)
-  std::string metrics;            ///< JSON-lines events (swarm's vocabulary); empty = none
-  double warmup = -1;             ///< simulated seconds left out of the summary's tokens/s and shares; < 0: 10% of duration
-  double report_every = 60;       ///< simulated seconds between progress lines and `sim_throughput` events
-  bool quiet = false;             ///< no progress lines
+  double duration = 600;     ///< simulated seconds
+  uint64_t seed = 1;         ///< of every random choice (model.seed is swarm's, not read here)
+  std::string metrics;       ///< JSON-lines events (swarm's vocabulary); empty = none
+  double warmup = -1;        ///< simulated seconds left out of the summary's tokens/s and shares; < 0: 10% of duration
+  double report_every = 60;  ///< simulated seconds between progress lines and `sim_throughput` events
+  bool quiet = false;        ///< no progress lines
   std::string config_file;
 };
 
 struct parse_result {
   std::optional<scenario> config;
-  int exit_code = 0;    ///< 0: --help or --help-markdown; 2: bad flags or config
+  int exit_code = 0;  ///< 0: --help or --help-markdown; 2: bad flags or config
   std::string message;
 };
 
@@ -78,4 +78,4 @@ struct parse_result {
 /// Comma-separated numbers; nullopt when one is not a number.
 [[nodiscard]] std::optional<std::vector<double>> number_list(const std::string& text);
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

@@ -20,7 +20,8 @@ bool copy_state(world& w, peer& p, int stage) {
   const uint64_t own_life = p.epoch;
   for (int attempt = 0; attempt < 3 && p.epoch == own_life; ++attempt) {
     peer* from = w.state_source(stage, &p);
-    if (!from) return false;
+    if (!from)
+      return false;
     const double bytes = w.costs[static_cast<size_t>(stage)].state_bytes;
     const uint64_t life = from->epoch;
     ++from->uploads;
@@ -30,7 +31,8 @@ bool copy_state(world& w, peer& p, int stage) {
       // Exported there and imported here: the importing side's cores are what it costs here.
       if (w.costs[static_cast<size_t>(stage)].state_s > 0)
         s4u::this_actor::exec_init(w.costs[static_cast<size_t>(stage)].state_s)->set_host(p.cpu)->wait();
-      if (p.epoch != own_life) return false;
+      if (p.epoch != own_life)
+        return false;
       p.step = w.stage_step[static_cast<size_t>(stage)];
       return true;
     }
@@ -49,10 +51,11 @@ void settle(world& w, peer& p, int from, int stage, policy::move_reason why, dou
   w.books.set_phase(p, phase::copying, w.now());
   p.state = from < 0 ? peer::joining : peer::moving;
   p.stage = stage;
-  p.in_round = 0;  // rounds of its old stage or life end without it
+  p.in_round = 0;                                           // rounds of its old stage or life end without it
   p.admission = policy::admission(w.cfg.server.admission);  // grants of its old stage or life are void
   const bool copied = !initial && copy_state(w, p, stage);
-  if (!copied) p.step = w.stage_step[static_cast<size_t>(stage)];
+  if (!copied)
+    p.step = w.stage_step[static_cast<size_t>(stage)];
   p.state = peer::serving;
   w.books.set_phase(p, phase::idle, w.now());
   p.reloading = false;
@@ -62,22 +65,26 @@ void settle(world& w, peer& p, int from, int stage, policy::move_reason why, dou
   p.carried_rate = from >= 0 ? moved_rate(w, p, from, stage) : std::nan("");
   p.busy_s = p.samples_done = 0;
   p.accumulated = 0;
-  if (p.home_stage < 0) p.home_stage = stage;
+  if (p.home_stage < 0)
+    p.home_stage = stage;
   // (Static routing draws its pins from the same engine: its routers are kept but unused.)
   const bool draws = !w.cfg.trainer.attempts.pinned;
-  for (auto& t : w.trainers) t.routers[static_cast<size_t>(stage)].add(p.name, w.now(), draws ? &t.rng : nullptr);
+  for (auto& t : w.trainers)
+    t.routers[static_cast<size_t>(stage)].add(p.name, w.now(), draws ? &t.rng : nullptr);
   w.server_joined[static_cast<size_t>(stage)]->notify_all();
-  w.emit("server_join", {{"stage", int64_t{stage}}, {"server", p.name}, {"host", p.host->get_name()}, {"port", int64_t{0}}},
+  w.emit("server_join",
+         {{"stage", int64_t{stage}}, {"server", p.name}, {"host", p.host->get_name()}, {"port", int64_t{0}}},
          "coordinator");
   if (since >= 0)
-    w.emit("rebalance", {{"server", p.name},
-                         {"from", int64_t{from}},
-                         {"to", int64_t{stage}},
-                         {"reason", std::string(policy::to_string(why))},
-                         {"predicted_gain", gain},
-                         {"seconds", w.now() - since},
-                         {"state_copied", copied},
-                         {"state_from", std::string(copied ? "peer" : "initial")}},
+    w.emit("rebalance",
+           {{"server", p.name},
+            {"from", int64_t{from}},
+            {"to", int64_t{stage}},
+            {"reason", std::string(policy::to_string(why))},
+            {"predicted_gain", gain},
+            {"seconds", w.now() - since},
+            {"state_copied", copied},
+            {"state_from", std::string(copied ? "peer" : "initial")}},
            "server");
 }
 
@@ -85,7 +92,8 @@ void leave_stage(world& w, peer& p, outbox& out) {
   w.forget(p.stage, p.name);
   ++p.epoch;
   // Anyone waiting on this life hears `leaving` now (swarm: the LEAVE to load balancers).
-  for (auto& [box, attempt] : p.waiters) send(out, box, new reply{attempt, reply::leaving}, 0);
+  for (auto& [box, attempt] : p.waiters)
+    send(out, box, new reply{attempt, reply::leaving}, 0);
   p.waiters.clear();
 }
 
@@ -94,9 +102,10 @@ void move(world& w, peer& p, outbox& out) {
   const int from = p.stage, to = p.move_to;
   const double ordered = p.ordered_at, gain = p.predicted_gain;
   const auto reason = p.move_reason;
-  if (to < 0 || to == from) return;
-  w.emit("server_exit", {{"stage", int64_t{from}}, {"server", p.name}, {"served", p.served},
-                         {"moved_to", int64_t{to}}}, "server");
+  if (to < 0 || to == from)
+    return;
+  w.emit("server_exit", {{"stage", int64_t{from}}, {"server", p.name}, {"served", p.served}, {"moved_to", int64_t{to}}},
+         "server");
   leave_stage(w, p, out);
   p.move_to = -1;
   settle(w, p, from, to, reason, ordered, gain);
@@ -116,11 +125,13 @@ double compute(world& w, peer& p, request& r) {
   w.books.set_phase(p, phase::busy, t0);
   // The cpu host's speed is this peer's speed in calibrated core-seconds per second.
   s4u::this_actor::exec_init(work)->set_host(p.cpu)->wait();
-  if (p.slowdown > 1) s4u::this_actor::sleep_for((p.slowdown - 1) * (w.now() - t0));
+  if (p.slowdown > 1)
+    s4u::this_actor::sleep_for((p.slowdown - 1) * (w.now() - t0));
   w.books.computed(p, t0, w.now(), r.books, r.attempt);
   p.admission.done(r.ticket);
   w.books.set_phase(p, phase::idle, w.now());
-  if (local) w.coordinator_backlog_s += w.cal.coordinator_s_per_request;  // its report to the averager
+  if (local)
+    w.coordinator_backlog_s += w.cal.coordinator_s_per_request;  // its report to the averager
   p.busy_s += w.now() - t0;
   ++p.served;
   const bool adds = r.kind == request::backward || p.stage == cfg.stages - 1;
@@ -130,7 +141,8 @@ double compute(world& w, peer& p, request& r) {
   const double whole = c.forward_s + c.backward_s;
   p.samples_done += static_cast<double>(r.samples) *
                     (whole > 0 ? (r.kind == request::forward ? c.forward_s : c.backward_s) / whole : 1.0);
-  if (adds) p.accumulated += r.samples;
+  if (adds)
+    p.accumulated += r.samples;
   return w.now() - t0;
 }
 
@@ -141,8 +153,10 @@ void serve(peer* pp, int stage) {
   const bool initial = stage >= 0;
   if (!initial) {  // a process starting: its start-up, then where the coordinator places it
     const double up = w.now();
-    if (w.cfg.start_cpu_s > 0) s4u::this_actor::exec_init(w.cfg.start_cpu_s)->set_host(p.cpu)->wait();
-    if (w.now() < up + w.cfg.start_s) s4u::this_actor::sleep_until(up + w.cfg.start_s);
+    if (w.cfg.start_cpu_s > 0)
+      s4u::this_actor::exec_init(w.cfg.start_cpu_s)->set_host(p.cpu)->wait();
+    if (w.now() < up + w.cfg.start_s)
+      s4u::this_actor::sleep_until(up + w.cfg.start_s);
     stage = place(p);
   }
   settle(w, p, -1, stage, policy::move_reason::join, initial ? -1 : w.now(), std::nan(""), initial);
@@ -169,7 +183,8 @@ void serve(peer* pp, int stage) {
       continue;
     }
     // It would have arrived later, after its asks (request::delay_s).
-    if (w.now() < r->ready_at) s4u::this_actor::sleep_until(r->ready_at);
+    if (w.now() < r->ready_at)
+      s4u::this_actor::sleep_until(r->ready_at);
     if (w.now() > r->commit_by) {  // its sender gives up on it before it could be committed: swarm refuses it
       p.admission.done(r->ticket);
       ++p.late;
@@ -188,17 +203,19 @@ void serve(peer* pp, int stage) {
   }
 }
 
-} // namespace
+}  // namespace
 
 void start_reload(peer& p) {
-  if (p.reloading) return;
+  if (p.reloading)
+    return;
   p.reloading = true;
   s4u::Actor::create("reload", p.host, [pp = &p, life = p.epoch, stage = p.stage] {
     auto& w = the_world();
     peer& p = *pp;
     // It goes on serving meanwhile (swarm does); what it adds is dropped with its old state.
     copy_state(w, p, stage);
-    if (p.epoch != life) return;  // it died or moved meanwhile: that life's state is gone anyway
+    if (p.epoch != life)
+      return;  // it died or moved meanwhile: that life's state is gone anyway
     p.step = w.stage_step[static_cast<size_t>(stage)];
     p.accumulated = 0;
     p.reloading = false;
@@ -218,4 +235,4 @@ void start_server(peer& p, int stage) {
   p.actor = s4u::Actor::create(p.name, p.host, [pp = &p, stage] { serve(pp, stage); });
 }
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

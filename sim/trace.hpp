@@ -48,11 +48,11 @@ struct slot_plan {
 /// `swarm --role cluster` metrics file), or when one of the servers it
 /// started with first joined, for --churn replay.
 struct chaos_action {
-  double t = 0;        ///< seconds since the file's first event
-  bool kill = true;    ///< false: restart (or join)
-  int stage = 0;       ///< "server S.I": the cluster's I-th server launched for stage S
+  double t = 0;      ///< seconds since the file's first event
+  bool kill = true;  ///< false: restart (or join)
+  int stage = 0;     ///< "server S.I": the cluster's I-th server launched for stage S
   int index = 0;
-  bool join = false;   ///< a first server_join of a server the cluster started with (not a restart)
+  bool join = false;  ///< a first server_join of a server the cluster started with (not a restart)
 };
 
 /// The kills and restarts of servers in a metrics file, and the first joins
@@ -68,4 +68,4 @@ struct chaos_action {
 /// Most lifetimes alive at once.
 [[nodiscard]] int peak_alive(const std::vector<lifetime>& trace);
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

@@ -32,7 +32,8 @@ std::string choose(world& w, trainer_state& t, int stage, const policy::attempt_
     const double now = w.now();
     if (auto pick = policy::next_server(w.cfg.trainer.attempts, h, router, pin, now, t.rng, serving))
       return *pick;
-    if (now >= give_up) return {};
+    if (now >= give_up)
+      return {};
     // Until a server joins the stage, or a second passes (bans expire).
     std::unique_lock lock(*w.joined_mutex);
     w.server_joined[static_cast<size_t>(stage)]->wait_until(lock, std::min(now + 1.0, give_up));
@@ -107,7 +108,8 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
   while (policy::attempts_left(attempts, h)) {
     const bool ask = policy::asks(attempts, h);
     const std::string name = choose(w, t, stage, h);
-    if (name.empty()) break;
+    if (name.empty())
+      break;
     peer* p = find_peer(w, name);
     auto& router = t.routers[static_cast<size_t>(stage)];
     if (!p) {  // gone between the routers' update and now
@@ -139,16 +141,23 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
       }
     }
     const double sent = w.now() + asking_s;  // when it would leave, after its asks
-    if (!answer) {  // granted, or not asked
-      if (h.attempts > 0) {  // a re-send: after the attempt that failed at `last`
+    if (!answer) {                           // granted, or not asked
+      if (h.attempts > 0) {                  // a re-send: after the attempt that failed at `last`
         ++t.retries;
         ++t.reroutes;
-        w.emit("reroute", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"op", std::string(op)}, {"from", last},
-                           {"to", name}, {"reason", why}}, "trainer");
+        w.emit("reroute",
+               {{"stage", int64_t{stage}},
+                {"trainer", t.name},
+                {"op", std::string(op)},
+                {"from", last},
+                {"to", name},
+                {"reason", why}},
+               "trainer");
       }
       const uint64_t id = t.next_attempt++;
-      auto* r = new request{backward ? request::backward : request::forward, stage, p->epoch, w.cfg.model.microbatch,
-                            backward ? c.backward_out_bytes : c.forward_out_bytes, box, id};
+      auto* r =
+          new request{backward ? request::backward : request::forward,       stage, p->epoch, w.cfg.model.microbatch,
+                      backward ? c.backward_out_bytes : c.forward_out_bytes, box,   id};
       r->books = &books;
       r->ticket = ticket;
       r->delay_s = asking_s;
@@ -172,14 +181,19 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
     const bool timed_out = !answer;
     const reply::status_t status = answer ? answer->status : reply::down;
     const double took = w.now() - sent;
-    w.books.attempt_over(books, timed_out            ? attempt_end::timed_out
+    w.books.attempt_over(books, timed_out               ? attempt_end::timed_out
                                 : status == reply::ok   ? attempt_end::accepted
                                 : status == reply::down ? attempt_end::down
                                                         : attempt_end::leaving);
     if (timed_out) {
       router.on_timeout(name, microbatch, backward, took);
-      w.emit("timeout", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"server", name}, {"op", std::string(op)},
-                         {"seconds", took}}, "trainer");
+      w.emit("timeout",
+             {{"stage", int64_t{stage}},
+              {"trainer", t.name},
+              {"server", name},
+              {"op", std::string(op)},
+              {"seconds", took}},
+             "trainer");
       why = "timeout";
       continue;
     }
@@ -189,14 +203,23 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
     }
     if (status == reply::down) {
       const double ban = router.ban(name, w.now());
-      w.emit("ban", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"server", name}, {"seconds", ban},
-                     {"reason", std::string("down")}}, "trainer");
+      w.emit("ban",
+             {{"stage", int64_t{stage}},
+              {"trainer", t.name},
+              {"server", name},
+              {"seconds", ban},
+              {"reason", std::string("down")}},
+             "trainer");
     }
     why = status == reply::down ? "down" : "leaving";
     // leaving: re-sent elsewhere without a ban, as swarm does.
   }
-  w.emit("dropped", {{"trainer", t.name}, {"stage", int64_t{stage}}, {"op", std::string(op)},
-                     {"reason", std::string("no server answered in max-retries attempts")}}, "trainer");
+  w.emit("dropped",
+         {{"trainer", t.name},
+          {"stage", int64_t{stage}},
+          {"op", std::string(op)},
+          {"reason", std::string("no server answered in max-retries attempts")}},
+         "trainer");
   return {};
 }
 
@@ -205,10 +228,12 @@ outcome run_microbatch(world& w, trainer_state& t, work_books& books, s4u::Mailb
   std::vector<std::string> used(static_cast<size_t>(stages));
   for (int s = 0; s < stages; ++s) {
     used[static_cast<size_t>(s)] = call(w, t, books, box, s, false, {});
-    if (used[static_cast<size_t>(s)].empty()) return outcome::dropped;
+    if (used[static_cast<size_t>(s)].empty())
+      return outcome::dropped;
   }
   for (int s = stages - 2; s >= 0; --s)
-    if (call(w, t, books, box, s, true, used[static_cast<size_t>(s)]).empty()) return outcome::dropped;
+    if (call(w, t, books, box, s, true, used[static_cast<size_t>(s)]).empty())
+      return outcome::dropped;
   return outcome::done;
 }
 
@@ -219,28 +244,30 @@ void count_step(world& w, trainer_state& t) {
     ++t.steps;
     const double took = std::max(w.now() - t.step_started, 1e-9);
     t.step_started = w.now();
-    w.emit("step", {{"trainer", t.name},
-                    {"step", t.steps},
-                    {"samples", t.samples},
-                    {"tokens", t.samples * w.cfg.model.seq_len},
-                    {"tokens_per_s", static_cast<double>(batch * w.cfg.model.seq_len) / took},
-                    {"elapsed_s", w.now()},
-                    {"issued", t.issued},
-                    {"completed", t.completed},
-                    {"dropped", t.dropped},
-                    {"retries", t.retries}},
+    w.emit("step",
+           {{"trainer", t.name},
+            {"step", t.steps},
+            {"samples", t.samples},
+            {"tokens", t.samples * w.cfg.model.seq_len},
+            {"tokens_per_s", static_cast<double>(batch * w.cfg.model.seq_len) / took},
+            {"elapsed_s", w.now()},
+            {"issued", t.issued},
+            {"completed", t.completed},
+            {"dropped", t.dropped},
+            {"retries", t.retries}},
            "trainer");
   }
 }
 
-} // namespace
+}  // namespace
 
 void trainer_worker(int trainer, int slot) {
   auto& w = the_world();
   auto& t = w.trainers[static_cast<size_t>(trainer)];
   auto* box = s4u::Mailbox::by_name(t.name + "/" + std::to_string(slot));
   box->set_receiver(s4u::Actor::self());
-  if (w.cfg.ramp_s > 0) s4u::this_actor::sleep_for(std::uniform_real_distribution<double>(0, w.cfg.ramp_s)(t.rng));
+  if (w.cfg.ramp_s > 0)
+    s4u::this_actor::sleep_for(std::uniform_real_distribution<double>(0, w.cfg.ramp_s)(t.rng));
   auto& books = t.workers[static_cast<size_t>(slot)];
   for (;;) {
     ++t.issued;
@@ -256,4 +283,4 @@ void trainer_worker(int trainer, int slot) {
   }
 }
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

@@ -10,7 +10,8 @@ world& the_world() {
 }
 
 void world::emit(const char* event, std::initializer_list<metrics_sink::field> fields, const char* role) {
-  if (metrics.is_open()) metrics << metrics_sink::format(now(), role, event, fields);
+  if (metrics.is_open())
+    metrics << metrics_sink::format(now(), role, event, fields);
 }
 
 void world::emit(const char* event, const std::vector<metrics_sink::field>& fields, const char* role) {
@@ -20,14 +21,16 @@ void world::emit(const char* event, const std::vector<metrics_sink::field>& fiel
 
 int64_t world::samples() const {
   int64_t n = 0;
-  for (const auto& t : trainers) n += t.samples;
+  for (const auto& t : trainers)
+    n += t.samples;
   return n;
 }
 
 std::vector<peer*> world::serving(int stage) {
   std::vector<peer*> out;
   for (auto& p : peers)
-    if (p.state == peer::serving && p.stage == stage) out.push_back(&p);
+    if (p.state == peer::serving && p.stage == stage)
+      out.push_back(&p);
   return out;
 }
 
@@ -36,9 +39,11 @@ void world::forget(int stage, const std::string& name) {
   for (auto& t : trainers) {
     t.routers[static_cast<size_t>(stage)].remove(name);
     auto& pin = t.pins[static_cast<size_t>(stage)];
-    if (pin.pinned() != name) continue;
+    if (pin.pinned() != name)
+      continue;
     if (present.empty())
-      for (peer* p : serving(stage)) present.push_back(p->name);
+      for (peer* p : serving(stage))
+        present.push_back(p->name);
     pin.gone(name, present);
   }
 }
@@ -57,11 +62,14 @@ void world::yardstick(bool changed) {
   total.fluid_samples += fluid_rate * dt;
   total.alive_peer_seconds += alive_now * dt;
   yardstick_at = now();
-  if (!changed) return;
+  if (!changed)
+    return;
   std::vector<double> speeds, per_sample;
   for (const auto& p : peers)
-    if (p.state != peer::off) speeds.push_back(p.speed / p.slowdown);
-  for (int s = 0; s < cfg.stages; ++s) per_sample.push_back(seconds_per_sample(s));
+    if (p.state != peer::off)
+      speeds.push_back(p.speed / p.slowdown);
+  for (int s = 0; s < cfg.stages; ++s)
+    per_sample.push_back(seconds_per_sample(s));
   const auto best = best_assignment(per_sample, speeds);
   best_rate = best.greedy;
   fluid_rate = best.fluid;
@@ -99,7 +107,8 @@ void deliver(peer& p, request* r) {
 }
 
 void unqueue(const request& r) {
-  if (r.queued_on >= 0) the_world().books.queued(r.queued_on, -1, the_world().now());
+  if (r.queued_on >= 0)
+    the_world().books.queued(r.queued_on, -1, the_world().now());
 }
 
 void clear_queue(peer& p) {
@@ -120,4 +129,4 @@ bool transfer(s4u::Host* from, s4u::Host* to, double bytes, double timeout) {
   }
 }
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

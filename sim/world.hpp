@@ -32,7 +32,7 @@ namespace s4u = simgrid::s4u;
 struct request {
   enum kind_t { forward, backward, move } kind = forward;
   int stage = 0;
-  uint64_t epoch = 0;           ///< the server life it was sent to; older ones are dropped unanswered
+  uint64_t epoch = 0;  ///< the server life it was sent to; older ones are dropped unanswered
   int64_t samples = 0;
   double reply_bytes = 0;
   s4u::Mailbox* reply_to = nullptr;
@@ -41,8 +41,8 @@ struct request {
   work_books* books = nullptr;  ///< its worker's books (sim/ledger): where its compute goes
   int queued_on = -1;           ///< the stage whose queue count it is in (sim/ledger), -1: none
   uint64_t ticket = 0;          ///< its reservation's grant (policy::admission), 0: sent without one
-  double delay_s = 0;           ///< its asks' round trips (sim/trainer.cpp): not ready before this long after it arrived
-  double ready_at = 0;          ///< arrival + delay_s (deliver())
+  double delay_s = 0;   ///< its asks' round trips (sim/trainer.cpp): not ready before this long after it arrived
+  double ready_at = 0;  ///< arrival + delay_s (deliver())
 };
 
 /// A server's answer, or a down event the coordinator forwards to a waiting trainer.
@@ -71,7 +71,7 @@ struct flow_end {
 struct peer {
   enum state_t { off, joining, serving, moving } state = off;
   int index = 0;
-  std::string name;                  ///< "s<index>.<life>": a restarted machine is a new server, as in swarm
+  std::string name;  ///< "s<index>.<life>": a restarted machine is a new server, as in swarm
   s4u::Host* host = nullptr;
   /// Where requests are sent: its machine's receiver (sim/platform.cpp's nic)
   /// takes each as its bytes arrive and queues it for the server.
@@ -83,24 +83,25 @@ struct peer {
   /// request (a third of a 3,000-peer run).
   std::deque<request*> queue;
   s4u::SemaphorePtr arrived;
-  s4u::Host* cpu = nullptr;          ///< where it computes: its own host (wan) or the one shared machine (local)
-  s4u::ActorPtr actor;               ///< its server actor while it lives
-  double speed = 1;                  ///< compute relative to the calibrated core
-  double slowdown = 1;               ///< as swarm --slowdown: sleeps (slowdown - 1) x its compute
+  s4u::Host* cpu = nullptr;  ///< where it computes: its own host (wan) or the one shared machine (local)
+  s4u::ActorPtr actor;       ///< its server actor while it lives
+  double speed = 1;          ///< compute relative to the calibrated core
+  double slowdown = 1;       ///< as swarm --slowdown: sleeps (slowdown - 1) x its compute
   int region = 0;
-  int home_stage = -1;               ///< where it first served (kill churn without rebalancing returns it there)
-  int initial_stage = -1;            ///< the stage it was started on at time 0 (-1: a later joiner)
-  int initial_index = -1;            ///< its place among the peers started on initial_stage ("server S.I": I)
+  int home_stage = -1;     ///< where it first served (kill churn without rebalancing returns it there)
+  int initial_stage = -1;  ///< the stage it was started on at time 0 (-1: a later joiner)
+  int initial_index = -1;  ///< its place among the peers started on initial_stage ("server S.I": I)
   int life = 0;
-  uint64_t epoch = 0;                ///< bumped when it dies or leaves a stage
-  int stage = -1;                    ///< serving (or moving to / joining) this stage
-  double settled_at = 0;             ///< when it arrived by a move (-inf: joined; as swarm, only movers cool down)
-  double carried_rate = std::nan("");  ///< a mover's rate on its old stage, as predicted here, until measured (NaN: none)
-  double busy_s = 0;                 ///< seconds handling requests on this stage
-  double samples_done = 0;           ///< samples whose gradients it added on this stage
-  int64_t accumulated = 0;           ///< samples not yet averaged
-  uint64_t step = 0;                 ///< optimizer steps of its state
-  bool reloading = false;            ///< copying its stage's state again (start_reload)
+  uint64_t epoch = 0;     ///< bumped when it dies or leaves a stage
+  int stage = -1;         ///< serving (or moving to / joining) this stage
+  double settled_at = 0;  ///< when it arrived by a move (-inf: joined; as swarm, only movers cool down)
+  double carried_rate =
+      std::nan("");         ///< a mover's rate on its old stage, as predicted here, until measured (NaN: none)
+  double busy_s = 0;        ///< seconds handling requests on this stage
+  double samples_done = 0;  ///< samples whose gradients it added on this stage
+  int64_t accumulated = 0;  ///< samples not yet averaged
+  uint64_t step = 0;        ///< optimizer steps of its state
+  bool reloading = false;   ///< copying its stage's state again (start_reload)
   // An order from the rebalancer, carried out by the server actor.
   int move_to = -1;
   policy::move_reason move_reason = policy::move_reason::load;
@@ -109,9 +110,9 @@ struct peer {
   /// Trainers' workers waiting on a reply from this life: told `down` when it dies.
   std::vector<std::pair<s4u::Mailbox*, uint64_t>> waiters;
   int64_t served = 0;
-  int64_t late = 0;                  ///< requests refused past their commit deadline
-  policy::admission admission;       ///< its reservations, this life on this stage
-  int uploads = 0;                   ///< state copies it is sending now
+  int64_t late = 0;             ///< requests refused past their commit deadline
+  policy::admission admission;  ///< its reservations, this life on this stage
+  int uploads = 0;              ///< state copies it is sending now
   // Its books (sim/ledger): what it is doing since when, in how many rounds, idle on which stage.
   phase ph = phase::off;
   double phase_since = 0;
@@ -129,23 +130,23 @@ struct trainer_state {
   int index = 0;
   std::string name;
   s4u::Host* host = nullptr;
-  s4u::Host* cpu = nullptr;                    ///< where its own work runs (local: the one shared machine)
-  std::vector<policy::stage_router> routers;   ///< one per stage, as one load balancer each
-  std::vector<policy::static_pin> pins;        ///< static routing: one per stage
+  s4u::Host* cpu = nullptr;                   ///< where its own work runs (local: the one shared machine)
+  std::vector<policy::stage_router> routers;  ///< one per stage, as one load balancer each
+  std::vector<policy::static_pin> pins;       ///< static routing: one per stage
   std::mt19937_64 rng;
   int64_t issued = 0, completed = 0, dropped = 0, retries = 0, reroutes = 0, busy = 0;
   int64_t samples = 0, steps = 0;
   int64_t next_step_samples = 0;
   double step_started = 0;
   uint64_t next_attempt = 1;
-  std::vector<work_books> workers;             ///< one per in-flight slot (sim/ledger)
-  std::vector<double> latency_s;               ///< one-way latency to each peer's host, looked up once (<0: not yet)
+  std::vector<work_books> workers;  ///< one per in-flight slot (sim/ledger)
+  std::vector<double> latency_s;    ///< one-way latency to each peer's host, looked up once (<0: not yet)
 };
 
 struct totals {
   int64_t rounds_applied = 0, rounds_failed = 0;
   int64_t moves_load = 0, moves_redundancy = 0, moves_empty = 0, joins = 0, downs = 0, reloads = 0;
-  double optimal_samples = 0;         ///< integral of the best assignment's samples/s over time
+  double optimal_samples = 0;  ///< integral of the best assignment's samples/s over time
   double fluid_samples = 0;
   double alive_peer_seconds = 0;
   // At the end of the warm-up: what the summary subtracts.
@@ -160,7 +161,7 @@ struct world {
   std::vector<double> rebalance_cost;  ///< madds per sample per stage: the rebalancer's cost vector
   std::vector<peer> peers;
   std::vector<trainer_state> trainers;
-  std::vector<uint64_t> stage_step;    ///< the stage's position (highest step reached)
+  std::vector<uint64_t> stage_step;  ///< the stage's position (highest step reached)
   std::vector<bool> round_running;
   std::vector<chaos_action> replayed;  ///< --churn replay: the recorded run's kills, restarts and first joins
   /// Notified when a server takes the stage: trainers with no server to call
@@ -169,23 +170,23 @@ struct world {
   s4u::MutexPtr joined_mutex;
   std::mt19937_64 rng;
   s4u::Host* coordinator_host = nullptr;
-  s4u::Host* coordinator_cpu = nullptr;        ///< local: the one shared machine
-  s4u::Host* hub = nullptr;                    ///< a host without access link: the far end of all-reduce flows
-  double coordinator_backlog_s = 0;            ///< CPU owed for reports since its last tick
-  double machine_load = 0;                     ///< local: busy fraction of its cores over the last second or so
+  s4u::Host* coordinator_cpu = nullptr;  ///< local: the one shared machine
+  s4u::Host* hub = nullptr;              ///< a host without access link: the far end of all-reduce flows
+  double coordinator_backlog_s = 0;      ///< CPU owed for reports since its last tick
+  double machine_load = 0;               ///< local: busy fraction of its cores over the last second or so
   // The yardstick (sim/optimal) of the machines up now, integrated into
   // `total` at every change: per-second sampling missed what came and went
   // between ticks, 1.7% of the gap in a run with a failure every 10 s.
   double best_rate = 0, fluid_rate = 0, yardstick_at = 0;
   int alive_now = 0;
   totals total;
-  ledger books;                        ///< where the gap to the best assignment goes
+  ledger books;  ///< where the gap to the best assignment goes
   std::ofstream metrics;
   std::chrono::steady_clock::time_point wall_start;
   struct sample {
     double t, tokens_per_s, optimal_tokens_per_s;
   };
-  std::vector<sample> timeline;        ///< one per --report-every: the summary's throughput over time
+  std::vector<sample> timeline;  ///< one per --report-every: the summary's throughput over time
 
   [[nodiscard]] double now() const { return s4u::Engine::get_clock(); }
   /// One JSON line in swarm's metrics vocabulary, t = simulated seconds.
@@ -215,21 +216,21 @@ world& the_world();
 // Actors and their entry points (one file each).
 /// Spawns p's server on p.host: one of the swarm's first servers on `stage`
 /// (nothing to copy), or with stage -1 a join: start-up, placement, state copy.
-void start_server(peer& p, int stage);                              // sim/server.cpp
+void start_server(peer& p, int stage);  // sim/server.cpp
 /// Has `p`, behind its stage (it joined during a round), copy the stage's
 /// state again as swarm's averager orders it: out of rounds meanwhile.
-void start_reload(peer& p);                                         // sim/server.cpp
-void trainer_worker(int trainer, int slot);                       // sim/trainer.cpp
-void coordinator_main();                                          // sim/coordinator.cpp
-void churn_main();                                                // sim/churn.cpp
+void start_reload(peer& p);                  // sim/server.cpp
+void trainer_worker(int trainer, int slot);  // sim/trainer.cpp
+void coordinator_main();                     // sim/coordinator.cpp
+void churn_main();                           // sim/churn.cpp
 /// Where a joining server goes (the rebalancer's placement; home stage when rebalancing is off).
-int place(peer& p);                                               // sim/coordinator.cpp
+int place(peer& p);  // sim/coordinator.cpp
 /// A peer's machine went off: trainers hear `down`, routers forget it.
-void peer_died(peer& p, const char* reason);                      // sim/churn.cpp
+void peer_died(peer& p, const char* reason);  // sim/churn.cpp
 /// Loads of every live server as the rebalancer sees them (one on its way to a stage counts there).
 [[nodiscard]] std::vector<policy::server_load> server_loads(world& w);  // sim/coordinator.cpp
 /// `p`'s samples per busy second on its stage: measured, else carried there by a move (NaN: neither).
-[[nodiscard]] double rate_here(const peer& p);                      // sim/coordinator.cpp
+[[nodiscard]] double rate_here(const peer& p);  // sim/coordinator.cpp
 /// `p`'s rate on stage `from` (rate_here), as predicted on `to`.
 [[nodiscard]] double moved_rate(const world& w, const peer& p, int from, int to);  // sim/coordinator.cpp
 /// Moves `bytes` from host to host; true once they arrived, false when
@@ -253,6 +254,6 @@ void clear_queue(peer& p);
 /// Writes the summary and ends the process (sim/main.cpp), at --duration.
 [[noreturn]] void finish(world& w);
 /// Builds hosts, links and the peers' and trainers' records.
-void build_platform(world& w);                                    // sim/platform.cpp
+void build_platform(world& w);  // sim/platform.cpp
 
-} // namespace swarm::sim
+}  // namespace swarm::sim

@@ -17,4 +17,4 @@ inline void flip_byte(const std::string& path, std::streamoff at) {
   f.write(&c, 1);
 }
 
-} // namespace swarm::test
+}  // namespace swarm::test

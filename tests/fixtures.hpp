@@ -30,4 +30,4 @@ struct system_fixture {
   }
 };
 
-} // namespace swarm::testing
+}  // namespace swarm::testing

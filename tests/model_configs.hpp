@@ -45,4 +45,4 @@ inline model_config family_model(int which) {
   return m;
 }
 
-} // namespace swarm::testing
+}  // namespace swarm::testing

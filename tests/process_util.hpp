@@ -232,9 +232,9 @@ inline std::vector<int64_t> acked_per_stage(const std::string& metrics) {
   return out;
 }
 
-
 /// Parameter hashes servers reported (params events): (stage, step) -> server -> hash.
-inline std::map<std::pair<int, int64_t>, std::map<std::string, std::string>> params_by_step(const std::string& metrics) {
+inline std::map<std::pair<int, int64_t>, std::map<std::string, std::string>> params_by_step(
+    const std::string& metrics) {
   std::map<std::pair<int, int64_t>, std::map<std::string, std::string>> out;
   for (const auto& l : events(metrics, "params"))
     out[{static_cast<int>(number(l, "stage")), static_cast<int64_t>(number(l, "step"))}][text(l, "server")] =
@@ -272,15 +272,13 @@ inline int check_history(const std::vector<std::string>& files, const std::strin
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-
-
 /// Certificates made by scripts/make_certs.sh for one test: the cluster's CA
 /// and a node, and a second CA with a node of its own (a stranger with a
 /// valid-looking certificate). Removed afterwards.
 struct test_certs {
   std::string dir;
-  std::string ca, cert, key;               ///< the cluster's
-  std::string other_cert, other_key;       ///< signed by another CA
+  std::string ca, cert, key;          ///< the cluster's
+  std::string other_cert, other_key;  ///< signed by another CA
   std::string other_ca;
 
   test_certs() : dir("/tmp/swarm-test-certs-" + std::to_string(getpid())) {
@@ -295,7 +293,9 @@ struct test_certs {
   }
   ~test_certs() { std::system(("rm -rf " + dir).c_str()); }
 
-  [[nodiscard]] std::vector<std::string> flags() const { return {"--tls-ca", ca, "--tls-cert", cert, "--tls-key", key}; }
+  [[nodiscard]] std::vector<std::string> flags() const {
+    return {"--tls-ca", ca, "--tls-cert", cert, "--tls-key", key};
+  }
 };
 
 /// A swarm started process by process, so a test can reach each one.
@@ -404,7 +404,8 @@ inline void check_trainer_accounting(const std::string& metrics, int steps) {
               number(e, "completed"), number(e, "dropped"), number(e, "retries"), text(e, "acked").c_str());
   if (steps >= 0)
     CHECK(number(e, "steps") == steps);
-  CHECK(number(e, "issued") == number(e, "completed") + number(e, "dropped") + (steps >= 0 ? 0 : number(e, "in_flight")));
+  CHECK(number(e, "issued") ==
+        number(e, "completed") + number(e, "dropped") + (steps >= 0 ? 0 : number(e, "in_flight")));
   CHECK(number(e, "dropped") <= 2);
   const auto [head, tail] = loss_head_tail(metrics, 10);
   std::printf("loss: first 10 steps %.3f, last 10 steps %.3f\n", head, tail);
@@ -421,4 +422,4 @@ inline void check_committed_is_acked(const std::string& metrics) {
     CHECK(committed.at(s) == acked[static_cast<size_t>(s)]);
 }
 
-} // namespace swarm::test
+}  // namespace swarm::test

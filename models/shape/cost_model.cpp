@@ -16,13 +16,14 @@ bool model_shape::operator==(const model_shape& o) const {
          model.vocab == o.model.vocab && model.n_layers == o.model.n_layers &&
          model.kv_heads() * o.model.n_heads == o.model.kv_heads() * model.n_heads &&
          model.ffn_width() == o.model.ffn_width() && model.share_layers == o.model.share_layers &&
-         model.microbatch == o.model.microbatch && stages == o.stages &&
-         compression == o.compression && model.boundary == o.model.boundary;
+         model.microbatch == o.model.microbatch && stages == o.stages && compression == o.compression &&
+         model.boundary == o.model.boundary;
 }
 
 double forward_madds(const model_shape& s, int stage) {
   const auto spans = partition_layers(s.model, s.stages);
-  if (stage < 0 || stage >= static_cast<int>(spans.size())) return 0;
+  if (stage < 0 || stage >= static_cast<int>(spans.size()))
+    return 0;
   const auto d = static_cast<double>(s.model.d_model);
   const auto t = static_cast<double>(s.model.seq_len);
   const auto& span = spans[static_cast<size_t>(stage)];
@@ -32,7 +33,8 @@ double forward_madds(const model_shape& s, int stage) {
 
 int64_t stage_parameters(const model_shape& s, int stage) {
   const auto spans = partition_layers(s.model, s.stages);
-  if (stage < 0 || stage >= static_cast<int>(spans.size())) return 0;
+  if (stage < 0 || stage >= static_cast<int>(spans.size()))
+    return 0;
   const auto& span = spans[static_cast<size_t>(stage)];
   const int64_t d = s.model.d_model;
   const auto& family = family_of(s.model);
@@ -44,7 +46,8 @@ int64_t stage_parameters(const model_shape& s, int stage) {
     n += norm + d * s.model.vocab;   // final norm, head without bias
   if (s.model.boundary != "none") {  // --boundary: up into the stage, norm and down (bottleneck) out of it
     const int64_t w = s.model.wire_width(), bias = family.linear_bias ? 1 : 0;
-    if (!span.has_embedding()) n += (w + bias) * d;
+    if (!span.has_embedding())
+      n += (w + bias) * d;
     if (!span.has_head())
       n += norm + (s.model.boundary_kind().first == "bottleneck" ? (d + bias) * w : 0);
   }
@@ -61,8 +64,10 @@ uint64_t largest_payload_bytes(const model_shape& s) {
 }
 
 double nominal_bytes_per_value(const std::string& compression) {
-  if (compression == "none") return 4;
-  if (compression == "fp16") return 2;
+  if (compression == "none")
+    return 4;
+  if (compression == "fp16")
+    return 2;
   return 1.0 + 4.0 / static_cast<double>(blockwise8_block_values);
 }
 
@@ -75,13 +80,15 @@ double wire_bytes_per_value(const std::string& compression, const calibration& c
 double request_madds(const model_shape& s, int stage, bool backward) {
   const double f = forward_madds(s, stage) * static_cast<double>(s.model.microbatch);
   const bool last = stage == s.stages - 1;
-  if (backward) return last ? 0 : 3 * f;
+  if (backward)
+    return last ? 0 : 3 * f;
   return last ? 3 * f : f;
 }
 
 std::vector<stage_cost> request_costs(const model_shape& s, const calibration& cal) {
   const auto spans = partition_layers(s.model, s.stages);
-  if (spans.empty()) return {};
+  if (spans.empty())
+    return {};
   const auto madd_cost = stage_costs(s.model, s.stages);
   const bool measured = s == cal.shape && cal.forward_s.size() == spans.size() && cal.backward_s.size() == spans.size();
   const double values = static_cast<double>(s.model.microbatch * s.model.seq_len * s.model.wire_width());
@@ -103,7 +110,8 @@ std::vector<stage_cost> request_costs(const model_shape& s, const calibration& c
     // Values coded per forward: its inputs decoded (after stage 0), then its
     // outputs encoded, or on the last stage the gradient of its inputs (none on stage 0).
     c.forward_s += codec * ((k > 0 ? 1 : 0) + (last ? (k > 0 ? 1 : 0) : 1));
-    if (!last) c.backward_s += codec * ((k > 0 ? 2 : 1) + (k > 0 ? 1 : 0));
+    if (!last)
+      c.backward_s += codec * ((k > 0 ? 2 : 1) + (k > 0 ? 1 : 0));
     const double in = k == 0 ? 8 * tokens : act;
     c.forward_in_bytes = in + (last ? 8 * tokens : 0);
     c.forward_out_bytes = last ? (k == 0 ? 8 : act) : act;
@@ -122,10 +130,12 @@ std::vector<stage_cost> request_costs(const model_shape& s, const calibration& c
 void fit_calibration(calibration& cal, const std::vector<cost_point>& points) {
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const auto& p : points) {
-    if (p.madds <= 0) continue;
+    if (p.madds <= 0)
+      continue;
     n += 1, sx += p.madds, sy += p.seconds, sxx += p.madds * p.madds, sxy += p.madds * p.seconds;
   }
-  if (n == 0 || sx <= 0) return;
+  if (n == 0 || sx <= 0)
+    return;
   const double den = n * sxx - sx * sx;
   double slope = den > 0 ? (n * sxy - sx * sy) / den : sy / sx;
   double icpt = den > 0 ? (sy - slope * sx) / n : 0;
@@ -142,21 +152,24 @@ namespace {
 std::string join(const std::vector<double>& v) {
   std::ostringstream o;
   o.precision(6);
-  for (size_t i = 0; i < v.size(); ++i) o << (i ? "," : "") << v[i];
+  for (size_t i = 0; i < v.size(); ++i)
+    o << (i ? "," : "") << v[i];
   return o.str();
 }
 
-} // namespace
+}  // namespace
 
 std::vector<double> stage_microbatch_seconds(const calibration& cal) {
   std::vector<double> out;
-  for (const auto& c : request_costs(cal.shape, cal)) out.push_back(c.forward_s + c.backward_s);
+  for (const auto& c : request_costs(cal.shape, cal))
+    out.push_back(c.forward_s + c.backward_s);
   return out;
 }
 
 double microbatch_seconds(const calibration& cal) {
   double s = 0;
-  for (double x : stage_microbatch_seconds(cal)) s += x;
+  for (double x : stage_microbatch_seconds(cal))
+    s += x;
   return s;
 }
 
@@ -164,17 +177,19 @@ namespace {
 
 /// A per-stage list's value for `stage` (one value: every stage's; empty: `otherwise`).
 double of_stage(const std::vector<double>& v, int stage, double otherwise) {
-  if (v.empty()) return otherwise;
+  if (v.empty())
+    return otherwise;
   return v.size() == 1 ? v[0] : v.at(static_cast<size_t>(stage));
 }
 
-} // namespace
+}  // namespace
 
 double cluster_scale(const calibration& cal, int stage) { return of_stage(cal.cluster_scale, stage, 1); }
 
 double cluster_scale(const calibration& cal, int stage, double load) {
   const double busy = cluster_scale(cal, stage);
-  if (cal.light_scale.empty() || !(cal.cluster_load > cal.light_load)) return busy;
+  if (cal.light_scale.empty() || !(cal.cluster_load > cal.light_load))
+    return busy;
   const double light = of_stage(cal.light_scale, stage, busy);
   const double x = std::clamp((load - cal.light_load) / (cal.cluster_load - cal.light_load), 0.0, 1.0);
   return light + x * (busy - light);
@@ -224,8 +239,10 @@ std::optional<std::map<std::string, std::string>> key_values(std::istream& in, i
   std::map<std::string, std::string> kv;
   std::string line;
   for (int no = 1; std::getline(in, line); ++no) {
-    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    if (trim(line).empty()) continue;
+    if (auto hash = line.find('#'); hash != std::string::npos)
+      line.resize(hash);
+    if (trim(line).empty())
+      continue;
     const auto eq = line.find('=');
     if (eq == std::string::npos) {
       bad_line = no, bad = trim(line);
@@ -249,29 +266,34 @@ double non_negative(const std::string& text, const std::string& what) {
   return v;
 }
 
-} // namespace
+}  // namespace
 
 std::optional<calibration> read_calibration(const std::string& path, std::string* error) {
   const auto fail = [&](int line, const std::string& why) -> std::optional<calibration> {
-    if (error) *error = path + (line > 0 ? ":" + std::to_string(line) : std::string()) + ": " + why;
+    if (error)
+      *error = path + (line > 0 ? ":" + std::to_string(line) : std::string()) + ": " + why;
     return std::nullopt;
   };
   std::ifstream in(path);
-  if (!in) return fail(0, "cannot read the calibration file (make one with `swarm --role calibrate --out FILE`)");
+  if (!in)
+    return fail(0, "cannot read the calibration file (make one with `swarm --role calibrate --out FILE`)");
   int bad_line = 0;
   std::string bad;
   auto read = key_values(in, bad_line, bad);
-  if (!read) return fail(bad_line, "not key = value: " + bad);
+  if (!read)
+    return fail(bad_line, "not key = value: " + bad);
   auto& kv = *read;
   calibration c;
   try {
     const auto num = [&](const char* key, double& into) {
-      if (auto it = kv.find(key); it != kv.end()) into = non_negative(it->second, std::string(key) + " = " + it->second);
+      if (auto it = kv.find(key); it != kv.end())
+        into = non_negative(it->second, std::string(key) + " = " + it->second);
     };
     const auto list = [&](const char* key, std::vector<double>& into) {
       if (auto it = kv.find(key); it != kv.end()) {
         std::stringstream ss(it->second);
-        for (std::string item; std::getline(ss, item, ',');) into.push_back(non_negative(item, std::string(key) + ": " + item));
+        for (std::string item; std::getline(ss, item, ',');)
+          into.push_back(non_negative(item, std::string(key) + ": " + item));
       }
     };
     double d = 0, t = 0, voc = 0, layers = 0, stages = 0, mb = 0;
@@ -307,7 +329,8 @@ std::optional<calibration> read_calibration(const std::string& path, std::string
   }
   if (c.forward_s.size() != static_cast<size_t>(c.shape.stages) || c.backward_s.size() != c.forward_s.size())
     return fail(0, "forward-s and backward-s need one value per stage (" + std::to_string(c.shape.stages) + ")");
-  if (c.seconds_per_madd <= 0) return fail(0, "seconds-per-madd must be > 0");
+  if (c.seconds_per_madd <= 0)
+    return fail(0, "seconds-per-madd must be > 0");
   for (const auto& [key, v] : {std::pair{"cluster-scale", &c.cluster_scale}, std::pair{"light-scale", &c.light_scale}})
     if (v->size() > 1 && v->size() != c.forward_s.size())
       return fail(0, std::string(key) + " needs one value, or one per stage (" + std::to_string(c.shape.stages) + ")");
@@ -316,4 +339,4 @@ std::optional<calibration> read_calibration(const std::string& path, std::string
   return c;
 }
 
-} // namespace swarm
+}  // namespace swarm

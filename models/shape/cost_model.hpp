@@ -45,15 +45,15 @@ struct model_shape {
 
 /// Measured on one machine, one torch thread (a server's setting).
 struct calibration {
-  model_shape shape;                 ///< the config measured
-  std::vector<double> forward_s;     ///< per stage: one forward request of a microbatch (last: with loss and backward)
-  std::vector<double> backward_s;    ///< per stage: one stateless backward request (last stage: 0, it has none)
-  double seconds_per_madd = 1e-10;   ///< fit over every stage and direction: core-seconds per multiply-add
-  double request_overhead_s = 0;     ///< fit: fixed core-seconds per request
-  double codec_s_per_value = 0;      ///< encode + decode of one activation value with shape.compression
-  double bytes_per_value = 1;        ///< wire bytes per activation value with shape.compression
-  double step_s_per_parameter = 0;   ///< one optimizer step (AdamW) per parameter
-  double state_s_per_byte = 0;       ///< exporting and importing a stage's state (a join's copy), per byte
+  model_shape shape;                ///< the config measured
+  std::vector<double> forward_s;    ///< per stage: one forward request of a microbatch (last: with loss and backward)
+  std::vector<double> backward_s;   ///< per stage: one stateless backward request (last stage: 0, it has none)
+  double seconds_per_madd = 1e-10;  ///< fit over every stage and direction: core-seconds per multiply-add
+  double request_overhead_s = 0;    ///< fit: fixed core-seconds per request
+  double codec_s_per_value = 0;     ///< encode + decode of one activation value with shape.compression
+  double bytes_per_value = 1;       ///< wire bytes per activation value with shape.compression
+  double step_s_per_parameter = 0;  ///< one optimizer step (AdamW) per parameter
+  double state_s_per_byte = 0;      ///< exporting and importing a stage's state (a join's copy), per byte
   // Measured on running clusters (scripts/calibrate.sh), in core-seconds.
   /// Per stage (one value: every stage): a server's CPU per request over the
   /// model and codec above (messages, actors, averaging, and the one-process
@@ -63,12 +63,12 @@ struct calibration {
   /// at light_load; empty: cluster_scale at any load. A request costs less CPU
   /// when fewer processes contend for the cores.
   std::vector<double> light_scale;
-  double cluster_load = 1;           ///< busy fraction of the machine's cores where cluster_scale was measured
-  double light_load = 0;             ///< the same for light_scale
-  double trainer_s_per_request = 0;  ///< per request, in the trainer (its codec, messages)
+  double cluster_load = 1;               ///< busy fraction of the machine's cores where cluster_scale was measured
+  double light_load = 0;                 ///< the same for light_scale
+  double trainer_s_per_request = 0;      ///< per request, in the trainer (its codec, messages)
   double coordinator_s_per_request = 0;  ///< per request, in the coordinator (the servers' reports)
-  double server_idle_cores = 0;      ///< cores a live server process burns whatever it serves (scheduler, heartbeats)
-  std::string machine;               ///< what it was measured on (free text)
+  double server_idle_cores = 0;  ///< cores a live server process burns whatever it serves (scheduler, heartbeats)
+  std::string machine;           ///< what it was measured on (free text)
 };
 
 /// One stage's requests.
@@ -137,4 +137,4 @@ void fit_calibration(calibration& cal, const std::vector<cost_point>& points);
 /// it is missing, malformed or inconsistent.
 [[nodiscard]] std::optional<calibration> read_calibration(const std::string& path, std::string* error);
 
-} // namespace swarm
+}  // namespace swarm

@@ -49,13 +49,9 @@ std::vector<stage_span> partition_layers(const model_config& m, int num_stages) 
   return spans;
 }
 
-double block_matrix_madds(const model_config& m) {
-  return family_of(m).block_madds(m);
-}
+double block_matrix_madds(const model_config& m) { return family_of(m).block_madds(m); }
 
-int64_t block_parameters(const model_config& m) {
-  return family_of(m).block_parameters(m);
-}
+int64_t block_parameters(const model_config& m) { return family_of(m).block_parameters(m); }
 
 std::vector<double> stage_costs(const model_config& m, int num_stages) {
   const auto d = static_cast<double>(m.d_model);
@@ -70,4 +66,4 @@ std::vector<double> stage_costs(const model_config& m, int num_stages) {
   return cost;
 }
 
-} // namespace swarm
+}  // namespace swarm

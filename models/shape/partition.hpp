@@ -52,4 +52,4 @@ struct stage_span {
 /// on another. Empty when the cut is invalid.
 [[nodiscard]] std::vector<double> stage_costs(const model_config& m, int num_stages);
 
-} // namespace swarm
+}  // namespace swarm

@@ -25,7 +25,10 @@
 /* The ring holds as many entries as the kernel may queue, so it can never overflow: a
  * packet the kernel cannot queue is dropped there, like a full router buffer. */
 #define RING 65536u
-static struct { uint32_t id; uint64_t due_ns; } ring[RING];
+static struct {
+  uint32_t id;
+  uint64_t due_ns;
+} ring[RING];
 static unsigned head, count;
 static uint64_t delay_ns;
 static volatile sig_atomic_t stop;
@@ -36,14 +39,20 @@ static uint64_t now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static void on_signal(int sig) { (void)sig; stop = 1; }
+static void on_signal(int sig) {
+  (void)sig;
+  stop = 1;
+}
 
 /* Arrival time is taken when the packet reaches us; the queueing latency before that is
  * microseconds, far below the millisecond delays we emulate. */
-static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *m, struct nfq_data *d, void *u) {
-  (void)qh; (void)m; (void)u;
-  struct nfqnl_msg_packet_hdr *ph = nfq_get_msg_packet_hdr(d);
-  if (!ph || count == RING) return 0; /* full cannot happen: the kernel caps at RING */
+static int on_packet(struct nfq_q_handle* qh, struct nfgenmsg* m, struct nfq_data* d, void* u) {
+  (void)qh;
+  (void)m;
+  (void)u;
+  struct nfqnl_msg_packet_hdr* ph = nfq_get_msg_packet_hdr(d);
+  if (!ph || count == RING)
+    return 0; /* full cannot happen: the kernel caps at RING */
   ring[(head + count) % RING].id = ntohl(ph->packet_id);
   ring[(head + count) % RING].due_ns = now_ns() + delay_ns;
   count++;
@@ -53,7 +62,7 @@ static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *m, struct nfq_dat
 /* The delay is constant, so due times grow with arrival order, and the kernel numbers
  * packets in arrival order too: one batch verdict for the newest due id accepts every
  * older one, which keeps the daemon cheap at gigabit packet rates. */
-static void release(struct nfq_q_handle *qh, uint64_t upto_ns) {
+static void release(struct nfq_q_handle* qh, uint64_t upto_ns) {
   uint32_t last = 0;
   int any = 0;
   while (count && ring[head].due_ns <= upto_ns) {
@@ -66,30 +75,39 @@ static void release(struct nfq_q_handle *qh, uint64_t upto_ns) {
     perror("delay_shim: verdict");
 }
 
-static int usage(const char *why) {
+static int usage(const char* why) {
   fprintf(stderr, "delay_shim: %s\nusage: delay_shim --queue N --delay-ms D [--pid-file F]\n", why);
   return 2;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   long queue = -1;
   double delay_ms = -1;
-  const char *pid_file = NULL;
+  const char* pid_file = NULL;
   for (int i = 1; i < argc; i++) {
-    char *end = NULL;
-    if (i + 1 >= argc) return usage("missing value after an option");
-    if (!strcmp(argv[i], "--queue")) queue = strtol(argv[++i], &end, 10);
-    else if (!strcmp(argv[i], "--delay-ms")) delay_ms = strtod(argv[++i], &end);
-    else if (!strcmp(argv[i], "--pid-file")) { pid_file = argv[++i]; continue; }
-    else return usage("unknown argument");
-    if (!end || *end || end == argv[i]) return usage("option value is not a number");
+    char* end = NULL;
+    if (i + 1 >= argc)
+      return usage("missing value after an option");
+    if (!strcmp(argv[i], "--queue"))
+      queue = strtol(argv[++i], &end, 10);
+    else if (!strcmp(argv[i], "--delay-ms"))
+      delay_ms = strtod(argv[++i], &end);
+    else if (!strcmp(argv[i], "--pid-file")) {
+      pid_file = argv[++i];
+      continue;
+    } else
+      return usage("unknown argument");
+    if (!end || *end || end == argv[i])
+      return usage("option value is not a number");
   }
-  if (queue < 0 || queue > 65535) return usage("--queue must be 0..65535");
-  if (!(delay_ms >= 0 && delay_ms <= 60000)) return usage("--delay-ms must be 0..60000");
+  if (queue < 0 || queue > 65535)
+    return usage("--queue must be 0..65535");
+  if (!(delay_ms >= 0 && delay_ms <= 60000))
+    return usage("--delay-ms must be 0..60000");
   delay_ns = (uint64_t)(delay_ms * 1e6 + 0.5);
 
-  struct nfq_handle *h = nfq_open();
-  struct nfq_q_handle *qh = h ? nfq_create_queue(h, (uint16_t)queue, on_packet, NULL) : NULL;
+  struct nfq_handle* h = nfq_open();
+  struct nfq_q_handle* qh = h ? nfq_create_queue(h, (uint16_t)queue, on_packet, NULL) : NULL;
   if (!qh) {
     fprintf(stderr, "delay_shim: cannot bind queue %ld: %s (root? queue taken?)\n", queue, strerror(errno));
     return 2;
@@ -122,7 +140,7 @@ int main(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
 
   if (pid_file) {
-    FILE *f = fopen(pid_file, "w");
+    FILE* f = fopen(pid_file, "w");
     if (!f || fprintf(f, "%ld\n", (long)getpid()) < 0 || fclose(f)) {
       fprintf(stderr, "delay_shim: cannot write %s: %s\n", pid_file, strerror(errno));
       return 2;
@@ -142,12 +160,18 @@ int main(int argc, char **argv) {
     }
     struct pollfd p = {.fd = fd, .events = POLLIN};
     int r = ppoll(&p, 1, tp, &during_poll);
-    if (r < 0 && errno != EINTR) { perror("delay_shim: ppoll"); break; }
+    if (r < 0 && errno != EINTR) {
+      perror("delay_shim: ppoll");
+      break;
+    }
     if (r > 0) {
       /* Drain everything pending so a burst costs one wakeup, not one per packet. */
       for (;;) {
         ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (n > 0) { nfq_handle_packet(h, buf, (int)n); continue; }
+        if (n > 0) {
+          nfq_handle_packet(h, buf, (int)n);
+          continue;
+        }
         if (n < 0 && errno == ENOBUFS) {
           /* Lost notifications only: those packets still sit in the kernel and the next
            * batch verdict (all ids up to a newer one) releases them, merely undelayed. */
@@ -164,6 +188,7 @@ int main(int argc, char **argv) {
   release(qh, UINT64_MAX);
   nfq_destroy_queue(qh);
   nfq_close(h);
-  if (pid_file) unlink(pid_file);
+  if (pid_file)
+    unlink(pid_file);
   return stop ? 0 : 1;
 }

@@ -98,7 +98,7 @@ proto::register_server registration(const std::string& id, uint32_t stage, uint1
   return reg;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE_METHOD(system_fixture, "stage server answers bad requests with errors and keeps serving", "[actors]") {
   auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu");
@@ -188,8 +188,7 @@ TEST_CASE_METHOD(system_fixture, "a reply that left after its reply deadline hol
   CHECK(worker->accumulated_samples() == 4);
 }
 
-TEST_CASE_METHOD(system_fixture, "coordinator admits matching servers, refuses others, reports downs",
-                 "[actors]") {
+TEST_CASE_METHOD(system_fixture, "coordinator admits matching servers, refuses others, reports downs", "[actors]") {
   const std::string path = "/tmp/swarm-test-actors-metrics.jsonl";
   std::remove(path.c_str());
   auto metrics = std::make_shared<metrics_sink>(path, "coordinator");
@@ -285,7 +284,8 @@ TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a d
   const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(all.find("\"event\": \"reroute\"") != std::string::npos);
   CHECK(all.find("\"reason\": \"down\"") != std::string::npos);
-  for (const auto& a : {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord), caf::actor_cast<caf::actor>(good)})
+  for (const auto& a :
+       {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord), caf::actor_cast<caf::actor>(good)})
     self->send_exit(a, caf::exit_reason::user_shutdown);
 }
 
@@ -385,13 +385,13 @@ TEST_CASE_METHOD(system_fixture, "a server the load balancer failed to connect t
   self->request(lb, 15s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8)}, int64_t{2})
       .receive([&](bulk_parts&, const std::string& server, int32_t) { served_by = server; },
                [&](caf::error& err) { served_by = describe(err); });
-  for (const auto& a : {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord), caf::actor_cast<caf::actor>(late)})
+  for (const auto& a :
+       {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord), caf::actor_cast<caf::actor>(late)})
     self->send_exit(a, caf::exit_reason::user_shutdown);
   CHECK(served_by == "late");  // without the retry it waits out the 15 s
 }
 
-TEST_CASE_METHOD(system_fixture, "a stage without servers fails requests with NO_SERVER after the wait",
-                 "[actors]") {
+TEST_CASE_METHOD(system_fixture, "a stage without servers fails requests with NO_SERVER after the wait", "[actors]") {
   auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
   load_balancer_config lbc;
   lbc.config_hash = 42;
@@ -429,7 +429,8 @@ TEST_CASE_METHOD(system_fixture, "a server told to move leaves its stage, joins 
     proto::subscribe sub;
     sub.set_stage(stage);
     sub.set_config_hash(hash);
-    (*watcher)->request(coord, 5s, subscribe_atom::value, encode(sub))
+    (*watcher)
+        ->request(coord, 5s, subscribe_atom::value, encode(sub))
         .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
   }
   auto next_update = [](caf::scoped_actor& watcher) {
@@ -523,7 +524,8 @@ TEST_CASE_METHOD(system_fixture, "placement: a new server gets the emptiest stag
   sub.set_stage(0);
   proto::server_list list;
   self->request(coord, 5s, peers_atom::value, encode(sub))
-      .receive([&](const std::string& bytes) { list.ParseFromString(bytes); }, [](caf::error& err) { FAIL(describe(err)); });
+      .receive([&](const std::string& bytes) { list.ParseFromString(bytes); },
+               [](caf::error& err) { FAIL(describe(err)); });
   CHECK(list.servers_size() == 0);
   self->send_exit(coord, caf::exit_reason::user_shutdown);
 }
@@ -597,8 +599,7 @@ TEST_CASE_METHOD(system_fixture, "fencing: a server refuses orders of a term old
   CHECK(refused_move == 1);
 }
 
-TEST_CASE("control records: what a leader keeps in etcd round-trips; wrong shapes are refused with why",
-          "[control]") {
+TEST_CASE("control records: what a leader keeps in etcd round-trips; wrong shapes are refused with why", "[control]") {
   stage_record st{41, 18446744073709551615ull, {"s-1", "s-2"}};
   std::string why;
   auto back = decode_stage_record(encode_record(st), why);
@@ -609,11 +610,11 @@ TEST_CASE("control records: what a leader keeps in etcd round-trips; wrong shape
   REQUIRE(rb_back);
   CHECK(rb_back->last_load_move == rb.last_load_move);
   CHECK(rb_back->movers == rb.movers);
-  for (const char* bad : {"", "[]", "not json", R"({"step": -1, "hash": "1", "members": []})",
-                          R"({"step": 1, "hash": 1, "members": []})", R"({"step": 1, "hash": "12x", "members": []})",
-                          R"({"step": 1, "hash": "99999999999999999999", "members": []})",
-                          R"({"step": 1, "hash": "1", "members": "s-1"})", R"({"step": 1, "hash": "1", "members": [3]})",
-                          R"({"step": "1", "hash": "1", "members": []})"}) {
+  for (const char* bad :
+       {"", "[]", "not json", R"({"step": -1, "hash": "1", "members": []})", R"({"step": 1, "hash": 1, "members": []})",
+        R"({"step": 1, "hash": "12x", "members": []})", R"({"step": 1, "hash": "99999999999999999999", "members": []})",
+        R"({"step": 1, "hash": "1", "members": "s-1"})", R"({"step": 1, "hash": "1", "members": [3]})",
+        R"({"step": "1", "hash": "1", "members": []})"}) {
     INFO(bad);
     why.clear();
     CHECK_FALSE(decode_stage_record(bad, why));

@@ -99,7 +99,7 @@ struct endpoint_fixture {
   }
 };
 
-} // namespace
+}  // namespace
 
 TEST_CASE("bulk_inbox pairs bytes and claims in either order and fails late claims", "[bulk]") {
   bulk_inbox inbox(std::chrono::seconds(10), 100);
@@ -128,7 +128,7 @@ TEST_CASE("bulk_inbox pairs bytes and claims in either order and fails late clai
   CHECK(is_retryable(make_error(errc::PEER_GONE, "")));
   // Unclaimed bytes go after the ttl, and beyond the byte budget oldest first.
   inbox.arrived(4, {std::string(30, 'a'), std::string(30, 'a')}, t0);  // every part counts
-  inbox.arrived(5, {std::string(60, 'b')}, t0 + 1s);  // 120 > 100 bytes: 4 goes
+  inbox.arrived(5, {std::string(60, 'b')}, t0 + 1s);                   // 120 > 100 bytes: 4 goes
   CHECK(inbox.held() == 1);
   CHECK_FALSE(inbox.claim(4, k, t0 + 1s));
   CHECK(inbox.claim(5, k, t0 + 2s));
@@ -218,14 +218,14 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   ::close(again);
 
   // In this process a push is handed over directly, its parts as they were.
-  const auto key = bulk->push(caf::actor_cast<caf::actor>(self), "local",
-                              std::make_shared<const bulk_parts>(bulk_parts{"data"}));
+  const auto key =
+      bulk->push(caf::actor_cast<caf::actor>(self), "local", std::make_shared<const bulk_parts>(bulk_parts{"data"}));
   CHECK(is_bulk(key));
   CHECK(next(bytes) == key);
   CHECK(parts == bulk_parts{"local", "data"});
-  CHECK_THROWS_AS(bulk->push(caf::actor_cast<caf::actor>(self), "x",
-                             std::make_shared<const bulk_parts>(max_bulk_parts, "y")),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      bulk->push(caf::actor_cast<caf::actor>(self), "x", std::make_shared<const bulk_parts>(max_bulk_parts, "y")),
+      std::invalid_argument);
 }
 
 TEST_CASE("frames being received stay within the budget; a stalled frame frees its room; legitimate ones get through",

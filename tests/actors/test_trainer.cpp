@@ -62,7 +62,8 @@ std::vector<std::string> lines_with(const std::string& path, const std::string& 
 }
 
 /// Trains 40 steps of one microbatch each against the two fakes; the metrics file.
-std::string train(caf::actor_system& sys, std::function<int64_t(int64_t)> stage0, std::function<int64_t(int64_t)> stage1) {
+std::string train(caf::actor_system& sys, std::function<int64_t(int64_t)> stage0,
+                  std::function<int64_t(int64_t)> stage1) {
   const std::string path = "/tmp/swarm-test-trainer-" + std::to_string(::getpid()) + ".jsonl";
   std::remove(path.c_str());
   trainer_settings cfg;
@@ -87,12 +88,13 @@ std::string train(caf::actor_system& sys, std::function<int64_t(int64_t)> stage0
   return path;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE_METHOD(system_fixture, "the trainer warns when a stage stops stepping while the others go on",
                  "[actors][trainer]") {
   // Stage 0 stays at step 3; stage 1 steps at every reply.
-  const auto path = train(*sys, [](int64_t) { return 3; }, [](int64_t n) { return n; });
+  const auto path = train(
+      *sys, [](int64_t) { return 3; }, [](int64_t n) { return n; });
   const auto lag = lines_with(path, "\"stage_lag\"");
   REQUIRE(!lag.empty());
   CHECK(lag[0].find("\"stage\": 0") != std::string::npos);
@@ -108,7 +110,8 @@ TEST_CASE_METHOD(system_fixture, "the trainer warns when a stage stops stepping 
 TEST_CASE_METHOD(system_fixture, "the trainer stays quiet while the stages step together, drifting apart",
                  "[actors][trainer]") {
   // Stage 1 takes 11 steps for every 10 of stage 0's (rounds closing past the batch).
-  const auto path = train(*sys, [](int64_t n) { return 100 + n; }, [](int64_t n) { return n + n / 10; });
+  const auto path = train(
+      *sys, [](int64_t n) { return 100 + n; }, [](int64_t n) { return n + n / 10; });
   CHECK(lines_with(path, "\"stage_lag\"").empty());
   REQUIRE(lines_with(path, "\"trainer_exit\"").size() == 1);
   std::remove(path.c_str());

@@ -37,7 +37,7 @@ void hello(swarm::fuzz::reader& in) {
   SWARM_FUZZ_EXPECT(h.token.hi == expected.hi && h.token.lo == expected.lo);
 }
 
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   swarm::fuzz::reader in(data, size);

@@ -16,12 +16,12 @@
 #include <cstring>
 #include <string>
 
-#define SWARM_FUZZ_EXPECT(cond)                                                          \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);   \
-      std::abort();                                                                      \
-    }                                                                                    \
+#define SWARM_FUZZ_EXPECT(cond)                                                       \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      std::fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                   \
+    }                                                                                 \
   } while (false)
 
 namespace swarm::fuzz {
@@ -58,4 +58,4 @@ private:
   size_t left_;
 };
 
-} // namespace swarm::fuzz
+}  // namespace swarm::fuzz

@@ -185,7 +185,7 @@ void config(const fs::path& source) {
   seed("config", "flags", argv);
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 3) {

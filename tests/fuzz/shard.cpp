@@ -16,8 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     tokenizer = h->tokenizer_hash;
   }
   static const std::string path = "/tmp/swarm-fuzz-shard-" + std::to_string(::getpid()) + ".bin";
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data),
-                                                                static_cast<std::streamsize>(size));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   if (auto s = swarm::shard::open(path, tokenizer)) {
     const auto& h = (*s)->header();
     SWARM_FUZZ_EXPECT(swarm::shard_header_bytes + h.tokens * h.width == size);

@@ -26,7 +26,7 @@ void request(std::vector<std::string> parts, const char* what) {
   SWARM_FUZZ_EXPECT(swarm::decode_tensor(req->inputs(), "inputs"));
 }
 
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   swarm::fuzz::reader in(data, size);

@@ -39,7 +39,7 @@ proto::tensor float_tensor(std::vector<int64_t> shape, size_t data_bytes) {
   return t;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("every dtype round-trips", "[codec]") {
   torch::manual_seed(7);
@@ -191,7 +191,7 @@ uint8_t nearest_code(float v) {
   return static_cast<uint8_t>(i);
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("blockwise8 picks the nearest code, ties to the lower one, and says so on the wire", "[codec]") {
   torch::manual_seed(3);

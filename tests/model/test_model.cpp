@@ -95,7 +95,7 @@ std::map<std::string, torch::Tensor> merged(std::vector<stage_module>& stages, b
   return all;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a stage built alone holds the full model's weights", "[model]") {
   const auto cfg = family_model(GENERATE(0, 1, 2, 3, 4));
@@ -273,8 +273,8 @@ TEST_CASE("an untrained model predicts bytes almost uniformly", "[model]") {
   INFO(family_name(cfg));
   auto model = make_full_model(cfg);
   torch::NoGradGuard no_grad;
-  const double loss = lm_loss(model->forward(random_tokens(8, cfg.seq_len, 7)), random_tokens(8, cfg.seq_len, 8))
-                          .item<double>();
+  const double loss =
+      lm_loss(model->forward(random_tokens(8, cfg.seq_len, 7)), random_tokens(8, cfg.seq_len, 8)).item<double>();
   std::cout << "untrained loss " << loss << " (ln 256 = " << std::log(256.0) << ")\n";
   REQUIRE(std::abs(loss - std::log(256.0)) < 0.3);
 }

@@ -25,7 +25,7 @@ model_config schedule(const std::string& kind, int64_t warmup, double lr, double
   return c;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("learning-rate schedules: warm-up, constant, cosine to min-lr", "[optimizer]") {
   const auto constant = schedule("constant", 0, 0.01, 0, 0);

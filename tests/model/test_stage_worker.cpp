@@ -85,11 +85,11 @@ std::string message(const result<T>& r) {
   return r ? "OK" : describe(r.error());
 }
 
-#define REQUIRE_CODE(expr, expected)                 \
-  do {                                               \
-    auto result_ = (expr);                           \
-    INFO(#expr << " -> " << message(result_));       \
-    REQUIRE(code(result_) == (expected));            \
+#define REQUIRE_CODE(expr, expected)           \
+  do {                                         \
+    auto result_ = (expr);                     \
+    INFO(#expr << " -> " << message(result_)); \
+    REQUIRE(code(result_) == (expected));      \
   } while (false)
 
 /// Stage 0's outputs for a fixed input: equal before and after iff the parameters are.
@@ -126,8 +126,8 @@ std::vector<float> weighted_mean(const local_gradient& a, const local_gradient& 
   const double total = static_cast<double>(a.samples + b.samples);
   std::vector<float> out(a.values.size());
   for (size_t i = 0; i < out.size(); ++i)
-    out[i] = static_cast<float>((a.values[i] * static_cast<double>(a.samples) +
-                                 b.values[i] * static_cast<double>(b.samples)) / total);
+    out[i] = static_cast<float>(
+        (a.values[i] * static_cast<double>(a.samples) + b.values[i] * static_cast<double>(b.samples)) / total);
   return out;
 }
 
@@ -149,7 +149,8 @@ std::string without_optimizer_state(const std::string& state) {
     out.write(key, t);
   }
   const auto keys = in.keys();
-  const auto n = std::count_if(keys.begin(), keys.end(), [](const std::string& k) { return k.rfind("param_", 0) == 0; });
+  const auto n =
+      std::count_if(keys.begin(), keys.end(), [](const std::string& k) { return k.rfind("param_", 0) == 0; });
   REQUIRE(n > 0);
   for (int64_t i = 0; i < n; ++i) {
     const auto idx = std::to_string(i);
@@ -165,7 +166,7 @@ std::string without_optimizer_state(const std::string& state) {
   return os.str();
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a non-last stage rejects bad requests and stays usable", "[worker]") {
   const auto cfg = small_model();
@@ -178,17 +179,21 @@ TEST_CASE("a non-last stage rejects bad requests and stays usable", "[worker]") 
     REQUIRE_CODE(serve_forward(w, fwd(1, good)), errc::UNKNOWN_STAGE);
     REQUIRE_CODE(serve_forward(w, fwd(7, good)), errc::UNKNOWN_STAGE);
     REQUIRE_CODE(serve_forward(w, proto::forward_request{}), errc::BAD_REQUEST);  // no inputs
-    REQUIRE_CODE(serve_forward(w, fwd(0, good, good)), errc::BAD_REQUEST);         // targets on a non-last stage
+    REQUIRE_CODE(serve_forward(w, fwd(0, good, good)), errc::BAD_REQUEST);        // targets on a non-last stage
     REQUIRE_CODE(serve_forward(w, fwd(0, hidden(batch, len, cfg.d_model, 3))), errc::WRONG_SHAPE);
     REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({batch, len}, torch::kInt32)))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({batch, len}, torch::kFloat32)))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({batch, len, 1}, torch::kLong)))), errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({batch, len}, torch::kFloat32)))),
+                 errc::WRONG_SHAPE);
+    REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({batch, len, 1}, torch::kLong)))),
+                 errc::WRONG_SHAPE);
     REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({len}, torch::kLong)))), errc::WRONG_SHAPE);
     REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({0, len}, torch::kLong)))), errc::WRONG_SHAPE);
     REQUIRE_CODE(serve_forward(w, fwd(0, encode_tensor(torch::zeros({batch, 0}, torch::kLong)))), errc::WRONG_SHAPE);
     REQUIRE_CODE(serve_forward(w, fwd(0, tokens(batch, len + 1, 3))), errc::WRONG_SHAPE);  // T > seq_len
-    REQUIRE_CODE(serve_forward(w, fwd(0, with_value(torch::zeros({batch, len}, torch::kLong), 5, 300))), errc::BAD_REQUEST);
-    REQUIRE_CODE(serve_forward(w, fwd(0, with_value(torch::zeros({batch, len}, torch::kLong), 5, -1))), errc::BAD_REQUEST);
+    REQUIRE_CODE(serve_forward(w, fwd(0, with_value(torch::zeros({batch, len}, torch::kLong), 5, 300))),
+                 errc::BAD_REQUEST);
+    REQUIRE_CODE(serve_forward(w, fwd(0, with_value(torch::zeros({batch, len}, torch::kLong), 5, -1))),
+                 errc::BAD_REQUEST);
     auto garbage = good;
     garbage.set_codec(static_cast<proto::codec>(5));
     REQUIRE_CODE(serve_forward(w, fwd(0, garbage)), errc::BAD_REQUEST);
@@ -204,8 +209,9 @@ TEST_CASE("a non-last stage rejects bad requests and stays usable", "[worker]") 
     REQUIRE_CODE(serve_backward(w, bwd(0, good, hidden(batch, len, cfg.d_model + 1, 3))), errc::WRONG_SHAPE);
     REQUIRE_CODE(serve_backward(w, bwd(0, good, hidden(batch, len - 1, cfg.d_model, 3))), errc::WRONG_SHAPE);
     REQUIRE_CODE(serve_backward(w, bwd(0, good, hidden(batch + 1, len, cfg.d_model, 3))), errc::WRONG_SHAPE);
-    REQUIRE_CODE(serve_backward(w, bwd(0, good, encode_tensor(torch::zeros({batch, len, cfg.d_model}, torch::kFloat64)))),
-                 errc::WRONG_SHAPE);
+    REQUIRE_CODE(
+        serve_backward(w, bwd(0, good, encode_tensor(torch::zeros({batch, len, cfg.d_model}, torch::kFloat64)))),
+        errc::WRONG_SHAPE);
     auto nan_grad = torch::randn({batch, len, cfg.d_model});
     REQUIRE_CODE(serve_backward(w, bwd(0, good, with_value(nan_grad, 17, std::nan("")))), errc::NON_FINITE);
     REQUIRE_CODE(serve_backward(w, bwd(0, good, with_value(nan_grad, 17, INFINITY))), errc::NON_FINITE);
@@ -249,8 +255,10 @@ TEST_CASE("the last stage rejects bad requests and non-finite losses", "[worker]
   REQUIRE_CODE(serve_forward(w, fwd(0, x, y)), errc::UNKNOWN_STAGE);
   REQUIRE_CODE(serve_forward(w, fwd(1, x)), errc::BAD_REQUEST);  // no targets
   REQUIRE_CODE(serve_forward(w, fwd(1, x, tokens(batch, len - 1, 2))), errc::WRONG_SHAPE);
-  REQUIRE_CODE(serve_forward(w, fwd(1, x, encode_tensor(torch::zeros({batch, len}, torch::kInt32)))), errc::WRONG_SHAPE);
-  REQUIRE_CODE(serve_forward(w, fwd(1, x, with_value(torch::zeros({batch, len}, torch::kLong), 3, 256))), errc::BAD_REQUEST);
+  REQUIRE_CODE(serve_forward(w, fwd(1, x, encode_tensor(torch::zeros({batch, len}, torch::kInt32)))),
+               errc::WRONG_SHAPE);
+  REQUIRE_CODE(serve_forward(w, fwd(1, x, with_value(torch::zeros({batch, len}, torch::kLong), 3, 256))),
+               errc::BAD_REQUEST);
   REQUIRE_CODE(serve_forward(w, fwd(1, with_value(h.clone(), 9, std::nan("")), y)), errc::NON_FINITE);
   REQUIRE_CODE(serve_forward(w, fwd(1, with_value(h.clone(), 9, -INFINITY), y)), errc::NON_FINITE);
   REQUIRE_CODE(serve_backward(w, bwd(1, x, x)), errc::BAD_REQUEST);  // its forward already ran backward
@@ -384,9 +392,9 @@ TEST_CASE("impossible configurations are refused with a fix", "[worker]") {
     }
     return false;
   };
-  REQUIRE(refuses(cfg, 0, 5, "cpu"));   // more stages than layers
+  REQUIRE(refuses(cfg, 0, 5, "cpu"));  // more stages than layers
   REQUIRE(refuses(cfg, 0, 0, "cpu"));
-  REQUIRE(refuses(cfg, 2, 2, "cpu"));   // stage outside
+  REQUIRE(refuses(cfg, 2, 2, "cpu"));  // stage outside
   REQUIRE(refuses(cfg, -1, 2, "cpu"));
   if (!torch::cuda::is_available()) {  // the CPU-only Debian libtorch: a clear refusal, not a crash
     REQUIRE(refuses(cfg, 0, 2, "cuda"));
@@ -487,7 +495,7 @@ TEST_CASE("take_gradient counts the samples accumulated before the last step as 
   REQUIRE_FALSE(w.apply_gradient(second.values));
   feed(w, 4);
   CHECK(w.take_gradient().stale_samples == 0);  // counted once: the take starts afresh
-  w.apply_step();  // local training takes and steps at once: nothing is ever stale
+  w.apply_step();                               // local training takes and steps at once: nothing is ever stale
   feed(w, 5);
   w.apply_step();
   feed(w, 6);
@@ -696,7 +704,7 @@ TEST_CASE("the clip bounds the model's norm: this stage's with the other stages'
   for (float v : g)
     sq += static_cast<double>(v) * v;
   const double norm = std::sqrt(sq);
-  REQUIRE(norm > 0.5);  // clipped alone too: the two cases below must differ
+  REQUIRE(norm > 0.5);             // clipped alone too: the two cases below must differ
   const double others = 4.0 * sq;  // the model's norm is sqrt(5) x this stage's
   REQUIRE_FALSE(clipped.apply_gradient(g, others));
   CHECK(clipped.last_grad_norm() == Approx(norm).epsilon(1e-6));
@@ -751,8 +759,7 @@ TEST_CASE("restore_gradient puts back what a take gave out, as if never taken", 
   CHECK(kept.accumulated_samples() == 0);
 }
 
-TEST_CASE("a held microbatch counts only once settled: kept, as if added at once; dropped, not at all",
-          "[worker]") {
+TEST_CASE("a held microbatch counts only once settled: kept, as if added at once; dropped, not at all", "[worker]") {
   const auto cfg = small_model();
   stage_worker direct(cfg, 0, 2, "cpu"), held(cfg, 0, 2, "cpu");
   const commit_gate hold = [] { return commit_decision{true, true, {}}; };
@@ -865,9 +872,9 @@ TEST_CASE("a joining server imports parameters and optimizer state", "[worker]")
   REQUIRE(a.steps() == 3);
   const auto state = a.export_state();
   const double param_bytes = static_cast<double>(a.parameter_count()) * sizeof(float);
-  std::cout << "export_state: " << state.size() << " bytes for " << a.parameter_count() << " parameters = "
-            << state.size() / param_bytes << " x parameter bytes (params + exp_avg + exp_avg_sq = 3x = "
-            << 3 * param_bytes << " bytes)\n";
+  std::cout << "export_state: " << state.size() << " bytes for " << a.parameter_count()
+            << " parameters = " << state.size() / param_bytes
+            << " x parameter bytes (params + exp_avg + exp_avg_sq = 3x = " << 3 * param_bytes << " bytes)\n";
   REQUIRE(state.size() >= 3 * param_bytes);
   REQUIRE(state.size() < 3 * param_bytes + 64 * 1024);
 
@@ -912,7 +919,8 @@ TEST_CASE("import_state refuses garbage and other stages' states untouched", "[w
       {"empty", ""},
       {"garbage", "this is not a torch archive"},
       {"truncated", good.substr(0, good.size() / 2)},
-      {"params only, no format", [] {
+      {"params only, no format",
+       [] {
          torch::serialize::OutputArchive out;
          out.write("param_0", torch::zeros({3}));
          std::ostringstream os;

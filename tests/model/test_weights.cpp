@@ -100,7 +100,7 @@ std::string rewritten(const std::string& file, const std::function<void(std::vec
   return *out;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("exported weights come back exactly, and the same weights give the same bytes", "[weights]") {
   const auto cfg = family(GENERATE(0, 1, 2, 3, 4));
@@ -248,9 +248,10 @@ TEST_CASE("greedy generation is the same with and without the cache, past the co
   r.seq_len = cfg.seq_len;
   r.temperature = 0;
   std::vector<int64_t> seen;
-  auto a = generate(r, [&](const auto& t, int64_t w) { return cached.next_logits(t, w); },
-                    [&](int64_t id) { seen.push_back(id); });
-  auto b = generate(r, [&](const auto& t, int64_t w) { return recomputed.next_logits(t, w); }, [](int64_t) {});
+  auto a = generate(
+      r, [&](const auto& t, int64_t w) { return cached.next_logits(t, w); }, [&](int64_t id) { seen.push_back(id); });
+  auto b = generate(
+      r, [&](const auto& t, int64_t w) { return recomputed.next_logits(t, w); }, [](int64_t) {});
   REQUIRE(a);
   REQUIRE(b);
   CHECK(a->tokens.size() == 40);
@@ -264,7 +265,8 @@ TEST_CASE("greedy generation is the same with and without the cache, past the co
   CHECK(logits[0][-1].argmax().item<int64_t>() == a->tokens[5]);
 }
 
-TEST_CASE("bf16 generation: logits near fp32's, the KV cache continuing as the recomputed window", "[weights][generate]") {
+TEST_CASE("bf16 generation: logits near fp32's, the KV cache continuing as the recomputed window",
+          "[weights][generate]") {
   const auto cfg = family(GENERATE(0, 2));
   auto m = perturbed_model(cfg);
   const auto params = params_of(m);
@@ -280,7 +282,7 @@ TEST_CASE("bf16 generation: logits near fp32's, the KV cache continuing as the r
     const double scale = a->abs().max().item<double>();
     INFO("context " << n << ": logits of scale " << scale);
     CHECK((*b - *a).abs().max().item<double>() < 0.05 * scale);
-    CHECK_FALSE(torch::equal(*a, *b));                              // bfloat16's rounding, not float32's
+    CHECK_FALSE(torch::equal(*a, *b));                           // bfloat16's rounding, not float32's
     CHECK((*b - *c).abs().max().item<double>() < 0.02 * scale);  // cached k, v are bfloat16 too
   }
 }
@@ -299,9 +301,9 @@ TEST_CASE("the cache serves only continuations: the same or other tokens are rec
     return (*a - *b).abs().max().item<double>() < 1e-4;
   };
   CHECK(same({1, 2, 3, 4}));
-  CHECK(same({1, 2, 3, 4}));        // asked again: nothing new to feed
-  CHECK(same({1, 2, 3, 4, 5}));     // a continuation
-  CHECK(same({1, 9, 3, 4, 5, 6}));  // an earlier token changed
+  CHECK(same({1, 2, 3, 4}));                   // asked again: nothing new to feed
+  CHECK(same({1, 2, 3, 4, 5}));                // a continuation
+  CHECK(same({1, 9, 3, 4, 5, 6}));             // an earlier token changed
   CHECK_FALSE(cached.next_logits({1, 2}, 2));  // an empty window is an error, not a throw
   generation_request r;
   r.context = {1, 2};
@@ -309,7 +311,8 @@ TEST_CASE("the cache serves only continuations: the same or other tokens are rec
   r.seq_len = cfg.seq_len;
   int asked = 0;
   r.stopped = [&] { return ++asked > 3; };
-  auto out = generate(r, [&](const auto& t, int64_t w) { return cached.next_logits(t, w); }, [](int64_t) {});
+  auto out = generate(
+      r, [&](const auto& t, int64_t w) { return cached.next_logits(t, w); }, [](int64_t) {});
   REQUIRE(out);
   CHECK(out->interrupted);
   CHECK(out->tokens.size() == 3);
@@ -357,7 +360,10 @@ TEST_CASE("an exported model's logits match an independent NumPy forward pass to
   REQUIRE(logits.abs().max().item<double>() > 1.0);  // not a near-uniform model, where anything matches
   const std::vector<safetensor> cases = {
       {"tokens", "I64", {3, 12}, std::string_view(static_cast<const char*>(tokens.data_ptr()), tokens.nbytes())},
-      {"logits", "F32", {3, 12, cfg.vocab}, std::string_view(static_cast<const char*>(logits.data_ptr()), logits.nbytes())}};
+      {"logits",
+       "F32",
+       {3, 12, cfg.vocab},
+       std::string_view(static_cast<const char*>(logits.data_ptr()), logits.nbytes())}};
   auto case_bytes = write_safetensors(cases, {});
   REQUIRE(case_bytes);
   write(dir.path / "cases.safetensors", *case_bytes);

@@ -32,10 +32,9 @@ int64_t last_step(const std::string& metrics, int stage) {
   return last;
 }
 
-} // namespace
+}  // namespace
 
-TEST_CASE("a server killed with kill -9 mid-round: survivors finish it identical, training goes on",
-          "[averaging]") {
+TEST_CASE("a server killed with kill -9 mid-round: survivors finish it identical, training goes on", "[averaging]") {
   manual_swarm swarm({"--rebalance", "off"}, "averaging");
   REQUIRE_FALSE(swarm.address.empty());
   // Rank order is id order ("s0-<pid>"): whichever rank the victim gets, its shard is reassigned.
@@ -48,9 +47,11 @@ TEST_CASE("a server killed with kill -9 mid-round: survivors finish it identical
   REQUIRE(swarm.public_ports(4).size() == 5);
   const pid_t trainer = swarm.trainer({"--max-steps", "120"});
   REQUIRE(wait_for_metrics(
-      swarm.metrics, [](const auto& lines) { return std::any_of(lines.begin(), lines.end(), [](const auto& l) {
-                                                return is_event(l, "fault") && text(l, "op") == "round";
-                                              }); },
+      swarm.metrics,
+      [](const auto& lines) {
+        return std::any_of(lines.begin(), lines.end(),
+                           [](const auto& l) { return is_event(l, "fault") && text(l, "op") == "round"; });
+      },
       120));
   kill(victim, SIGKILL);  // it holds its shard of the round: the survivors must cover it
   REQUIRE(wait_exit(trainer, 180) == 0);
@@ -97,9 +98,10 @@ TEST_CASE("a server killed with kill -9 mid-round: survivors finish it identical
 // One swarm for two events in turn: a server joins stage 0 mid-training, then
 // the coordinator is restarted. The join also guards against a joiner starting
 // from scratch (the step and hash it downloaded are its peer's).
-TEST_CASE("a server joins mid-training, then the coordinator restarts: the joiner averages with its peers, rounds "
-          "resume, parameters stay identical",
-          "[averaging]") {
+TEST_CASE(
+    "a server joins mid-training, then the coordinator restarts: the joiner averages with its peers, rounds "
+    "resume, parameters stay identical",
+    "[averaging]") {
   manual_swarm swarm({"--rebalance", "off", "--heartbeat", "0.5", "--connection-timeout", "3"}, "averaging");
   REQUIRE_FALSE(swarm.address.empty());
   swarm.server(0);
@@ -110,9 +112,11 @@ TEST_CASE("a server joins mid-training, then the coordinator restarts: the joine
   // waits for the training it needs, not for a number of steps that a faster
   // or slower machine would pass before or after the event.
   const pid_t trainer = swarm.trainer({"--max-steps", "0"});
-  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return last_step(swarm.metrics, 0) >= 15; }, 120));
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [&](const auto&) { return last_step(swarm.metrics, 0) >= 15; }, 120));
   swarm.server(0);  // the joiner, while the stage trains
-  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return steps_with(swarm.metrics, 0, 3) >= 12; }, 120));
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [&](const auto&) { return steps_with(swarm.metrics, 0, 3) >= 12; }, 120));
   const size_t rounds_before = events(swarm.metrics, "round_end").size();
   swarm.restart_coordinator();  // returns once the old one is dead: later rounds are the new one's
   const double killed_t = unix_seconds();
@@ -122,7 +126,8 @@ TEST_CASE("a server joins mid-training, then the coordinator restarts: the joine
       n += number(l, "t") > killed_t;
     return n;
   };
-  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return rounds_after() >= 20; }, 120));
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [&](const auto&) { return rounds_after() >= 20; }, 120));
   CHECK(stop(trainer) == 0);
   swarm.shutdown();
 
@@ -154,9 +159,10 @@ TEST_CASE("a server joins mid-training, then the coordinator restarts: the joine
       break;
     }
   REQUIRE(first_after > 0);
-  std::printf("coordinator restart: first round of the new averager %.2f s after the kill (process start + 3 s "
-              "settle included); %zu rounds after\n",
-              first_after - killed_t, ends.size() - rounds_before);
+  std::printf(
+      "coordinator restart: first round of the new averager %.2f s after the kill (process start + 3 s "
+      "settle included); %zu rounds after\n",
+      first_after - killed_t, ends.size() - rounds_before);
   for (int stage : {0, 1})
     CHECK(steps_with(swarm.metrics, stage, 2) > 30);
   CHECK(params_disagreements(swarm.metrics).empty());
@@ -171,7 +177,8 @@ TEST_CASE("a server stopped on purpose mid-training hands its gradient to a roun
   swarm.server(0);
   swarm.server(1);
   const pid_t trainer = swarm.trainer({"--max-steps", "0"});
-  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return last_step(swarm.metrics, 0) >= 3; }, 120));
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [&](const auto&) { return last_step(swarm.metrics, 0) >= 3; }, 120));
   const double stop_t = unix_seconds();
   CHECK(stop(stopped) == 0);
   CHECK(stop(trainer) == 0);
@@ -189,13 +196,14 @@ TEST_CASE("a server stopped on purpose mid-training hands its gradient to a roun
       dropped = static_cast<int64_t>(number(l, "dropped_samples"));
   size_t rounds_since = 0;
   for (const auto& l : events(swarm.metrics, "averaging_round"))
-    rounds_since += text(l, "server") == stopper && number(l, "t") >= stop_t &&
-                    l.find("\"applied\": true") != std::string::npos;
+    rounds_since +=
+        text(l, "server") == stopper && number(l, "t") >= stop_t && l.find("\"applied\": true") != std::string::npos;
   const bool handed_in = first_stop->find("\"handed_in\": true") != std::string::npos;
-  std::printf("server %s stopped holding %.0f samples: handed in %d, %zu rounds applied after the stop, %.2f s to exit, "
-              "%lld dropped\n",
-              stopper.c_str(), number(*first_stop, "samples"), int{handed_in}, rounds_since,
-              number(*first_stop, "seconds"), static_cast<long long>(dropped));
+  std::printf(
+      "server %s stopped holding %.0f samples: handed in %d, %zu rounds applied after the stop, %.2f s to exit, "
+      "%lld dropped\n",
+      stopper.c_str(), number(*first_stop, "samples"), int{handed_in}, rounds_since, number(*first_stop, "seconds"),
+      static_cast<long long>(dropped));
   CHECK(dropped == 0);
   CHECK(handed_in);
   CHECK(number(*first_stop, "seconds") < 2.5);
@@ -204,8 +212,7 @@ TEST_CASE("a server stopped on purpose mid-training hands its gradient to a roun
   CHECK(params_disagreements(swarm.metrics).empty());
 }
 
-TEST_CASE("a member that hangs without dying is excluded at the deadline; the round ends without it",
-          "[averaging]") {
+TEST_CASE("a member that hangs without dying is excluded at the deadline; the round ends without it", "[averaging]") {
   // Long connection timeout: the hung server's node still answers heartbeats, so
   // only the averager's deadline can take it out of the round: at 0.75 x 2 s.
   // Short request timeouts: the trainer's requests held by the hung server are
@@ -234,7 +241,8 @@ TEST_CASE("a member that hangs without dying is excluded at the deadline; the ro
     });
     return end != ends.cend() && last_step(swarm.metrics, 0) > number(*end, "step") + 5;
   };
-  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return excluded_then_stepped(); }, 120));
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [&](const auto&) { return excluded_then_stepped(); }, 120));
   CHECK(stop(trainer) == 0);
   kill(hung, SIGKILL);  // a clean stop of a hung server is test_durability's
   swarm.shutdown();
@@ -271,7 +279,8 @@ TEST_CASE("a round given up before any part left, then a reload: the gradient go
         return last_step(swarm.metrics, 0) > number(l, "step") + 3;
     return false;
   };
-  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return carried_and_stepped(); }, 120));
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [&](const auto&) { return carried_and_stepped(); }, 120));
   CHECK(stop(trainer) == 0);
   swarm.shutdown();
 
@@ -293,7 +302,7 @@ TEST_CASE("a round given up before any part left, then a reload: the gradient go
   CHECK(number(carries[0], "step") == number(carries[0], "computed_at"));  // nobody stepped with it: not stale
   CHECK(text(carries[1], "reason") == "reload");
   CHECK(number(carries[1], "step") == number(carries[1], "computed_at") + 1);  // the reload: a step on
-  CHECK(number(carries[1], "samples") >= number(carries[0], "samples"));     // what failed is in it
+  CHECK(number(carries[1], "samples") >= number(carries[0], "samples"));       // what failed is in it
   // Its next applied round took at least what it carried from the reload.
   double next_round = -1;
   for (const auto& l : events(swarm.metrics, "averaging_round"))

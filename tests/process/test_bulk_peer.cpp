@@ -49,7 +49,7 @@ TEST_CASE("frames for a frozen peer are dropped in time, and it does not hold th
   }
   const double failed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - pushed).count();
   std::printf("frames for a frozen peer dropped after %.1f s (connect timeout 1 s)\n", failed_s);
-  CHECK(failed);  // both: the one that waited and the one queued behind it
+  CHECK(failed);           // both: the one that waited and the one queued behind it
   CHECK(failed_s >= 0.9);  // it did wait for an answer that never came
   CHECK((*bulk)->stats().frames_sent == 0);
 

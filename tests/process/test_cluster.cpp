@@ -15,7 +15,6 @@
 #include <fstream>
 #include <map>
 
-
 #include "data/corpus.hpp"
 #include "process_util.hpp"
 
@@ -33,7 +32,7 @@ double unigram_entropy(const std::string& bytes) {
   return h;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a multi-process swarm trains config/tiny below the unigram entropy", "[cluster]") {
   const std::string metrics = "/tmp/swarm-test-cluster-" + std::to_string(getpid()) + ".jsonl";
@@ -141,11 +140,19 @@ TEST_CASE("a llama swarm trains on token shards with a SentencePiece tokenizer a
                      "--out", dir + "/shards", "--val-fraction", "0.02"},
                     120) == 0);
   const int steps = 300;
-  const auto [code, output] = run_swarm_output(
-      {"--role", "cluster", "--config", SWARM_SOURCE_DIR "/config/tiny", "--data", dir + "/shards", "--tokenizer",
-       dir + "/shards/tokenizer.model", "--model", "llama", "--n-kv-heads", "2", "--n-layers", "4", "--share-layers", "2", "--eval-every", "100",
-       "--eval-tokens", "4096", "--max-steps", std::to_string(steps), "--metrics", metrics},
-      240);
+  const auto [code, output] = run_swarm_output({"--role",         "cluster",
+                                                "--config",       SWARM_SOURCE_DIR "/config/tiny",
+                                                "--data",         dir + "/shards",
+                                                "--tokenizer",    dir + "/shards/tokenizer.model",
+                                                "--model",        "llama",
+                                                "--n-kv-heads",   "2",
+                                                "--n-layers",     "4",
+                                                "--share-layers", "2",
+                                                "--eval-every",   "100",
+                                                "--eval-tokens",  "4096",
+                                                "--max-steps",    std::to_string(steps),
+                                                "--metrics",      metrics},
+                                               240);
   REQUIRE(code == 0);
   const auto evals = events(metrics, "eval");
   REQUIRE(evals.size() == 4);  // steps 0, 100, 200, 300

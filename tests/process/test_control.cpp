@@ -46,11 +46,9 @@ int64_t rounds_between(const std::string& metrics, int stage, double from, doubl
   return n;
 }
 
-void append(const std::string& path, const std::string& line) {
-  std::ofstream(path, std::ios::app) << line << "\n";
-}
+void append(const std::string& path, const std::string& line) { std::ofstream(path, std::ios::app) << line << "\n"; }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("control: the history checker finds two leaders, stale applies and split hashes", "[control]") {
   const auto dir = std::filesystem::temp_directory_path() / ("swarm-history-" + std::to_string(getpid()));
@@ -58,30 +56,50 @@ TEST_CASE("control: the history checker finds two leaders, stale applies and spl
   const std::string ok = (dir / "ok.jsonl").string(), bad = (dir / "bad.jsonl").string();
   // Term 5 orders, term 9 takes over; a round of term 5 ordered before term 9 began may finish after.
   for (const auto& p : {ok, bad}) {
-    append(p, R"({"t": 10.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 1, "step": 3, "peers": 2, "term": 5})");
-    append(p, R"({"t": 12.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 2, "step": 4, "peers": 2, "term": 9})");
-    append(p, R"({"t": 12.5, "role": "server", "event": "averaging_round", "stage": 0, "server": "a", "round": 1, "term": 5, "step": 4, "applied": true})");
-    append(p, R"({"t": 12.6, "role": "server", "event": "params", "stage": 0, "server": "a", "step": 4, "hash": "77"})");
-    append(p, R"({"t": 12.7, "role": "server", "event": "params", "stage": 0, "server": "b", "step": 4, "hash": "77"})");
+    append(
+        p,
+        R"({"t": 10.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 1, "step": 3, "peers": 2, "term": 5})");
+    append(
+        p,
+        R"({"t": 12.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 2, "step": 4, "peers": 2, "term": 9})");
+    append(
+        p,
+        R"({"t": 12.5, "role": "server", "event": "averaging_round", "stage": 0, "server": "a", "round": 1, "term": 5, "step": 4, "applied": true})");
+    append(p,
+           R"({"t": 12.6, "role": "server", "event": "params", "stage": 0, "server": "a", "step": 4, "hash": "77"})");
+    append(p,
+           R"({"t": 12.7, "role": "server", "event": "params", "stage": 0, "server": "b", "step": 4, "hash": "77"})");
   }
   std::string out;
   CHECK(check_history({ok}, "", out) == 0);
   INFO(out);
   CHECK(out.find("history: OK") != std::string::npos);
   // The deposed term 5 orders again after term 9 began, a server applies it, and hashes split.
-  append(bad, R"({"t": 13.0, "role": "coordinator", "event": "round_start", "stage": 1, "round": 3, "step": 4, "peers": 2, "term": 5})");
-  append(bad, R"({"t": 13.2, "role": "server", "event": "averaging_round", "stage": 1, "server": "c", "round": 3, "term": 5, "step": 5, "applied": true})");
-  append(bad, R"({"t": 13.3, "role": "server", "event": "params", "stage": 0, "server": "c", "step": 4, "hash": "78"})");
+  append(
+      bad,
+      R"({"t": 13.0, "role": "coordinator", "event": "round_start", "stage": 1, "round": 3, "step": 4, "peers": 2, "term": 5})");
+  append(
+      bad,
+      R"({"t": 13.2, "role": "server", "event": "averaging_round", "stage": 1, "server": "c", "round": 3, "term": 5, "step": 5, "applied": true})");
+  append(bad,
+         R"({"t": 13.3, "role": "server", "event": "params", "stage": 0, "server": "c", "step": 4, "hash": "78"})");
   CHECK(check_history({bad}, "", out) == 1);
   CHECK(out.find("stale order") != std::string::npos);
   CHECK(out.find("stale apply") != std::string::npos);
   CHECK(out.find("two hashes") != std::string::npos);
   // A kill whose successor's first round came 3 s later: slow for a 2 s limit.
   const std::string slow = (dir / "slow.jsonl").string();
-  append(slow, R"({"t": 10.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 1, "step": 3, "peers": 2, "term": 5})");
-  append(slow, R"({"t": 11.0, "role": "test", "event": "chaos", "action": "kill", "process": "coordinator", "pid": 1})");
-  append(slow, R"({"t": 14.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 2, "step": 3, "peers": 2, "term": 9})");
-  append(slow, R"({"t": 14.0, "role": "server", "event": "averaging_round", "stage": 0, "server": "a", "round": 2, "term": 9, "step": 4, "applied": true})");
+  append(
+      slow,
+      R"({"t": 10.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 1, "step": 3, "peers": 2, "term": 5})");
+  append(slow,
+         R"({"t": 11.0, "role": "test", "event": "chaos", "action": "kill", "process": "coordinator", "pid": 1})");
+  append(
+      slow,
+      R"({"t": 14.0, "role": "coordinator", "event": "round_start", "stage": 0, "round": 2, "step": 3, "peers": 2, "term": 9})");
+  append(
+      slow,
+      R"({"t": 14.0, "role": "server", "event": "averaging_round", "stage": 0, "server": "a", "round": 2, "term": 9, "step": 4, "applied": true})");
   CHECK(check_history({slow}, "--max-recovery 2", out) == 1);
   CHECK(out.find("slow recovery") != std::string::npos);
   CHECK(check_history({slow}, "--max-recovery 4", out) == 0);
@@ -93,22 +111,25 @@ TEST_CASE("control: leaders killed and stopped, etcd members lost, and training 
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string metrics = (dir / "metrics.jsonl").string(), hits = (dir / "hits.jsonl").string();
-  const pid_t cluster = spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn",
-                                     "--control-replicas", "3", "--control-lease", "1", "--max-steps", "0",
-                                     "--http-port", "-1"},
-                                    (dir / "cluster.log").string());
+  const pid_t cluster =
+      spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn",
+                   "--control-replicas", "3", "--control-lease", "1", "--max-steps", "0", "--http-port", "-1"},
+                  (dir / "cluster.log").string());
   auto now = [] { return unix_seconds(); };
   auto wait_s = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
   auto hit = [&](pid_t pid, int sig, const std::string& what) {
     append(hits, "{\"t\": " + std::to_string(now()) + ", \"role\": \"test\", \"event\": \"chaos\", \"action\": \"" +
-                     (sig == SIGKILL ? "kill" : "stop") + "\", \"process\": \"" + what + "\", \"pid\": " +
-                     std::to_string(pid) + "}");
+                     (sig == SIGKILL ? "kill" : "stop") + "\", \"process\": \"" + what +
+                     "\", \"pid\": " + std::to_string(pid) + "}");
     ::kill(pid, sig);
   };
   // Training under way: a leader, rounds on both stages.
-  REQUIRE(wait_for_metrics(metrics, [&](const std::vector<std::string>&) {
-    return rounds_between(metrics, 0, 0, 1e12) >= 3 && rounds_between(metrics, 1, 0, 1e12) >= 3;
-  }, 60));
+  REQUIRE(wait_for_metrics(
+      metrics,
+      [&](const std::vector<std::string>&) {
+        return rounds_between(metrics, 0, 0, 1e12) >= 3 && rounds_between(metrics, 1, 0, 1e12) >= 3;
+      },
+      60));
 
   // 1. The leader SIGKILLed (3 times with SWARM_TEST_FULL=1): the other
   // candidate leads, both stages step again.
@@ -116,9 +137,8 @@ TEST_CASE("control: leaders killed and stopped, etcd members lost, and training 
     const auto [leader, term] = leader_now(metrics);
     REQUIRE(leader > 0);
     hit(leader, SIGKILL, "coordinator");
-    REQUIRE(wait_for_metrics(metrics, [&](const std::vector<std::string>&) {
-      return leader_now(metrics).second > term;
-    }, 20));
+    REQUIRE(wait_for_metrics(
+        metrics, [&](const std::vector<std::string>&) { return leader_now(metrics).second > term; }, 20));
     wait_s(2.5);
   }
 
@@ -126,17 +146,19 @@ TEST_CASE("control: leaders killed and stopped, etcd members lost, and training 
   // leads meanwhile, and the old one exits (3) without ordering again.
   const auto [stopped, stopped_term] = leader_now(metrics);
   hit(stopped, SIGSTOP, "coordinator (stopped)");
-  REQUIRE(wait_for_metrics(metrics, [&](const std::vector<std::string>&) {
-    return leader_now(metrics).second > stopped_term;
-  }, 20));
+  REQUIRE(wait_for_metrics(
+      metrics, [&](const std::vector<std::string>&) { return leader_now(metrics).second > stopped_term; }, 20));
   wait_s(1.5);
   ::kill(stopped, SIGCONT);
-  REQUIRE(wait_for_metrics(metrics, [&](const std::vector<std::string>& lines) {
-    for (const auto& l : lines)
-      if (is_event(l, "process_exit") && number(l, "pid") == stopped)
-        return number(l, "code") == 3;
-    return false;
-  }, 20));
+  REQUIRE(wait_for_metrics(
+      metrics,
+      [&](const std::vector<std::string>& lines) {
+        for (const auto& l : lines)
+          if (is_event(l, "process_exit") && number(l, "pid") == stopped)
+            return number(l, "code") == 3;
+        return false;
+      },
+      20));
 
   // 3. One etcd member of three killed (the launcher restarts it a second
   // later): the leader keeps its lease, rounds go on.
@@ -169,9 +191,12 @@ TEST_CASE("control: leaders killed and stopped, etcd members lost, and training 
   }
   CHECK(orders_without_quorum == 0);
   CHECK(steps_without_quorum >= 5);
-  const bool resumed = wait_for_metrics(metrics, [&](const std::vector<std::string>&) {
-    return rounds_between(metrics, 0, quorum_back, 1e12) > 0 && rounds_between(metrics, 1, quorum_back, 1e12) > 0;
-  }, 45);
+  const bool resumed = wait_for_metrics(
+      metrics,
+      [&](const std::vector<std::string>&) {
+        return rounds_between(metrics, 0, quorum_back, 1e12) > 0 && rounds_between(metrics, 1, quorum_back, 1e12) > 0;
+      },
+      45);
   CHECK(resumed);
   double first_after = 1e12;
   for (const auto& l : events(metrics, "averaging_round"))
@@ -194,7 +219,8 @@ TEST_CASE("control: leaders killed and stopped, etcd members lost, and training 
     std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("control: a malformed --control is exit 2; an etcd nobody answers is exit 1 naming it", "[control][process]") {
+TEST_CASE("control: a malformed --control is exit 2; an etcd nobody answers is exit 1 naming it",
+          "[control][process]") {
   const std::string nowhere = "etcd://127.0.0.1:" + std::to_string(free_port());
   for (const char* bad : {"etcd://", "http://127.0.0.1:2379", "etcd://host", "etcd://h:1,"}) {
     auto [code, out] = run_swarm_output({"--role", "server", "--config", tiny, "--control", bad}, 30);
@@ -203,8 +229,8 @@ TEST_CASE("control: a malformed --control is exit 2; an etcd nobody answers is e
     CHECK(out.find("--control") != std::string::npos);
   }
   for (const char* role : {"coordinator", "server", "trainer", "status"}) {
-    auto [code, out] = run_swarm_output({"--role", role, "--config", tiny, "--control", nowhere, "--coordinator-wait", "1"},
-                                        60);
+    auto [code, out] =
+        run_swarm_output({"--role", role, "--config", tiny, "--control", nowhere, "--coordinator-wait", "1"}, 60);
     INFO(role << ": " << out);
     CHECK(code == 1);
     CHECK(out.find(nowhere) != std::string::npos);

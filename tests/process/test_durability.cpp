@@ -46,8 +46,20 @@ std::map<int, int64_t> last_steps(const std::string& metrics) {
 }
 
 std::vector<std::string> cluster_flags(const std::string& metrics, const std::string& dir, int steps) {
-  return {"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn",
-          "--max-steps", std::to_string(steps), "--checkpoint-dir", dir, "--checkpoint-every", "10"};
+  return {"--role",
+          "cluster",
+          "--config",
+          tiny,
+          "--metrics",
+          metrics,
+          "--log-level",
+          "warn",
+          "--max-steps",
+          std::to_string(steps),
+          "--checkpoint-dir",
+          dir,
+          "--checkpoint-every",
+          "10"};
 }
 
 /// The model config hash of config/tiny (with `lr` when given), as its processes compute it.
@@ -62,7 +74,7 @@ uint64_t tiny_hash(const char* lr = nullptr) {
 /// its loss where the first run stopped, so a spike there must not be possible.
 constexpr const char* calm_lr = "0.001";
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a swarm stopped and started again on its checkpoint folder resumes every stage and the trainer",
           "[durability]") {
@@ -227,7 +239,8 @@ TEST_CASE("--role local resumed from its checkpoint trains exactly as one uninte
     return args;
   };
   auto [code_whole, whole] = run_swarm_output(with({"--max-steps", "20"}), 120);
-  auto [code_first, first] = run_swarm_output(with({"--max-steps", "10", "--checkpoint-dir", dir, "--checkpoint-every", "4"}), 120);
+  auto [code_first, first] =
+      run_swarm_output(with({"--max-steps", "10", "--checkpoint-dir", dir, "--checkpoint-every", "4"}), 120);
   auto [code_rest, rest] = run_swarm_output(with({"--max-steps", "20", "--checkpoint-dir", dir}), 120);
   REQUIRE(code_whole == 0);
   REQUIRE(code_first == 0);
@@ -248,8 +261,7 @@ TEST_CASE("--role local resumed from its checkpoint trains exactly as one uninte
   fs::remove_all(dir);
 }
 
-TEST_CASE("a stage wiped out at once resumes from its newest checkpoint, losing at most one interval",
-          "[durability]") {
+TEST_CASE("a stage wiped out at once resumes from its newest checkpoint, losing at most one interval", "[durability]") {
   const auto dir = fresh_dir("wipe");
   const auto metrics = dir + ".jsonl";
   std::remove(metrics.c_str());
@@ -293,8 +305,9 @@ TEST_CASE("the cluster restarts a killed coordinator on its port and training go
   // 3 servers a stage: two that joined by copying the first never dialed each
   // other, and CAF's route between them went through the coordinator (they
   // now dial each other at every round; before, no round ever ended again).
-  const pid_t cluster = spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn",
-                                     "--servers-per-stage", "3", "--max-steps", "0", "--chaos-coordinator-every", "10"});
+  const pid_t cluster =
+      spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn",
+                   "--servers-per-stage", "3", "--max-steps", "0", "--chaos-coordinator-every", "10"});
   std::vector<double> kills;
   const auto coordinator_kills = [&] {
     kills.clear();
@@ -356,7 +369,7 @@ std::pair<std::optional<int>, double> timed_stop(pid_t pid) {
   return {code, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("SIGTERM ends a server downloading state, and one hung in a handler, within seconds", "[durability]") {
   manual_swarm swarm({}, "sigterm-download", true);
@@ -364,12 +377,15 @@ TEST_CASE("SIGTERM ends a server downloading state, and one hung in a handler, w
   const pid_t holder = swarm.server(0, {"--fault", "hang-state"});
   REQUIRE(swarm.public_ports(1).size() == 2);
   const pid_t joining = swarm.server(0);
-  REQUIRE(wait_for_metrics(swarm.metrics, [](const auto& lines) {
-    for (const auto& l : lines)
-      if (is_event(l, "fault"))
-        return true;
-    return false;
-  }, 30));
+  REQUIRE(wait_for_metrics(
+      swarm.metrics,
+      [](const auto& lines) {
+        for (const auto& l : lines)
+          if (is_event(l, "fault"))
+            return true;
+        return false;
+      },
+      30));
   const auto [joining_code, joining_s] = timed_stop(joining);
   const auto [holder_code, holder_s] = timed_stop(holder);
   swarm.servers.clear();
@@ -393,12 +409,15 @@ TEST_CASE("SIGTERM ends every role within seconds, exit events written, no parti
   const pid_t s0 = swarm.server(0);
   const pid_t s1 = swarm.server(1);
   const pid_t t = swarm.trainer({"--max-steps", "0"});
-  REQUIRE(wait_for_metrics(swarm.metrics, [](const auto& lines) {
-    int steps = 0;
-    for (const auto& l : lines)
-      steps += is_event(l, "step");
-    return steps >= 30;
-  }, 90));
+  REQUIRE(wait_for_metrics(
+      swarm.metrics,
+      [](const auto& lines) {
+        int steps = 0;
+        for (const auto& l : lines)
+          steps += is_event(l, "step");
+        return steps >= 30;
+      },
+      90));
   // The trainer mid-training: trainer_exit with what was in flight, and its position saved.
   std::this_thread::sleep_for(std::chrono::seconds(3));
   const auto [trainer_code, trainer_s] = timed_stop(t);
@@ -407,8 +426,8 @@ TEST_CASE("SIGTERM ends every role within seconds, exit events written, no parti
   CHECK(trainer_s < 5);
   const auto exits = events(swarm.metrics, "trainer_exit");
   REQUIRE(exits.size() == 1);
-  CHECK(number(exits[0], "issued") == number(exits[0], "completed") + number(exits[0], "dropped") +
-                                          number(exits[0], "in_flight"));
+  CHECK(number(exits[0], "issued") ==
+        number(exits[0], "completed") + number(exits[0], "dropped") + number(exits[0], "in_flight"));
   swarm::checkpoint_store store{dir, 3};
   const auto position = store.latest_written(swarm::checkpoint_header::kind::trainer, 0);
   REQUIRE(position);
@@ -443,15 +462,17 @@ TEST_CASE("a cluster stopped with SIGTERM mid-training ends every process withou
     std::remove(metrics.c_str());
     const std::string out = metrics + ".log";
     std::remove(out.c_str());
-    const pid_t cluster = spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level",
-                                       "warn", "--max-steps", "0"},
-                                      out);
-    REQUIRE(wait_for_metrics(metrics, [](const auto& lines) {
-      int steps = 0;
-      for (const auto& l : lines)
-        steps += is_event(l, "step");
-      return steps >= 20;
-    }, 90));
+    const pid_t cluster = spawn_swarm(
+        {"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn", "--max-steps", "0"}, out);
+    REQUIRE(wait_for_metrics(
+        metrics,
+        [](const auto& lines) {
+          int steps = 0;
+          for (const auto& l : lines)
+            steps += is_event(l, "step");
+          return steps >= 20;
+        },
+        90));
     const auto t0 = std::chrono::steady_clock::now();
     kill(cluster, SIGTERM);
     const auto code = wait_exit(cluster, 60);

@@ -29,17 +29,31 @@ struct etcd_process {
   /// `pki`: a folder with ca.crt and member.crt/.key (scripts/make_certs.sh):
   /// clients over TLS, and client certificates of that CA required.
   explicit etcd_process(const fs::path& pki = {}) {
-    dir = fs::temp_directory_path() / ("swarm-test-etcd-" + std::to_string(::getpid()) + "-" +
-                                       std::to_string(client_port));
+    dir = fs::temp_directory_path() /
+          ("swarm-test-etcd-" + std::to_string(::getpid()) + "-" + std::to_string(client_port));
     fs::create_directories(dir);
-    const std::string client = (pki.empty() ? "http" : "https") + std::string{"://127.0.0.1:"} + std::to_string(client_port);
+    const std::string client =
+        (pki.empty() ? "http" : "https") + std::string{"://127.0.0.1:"} + std::to_string(client_port);
     const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port);
-    std::vector<std::string> args{"etcd", "--name", "m0", "--data-dir", (dir / "data").string(), "--listen-client-urls",
-                                  client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
-                                  "--initial-advertise-peer-urls", peer, "--initial-cluster", "m0=" + peer};
+    std::vector<std::string> args{"etcd",
+                                  "--name",
+                                  "m0",
+                                  "--data-dir",
+                                  (dir / "data").string(),
+                                  "--listen-client-urls",
+                                  client,
+                                  "--advertise-client-urls",
+                                  client,
+                                  "--listen-peer-urls",
+                                  peer,
+                                  "--initial-advertise-peer-urls",
+                                  peer,
+                                  "--initial-cluster",
+                                  "m0=" + peer};
     if (!pki.empty())
-      args.insert(args.end(), {"--cert-file", (pki / "member.crt").string(), "--key-file", (pki / "member.key").string(),
-                               "--trusted-ca-file", (pki / "ca.crt").string(), "--client-cert-auth"});
+      args.insert(args.end(),
+                  {"--cert-file", (pki / "member.crt").string(), "--key-file", (pki / "member.key").string(),
+                   "--trusted-ca-file", (pki / "ca.crt").string(), "--client-cert-auth"});
     pid = spawn_command(args, (dir / "etcd.log").string());
   }
   ~etcd_process() {
@@ -62,7 +76,7 @@ bool ready(etcd_client& c) {
   return false;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("etcd: keys, leases, and an election whose term grows with each leader", "[etcd]") {
   etcd_process etcd;
@@ -113,14 +127,15 @@ TEST_CASE("etcd: keys, leases, and an election whose term grows with each leader
     std::atomic<int> calls{0};
     etcd_client watcher({etcd.member()}, std::chrono::milliseconds(2000));
     auto watching = std::async(std::launch::async, [&] {
-      return watcher.watch("swarm/leader/", [&] { return ++calls < 3; }, std::chrono::seconds(10));
+      return watcher.watch(
+          "swarm/leader/", [&] { return ++calls < 3; }, std::chrono::seconds(10));
     });
     const auto until = [&](int n) {
       for (int i = 0; i < 100 && calls < n; ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       return calls.load();
     };
-    CHECK(until(1) == 1);  // in place
+    CHECK(until(1) == 1);                // in place
     REQUIRE(c.put("swarm/other", "x"));  // not under the prefix
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     CHECK(calls == 1);
@@ -131,7 +146,8 @@ TEST_CASE("etcd: keys, leases, and an election whose term grows with each leader
     CHECK_FALSE(watching.get());
     CHECK(calls == 3);
     // Quiet for its idle time: TIMEOUT, to be made again.
-    auto quiet = watcher.watch("swarm/quiet/", [] { return true; }, std::chrono::milliseconds(700));
+    auto quiet = watcher.watch(
+        "swarm/quiet/", [] { return true; }, std::chrono::milliseconds(700));
     REQUIRE(quiet);
     CHECK(code_of(quiet) == errc::TIMEOUT);
   }
@@ -269,9 +285,8 @@ TEST_CASE("etcd: an answer that is not etcd's is an error, never a crash", "[etc
   fake.Post("/v3/kv/range", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"kvs\": 7, \"count\": \"x\"}", "application/json");  // fields of the wrong types
   });
-  fake.Post("/v3/lease/grant", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("not json at all", "text/plain");
-  });
+  fake.Post("/v3/lease/grant",
+            [](const httplib::Request&, httplib::Response& res) { res.set_content("not json at all", "text/plain"); });
   fake.Post("/v3/lease/revoke", [](const httplib::Request&, httplib::Response& res) {
     res.status = 500;
     res.set_content("{\"code\": \"fourteen\", \"message\": 3}", "application/json");

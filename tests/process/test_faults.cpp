@@ -44,9 +44,7 @@ TEST_CASE("training goes on when servers die holding a forward and a backward", 
       120));
   const double killed = unix_seconds();
   REQUIRE(wait_for_metrics(
-      swarm.metrics,
-      [&](const std::vector<std::string>& lines) { return steps_after(lines, killed) >= 60; },
-      120));
+      swarm.metrics, [&](const std::vector<std::string>& lines) { return steps_after(lines, killed) >= 60; }, 120));
   CHECK(stop(trainer) == 0);
   swarm.shutdown();
 
@@ -69,18 +67,19 @@ TEST_CASE("training goes on when servers die holding a forward and a backward", 
 }
 
 TEST_CASE("a stopped server is routed around and no sample counts twice", "[faults]") {
-  manual_swarm swarm({"--forward-timeout", "2", "--backward-timeout", "3", "--heartbeat", "0.5",
-                      "--connection-timeout", "3"});
+  manual_swarm swarm(
+      {"--forward-timeout", "2", "--backward-timeout", "3", "--heartbeat", "0.5", "--connection-timeout", "3"});
   REQUIRE_FALSE(swarm.address.empty());
   const pid_t victim = swarm.server(0);
   swarm.server(0);
   swarm.server(1);
   swarm.server(1);
   REQUIRE(swarm.public_ports(4).size() == 5);  // the victim serving before the stop
-  const int steps = 120;  // the stop comes at step 40
+  const int steps = 120;                       // the stop comes at step 40
   const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
   REQUIRE(wait_for_metrics(
-      swarm.metrics, [](const std::vector<std::string>& lines) {
+      swarm.metrics,
+      [](const std::vector<std::string>& lines) {
         return std::count_if(lines.begin(), lines.end(), [](const auto& l) { return is_event(l, "step"); }) >= 40;
       },
       120));
@@ -114,8 +113,8 @@ TEST_CASE("a stage with servers at slowdown 1 and 3 splits work about 3:1", "[fa
   std::remove(metrics.c_str());
   // Stage 0: servers at slowdown 1 and 3; stage 1: two at 1. Forwards count, as
   // backwards follow their forward's server.
-  REQUIRE(run_swarm({"--role", "cluster", "--config", tiny, "--max-steps", "150", "--metrics", metrics,
-                     "--log-level", "warn", "--server-slowdowns", "1,3,1,1"},
+  REQUIRE(run_swarm({"--role", "cluster", "--config", tiny, "--max-steps", "150", "--metrics", metrics, "--log-level",
+                     "warn", "--server-slowdowns", "1,3,1,1"},
                     240) == 0);
   std::vector<double> served;  // stage 0 servers in launch order = pid order
   std::map<std::string, double> by_server;

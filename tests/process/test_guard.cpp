@@ -46,7 +46,8 @@ bool gets_closed(int fd) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   char buf[4096];
   ssize_t r = 0;
-  while ((r = ::recv(fd, buf, sizeof buf, 0)) > 0) {}
+  while ((r = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+  }
   ::close(fd);
   return r == 0 || errno == ECONNRESET;
 }
@@ -89,7 +90,7 @@ std::string basp_header(unsigned op, uint32_t size) {
   return h;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("garbage at the guard never reaches the coordinator behind it", "[faults][guard]") {
   manual_swarm swarm({}, "guard-front");
@@ -118,8 +119,8 @@ TEST_CASE("garbage at the guard never reaches the coordinator behind it", "[faul
   auto answers = [&](const coordinator_actor& c) {
     bool ok = false;
     caf::scoped_actor self{sys};
-    self->request(c, 10s, averager_atom::value).receive([&](const averager_actor& a) { ok = bool(a); },
-                                                          [](caf::error&) {});
+    self->request(c, 10s, averager_atom::value)
+        .receive([&](const averager_actor& a) { ok = bool(a); }, [](caf::error&) {});
     return ok;
   };
   const auto linked = reach();
@@ -194,9 +195,15 @@ double rss_mib(pid_t pid, const std::string& field = "VmHWM:") {
 bool probe(uint16_t port, int i, std::mt19937& rng, bool tls) {
   std::string bytes;
   switch (i % 6) {
-    case 0: bytes = basp_header(1, 0); break;                        // empty client handshake: SIGSEGV
-    case 1: bytes = basp_header(0, 0); break;                        // server handshake from a client: SIGSEGV
-    case 2: bytes = basp_header(0, 0xfffffff0u - rng() % 1024); break;  // a 4 GiB buffer
+    case 0:
+      bytes = basp_header(1, 0);
+      break;  // empty client handshake: SIGSEGV
+    case 1:
+      bytes = basp_header(0, 0);
+      break;  // server handshake from a client: SIGSEGV
+    case 2:
+      bytes = basp_header(0, 0xfffffff0u - rng() % 1024);
+      break;   // a 4 GiB buffer
     case 3: {  // a truncated handshake: the peer hangs up mid-header
       const int fd = dial(port);
       if (fd < 0)
@@ -274,7 +281,7 @@ void train_through_storm(const std::vector<std::string>& flags, bool tls, int st
   check_committed_is_acked(swarm.metrics);
 }
 
-} // namespace
+}  // namespace
 
 // Every kind of input is sent hundreds of times at the suite's size; the full
 // storm (10,000 inputs over 400 steps) runs with SWARM_TEST_FULL=1
@@ -303,13 +310,15 @@ TEST_CASE("a coordinator frozen past the connection timeout: every peer joins it
   const pid_t trainer = swarm.trainer({"--max-steps", "0"});
   const auto steps = [&] { return events(swarm.metrics, "step").size(); };
   auto joins = [&] { return events(swarm.metrics, "server_join").size(); };
-  REQUIRE(wait_for_metrics(swarm.metrics, [&](const auto&) { return steps() >= 20; }, 120));
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [&](const auto&) { return steps() >= 20; }, 120));
   REQUIRE(joins() == 2);
   kill(swarm.coordinator, SIGSTOP);
   std::this_thread::sleep_for(6s);  // twice the connection timeout
   kill(swarm.coordinator, SIGCONT);
   // Both servers register again with the coordinator they lost.
-  CHECK(wait_for_metrics(swarm.metrics, [&](const auto&) { return joins() >= 4; }, 60));
+  CHECK(wait_for_metrics(
+      swarm.metrics, [&](const auto&) { return joins() >= 4; }, 60));
   // Then until both stages applied 80 rounds with the coordinator back: the
   // trainer's own steps go on without rounds while the links are re-made.
   const double rejoined_t = unix_seconds();
@@ -319,8 +328,8 @@ TEST_CASE("a coordinator frozen past the connection timeout: every peer joins it
       n += number(l, "t") > rejoined_t && number(l, "stage") == stage && number(l, "applied") > 0;
     return n;
   };
-  CHECK(wait_for_metrics(swarm.metrics, [&](const auto&) { return applied_after(0) >= 80 && applied_after(1) >= 80; },
-                         120));
+  CHECK(wait_for_metrics(
+      swarm.metrics, [&](const auto&) { return applied_after(0) >= 80 && applied_after(1) >= 80; }, 120));
   REQUIRE(stop(trainer) == 0);
   swarm.shutdown();
   check_trainer_accounting(swarm.metrics, -1);
@@ -369,9 +378,10 @@ TEST_CASE("strangers announcing 1 GiB frames on a server's bulk port cost it lit
   const double after_mib = rss_mib(target, "VmRSS:");
   for (int fd : strangers)
     ::close(fd);
-  std::printf("16 strangers announced 1 GiB frames each and sent %.0f MiB: the server's RSS %.0f MiB before, "
-              "%.0f during, %.0f after training\n",
-              static_cast<double>(sent) / (1 << 20), before_mib, during_mib, after_mib);
+  std::printf(
+      "16 strangers announced 1 GiB frames each and sent %.0f MiB: the server's RSS %.0f MiB before, "
+      "%.0f during, %.0f after training\n",
+      static_cast<double>(sent) / (1 << 20), before_mib, during_mib, after_mib);
   CHECK(std::max(during_mib, after_mib) - before_mib < 256);
   CHECK(kill(target, 0) == 0);
   swarm.shutdown();

@@ -112,18 +112,17 @@ struct three_two {
   }
 };
 
-} // namespace
+}  // namespace
 
-TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no microbatch dropped",
-          "[rebalancing]") {
+TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no microbatch dropped", "[rebalancing]") {
   const std::string metrics = "/tmp/swarm-test-rebalance-" + std::to_string(getpid()) + ".jsonl";
   std::remove(metrics.c_str());
   const double period = 4;
   // Trains until the mover has stepped 10 times with its new peer, then the
   // cluster is stopped (trainers first: their microbatches in flight finish).
-  const pid_t cluster = spawn_swarm({"--role", "cluster", "--config", tiny, "--stage-servers", "3,1",
-                                     "--rebalance-period", std::to_string(period), "--max-steps", "0", "--metrics",
-                                     metrics, "--log-level", "warn"});
+  const pid_t cluster =
+      spawn_swarm({"--role", "cluster", "--config", tiny, "--stage-servers", "3,1", "--rebalance-period",
+                   std::to_string(period), "--max-steps", "0", "--metrics", metrics, "--log-level", "warn"});
   const auto [stepped_together, code] = stop_when(
       cluster, metrics,
       [&](const auto&) {
@@ -131,8 +130,8 @@ TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no
         if (moves.empty())
           return false;
         const auto download = first_of(metrics, "state_download", text(moves[0], "server"), 1);
-        return !download.empty() && shared_steps(metrics, 1, text(moves[0], "server"),
-                                                 static_cast<int64_t>(number(download, "step"))) >= 10;
+        return !download.empty() &&
+               shared_steps(metrics, 1, text(moves[0], "server"), static_cast<int64_t>(number(download, "step"))) >= 10;
       },
       120);
   REQUIRE(code == 0);
@@ -150,8 +149,8 @@ TEST_CASE("uneven start 3,1: a server moves to the lone stage with its state, no
   // Ordered within two periods of the rebalancer's start (its first stage_load).
   const double ordered = number(move, "t") - number(move, "seconds");
   const double started = number(events(metrics, "stage_load").front(), "t");
-  std::printf("move of %s: ordered %.2f s after the rebalancer started (period %.0f s), took %.3f s\n",
-              mover.c_str(), ordered - started, period, number(move, "seconds"));
+  std::printf("move of %s: ordered %.2f s after the rebalancer started (period %.0f s), took %.3f s\n", mover.c_str(),
+              ordered - started, period, number(move, "seconds"));
   CHECK(ordered - started <= 2 * period + 0.5);
   // It copied stage 1's state from its peer, then stepped with it with equal parameters.
   const auto download = first_of(metrics, "state_download", mover, 1);
@@ -184,12 +183,14 @@ TEST_CASE("chaos of short SIGSTOPs and a clean move: no gradient dropped anywher
   // hands its gradient in first; the end stops every server on purpose.
   const std::string metrics = "/tmp/swarm-test-chaos-stop-" + std::to_string(getpid()) + ".jsonl";
   std::remove(metrics.c_str());
-  REQUIRE(run_swarm({"--role", "cluster", "--config", tiny, "--stage-servers", "3,1", "--rebalance-period", "4",
-                     "--batch-size", "128", "--max-steps", "40", "--chaos", "stop", "--chaos-every", "2",
-                     "--chaos-down", "0.15", "--metrics", metrics, "--log-level", "warn"},
-                    240) == 0);
+  REQUIRE(run_swarm(
+              {"--role",       "cluster", "--config",    tiny,    "--stage-servers", "3,1",  "--rebalance-period", "4",
+               "--batch-size", "128",     "--max-steps", "40",    "--chaos",         "stop", "--chaos-every",      "2",
+               "--chaos-down", "0.15",    "--metrics",   metrics, "--log-level",     "warn"},
+              240) == 0);
   const auto chaos = events(metrics, "chaos");
-  const auto stops = std::count_if(chaos.begin(), chaos.end(), [](const auto& l) { return text(l, "action") == "stop"; });
+  const auto stops =
+      std::count_if(chaos.begin(), chaos.end(), [](const auto& l) { return text(l, "action") == "stop"; });
   const auto moves = events(metrics, "rebalance");
   int64_t dropped = 0, carried = 0;
   for (const auto& l : events(metrics, "server_exit")) {
@@ -223,18 +224,18 @@ TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fill
   const double first_kill = unix_seconds();
   // A stage-0 server comes over and copies the survivor's state.
   REQUIRE(wait_for_metrics(
-      swarm.metrics, [](const auto& lines) { return std::any_of(lines.begin(), lines.end(), [](const auto& l) {
-                                               return is_event(l, "rebalance") && number(l, "to") == 1;
-                                             }); },
+      swarm.metrics,
+      [](const auto& lines) {
+        return std::any_of(lines.begin(), lines.end(),
+                           [](const auto& l) { return is_event(l, "rebalance") && number(l, "to") == 1; });
+      },
       10));
   std::this_thread::sleep_until(first_kill_at + std::chrono::seconds(10));
   REQUIRE(wait_exit(trainer, 0.01) == std::nullopt);  // still training: the second kill must land mid-run
   kill(run.stage1[1], SIGKILL);
   const double second_kill = unix_seconds();
   REQUIRE(wait_for_metrics(
-      swarm.metrics,
-      [&](const auto& lines) { return steps_after(lines, second_kill) >= 60; },
-      120));
+      swarm.metrics, [&](const auto& lines) { return steps_after(lines, second_kill) >= 60; }, 120));
   CHECK(stop(trainer) == 0);
   const double trained = unix_seconds();
   swarm.shutdown();
@@ -242,8 +243,9 @@ TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fill
   const auto move = events(swarm.metrics, "rebalance").at(0);
   const std::string mover = text(move, "server");
   const double ordered = number(move, "t") - number(move, "seconds");
-  std::printf("redundancy move of %s ordered %.2f s after the first kill, done %.2f s after it; second kill at +%.1f s\n",
-              mover.c_str(), ordered - first_kill, number(move, "t") - first_kill, second_kill - first_kill);
+  std::printf(
+      "redundancy move of %s ordered %.2f s after the first kill, done %.2f s after it; second kill at +%.1f s\n",
+      mover.c_str(), ordered - first_kill, number(move, "t") - first_kill, second_kill - first_kill);
   CHECK(text(move, "reason") == "redundancy");
   CHECK(number(move, "from") == 0);
   CHECK(number(move, "t") < second_kill);
@@ -271,9 +273,10 @@ TEST_CASE("3,2 and both stage-1 servers killed 10 s apart: a stage-0 server fill
   CHECK(disagreements.empty());
 }
 
-TEST_CASE("a stage wiped out at once: a server is reassigned at once and starts from initial parameters, "
-          "and the loss of state is reported",
-          "[rebalancing]") {
+TEST_CASE(
+    "a stage wiped out at once: a server is reassigned at once and starts from initial parameters, "
+    "and the loss of state is reported",
+    "[rebalancing]") {
   // The trainer runs until stopped, 80 steps after the wipe (a fixed step
   // count could end before the rebalancer settled: 300 steps took 10 s here).
   three_two run(0);

@@ -71,7 +71,7 @@ struct regions {
   std::string address(int i) const { return vars.at("REGION" + std::to_string(i)); }
 };
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a TLS swarm across two regions at 100 Mbit/s and 50 ms trains and routes around a killed server",
           "[regions]") {
@@ -85,8 +85,8 @@ TEST_CASE("a TLS swarm across two regions at 100 Mbit/s and 50 ms trains and rou
   std::remove(metrics.c_str());
   std::remove(output.c_str());
   // Links must outlast a WAN transfer: a longer connection timeout than on loopback.
-  std::vector<std::string> common{"--config", tiny, "--metrics", metrics, "--log-level", "warn",
-                                  "--connection-timeout", "10"};
+  std::vector<std::string> common{"--config", tiny, "--metrics", metrics, "--log-level", "warn", "--connection-timeout",
+                                  "10"};
   const auto tls = certs.flags();
   common.insert(common.end(), tls.begin(), tls.end());
   auto with = [&](std::vector<std::string> args) {
@@ -98,18 +98,22 @@ TEST_CASE("a TLS swarm across two regions at 100 Mbit/s and 50 ms trains and rou
   std::map<std::pair<int, int>, pid_t> servers;  // (region, stage)
   for (int region = 0; region < 2; ++region)
     for (int stage = 0; stage < 2; ++stage) {
-      servers[{region, stage}] = net.spawn(region, with({"--role", "server", "--coordinator", coordinator, "--stage",
-                                                         std::to_string(stage), "--host", net.address(region)}),
+      servers[{region, stage}] = net.spawn(region,
+                                           with({"--role", "server", "--coordinator", coordinator, "--stage",
+                                                 std::to_string(stage), "--host", net.address(region)}),
                                            output);
       pids.push_back(servers[{region, stage}]);
     }
   const int steps = 80;
-  const pid_t trainer = net.spawn(0, with({"--role", "trainer", "--coordinator", coordinator, "--host", net.address(0),
-                                           "--max-steps", std::to_string(steps)}),
+  const pid_t trainer = net.spawn(0,
+                                  with({"--role", "trainer", "--coordinator", coordinator, "--host", net.address(0),
+                                        "--max-steps", std::to_string(steps)}),
                                   output);
   auto count = [&](const char* event) { return events(metrics, event).size(); };
-  const bool joined = wait_for_metrics(metrics, [&](const auto&) { return count("server_join") >= 4; }, 90);
-  const bool trained = joined && wait_for_metrics(metrics, [&](const auto&) { return count("step") >= 20; }, 180);
+  const bool joined = wait_for_metrics(
+      metrics, [&](const auto&) { return count("server_join") >= 4; }, 90);
+  const bool trained = joined && wait_for_metrics(
+                                     metrics, [&](const auto&) { return count("step") >= 20; }, 180);
   // The region-1 server of stage 1: every request it held is re-sent elsewhere.
   const pid_t victim = servers[{1, 1}];
   kill(victim, SIGKILL);
@@ -163,14 +167,15 @@ TEST_CASE("a server on another host that forgot --host is refused at once, namin
   // Region 1's server without --host advertises 127.0.0.1, which from region 0
   // is region 0's own loopback: nothing of it there.
   const double started = unix_seconds();
-  const pid_t slip = net.spawn(1, with({"--role", "server", "--coordinator", coordinator, "--stage", "0"}), slip_output);
+  const pid_t slip =
+      net.spawn(1, with({"--role", "server", "--coordinator", coordinator, "--stage", "0"}), slip_output);
   const auto slip_exit = wait_exit(slip, 60);
   const double took = unix_seconds() - started;
   // The same server with --host joins.
-  const pid_t good = net.spawn(1, with({"--role", "server", "--coordinator", coordinator, "--stage", "0", "--host",
-                                        net.address(1)}),
-                               output);
-  const bool joined = wait_for_metrics(metrics, [&](const auto&) { return !events(metrics, "server_join").empty(); }, 60);
+  const pid_t good = net.spawn(
+      1, with({"--role", "server", "--coordinator", coordinator, "--stage", "0", "--host", net.address(1)}), output);
+  const bool joined = wait_for_metrics(
+      metrics, [&](const auto&) { return !events(metrics, "server_join").empty(); }, 60);
   stop(good);
   stop(coord);
   if (!slip_exit)
@@ -217,16 +222,37 @@ TEST_CASE("control: the leader's region cut off, the others elect another and tr
   for (int i = 0; i < 3; ++i) {
     const std::string c = "http://" + net.address(i) + ":7379", p = "http://" + net.address(i) + ":7380";
     // Heartbeat about the round trip, election 10 times it (etcd's tuning guide for a WAN).
-    etcd.push_back(spawn_command({"ip", "netns", "exec", net.vars.at("NS" + std::to_string(i)), "etcd", "--name",
-                                  "m" + std::to_string(i), "--data-dir", dir + "/m" + std::to_string(i),
-                                  "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,
-                                  "--initial-advertise-peer-urls", p, "--initial-cluster", initial,
-                                  "--initial-cluster-state", "new", "--heartbeat-interval", "50",
-                                  "--election-timeout", "500", "--pre-vote"},
+    etcd.push_back(spawn_command({"ip",
+                                  "netns",
+                                  "exec",
+                                  net.vars.at("NS" + std::to_string(i)),
+                                  "etcd",
+                                  "--name",
+                                  "m" + std::to_string(i),
+                                  "--data-dir",
+                                  dir + "/m" + std::to_string(i),
+                                  "--listen-client-urls",
+                                  c,
+                                  "--advertise-client-urls",
+                                  c,
+                                  "--listen-peer-urls",
+                                  p,
+                                  "--initial-advertise-peer-urls",
+                                  p,
+                                  "--initial-cluster",
+                                  initial,
+                                  "--initial-cluster-state",
+                                  "new",
+                                  "--heartbeat-interval",
+                                  "50",
+                                  "--election-timeout",
+                                  "500",
+                                  "--pre-vote"},
                                  dir + "/etcd-m" + std::to_string(i) + ".log"));
   }
-  const std::vector<std::string> common{"--config", tiny, "--metrics", metrics, "--log-level", "warn",
-                                        "--control", control, "--control-lease", "2", "--connection-timeout", "5"};
+  const std::vector<std::string> common{
+      "--config",  tiny,    "--metrics",       metrics, "--log-level",          "warn",
+      "--control", control, "--control-lease", "2",     "--connection-timeout", "5"};
   auto with = [&](std::vector<std::string> args) {
     args.insert(args.end(), common.begin(), common.end());
     return args;
@@ -243,14 +269,14 @@ TEST_CASE("control: the leader's region cut off, the others elect another and tr
   };
   std::vector<pid_t> pids;
   pid_t old_leader = candidate(0);
-  REQUIRE(wait_for_metrics(metrics, [&](const auto&) { return leader_pid() == old_leader; }, 60));
+  REQUIRE(wait_for_metrics(
+      metrics, [&](const auto&) { return leader_pid() == old_leader; }, 60));
   const pid_t standby = candidate(1);
   pids.push_back(standby);
   for (int region = 1; region < 3; ++region)
     for (int stage = 0; stage < 2; ++stage)
-      pids.push_back(net.spawn(region, with({"--role", "server", "--stage", std::to_string(stage), "--host",
-                                             net.address(region)}),
-                               output));
+      pids.push_back(net.spawn(
+          region, with({"--role", "server", "--stage", std::to_string(stage), "--host", net.address(region)}), output));
   pids.push_back(net.spawn(2, with({"--role", "trainer", "--host", net.address(2), "--max-steps", "0"}), output));
   auto applied_after = [&](int stage, double t) {
     int n = 0;
@@ -258,16 +284,17 @@ TEST_CASE("control: the leader's region cut off, the others elect another and tr
       n += number(l, "t") > t && number(l, "stage") == stage && number(l, "applied") > 0;
     return n;
   };
-  REQUIRE(wait_for_metrics(metrics, [&](const auto&) { return applied_after(0, 0) >= 3 && applied_after(1, 0) >= 3; },
-                           120));
+  REQUIRE(wait_for_metrics(
+      metrics, [&](const auto&) { return applied_after(0, 0) >= 3 && applied_after(1, 0) >= 3; }, 120));
 
   // Region 0 cut off: its candidate loses its lease (it cannot reach a quorum) and exits 3.
   REQUIRE(std::system(("bash " + regions_script + " cut " + net.name + " 0").c_str()) == 0);
   const double cut = unix_seconds();
   CHECK(wait_exit(old_leader, 30) == std::optional<int>{3});
-  CHECK(wait_for_metrics(metrics, [&](const auto&) { return leader_pid() == standby; }, 30));
-  const bool trained_on =
-      wait_for_metrics(metrics, [&](const auto&) { return applied_after(0, cut) >= 5 && applied_after(1, cut) >= 5; }, 60);
+  CHECK(wait_for_metrics(
+      metrics, [&](const auto&) { return leader_pid() == standby; }, 30));
+  const bool trained_on = wait_for_metrics(
+      metrics, [&](const auto&) { return applied_after(0, cut) >= 5 && applied_after(1, cut) >= 5; }, 60);
   CHECK(trained_on);
   const double first_after = [&] {
     double t = 1e12;

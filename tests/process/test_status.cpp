@@ -61,7 +61,7 @@ std::string raw_exchange(int port, const std::string& bytes, double wait_s, bool
   return got;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[status]") {
   const std::string base = "/tmp/swarm-test-status-" + std::to_string(getpid());
@@ -72,10 +72,13 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
   const pid_t cluster = spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--max-steps", "0",
                                      "--http-port", std::to_string(http)},
                                     output);
-  REQUIRE(wait_for_metrics(metrics, [](const auto& lines) {
-    return std::count_if(lines.begin(), lines.end(), [](const auto& l) { return is_event(l, "step"); }) >= 30 &&
-           std::any_of(lines.begin(), lines.end(), [](const auto& l) { return is_event(l, "round_end"); });
-  }, 120));
+  REQUIRE(wait_for_metrics(
+      metrics,
+      [](const auto& lines) {
+        return std::count_if(lines.begin(), lines.end(), [](const auto& l) { return is_event(l, "step"); }) >= 30 &&
+               std::any_of(lines.begin(), lines.end(), [](const auto& l) { return is_event(l, "round_end"); });
+      },
+      120));
   std::this_thread::sleep_for(std::chrono::seconds(3));  // a trainer report after those steps
 
   httplib::Client client("127.0.0.1", http);
@@ -91,8 +94,8 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
   write_file(base + ".status.json", status->body);
   write_file(base + ".metrics.txt", prom->body);
   {
-    const auto [code, out] = sh("/usr/bin/python3 " SWARM_SOURCE_DIR "/tests/check_status.py " + base + ".status.json " +
-                                base + ".metrics.txt " + metrics);
+    const auto [code, out] = sh("/usr/bin/python3 " SWARM_SOURCE_DIR "/tests/check_status.py " + base +
+                                ".status.json " + base + ".metrics.txt " + metrics);
     std::printf("%s", out.c_str());
     CHECK(code == 0);
   }
@@ -108,8 +111,8 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
 
   // The page in a real browser: stages, servers and charts, no console errors.
   {
-    const auto [code, out] = sh("bash " SWARM_SOURCE_DIR "/tests/process/test_status_page.sh http://127.0.0.1:" +
-                                std::to_string(http) + "/");
+    const auto [code, out] = sh(
+        "bash " SWARM_SOURCE_DIR "/tests/process/test_status_page.sh http://127.0.0.1:" + std::to_string(http) + "/");
     std::printf("%s", out.c_str());
     CHECK(code == 0);
   }
@@ -189,9 +192,10 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
 
   // The terminal view, asked of the coordinator's CAF port.
   const auto start = events(metrics, "cluster_start").at(0);
-  const auto [code, screen] = run_swarm_output(
-      {"--role", "status", "--coordinator", "127.0.0.1:" + std::to_string(static_cast<int>(number(start, "coordinator_port")))},
-      30);
+  const auto [code, screen] =
+      run_swarm_output({"--role", "status", "--coordinator",
+                        "127.0.0.1:" + std::to_string(static_cast<int>(number(start, "coordinator_port")))},
+                       30);
   std::printf("%s", screen.c_str());
   CHECK(code == 0);
   CHECK_THAT(screen, Catch::Contains("stage 0  step"));

@@ -72,7 +72,7 @@ size_t count_lines(const std::string& path, const std::string& needle) {
   return n;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a TLS swarm trains while strangers are refused again and again, its links intact", "[tls]") {
   const test_certs c;
@@ -91,10 +91,10 @@ TEST_CASE("a TLS swarm trains while strangers are refused again and again, its l
 
   // Real processes of the binary: one with a certificate of another CA, one
   // without TLS. Each keeps dialing the coordinator until it gives up.
-  const auto stranger = spawn_swarm({"--role", "trainer", "--config", tiny, "--coordinator", swarm.address,
-                                     "--tls-ca", c.other_ca, "--tls-cert", c.other_cert, "--tls-key", c.other_key,
-                                     "--max-steps", "5", "--coordinator-wait", "5"},
-                                    swarm.output);
+  const auto stranger =
+      spawn_swarm({"--role", "trainer", "--config", tiny, "--coordinator", swarm.address, "--tls-ca", c.other_ca,
+                   "--tls-cert", c.other_cert, "--tls-key", c.other_key, "--max-steps", "5", "--coordinator-wait", "5"},
+                  swarm.output);
   const auto plain = spawn_swarm({"--role", "trainer", "--config", tiny, "--coordinator", swarm.address, "--max-steps",
                                   "5", "--coordinator-wait", "5"},
                                  swarm.output);
@@ -102,8 +102,8 @@ TEST_CASE("a TLS swarm trains while strangers are refused again and again, its l
   for (int round = 0; round < 10; ++round)
     for (uint16_t port : ports) {
       refused += !admitted(port, c.other_cert, c.other_key);  // another CA
-      refused += !admitted(port, "", "");                      // no certificate
-      refused += plain_closed(port);                           // plain BASP
+      refused += !admitted(port, "", "");                     // no certificate
+      refused += plain_closed(port);                          // plain BASP
       probes += 3;
     }
   CHECK(refused == probes);
@@ -114,7 +114,7 @@ TEST_CASE("a TLS swarm trains while strangers are refused again and again, its l
   const std::string out((std::istreambuf_iterator<char>(said)), std::istreambuf_iterator<char>());
   CHECK(out.find("cannot reach the coordinator at " + swarm.address + " yet") != std::string::npos);
   CHECK(out.find("needs --tls-ca, --tls-cert and --tls-key too") != std::string::npos);  // the plain one
-  CHECK(out.find("must come from the same --tls-ca") != std::string::npos);               // the stranger
+  CHECK(out.find("must come from the same --tls-ca") != std::string::npos);              // the stranger
   CHECK(admitted(ports[1], c.cert, c.key));
   CHECK(kill(trainer, 0) == 0);  // all of it while the swarm trained
   const double probed_until = unix_seconds();
@@ -153,8 +153,8 @@ TEST_CASE("bad TLS files stop a node at start-up with exit 2, naming the file", 
   const std::string bogus = c.dir + "/bogus.pem";
   std::ofstream(bogus) << "not a certificate\n";
   auto coordinator = [&](const std::string& ca, const std::string& cert, const std::string& key) {
-    return run_swarm_output({"--role", "coordinator", "--port", "0", "--tls-ca", ca, "--tls-cert", cert, "--tls-key", key},
-                            30);
+    return run_swarm_output(
+        {"--role", "coordinator", "--port", "0", "--tls-ca", ca, "--tls-cert", cert, "--tls-key", key}, 30);
   };
   const std::pair<std::pair<int, std::string>, std::string> cases[] = {
       {coordinator(c.dir + "/missing.crt", c.cert, c.key), c.dir + "/missing.crt"},

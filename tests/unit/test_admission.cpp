@@ -18,11 +18,11 @@ TEST_CASE("admission grants max_outstanding places, each freed by its request", 
     CHECK(*t != 0);
     tickets.insert(*t);
   }
-  CHECK(tickets.size() == 3);   // distinct
+  CHECK(tickets.size() == 3);    // distinct
   CHECK_FALSE(door.grant(1.0));  // busy
   CHECK(door.held(1.0) == 3);
-  door.done(0);                  // sent without a grant: nothing to free
-  door.done(12345);              // unknown
+  door.done(0);      // sent without a grant: nothing to free
+  door.done(12345);  // unknown
   CHECK_FALSE(door.grant(2.0));
   door.done(*tickets.begin());
   auto again = door.grant(2.0);
@@ -42,7 +42,7 @@ TEST_CASE("admission: a grant whose request never came lapses after hold_s", "[a
   auto t = door.grant(10.0);
   REQUIRE(t);
   CHECK_FALSE(door.grant(13.9));
-  door.done(*t);  // done after the lapse of others: still frees its own place
+  door.done(*t);            // done after the lapse of others: still frees its own place
   CHECK(door.grant(14.0));  // the one of 4.0 lapsed too
   CHECK(door.held(14.0) == 1);
 }

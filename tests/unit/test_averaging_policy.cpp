@@ -14,7 +14,7 @@ TEST_CASE("a round starts once eligible servers hold the target batch", "[averag
   plan = plan_round(s, {3, 7}, 64);
   CHECK(plan.start);
   CHECK(plan.members == std::vector<size_t>{1, 0});  // rank order is id order
-  CHECK(plan.stale.empty());                          // never reported: neither member nor stale
+  CHECK(plan.stale.empty());                         // never reported: neither member nor stale
 }
 
 TEST_CASE("servers behind the stage or with other parameters are stale, not members", "[averaging]") {
@@ -32,22 +32,23 @@ TEST_CASE("a single server averages alone; no server or no samples never starts"
   CHECK_FALSE(plan_round({{"a", true, 0, 0, 1}}, {0, 1}, 0).start);  // target 0 acts as 1
 }
 
-TEST_CASE("a member stopped on purpose with gradient starts a short round; only an eligible one counts", "[averaging]") {
+TEST_CASE("a member stopped on purpose with gradient starts a short round; only an eligible one counts",
+          "[averaging]") {
   std::vector<member_view> s{{"a", true, 3, 8, 7}, {"b", true, 3, 16, 7}};
   CHECK_FALSE(plan_round(s, {3, 7}, 64).start);
   s[0].leaving = true;
   auto plan = plan_round(s, {3, 7}, 64);
   CHECK(plan.start);
-  CHECK(plan.samples == 24);                           // everyone's gradient goes in, not only the leaver's
+  CHECK(plan.samples == 24);  // everyone's gradient goes in, not only the leaver's
   CHECK(plan.members == std::vector<size_t>{0, 1});
-  s[0].samples = 0;                                    // nothing left to hand in: it exits, no member
+  s[0].samples = 0;  // nothing left to hand in: it exits, no member
   plan = plan_round(s, {3, 7}, 64);
   CHECK_FALSE(plan.start);
   CHECK(plan.members == std::vector<size_t>{1});
   s[1].samples = 64;
   CHECK(plan_round(s, {3, 7}, 64).members == std::vector<size_t>{1});
   s[1].samples = 16;
-  s[0] = {"a", true, 2, 8, 5, true};                   // behind the stage: reloaded, not a member
+  s[0] = {"a", true, 2, 8, 5, true};  // behind the stage: reloaded, not a member
   plan = plan_round(s, {3, 7}, 64);
   CHECK_FALSE(plan.start);
   CHECK(plan.stale == std::vector<size_t>{0});
@@ -77,8 +78,7 @@ TEST_CASE("a stage's state survives while a live server is at its position or st
   CHECK(state_held({fresh, behind}, {false, true}, at));
 }
 
-TEST_CASE("a round waits for a server catching up to the stage's position, unless one leaving must go",
-          "[averaging]") {
+TEST_CASE("a round waits for a server catching up to the stage's position, unless one leaving must go", "[averaging]") {
   const stage_position at{5, 0xabc};
   std::vector<member_view> v{{"a", true, 5, 64, 0xabc}, {"b", true, 4, 24, 0x111}};
   v[1].catching_up = true;  // told to reload step 5 a moment ago

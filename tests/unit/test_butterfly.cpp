@@ -90,7 +90,7 @@ std::vector<float> expected_mean(const std::vector<std::vector<float>>& grads, c
   return out;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("three members, odd size, small pieces: everyone gets the weighted mean", "[butterfly]") {
   const std::vector<std::vector<float>> grads{ramp(10, 1), ramp(10, -2), ramp(10, 0.5f)};
@@ -211,12 +211,12 @@ TEST_CASE("an excluded member's later messages are ignored; malformed pieces are
     (void)b.receive(p, &why);
     return !why.empty();
   };
-  CHECK(refused({5, 0, false, 0, 0, 2, 1, {1, 1}}));         // unknown rank
-  CHECK(refused({1, 0, false, 3, 0, 2, 1, {1, 1}}));         // unknown shard
-  CHECK(refused({1, 0, false, 0, 0, 3, 1, {1, 1}}));         // wrong shard size
-  CHECK(refused({1, 0, false, 0, 1, 2, 1, {1}}));            // misaligned offset
-  CHECK(refused({1, 0, false, 0, 0, 2, 1, {1}}));            // short piece
-  CHECK(refused({1, 0, false, 0, 0, 2, 1, {1, NAN}}));       // NaN
-  CHECK(refused({1, 0, false, 0, 0, 2, -1, {1, 1}}));        // negative weight
+  CHECK(refused({5, 0, false, 0, 0, 2, 1, {1, 1}}));    // unknown rank
+  CHECK(refused({1, 0, false, 3, 0, 2, 1, {1, 1}}));    // unknown shard
+  CHECK(refused({1, 0, false, 0, 0, 3, 1, {1, 1}}));    // wrong shard size
+  CHECK(refused({1, 0, false, 0, 1, 2, 1, {1}}));       // misaligned offset
+  CHECK(refused({1, 0, false, 0, 0, 2, 1, {1}}));       // short piece
+  CHECK(refused({1, 0, false, 0, 0, 2, 1, {1, NAN}}));  // NaN
+  CHECK(refused({1, 0, false, 0, 0, 2, -1, {1, 1}}));   // negative weight
   CHECK_FALSE(b.complete());
 }

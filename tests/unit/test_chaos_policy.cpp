@@ -12,7 +12,7 @@ namespace {
 
 const std::vector<chaos_target> servers{{101, 0}, {102, 0}, {103, 1}, {104, 1}, {105, 1}};
 
-} // namespace
+}  // namespace
 
 TEST_CASE("chaos: --chaos words, and nothing else", "[chaos]") {
   CHECK(chaos_mode_of("none") == chaos_mode::none);

@@ -37,9 +37,11 @@ checkpoint_header stage_header(int stage, int64_t step, uint64_t hash = 42) {
   return {kind::stage, stage, 2, hash, step};
 }
 
-std::string payload_of(int64_t step) { return std::string(1000 + static_cast<size_t>(step), static_cast<char>('a' + step % 26)); }
+std::string payload_of(int64_t step) {
+  return std::string(1000 + static_cast<size_t>(step), static_cast<char>('a' + step % 26));
+}
 
-} // namespace
+}  // namespace
 
 TEST_CASE("checkpoints round-trip, newest first, the last few kept", "[checkpoint]") {
   temp_dir dir;
@@ -76,13 +78,13 @@ TEST_CASE("torn and corrupt checkpoints are skipped, never loaded", "[checkpoint
   for (int64_t step : {1, 2, 3, 4})
     paths.push_back(*store.write(stage_header(1, step), payload_of(step)));
   fs::resize_file(paths[3], fs::file_size(paths[3]) - 7);  // step 4 torn
-  flip_byte(paths[2], 64 + 100);                          // step 3: a payload byte
+  flip_byte(paths[2], 64 + 100);                           // step 3: a payload byte
   auto found = store.newest(kind::stage, 1, 2, 42);
   REQUIRE(found);
   REQUIRE(found->has_value());
   CHECK((*found)->header.step == 2);
   CHECK((*found)->skipped == 2);
-  flip_byte(paths[1], 20);  // step 2: a header byte
+  flip_byte(paths[1], 20);        // step 2: a header byte
   fs::resize_file(paths[0], 10);  // step 1: shorter than a header
   found = store.newest(kind::stage, 1, 2, 42);
   REQUIRE(found);
@@ -208,7 +210,7 @@ int child_stood_still(bool stop_it) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -100 - WTERMSIG(status);
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a process knows it stood still longer than the gap, and for how long (SIGSTOP)", "[freeze]") {
   CHECK(child_stood_still(true) == 0);

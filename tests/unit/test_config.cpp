@@ -38,7 +38,7 @@ std::string write_temp(const std::string& text) {
   return name;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("defaults are valid and the role is required", "[config]") {
   auto ok = parse({"--role", "local"});
@@ -56,9 +56,8 @@ TEST_CASE("defaults are valid and the role is required", "[config]") {
 }
 
 TEST_CASE("the shipped config files parse", "[config]") {
-  for (const char* file :
-       {SWARM_SOURCE_DIR "/config/tiny", SWARM_SOURCE_DIR "/config/small", SWARM_SOURCE_DIR "/config/llama-small",
-        SWARM_SOURCE_DIR "/config/llama-shared"}) {
+  for (const char* file : {SWARM_SOURCE_DIR "/config/tiny", SWARM_SOURCE_DIR "/config/small",
+                           SWARM_SOURCE_DIR "/config/llama-small", SWARM_SOURCE_DIR "/config/llama-shared"}) {
     INFO(file);
     auto r = parse({"--role", "cluster", "--config", file});
     REQUIRE(r.config);
@@ -148,7 +147,8 @@ TEST_CASE("bad values get a message naming the flag and the fix", "[config]") {
       {{"--role", "local", "--config", "/nonexistent/file"}, "/nonexistent/file"},
       {{"--role", "server", "--coordinator", "localhost:7000", "--stage", "one"}, "--stage one: must be auto"},
       {{"--role", "server", "--coordinator", "localhost:7000", "--stage", "-1"}, "--stage -1"},
-      {{"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "-1"}, "--trainer-slot -1: must be auto"},
+      {{"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "-1"},
+       "--trainer-slot -1: must be auto"},
       {{"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "4096"}, "--trainer-slot 4096"},
       {{"--role", "local", "--model", "mamba"}, "--model"},
       {{"--role", "local", "--n-layers", "4", "--share-layers", "3"}, "--share-layers 3: must divide n-layers"},
@@ -199,7 +199,8 @@ TEST_CASE("servers go to an explicit stage or auto; clusters start even or as li
   CHECK(parse({"--role", "server", "--coordinator", "localhost:7000", "--stage", "auto"}).config->server.stage == -1);
   CHECK(parse({"--role", "server", "--coordinator", "localhost:7000", "--stage", "1"}).config->server.stage == 1);
   CHECK(parse({"--role", "trainer", "--coordinator", "localhost:7000"}).config->trainer.slot == -1);
-  CHECK(parse({"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "2"}).config->trainer.slot == 2);
+  CHECK(parse({"--role", "trainer", "--coordinator", "localhost:7000", "--trainer-slot", "2"}).config->trainer.slot ==
+        2);
   auto even = parse({"--role", "cluster", "--servers-per-stage", "3"});
   REQUIRE(even.config);
   CHECK(even.config->cluster.servers_of_stages(2) == std::vector<int>{3, 3});
@@ -329,11 +330,16 @@ TEST_CASE("model hash changes with any model field", "[config]") {
   CHECK(q.hash() == 0xf0ff3ee2b123d211ULL);  // "... 1 1 qwen2 4 512 1e-05 10000"
   for (int field = 0; field < 5; ++field) {
     auto m = l;
-    if (field == 4) m.share_layers = 2;
-    if (field == 0) m.n_kv_heads = 2;
-    if (field == 1) m.ffn_dim = 100;
-    if (field == 2) m.norm_eps = 1e-6;
-    if (field == 3) m.rope_theta = 5e5;
+    if (field == 4)
+      m.share_layers = 2;
+    if (field == 0)
+      m.n_kv_heads = 2;
+    if (field == 1)
+      m.ffn_dim = 100;
+    if (field == 2)
+      m.norm_eps = 1e-6;
+    if (field == 3)
+      m.rope_theta = 5e5;
     INFO("llama field " << field);
     CHECK(m.hash() != l.hash());
   }
@@ -359,7 +365,7 @@ std::string docs_text() {
   return all;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("the docs document every flag and every metrics event", "[config][readme]") {
   const std::string readme = docs_text();
@@ -402,13 +408,15 @@ TEST_CASE("the docs document every swarm-sim flag", "[config][readme][sim]") {
   const std::string readme = docs_text();
   std::vector<std::string> args{"swarm-sim", "--help"};
   std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
+  for (auto& a : args)
+    argv.push_back(a.data());
   const auto help = swarm::sim::parse_scenario(static_cast<int>(argv.size()), argv.data()).message;
   int flags = 0;
   for (size_t pos = help.find("--"); pos != std::string::npos; pos = help.find("--", pos + 2)) {
     const auto end = help.find_first_not_of("abcdefghijklmnopqrstuvwxyz-", pos + 2);
     const auto flag = help.substr(pos, end - pos);
-    if (flag.size() <= 2) continue;
+    if (flag.size() <= 2)
+      continue;
     INFO(flag);
     CHECK(readme.find(flag) != std::string::npos);
     ++flags;
@@ -423,36 +431,236 @@ namespace {
 /// Every key of swarm set to a valid value other than its default (valid
 /// together: the cross-field rules hold). A new key needs a value here: the
 /// first test below fails until it has one.
-const std::vector<std::string> every_key_set = {
-    "--role", "server", "--out", "/tmp/calibration.txt", "--stages", "3", "--threads", "2", "--device", "cuda:1",
-    "--metrics", "/tmp/m.jsonl", "--log-level", "debug",
-    "--model", "llama", "--d-model", "96", "--n-heads", "6", "--n-layers", "6", "--n-kv-heads", "3",
-    "--ffn-dim", "200", "--norm-eps", "1e-06", "--rope-theta", "500000", "--share-layers", "2", "--boundary", "maxout:3", "--seq-len", "32", "--microbatch", "4", "--lr", "0.0012345678901234",
-    "--weight-decay", "0.05", "--beta1", "0.8", "--beta2", "0.99", "--grad-clip", "0.5", "--seed", "7",
-    "--optimizer", "lamb", "--lr-schedule", "cosine", "--warmup-steps", "3", "--min-lr", "0.0001",
-    "--tokenizer", "/tmp/tok.model", "--vocab", "8000", "--data", "/tmp/shards", "--eval-every", "10",
-    "--eval-tokens", "4096", "--input", "/tmp/a", "/tmp/b c", "--vocab-size", "4000", "--encode",
-    "--val-fraction", "0.01", "--shard-tokens", "2048",
-    "--init-from", "/tmp/w.safetensors", "--prompt", "Once upon", "--max-new-tokens", "77", "--temperature", "0.5",
-    "--top-k", "9", "--sample-seed", "42", "--kv-cache", "off",
-    "--heartbeat", "0.5", "--connection-timeout", "3", "--coordinator-wait", "12", "--control", "etcd://10.0.0.5:2379,10.0.0.6:2379", "--control-lease", "3", "--control-ca", "etcd-ca.pem", "--control-cert", "etcd-node.pem", "--control-key", "etcd-node.key", "--chunk-bytes", "1048576", "--bulk-min-bytes", "0",
-    "--bulk-budget", "512",
-    "--tls-ca", "ca.pem", "--tls-cert", "node.pem", "--tls-key", "node.key",
-    "--port", "7001", "--port-file", "/tmp/port", "--http-port", "8080", "--http-host", "0.0.0.0",
-    "--averaging-timeout", "12.5", "--rebalance", "off", "--rebalance-period", "7", "--rebalance-min-gain", "0.123456789",
-    "--min-replicas", "3",
-    "--coordinator", "example.org:7000", "--stage", "1", "--host", "10.0.0.2", "--server-port", "7002",
-    "--bulk-port", "7003",
-    "--batch-size", "32", "--slowdown", "2.5", "--averaging-compression", "blockwise8", "--stale-wait", "0.25", "--activation-cache-mb", "64", "--max-outstanding", "7", "--precision", "bf16", "--fault", "hang-round",
-    "--fault-after", "3",
-    "--corpus", "/tmp/corpus", "--trainer-slot", "3", "--in-flight", "2", "--max-steps", "9", "--forward-timeout", "11",
-    "--backward-timeout", "22", "--max-retries", "2", "--no-server-wait", "33", "--routing", "static",
-    "--compression", "fp16", "--ema-alpha", "0.3", "--backward-cost", "3", "--ban-base", "2", "--ban-max", "20", "--busy-retries", "2",
-    "--commit-grace", "0.2",
-    "--checkpoint-dir", "/tmp/ckpt", "--checkpoint-every", "90s", "--checkpoint-keep", "5",
-    "--servers-per-stage", "3", "--trainers", "2", "--chaos", "mixed", "--chaos-every", "5", "--chaos-down", "2",
-    "--chaos-stage", "1", "--chaos-seed", "9", "--chaos-coordinator-every", "40", "--chaos-coordinator-action", "stop", "--control-replicas", "3", "--chaos-wipe-at", "15",
-    "--server-slowdowns", "1,3", "--stage-servers", "3,1,1"};
+const std::vector<std::string> every_key_set = {"--role",
+                                                "server",
+                                                "--out",
+                                                "/tmp/calibration.txt",
+                                                "--stages",
+                                                "3",
+                                                "--threads",
+                                                "2",
+                                                "--device",
+                                                "cuda:1",
+                                                "--metrics",
+                                                "/tmp/m.jsonl",
+                                                "--log-level",
+                                                "debug",
+                                                "--model",
+                                                "llama",
+                                                "--d-model",
+                                                "96",
+                                                "--n-heads",
+                                                "6",
+                                                "--n-layers",
+                                                "6",
+                                                "--n-kv-heads",
+                                                "3",
+                                                "--ffn-dim",
+                                                "200",
+                                                "--norm-eps",
+                                                "1e-06",
+                                                "--rope-theta",
+                                                "500000",
+                                                "--share-layers",
+                                                "2",
+                                                "--boundary",
+                                                "maxout:3",
+                                                "--seq-len",
+                                                "32",
+                                                "--microbatch",
+                                                "4",
+                                                "--lr",
+                                                "0.0012345678901234",
+                                                "--weight-decay",
+                                                "0.05",
+                                                "--beta1",
+                                                "0.8",
+                                                "--beta2",
+                                                "0.99",
+                                                "--grad-clip",
+                                                "0.5",
+                                                "--seed",
+                                                "7",
+                                                "--optimizer",
+                                                "lamb",
+                                                "--lr-schedule",
+                                                "cosine",
+                                                "--warmup-steps",
+                                                "3",
+                                                "--min-lr",
+                                                "0.0001",
+                                                "--tokenizer",
+                                                "/tmp/tok.model",
+                                                "--vocab",
+                                                "8000",
+                                                "--data",
+                                                "/tmp/shards",
+                                                "--eval-every",
+                                                "10",
+                                                "--eval-tokens",
+                                                "4096",
+                                                "--input",
+                                                "/tmp/a",
+                                                "/tmp/b c",
+                                                "--vocab-size",
+                                                "4000",
+                                                "--encode",
+                                                "--val-fraction",
+                                                "0.01",
+                                                "--shard-tokens",
+                                                "2048",
+                                                "--init-from",
+                                                "/tmp/w.safetensors",
+                                                "--prompt",
+                                                "Once upon",
+                                                "--max-new-tokens",
+                                                "77",
+                                                "--temperature",
+                                                "0.5",
+                                                "--top-k",
+                                                "9",
+                                                "--sample-seed",
+                                                "42",
+                                                "--kv-cache",
+                                                "off",
+                                                "--heartbeat",
+                                                "0.5",
+                                                "--connection-timeout",
+                                                "3",
+                                                "--coordinator-wait",
+                                                "12",
+                                                "--control",
+                                                "etcd://10.0.0.5:2379,10.0.0.6:2379",
+                                                "--control-lease",
+                                                "3",
+                                                "--control-ca",
+                                                "etcd-ca.pem",
+                                                "--control-cert",
+                                                "etcd-node.pem",
+                                                "--control-key",
+                                                "etcd-node.key",
+                                                "--chunk-bytes",
+                                                "1048576",
+                                                "--bulk-min-bytes",
+                                                "0",
+                                                "--bulk-budget",
+                                                "512",
+                                                "--tls-ca",
+                                                "ca.pem",
+                                                "--tls-cert",
+                                                "node.pem",
+                                                "--tls-key",
+                                                "node.key",
+                                                "--port",
+                                                "7001",
+                                                "--port-file",
+                                                "/tmp/port",
+                                                "--http-port",
+                                                "8080",
+                                                "--http-host",
+                                                "0.0.0.0",
+                                                "--averaging-timeout",
+                                                "12.5",
+                                                "--rebalance",
+                                                "off",
+                                                "--rebalance-period",
+                                                "7",
+                                                "--rebalance-min-gain",
+                                                "0.123456789",
+                                                "--min-replicas",
+                                                "3",
+                                                "--coordinator",
+                                                "example.org:7000",
+                                                "--stage",
+                                                "1",
+                                                "--host",
+                                                "10.0.0.2",
+                                                "--server-port",
+                                                "7002",
+                                                "--bulk-port",
+                                                "7003",
+                                                "--batch-size",
+                                                "32",
+                                                "--slowdown",
+                                                "2.5",
+                                                "--averaging-compression",
+                                                "blockwise8",
+                                                "--stale-wait",
+                                                "0.25",
+                                                "--activation-cache-mb",
+                                                "64",
+                                                "--max-outstanding",
+                                                "7",
+                                                "--precision",
+                                                "bf16",
+                                                "--fault",
+                                                "hang-round",
+                                                "--fault-after",
+                                                "3",
+                                                "--corpus",
+                                                "/tmp/corpus",
+                                                "--trainer-slot",
+                                                "3",
+                                                "--in-flight",
+                                                "2",
+                                                "--max-steps",
+                                                "9",
+                                                "--forward-timeout",
+                                                "11",
+                                                "--backward-timeout",
+                                                "22",
+                                                "--max-retries",
+                                                "2",
+                                                "--no-server-wait",
+                                                "33",
+                                                "--routing",
+                                                "static",
+                                                "--compression",
+                                                "fp16",
+                                                "--ema-alpha",
+                                                "0.3",
+                                                "--backward-cost",
+                                                "3",
+                                                "--ban-base",
+                                                "2",
+                                                "--ban-max",
+                                                "20",
+                                                "--busy-retries",
+                                                "2",
+                                                "--commit-grace",
+                                                "0.2",
+                                                "--checkpoint-dir",
+                                                "/tmp/ckpt",
+                                                "--checkpoint-every",
+                                                "90s",
+                                                "--checkpoint-keep",
+                                                "5",
+                                                "--servers-per-stage",
+                                                "3",
+                                                "--trainers",
+                                                "2",
+                                                "--chaos",
+                                                "mixed",
+                                                "--chaos-every",
+                                                "5",
+                                                "--chaos-down",
+                                                "2",
+                                                "--chaos-stage",
+                                                "1",
+                                                "--chaos-seed",
+                                                "9",
+                                                "--chaos-coordinator-every",
+                                                "40",
+                                                "--chaos-coordinator-action",
+                                                "stop",
+                                                "--control-replicas",
+                                                "3",
+                                                "--chaos-wipe-at",
+                                                "15",
+                                                "--server-slowdowns",
+                                                "1,3",
+                                                "--stage-servers",
+                                                "3,1,1"};
 
 swarm::sim::parse_result parse_sim(std::vector<std::string> args) {
   args.insert(args.begin(), "swarm-sim");
@@ -485,7 +693,7 @@ std::string file_text(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("every key round-trips through to_flags and the parser", "[config][keys]") {
   const auto defaults_config = std::make_unique<app_config>();
@@ -519,10 +727,14 @@ TEST_CASE("every key round-trips through to_flags and the parser", "[config][key
   // A cluster's child gets exactly the keys that reach the whole swarm: not the
   // launcher's own, nor one process's port, address, stage or test hook.
   auto common = to_flags(*set.config);
-  for (const char* own : {"--role", "--out", "--port", "--port-file", "--http-port", "--http-host", "--coordinator",
-                          "--stage", "--host", "--server-port", "--slowdown", "--fault", "--fault-after", "--trainers",
-                          "--servers-per-stage", "--chaos", "--stage-servers", "--server-slowdowns", "--input",
-                          "--vocab-size", "--encode", "--val-fraction", "--shard-tokens"}) {
+  for (const char* own : {"--role",         "--out",           "--port",
+                          "--port-file",    "--http-port",     "--http-host",
+                          "--coordinator",  "--stage",         "--host",
+                          "--server-port",  "--slowdown",      "--fault",
+                          "--fault-after",  "--trainers",      "--servers-per-stage",
+                          "--chaos",        "--stage-servers", "--server-slowdowns",
+                          "--input",        "--vocab-size",    "--encode",
+                          "--val-fraction", "--shard-tokens"}) {
     INFO(own);
     CHECK(std::find(common.begin(), common.end(), own) == common.end());
   }

@@ -103,7 +103,7 @@ const std::string& small_model() {
   return path;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a shard reads back what was written, in either token width", "[data][shard]") {
   temp_dir dir("roundtrip");
@@ -177,8 +177,8 @@ TEST_CASE("every corruption of a shard is refused, naming the file and what is w
   spit(path, original);
   auto other = shard::open(path, 7);
   REQUIRE_FALSE(other);
-  CHECK_THAT(other.error().what(),
-             Catch::Contains("000000000000002a") && Catch::Contains("0000000000000007") && Catch::Contains("--tokenizer"));
+  CHECK_THAT(other.error().what(), Catch::Contains("000000000000002a") && Catch::Contains("0000000000000007") &&
+                                       Catch::Contains("--tokenizer"));
   CHECK_THAT(shard::open(dir / "missing.bin", 42).error().what(), Catch::Contains("missing.bin"));
 }
 
@@ -274,10 +274,10 @@ TEST_CASE("valid_utf8 accepts UTF-8 and refuses what is not", "[data][tokenizer]
   CHECK(valid_utf8("plain ASCII\n"));
   CHECK(valid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
   CHECK_FALSE(valid_utf8("\xff"));
-  CHECK_FALSE(valid_utf8("caf\xc3"));             // cut short
-  CHECK_FALSE(valid_utf8("\xc0\xaf"));            // overlong
-  CHECK_FALSE(valid_utf8("\xed\xa0\x80"));        // a surrogate
-  CHECK_FALSE(valid_utf8("\xf4\x90\x80\x80"));    // past U+10FFFF
+  CHECK_FALSE(valid_utf8("caf\xc3"));                                        // cut short
+  CHECK_FALSE(valid_utf8("\xc0\xaf"));                                       // overlong
+  CHECK_FALSE(valid_utf8("\xed\xa0\x80"));                                   // a surrogate
+  CHECK_FALSE(valid_utf8("\xf4\x90\x80\x80"));                               // past U+10FFFF
   CHECK_FALSE(valid_utf8(std::string("\x1f\x8b\x08\x00", 4) + "\x9c\xff"));  // gzip
 }
 
@@ -336,9 +336,10 @@ TEST_CASE("documents: fortune entries, long files cut at blank lines; the split 
   CHECK(held_out("a.txt", 3, 0.5) == held_out("a.txt", 3, 0.5));
 }
 
-TEST_CASE("prepare writes checked shards, skips binaries found in folders, refuses named ones, and does not "
-          "depend on the thread count",
-          "[data][prepare]") {
+TEST_CASE(
+    "prepare writes checked shards, skips binaries found in folders, refuses named ones, and does not "
+    "depend on the thread count",
+    "[data][prepare]") {
   auto tok = tokenizer::open(small_model());
   REQUIRE(tok);
   temp_dir dir("prepare");

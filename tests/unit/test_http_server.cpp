@@ -29,7 +29,8 @@ std::string exchange(int fd, const std::string& bytes, int wait_ms, bool* closed
   std::string got;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd p{fd, POLLIN, 0};
     if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0)
       break;
@@ -53,21 +54,22 @@ size_t count_of(const std::string& s, const std::string& what) {
 }
 
 std::unique_ptr<swarm::http_server> serve(swarm::http_options opt = {}) {
-  auto s = swarm::http_server::start("127.0.0.1", 0,
-                                     [](const std::string& path) {
-                                       swarm::http_response r;
-                                       if (path == "/boom")
-                                         throw std::runtime_error("boom");
-                                       r.status = path == "/" ? 200 : 404;
-                                       r.body = "path " + path;
-                                       return r;
-                                     },
-                                     opt);
+  auto s = swarm::http_server::start(
+      "127.0.0.1", 0,
+      [](const std::string& path) {
+        swarm::http_response r;
+        if (path == "/boom")
+          throw std::runtime_error("boom");
+        r.status = path == "/" ? 200 : 404;
+        r.body = "path " + path;
+        return r;
+      },
+      opt);
   REQUIRE(s);
   return std::move(*s);
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("the HTTP server answers GET and HEAD, keeps connections alive and refuses the rest", "[http]") {
   auto server = serve();

@@ -12,12 +12,9 @@ using swarm::metrics_event;
 using swarm::metrics_sink;
 
 TEST_CASE("metrics lines are one JSON object each", "[metrics]") {
-  const auto line = metrics_sink::format(12.5, "trainer", "step",
-                                         {{"step", int64_t{3}},
-                                          {"loss", 2.5},
-                                          {"server", std::string{"s\"1\n"}},
-                                          {"ok", true},
-                                          {"nan", std::nan("")}});
+  const auto line = metrics_sink::format(
+      12.5, "trainer", "step",
+      {{"step", int64_t{3}}, {"loss", 2.5}, {"server", std::string{"s\"1\n"}}, {"ok", true}, {"nan", std::nan("")}});
   // ", " and ": " between items: scripts and tests grep for `"event": "step"`.
   CHECK(line ==
         "{\"t\": 12.5, \"role\": \"trainer\", \"event\": \"step\", \"step\": 3, \"loss\": 2.5, "

@@ -3,11 +3,11 @@
 
 #include "models/shape/partition.hpp"
 
-using swarm::partition_blocks;
-using swarm::stage_costs;
 using swarm::block_matrix_madds;
 using swarm::model_config;
+using swarm::partition_blocks;
 using swarm::partition_layers;
+using swarm::stage_costs;
 
 namespace {
 
@@ -18,7 +18,7 @@ std::vector<int> sizes(const std::vector<swarm::stage_span>& spans) {
   return out;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("partition splits blocks contiguously, extras to the middle", "[partition]") {
   CHECK(sizes(partition_blocks(4, 1)) == std::vector<int>{4});

@@ -35,7 +35,7 @@ std::vector<server_load> apply(std::vector<server_load> servers, const move_plan
   return servers;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("capacities: sum of rates; unmeasured servers count as the median speed", "[rebalancing]") {
   const std::vector<double> cost{1, 2};
@@ -155,14 +155,14 @@ TEST_CASE("emergency: an empty stage gets a server at once, cooldown or not", "[
 TEST_CASE("heterogeneous speeds: the server whose move gives the best bottleneck moves", "[rebalancing]") {
   const std::vector<double> cost{1, 1};
   // Stage 0: one fast (3) and three slow (1); stage 1: one slow. Fast over: 3 / 4; a slow one: 5 / 2.
-  auto fast = plan_move(cost, {srv("f", 0, 3), srv("s1", 0, 1), srv("s2", 0, 1), srv("s3", 0, 1), srv("x", 1, 1)},
-                        0, true, with_replicas(1));
+  auto fast = plan_move(cost, {srv("f", 0, 3), srv("s1", 0, 1), srv("s2", 0, 1), srv("s3", 0, 1), srv("x", 1, 1)}, 0,
+                        true, with_replicas(1));
   REQUIRE(fast);
   CHECK(fast->server == "f");
   CHECK(fast->bottleneck_after == Approx(3));
   // Stage 0: fast (4) and two slow (1); stage 1: one at 2. Fast over: 2 / 6; a slow one: 5 / 3.
-  auto slow = plan_move(cost, {srv("f", 0, 4), srv("s1", 0, 1), srv("s2", 0, 1), srv("x", 1, 2)}, 0, true,
-                        with_replicas(1));
+  auto slow =
+      plan_move(cost, {srv("f", 0, 4), srv("s1", 0, 1), srv("s2", 0, 1), srv("x", 1, 2)}, 0, true, with_replicas(1));
   REQUIRE(slow);
   CHECK(slow->server == "s1");
   CHECK(slow->bottleneck_after == Approx(3));
@@ -171,8 +171,7 @@ TEST_CASE("heterogeneous speeds: the server whose move gives the best bottleneck
 TEST_CASE("ties: the lower target stage, then the lower id", "[rebalancing]") {
   const std::vector<double> cost{1, 1, 1};
   // Stages 1 and 2 are both short of 2 replicas and equally served.
-  const std::vector<server_load> s{srv("c", 0, 10), srv("b", 0, 10), srv("d", 0, 10), srv("x", 1, 10),
-                                   srv("y", 2, 10)};
+  const std::vector<server_load> s{srv("c", 0, 10), srv("b", 0, 10), srv("d", 0, 10), srv("x", 1, 10), srv("y", 2, 10)};
   auto m = plan_move(cost, s, 0, false, with_replicas(2));
   REQUIRE(m);
   CHECK(m->reason == move_reason::redundancy);
@@ -191,11 +190,11 @@ TEST_CASE("a new server goes to an empty, then an under-replicated, then the slo
   auto under = place_joiner(cost, {srv("a", 0, 10), srv("b", 0, 10), srv("c", 1, 30), srv("d", 2, 1), srv("e", 2, 1)},
                             with_replicas(2));
   CHECK(under.to == 1);
-  // Everyone has 2: the slowest stage (2), where the joiner (median speed 10) lifts the bottleneck 2 -> 12 (stage 1: 20).
-  auto slowest = place_joiner(cost,
-                              {srv("a", 0, 10), srv("b", 0, 10), srv("c", 1, 10), srv("c2", 1, 10), srv("d", 2, 1),
-                               srv("e", 2, 1)},
-                              with_replicas(2));
+  // Everyone has 2: the slowest stage (2), where the joiner (median speed 10) lifts the bottleneck 2 -> 12 (stage 1:
+  // 20).
+  auto slowest = place_joiner(
+      cost, {srv("a", 0, 10), srv("b", 0, 10), srv("c", 1, 10), srv("c2", 1, 10), srv("d", 2, 1), srv("e", 2, 1)},
+      with_replicas(2));
   CHECK(slowest.to == 2);
   CHECK(slowest.bottleneck_before == Approx(2));
   CHECK(slowest.bottleneck_after == Approx(12));

@@ -42,7 +42,7 @@ std::map<std::string, int> count_choices(stage_router& r, int n, std::mt19937_64
   return counts;
 }
 
-} // namespace
+}  // namespace
 
 // --- throughput EMA ------------------------------------------------------------------
 
@@ -84,8 +84,8 @@ TEST_CASE("ema: invalid requests are ignored", "[routing]") {
   struct row {
     double samples, seconds;
   };
-  const std::vector<row> bad = {{10, 0},   {10, -1}, {10, nan}, {10, inf}, {0, 1},
-                                {-3, 1},   {nan, 1}, {inf, 1},  {1e300, 1e-300}};
+  const std::vector<row> bad = {{10, 0}, {10, -1}, {10, nan}, {10, inf},      {0, 1},
+                                {-3, 1}, {nan, 1}, {inf, 1},  {1e300, 1e-300}};
   for (const auto& b : bad) {
     INFO("samples " << b.samples << " seconds " << b.seconds);
     throughput_ema fresh;
@@ -294,7 +294,7 @@ TEST_CASE("router: success resets the backoff, re-registration lifts the ban", "
   r.add("a", 20.5);
   CHECK_FALSE(r.banned("a", 20.5));
   REQUIRE(r.ema("a"));
-  CHECK(*r.ema("a") == 10.0);  // EMA survives re-registration (constant rate: exact)
+  CHECK(*r.ema("a") == 10.0);      // EMA survives re-registration (constant rate: exact)
   CHECK(r.ban("a", 21.0) == 1.0);  // and the count starts over
   CHECK(r.size() == 2);
 }
@@ -411,7 +411,8 @@ TEST_CASE("router: choose_only charges like choose with every other server exclu
   std::mt19937_64 ra(5), rb(5);
   REQUIRE(a.choose(8, true, later, ra, {"a", "c"}) == std::optional<std::string>("b"));
   REQUIRE(b.choose_only("b", 8, true, later) == std::optional<std::string>("b"));
-  for (int i = 0; i < 200; ++i) REQUIRE(a.choose(8, i % 2 == 0, later, ra) == b.choose(8, i % 2 == 0, later, rb));
+  for (int i = 0; i < 200; ++i)
+    REQUIRE(a.choose(8, i % 2 == 0, later, ra) == b.choose(8, i % 2 == 0, later, rb));
   // Unknown and banned servers are never chosen.
   REQUIRE_FALSE(b.choose_only("zz", 8, false, later));
   b.ban("c", later);
@@ -444,8 +445,7 @@ public:
     p->returning = false;
   }
   void remove(const std::string& id) {
-    peers_.erase(std::remove_if(peers_.begin(), peers_.end(), [&](const peer& p) { return p.id == id; }),
-                 peers_.end());
+    peers_.erase(std::remove_if(peers_.begin(), peers_.end(), [&](const peer& p) { return p.id == id; }), peers_.end());
   }
   std::optional<std::string> choose(double task, bool backward, double now, std::mt19937_64& rng,
                                     const std::vector<std::string>& exclude) {
@@ -546,11 +546,12 @@ private:
   std::vector<peer> peers_;
 };
 
-} // namespace
+}  // namespace
 
-TEST_CASE("router: the indexed router picks exactly as the linear one it replaced, over random joins, leaves, "
-          "bans, timeouts, exclusions and a copy",
-          "[routing]") {
+TEST_CASE(
+    "router: the indexed router picks exactly as the linear one it replaced, over random joins, leaves, "
+    "bans, timeouts, exclusions and a copy",
+    "[routing]") {
   for (uint64_t seed : {1, 2, 3}) {
     std::mt19937_64 ops(seed), ra(seed + 100), rb(seed + 100);
     routing_config uncapped;  // the reference predates the probe cap

@@ -32,7 +32,7 @@ std::string refusal(const std::string& file) {
   return r.error().what();
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("safetensors: written, read back and written again gives the same bytes", "[safetensors]") {
   const std::string a = floats({1, 2, 3, 4, 5, 6}), b = floats({-1}), c;
@@ -58,7 +58,7 @@ TEST_CASE("safetensors: written, read back and written again gives the same byte
   REQUIRE(again);
   CHECK(*again == *file);
   // What the writer refuses.
-  CHECK_FALSE(write_safetensors({{"x", "F32", {2}, b}}, {}));          // 4 bytes for 2 floats
+  CHECK_FALSE(write_safetensors({{"x", "F32", {2}, b}}, {}));  // 4 bytes for 2 floats
   CHECK_FALSE(write_safetensors({{"x", "F32", {1}, b}, {"x", "F32", {1}, b}}, {}));
   CHECK_FALSE(write_safetensors({{"__metadata__", "F32", {1}, b}}, {}));
   CHECK_FALSE(write_safetensors({{"x", "Q4", {1}, b}}, {}));

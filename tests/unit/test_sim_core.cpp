@@ -58,11 +58,12 @@ TEST_CASE("trace: the shipped g4dn trace matches its README", "[sim]") {
     WARN("shared/data/traces not present next to the checkout: " << err);
     return;
   }
-  CHECK(t->size() == 79);    // 79 adds
+  CHECK(t->size() == 79);  // 79 adds
   CHECK(peak_alive(*t) == 24);
   int open = 0;
-  for (const auto& l : *t) open += std::isinf(l.end);
-  CHECK(open == 5);          // still alive at the end
+  for (const auto& l : *t)
+    open += std::isinf(l.end);
+  CHECK(open == 5);  // still alive at the end
 }
 
 TEST_CASE("trace: replay lays copies over slots, speedup and jitter", "[sim]") {
@@ -72,7 +73,8 @@ TEST_CASE("trace: replay lays copies over slots, speedup and jitter", "[sim]") {
   REQUIRE(slots.size() == 4);
   int lifetimes = 0;
   for (const auto& s : slots) {
-    for (size_t i = 1; i < s.up.size(); ++i) CHECK(s.up[i].start >= s.up[i - 1].end);  // a slot is one machine
+    for (size_t i = 1; i < s.up.size(); ++i)
+      CHECK(s.up[i].start >= s.up[i - 1].end);  // a slot is one machine
     lifetimes += static_cast<int>(s.up.size());
   }
   CHECK(lifetimes == 6);
@@ -106,7 +108,7 @@ swarm::model_shape shape_of(int64_t d_model, int64_t seq_len, int64_t layers, in
   return {m, 2, compression};
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("cost model: measured config as measured, others extrapolated", "[sim]") {
   calibration cal;
@@ -118,7 +120,8 @@ TEST_CASE("cost model: measured config as measured, others extrapolated", "[sim]
   std::vector<cost_point> pts;
   for (int k = 0; k < 2; ++k) {
     pts.push_back({request_madds(cal.shape, k, false), 0.002 + 3e-11 * request_madds(cal.shape, k, false)});
-    if (k == 0) pts.push_back({request_madds(cal.shape, k, true), 0.002 + 3e-11 * request_madds(cal.shape, k, true)});
+    if (k == 0)
+      pts.push_back({request_madds(cal.shape, k, true), 0.002 + 3e-11 * request_madds(cal.shape, k, true)});
   }
   fit_calibration(cal, pts);
   CHECK(cal.seconds_per_madd == Approx(3e-11).epsilon(1e-6));
@@ -127,7 +130,7 @@ TEST_CASE("cost model: measured config as measured, others extrapolated", "[sim]
   REQUIRE(same.size() == 2);
   CHECK(same[0].forward_s == 0.03);
   CHECK(same[1].backward_s == 0);
-  CHECK(same[0].forward_in_bytes == 8 * 8 * 128);         // token ids
+  CHECK(same[0].forward_in_bytes == 8 * 8 * 128);  // token ids
   CHECK(same[0].forward_out_bytes == Approx(8 * 128 * 128 * 1.01));
   CHECK(same[1].forward_in_bytes == Approx(8 * 128 * 128 * 1.01 + 8 * 8 * 128));  // activations + targets
   CHECK(same[0].parameters == 256 * 128 + 128 * 128 + 2 * (12 * 128 * 128 + 13 * 128));
@@ -163,7 +166,7 @@ TEST_CASE("trace: a recorded cluster's kills, restarts and first joins, named by
   CHECK(skipped == 1);
   // (t, kill, stage, index, join): the restarted PID 60 and the mover's second join are no first joins.
   const std::vector<std::tuple<double, bool, int, int, bool>> want = {
-      {1.5, false, 1, 1, true}, {1.6, false, 0, 0, true}, {2.0, false, 1, 0, true},
+      {1.5, false, 1, 1, true},  {1.6, false, 0, 0, true},  {2.0, false, 1, 0, true},
       {2.25, false, 0, 1, true}, {20.0, true, 1, 1, false}, {30.0, false, 1, 1, false}};
   REQUIRE(log->size() == want.size());
   for (size_t i = 0; i < want.size(); ++i) {

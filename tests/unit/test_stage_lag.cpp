@@ -6,8 +6,7 @@
 using swarm::stage_watch;
 using swarm::warn_about_lag;
 
-TEST_CASE("a stage that stops stepping while the others go on is stalled; drift and offsets are not",
-          "[stage_lag]") {
+TEST_CASE("a stage that stops stepping while the others go on is stalled; drift and offsets are not", "[stage_lag]") {
   stage_watch w(2);
   CHECK_FALSE(w.stalled(5));
   CHECK(w.steps_text() == "?/?");

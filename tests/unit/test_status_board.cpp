@@ -23,33 +23,56 @@ struct fed_board {
   std::shared_ptr<status_board> board = std::make_shared<status_board>(1000.0);
   metrics_sink sink;
   fed_board() {
-    sink.observe([b = board](double t, const char* e, std::initializer_list<metrics_sink::field> f) {
-      b->on_event(t, e, f);
-    });
+    sink.observe(
+        [b = board](double t, const char* e, std::initializer_list<metrics_sink::field> f) { b->on_event(t, e, f); });
   }
 };
 
-} // namespace
+}  // namespace
 
 TEST_CASE("the status board shows servers, trainers, rounds and events", "[status]") {
   fed_board f;
   auto& b = *f.board;
-  b.on_event(1001, "server_join", {{"stage", int64_t{0}}, {"server", std::string{"s-1"}}, {"host", std::string{"127.0.0.1"}},
-                                   {"port", int64_t{4000}}});
-  b.on_event(1001, "server_join", {{"stage", int64_t{1}}, {"server", std::string{"s-2\"x"}},
-                                   {"host", std::string{"127.0.0.1"}}, {"port", int64_t{4001}}});
-  b.on_event(1002, "server_progress", {{"stage", int64_t{0}}, {"server", std::string{"s-1"}}, {"step", int64_t{3}},
-                                       {"hash", int64_t{0x1234abcd5678}}, {"committed_samples", int64_t{100}}});
-  b.on_event(1008, "server_progress", {{"stage", int64_t{0}}, {"server", std::string{"s-1"}}, {"step", int64_t{4}},
-                                       {"hash", int64_t{0x1234abcd5678}}, {"committed_samples", int64_t{160}}});
-  b.on_event(1008, "round_end", {{"stage", int64_t{0}}, {"step", int64_t{4}}, {"applied", int64_t{2}}, {"seconds", 0.5}});
-  b.on_event(1009, "round_end", {{"stage", int64_t{1}}, {"step", int64_t{0}}, {"applied", int64_t{0}}, {"seconds", 45.0}});
-  f.sink.note("trainer_report", {{"trainer", std::string{"t9"}}, {"step", int64_t{7}}, {"max_steps", int64_t{10}},
-                                 {"loss", 3.5}, {"tokens_per_s", 900.0}, {"samples", int64_t{56}},
-                                 {"tokens", int64_t{3584}}, {"reroutes", int64_t{2}}, {"bans", int64_t{1}},
+  b.on_event(1001, "server_join",
+             {{"stage", int64_t{0}},
+              {"server", std::string{"s-1"}},
+              {"host", std::string{"127.0.0.1"}},
+              {"port", int64_t{4000}}});
+  b.on_event(1001, "server_join",
+             {{"stage", int64_t{1}},
+              {"server", std::string{"s-2\"x"}},
+              {"host", std::string{"127.0.0.1"}},
+              {"port", int64_t{4001}}});
+  b.on_event(1002, "server_progress",
+             {{"stage", int64_t{0}},
+              {"server", std::string{"s-1"}},
+              {"step", int64_t{3}},
+              {"hash", int64_t{0x1234abcd5678}},
+              {"committed_samples", int64_t{100}}});
+  b.on_event(1008, "server_progress",
+             {{"stage", int64_t{0}},
+              {"server", std::string{"s-1"}},
+              {"step", int64_t{4}},
+              {"hash", int64_t{0x1234abcd5678}},
+              {"committed_samples", int64_t{160}}});
+  b.on_event(1008, "round_end",
+             {{"stage", int64_t{0}}, {"step", int64_t{4}}, {"applied", int64_t{2}}, {"seconds", 0.5}});
+  b.on_event(1009, "round_end",
+             {{"stage", int64_t{1}}, {"step", int64_t{0}}, {"applied", int64_t{0}}, {"seconds", 45.0}});
+  f.sink.note("trainer_report", {{"trainer", std::string{"t9"}},
+                                 {"step", int64_t{7}},
+                                 {"max_steps", int64_t{10}},
+                                 {"loss", 3.5},
+                                 {"tokens_per_s", 900.0},
+                                 {"samples", int64_t{56}},
+                                 {"tokens", int64_t{3584}},
+                                 {"reroutes", int64_t{2}},
+                                 {"bans", int64_t{1}},
                                  {"busy", int64_t{40}}});
-  b.on_event(1010, "server_down", {{"stage", int64_t{1}}, {"server", std::string{"s-2\"x"}},
-                                   {"reason", std::string{"exit_reason(remote_link_unreachable)"}}});
+  b.on_event(1010, "server_down",
+             {{"stage", int64_t{1}},
+              {"server", std::string{"s-2\"x"}},
+              {"reason", std::string{"exit_reason(remote_link_unreachable)"}}});
 
   const auto json = b.json(1012);
   CHECK_THAT(json, Catch::Contains("\"id\": \"s-1\", \"host\": \"127.0.0.1\", \"port\": 4000, \"state\": \"serving\", "
@@ -84,11 +107,16 @@ TEST_CASE("the status board shows servers, trainers, rounds and events", "[statu
 
   // Validation (--eval-every): the latest loss, and one point per measurement.
   for (const auto& [step, loss] : {std::pair<int64_t, double>{0, 6.9}, {50, 5.25}, {50, 5.25}, {100, 4.5}})
-    f.sink.note("trainer_report", {{"trainer", std::string{"t9"}}, {"step", step + 1}, {"loss", 3.0},
-                                   {"has_eval", true}, {"eval_step", step}, {"eval_loss", loss}});
+    f.sink.note("trainer_report", {{"trainer", std::string{"t9"}},
+                                   {"step", step + 1},
+                                   {"loss", 3.0},
+                                   {"has_eval", true},
+                                   {"eval_step", step},
+                                   {"eval_loss", loss}});
   CHECK_THAT(b.json(1013), Catch::Contains("\"eval_step\": 100, \"eval_loss\": 4.5, \"eval_history\": [[0, 6.9], "
                                            "[50, 5.25], [100, 4.5]]"));
-  CHECK_THAT(b.prometheus(1013), Catch::Contains("# TYPE swarm_eval_loss gauge\nswarm_eval_loss{trainer=\"t9\"} 4.5\n"));
+  CHECK_THAT(b.prometheus(1013),
+             Catch::Contains("# TYPE swarm_eval_loss gauge\nswarm_eval_loss{trainer=\"t9\"} 4.5\n"));
   CHECK_THAT(b.text(1013), Catch::Contains("validation 4.500 at step 100"));
 }
 
@@ -97,8 +125,8 @@ TEST_CASE("a server stopped on purpose is shown stopped, not down, and counts as
   for (int64_t stage : {0, 1})  // the coordinator's periodic stage_load makes the stages known
     b.on_event(1, "stage_load", {{"stage", stage}, {"servers", int64_t{0}}});
   for (const char* id : {"s-1", "s-2"})
-    b.on_event(1, "server_join", {{"stage", int64_t{0}}, {"server", std::string{id}}, {"host", std::string{"h"}},
-                                  {"port", int64_t{1}}});
+    b.on_event(1, "server_join",
+               {{"stage", int64_t{0}}, {"server", std::string{id}}, {"host", std::string{"h"}}, {"port", int64_t{1}}});
   b.on_event(2, "server_stop", {{"stage", int64_t{0}}, {"server", std::string{"s-1"}}});
   CHECK_THAT(b.prometheus(3), Catch::Contains("swarm_stage_servers{stage=\"0\"} 1\n"));
   CHECK_THAT(b.json(3), Catch::Contains("\"id\": \"s-1\", \"host\": \"h\", \"port\": 1, \"state\": \"stopped\""));
@@ -106,8 +134,8 @@ TEST_CASE("a server stopped on purpose is shown stopped, not down, and counts as
   CHECK_THAT(b.summary_line(), Catch::Contains("0 downs"));
   CHECK_THAT(b.prometheus(3), Catch::Contains("swarm_server_events_total{kind=\"down\"} 0\n"));
   // Joining again serves again; a stopped server that joins another stage is no move.
-  b.on_event(4, "server_join", {{"stage", int64_t{1}}, {"server", std::string{"s-1"}}, {"host", std::string{"h"}},
-                                {"port", int64_t{1}}});
+  b.on_event(4, "server_join",
+             {{"stage", int64_t{1}}, {"server", std::string{"s-1"}}, {"host", std::string{"h"}}, {"port", int64_t{1}}});
   CHECK_THAT(b.prometheus(5), Catch::Contains("swarm_stage_servers{stage=\"0\"} 1\n"));
   CHECK_THAT(b.prometheus(5), Catch::Contains("swarm_stage_servers{stage=\"1\"} 1\n"));
   CHECK_THAT(b.summary_line(), Catch::Contains("0 moves"));
@@ -121,7 +149,8 @@ TEST_CASE("the status board keeps a bounded history and event list", "[status]")
   }
   const auto json = b.json(5000);
   const auto history = json.substr(json.find("\"history\""));
-  const size_t points = static_cast<size_t>(std::count(history.begin(), history.end(), '[')) - 2;  // less the list and events
+  const size_t points =
+      static_cast<size_t>(std::count(history.begin(), history.end(), '[')) - 2;  // less the list and events
   CHECK(points <= status_board::max_history);
   CHECK(points >= status_board::max_history / 2);
   CHECK_THAT(history, Catch::Contains("[1.0, 1, "));        // the start stays, coarser (step 0 is no point)
@@ -133,9 +162,11 @@ TEST_CASE("the run summary reads a run's metrics file", "[status]") {
   const std::string path = "/tmp/swarm-test-summary.jsonl";
   {
     std::ofstream out(path);
-    out << "{\"t\": 10.0, \"role\": \"trainer\", \"event\": \"step\", \"trainer\": \"t1\", \"step\": 99, \"loss\": 9.0}\n"  // an earlier run
+    out << "{\"t\": 10.0, \"role\": \"trainer\", \"event\": \"step\", \"trainer\": \"t1\", \"step\": 99, \"loss\": "
+           "9.0}\n"  // an earlier run
         << "{\"t\": 100.0, \"role\": \"cluster\", \"event\": \"cluster_start\"}\n"
-        << "{\"t\": 101.0, \"role\": \"trainer\", \"event\": \"step\", \"trainer\": \"t1\", \"step\": 1, \"loss\": 5.5, "
+        << "{\"t\": 101.0, \"role\": \"trainer\", \"event\": \"step\", \"trainer\": \"t1\", \"step\": 1, \"loss\": "
+           "5.5, "
            "\"samples\": 8, \"tokens\": 512, \"dropped\": 0, \"retries\": 0}\n"
         << "{\"t\": 102.0, \"role\": \"coordinator\", \"event\": \"round_end\", \"stage\": 0, \"applied\": 2}\n"
         << "{\"t\": 103.0, \"role\": \"coordinator\", \"event\": \"round_end\", \"stage\": 0, \"applied\": 0}\n"
@@ -144,10 +175,13 @@ TEST_CASE("the run summary reads a run's metrics file", "[status]") {
         << "{\"t\": 104.6, \"role\": \"coordinator\", \"event\": \"server_stop\", \"stage\": 1}\n"
         << "{\"t\": 105.0, \"role\": \"server\", \"event\": \"rebalance\", \"from\": 0, \"to\": 1}\n"
         << "{\"t\": 105.5, \"role\": \"server\", \"event\": \"rebalance\", \"from\": -1, \"to\": 1}\n"
-        << "{\"t\": 100.5, \"role\": \"trainer\", \"event\": \"eval\", \"trainer\": \"t1\", \"step\": 0, \"loss\": 6.9}\n"
+        << "{\"t\": 100.5, \"role\": \"trainer\", \"event\": \"eval\", \"trainer\": \"t1\", \"step\": 0, \"loss\": "
+           "6.9}\n"
         << "not json at all\n"
-        << "{\"t\": 109.0, \"role\": \"trainer\", \"event\": \"eval\", \"trainer\": \"t1\", \"step\": 2, \"loss\": 4.75}\n"
-        << "{\"t\": 110.0, \"role\": \"trainer\", \"event\": \"step\", \"trainer\": \"t1\", \"step\": 2, \"loss\": 4.25, "
+        << "{\"t\": 109.0, \"role\": \"trainer\", \"event\": \"eval\", \"trainer\": \"t1\", \"step\": 2, \"loss\": "
+           "4.75}\n"
+        << "{\"t\": 110.0, \"role\": \"trainer\", \"event\": \"step\", \"trainer\": \"t1\", \"step\": 2, \"loss\": "
+           "4.25, "
            "\"samples\": 16, \"tokens\": 1024, \"dropped\": 1, \"retries\": 3}\n";
   }
   const auto s = run_summary(path, 100.0);
@@ -167,15 +201,22 @@ TEST_CASE("with --control the board shows the election and etcd; without, nothin
   CHECK_THAT(plain.board->prometheus(1001), !Catch::Contains("swarm_control_"));
   fed_board f;
   auto& b = *f.board;
-  b.on_event(1001, "leadership", {{"change", std::string{"won"}}, {"term", int64_t{42}},
-                                  {"address", std::string{"10.0.0.1:7000"}}, {"pid", int64_t{7}}, {"stood_by_s", 3.5}});
-  f.sink.note("control", {{"role", std::string{"leader"}}, {"leader", std::string{"10.0.0.1:7000"}},
-                          {"term", int64_t{42}}, {"candidates", std::string{"10.0.0.1:7000,10.0.0.2:7000"}},
+  b.on_event(1001, "leadership",
+             {{"change", std::string{"won"}},
+              {"term", int64_t{42}},
+              {"address", std::string{"10.0.0.1:7000"}},
+              {"pid", int64_t{7}},
+              {"stood_by_s", 3.5}});
+  f.sink.note("control", {{"role", std::string{"leader"}},
+                          {"leader", std::string{"10.0.0.1:7000"}},
+                          {"term", int64_t{42}},
+                          {"candidates", std::string{"10.0.0.1:7000,10.0.0.2:7000"}},
                           {"members", std::string{"10.0.0.1:2379=ok,10.0.0.2:2379=down,10.0.0.3:2379=ok"}},
                           {"healthy", int64_t{2}}});
   const auto json = b.json(1002);
-  CHECK_THAT(json, Catch::Contains("\"control\": {\"role\": \"leader\", \"leader\": \"10.0.0.1:7000\", \"term\": 42, "
-                                   "\"leadership_changes\": 1, \"candidates\": [\"10.0.0.1:7000\", \"10.0.0.2:7000\"]"));
+  CHECK_THAT(json,
+             Catch::Contains("\"control\": {\"role\": \"leader\", \"leader\": \"10.0.0.1:7000\", \"term\": 42, "
+                             "\"leadership_changes\": 1, \"candidates\": [\"10.0.0.1:7000\", \"10.0.0.2:7000\"]"));
   CHECK_THAT(json, Catch::Contains("{\"endpoint\": \"10.0.0.2:2379\", \"healthy\": false}"));
   CHECK_THAT(json, Catch::Contains("leads as term 42 at 10.0.0.1:7000"));
   const auto prom = b.prometheus(1002);
@@ -188,7 +229,8 @@ TEST_CASE("with --control the board shows the election and etcd; without, nothin
 
 TEST_CASE("/metrics is the text exposition 0.0.4, its families in the board's order", "[status]") {
   status_board b(0);
-  for (int64_t stage : {1, 0}) b.on_event(1, "stage_load", {{"stage", stage}, {"servers", int64_t{1}}});
+  for (int64_t stage : {1, 0})
+    b.on_event(1, "stage_load", {{"stage", stage}, {"servers", int64_t{1}}});
   b.on_event(
       1, "server_join",
       {{"stage", int64_t{1}}, {"server", std::string{"a\"b\\c\nd"}}, {"host", std::string{"h"}}, {"port", int64_t{1}}});

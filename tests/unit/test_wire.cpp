@@ -28,11 +28,9 @@ proto::tensor float_tensor(std::vector<int64_t> shape) {
   return t;
 }
 
-errc code(const caf::error& e) {
-  return code_of(e);
-}
+errc code(const caf::error& e) { return code_of(e); }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("the project's error codes are proto::status's, name for name", "[wire]") {
   for (int i = 0; i < errc_count; ++i) {
@@ -88,7 +86,8 @@ TEST_CASE("check_tensor rejects inconsistent tensors with BAD_REQUEST", "[wire]"
 }
 
 TEST_CASE("decode reports malformed payloads instead of crashing", "[wire]") {
-  for (std::string garbage : {std::string("\xff\xff\xff\xff\x0f", 5), std::string("\x0a\x64garbage"), std::string(1, '\x1a')}) {
+  for (std::string garbage :
+       {std::string("\xff\xff\xff\xff\x0f", 5), std::string("\x0a\x64garbage"), std::string(1, '\x1a')}) {
     auto r = decode<proto::forward_request>(garbage, "forward_request");
     REQUIRE_FALSE(r);
     CHECK(code(r.error()) == errc::BAD_REQUEST);
@@ -311,7 +310,9 @@ TEST_CASE("the CAF port's guard passes BASP frames and refuses what crashes or s
     h[7] = static_cast<unsigned char>(size);
     return h;
   };
-  auto judge = [&](unsigned op, uint32_t size, bool first) { return judge_basp_header(header(op, size).data(), first, limits); };
+  auto judge = [&](unsigned op, uint32_t size, bool first) {
+    return judge_basp_header(header(op, size).data(), first, limits);
+  };
   CHECK(basp_payload_size(header(2, 0x01020304).data()) == 0x01020304u);
   // First frame: a client handshake of sane size, nothing else.
   CHECK(judge(1, 32, true).empty());
@@ -342,7 +343,7 @@ TEST_CASE("the guard of a TLS port passes TLS records and nothing else", "[wire]
     CHECK(tls_record_size(h) == (size & 0xffff));
     return judge_tls_header(h, first);
   };
-  CHECK(judge(22, 3, 512, true).empty());   // a ClientHello
+  CHECK(judge(22, 3, 512, true).empty());        // a ClientHello
   CHECK_FALSE(judge(23, 3, 512, true).empty());  // data before any handshake
   CHECK_FALSE(judge(1, 0, 0, true).empty());     // a BASP client handshake: plain CAF
   CHECK_FALSE(judge('G', 'E', 'T', true).empty());
