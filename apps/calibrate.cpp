@@ -49,6 +49,21 @@ std::string machine_name() {
          std::to_string(torch::get_num_threads()) + " torch thread(s)";
 }
 
+/// The wire codec of activations and their gradients, both ends: seconds and
+/// bytes per value of `values`.
+void measure_codec(calibration& cal, const torch::Tensor& values, int reps) {
+  const auto codec = codec_of(cal.shape.compression);
+  std::string encoded;
+  const double codec_s = median_seconds(1, reps, [&] {
+    encoded = encode_values(values, codec);
+    auto back = decode_values(encoded, codec, values.numel(), at::kCPU, "calibration");
+    if (!back)
+      throw std::runtime_error("calibrate: the codec failed: " + describe(back.error()));
+  });
+  cal.codec_s_per_value = codec_s / static_cast<double>(values.numel());
+  cal.bytes_per_value = static_cast<double>(encoded.size()) / static_cast<double>(values.numel());
+}
+
 }  // namespace
 
 int run_calibrate(const app_config& cfg) {
@@ -108,18 +123,7 @@ int run_calibrate(const app_config& cfg) {
   }
   cal.step_s_per_parameter = std::max(step_s, 0.0) / static_cast<double>(parameters);
   cal.state_s_per_byte = state_s / state_bytes;
-  // The wire codec of activations and their gradients, both ends.
-  const auto codec = codec_of(cal.shape.compression);
-  const auto values = acts().flatten();
-  std::string encoded;
-  const double codec_s = median_seconds(1, reps, [&] {
-    encoded = encode_values(values, codec);
-    auto back = decode_values(encoded, codec, values.numel(), at::kCPU, "calibration");
-    if (!back)
-      throw std::runtime_error("calibrate: the codec failed: " + describe(back.error()));
-  });
-  cal.codec_s_per_value = codec_s / static_cast<double>(values.numel());
-  cal.bytes_per_value = static_cast<double>(encoded.size()) / static_cast<double>(values.numel());
+  measure_codec(cal, acts().flatten(), reps);
   cal.machine = machine_name();
   fit_calibration(cal, points);
   const auto text = format_calibration(cal);

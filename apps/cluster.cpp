@@ -34,6 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "apps/supervisor.hpp"
 #include "policy/chaos.hpp"
 #include "apps/children.hpp"
 #include "apps/huge_pages.hpp"
@@ -48,12 +49,6 @@
 namespace swarm {
 
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-clock_type::duration after_s(double s) {
-  return std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(s));
-}
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -109,83 +104,9 @@ void plot_run(const std::string& metrics_path, const std::shared_ptr<spdlog::log
   std::cout << "plot of the run: " << png << "\n" << std::flush;
 }
 
-/// A server hit by chaos, due back (restarted or continued) at `at`.
-struct recovery {
-  clock_type::time_point at;
-  pid_t pid = 0;
-  child victim;
-  bool killed = false;  ///< restart it (SIGKILLed) rather than continue it (SIGSTOPped)
-};
+}  // namespace
 
-/// --control-replicas: an etcd member or a coordinator candidate, started
-/// again with the same arguments whenever it exits.
-struct control_process {
-  std::string name;
-  std::vector<std::string> args;
-  bool etcd = false;
-  int port = 0;        ///< candidates: the port they publish on (how the leader's address names one)
-  std::string output;  ///< etcd: its log file (grpc writes to stderr past --log-outputs)
-  pid_t pid = 0;
-  std::optional<clock_type::time_point> restart_at;
-};
-
-class supervisor {
-public:
-  explicit supervisor(app_config cfg);
-  int run();
-
-private:
-  // starting
-  bool start();
-  std::vector<std::string> args_for(role r, std::vector<std::string> extra) const;
-  std::vector<std::string> coordinator_args(std::vector<std::string> extra) const;
-  pid_t start_server(const child& c, bool restart);
-  void start_coordinator_again();
-  bool start_control(const std::string& dir);
-  void start_control_process(control_process& p);
-  pid_t leading_candidate();
-  // running
-  void chaos(clock_type::time_point now);
-  void hit(pid_t pid, bool kill, clock_type::time_point now);
-  void recover(clock_type::time_point now);
-  bool on_exit(pid_t pid, int status);  ///< false: stop the cluster
-  // stopping, done
-  void stop();
-
-  app_config cfg_;
-  std::shared_ptr<spdlog::logger> log_ = get_logger("cluster");
-  std::shared_ptr<metrics_sink> metrics_;
-  double run_started_ = unix_seconds();
-  std::string exe_ = self_exe();
-  std::vector<std::string> common_;      ///< every child's flags: the config
-  std::vector<std::string> http_flags_;  ///< the status page keeps its port across coordinator restarts
-  children_map children_;
-  std::map<std::string, size_t> launch_index_;  ///< server name -> position in --server-slowdowns
-  std::vector<std::string> slowdowns_;
-  std::string threads_;
-  int port_ = 0;
-  std::string address_;
-  int trainers_left_ = 0;
-  int exit_code_ = 0;
-  // The coordinator's supervision.
-  const policy::coordinator_supervision supervision_;
-  pid_t coordinator_ = 0;
-  clock_type::time_point coordinator_started_ = clock_type::now();
-  int quick_deaths_ = 0;
-  bool chaos_hit_coordinator_ = false;  ///< its death is our own doing
-  std::optional<clock_type::time_point> restart_coordinator_at_;
-  // Chaos.
-  std::optional<policy::chaos_mode> mode_;
-  std::mt19937_64 rng_;
-  clock_type::time_point started_ = clock_type::now();
-  clock_type::time_point next_hit_, next_coordinator_hit_;
-  bool wiped_ = false;
-  std::vector<recovery> recoveries_;
-  std::set<pid_t> chaos_killed_;
-  // --control-replicas.
-  std::vector<control_process> control_;
-  std::unique_ptr<etcd_client> etcd_;
-};
+namespace supervising {
 
 supervisor::supervisor(app_config cfg)
     : cfg_(std::move(cfg)), mode_(policy::chaos_mode_of(cfg_.cluster.chaos)), rng_(cfg_.cluster.chaos_seed) {
@@ -228,139 +149,6 @@ pid_t supervisor::start_server(const child& c, bool restart) {
   const pid_t pid = spawn_child(args_for(role::server, extra));
   children_[pid] = c;
   return pid;
-}
-
-void supervisor::start_control_process(control_process& p) {
-  p.pid = spawn_child(p.args, p.output);
-  p.restart_at.reset();
-  children_[p.pid] = {p.name, role::coordinator, -1, p.etcd};
-  metrics_->emit("process_start", {{"process", p.name}, {"pid", int64_t{p.pid}}});
-}
-
-/// --control-replicas: the etcd members, then two candidates; true once one
-/// of them leads (its port file appeared), with address_ its address.
-bool supervisor::start_control(const std::string& dir) {
-  const int n = cfg_.cluster.control_replicas;
-  std::string etcd_exe;
-  for (const char* d : {"/usr/bin", "/usr/local/bin", "/usr/sbin"})
-    if (::access((std::string{d} + "/etcd").c_str(), X_OK) == 0) {
-      etcd_exe = std::string{d} + "/etcd";
-      break;
-    }
-  if (etcd_exe.empty()) {
-    log_->error(
-        "--control-replicas needs etcd, which is not installed here (Debian's etcd-server; scripts/setup.sh "
-        "installs it)");
-    return false;
-  }
-  const std::string data = std::filesystem::path(cfg_.metrics).parent_path() / "etcd";
-  // Afresh each run: members would rejoin an earlier run's cluster (its
-  // ports, its quorum) and never elect anyone; and its records describe
-  // servers that are gone.
-  std::error_code ec;
-  std::filesystem::remove_all(data, ec);
-  std::filesystem::create_directories(data, ec);
-  std::vector<int> client(n), peer(n);
-  std::string initial, endpoints;
-  for (int i = 0; i < n; ++i) {
-    client[i] = free_tcp_port("127.0.0.1");
-    peer[i] = free_tcp_port("127.0.0.1");
-    initial += (i ? "," : "") + ("m" + std::to_string(i)) + "=http://127.0.0.1:" + std::to_string(peer[i]);
-    endpoints += (i ? "," : "") + ("127.0.0.1:" + std::to_string(client[i]));
-  }
-  for (int i = 0; i < n; ++i) {
-    const std::string name = "m" + std::to_string(i), c = "http://127.0.0.1:" + std::to_string(client[i]),
-                      p = "http://127.0.0.1:" + std::to_string(peer[i]);
-    // Heartbeat 25 ms, election 250 ms (loopback): etcd's lease minimum
-    // becomes 1 s (1.5 election timeouts, rounded up), so --control-lease 1 is
-    // honoured, and a lost etcd leader is replaced well within that second.
-    // Pre-vote: a member back from a partition does not depose a working
-    // leader (without it, the election it forced stalled lease renewals for
-    // seconds and cost the coordinator its lease: the regions test).
-    control_.push_back({"etcd " + name,
-                        {etcd_exe,
-                         "--name",
-                         name,
-                         "--data-dir",
-                         data + "/" + name,
-                         "--listen-client-urls",
-                         c,
-                         "--advertise-client-urls",
-                         c,
-                         "--listen-peer-urls",
-                         p,
-                         "--initial-advertise-peer-urls",
-                         p,
-                         "--initial-cluster",
-                         initial,
-                         "--initial-cluster-state",
-                         "new",
-                         "--initial-cluster-token",
-                         "swarm-" + std::to_string(::getpid()),
-                         "--heartbeat-interval",
-                         "25",
-                         "--election-timeout",
-                         "250",
-                         "--pre-vote",
-                         "--logger",
-                         "zap",
-                         "--log-outputs",
-                         "stderr"},
-                        true,
-                        0,
-                        data + "/" + name + ".log"});
-  }
-  cfg_.net.control = "etcd://" + endpoints;
-  common_ = to_flags(cfg_);
-  etcd_ = control::client_of(cfg_, std::chrono::milliseconds(500));
-  for (int i = 0; i < 2; ++i) {
-    const int port = free_tcp_port("127.0.0.1");
-    std::vector<std::string> extra{"--port", std::to_string(port), "--port-file",
-                                   dir + "/candidate" + std::to_string(i) + ".port"};
-    if (i == 0)  // the status page of the first candidate; the other's on its own port
-      extra.insert(extra.end(), http_flags_.begin(), http_flags_.end());
-    else if (!http_flags_.empty())
-      extra.insert(extra.end(), {"--http-port", std::to_string(free_tcp_port(cfg_.coordinator.http_host)),
-                                 "--http-host", cfg_.coordinator.http_host});
-    control_.push_back(
-        {"coordinator " + std::string(1, static_cast<char>('A' + i)), args_for(role::coordinator, extra), false, port});
-  }
-  for (auto& p : control_)
-    start_control_process(p);
-  log_->info("etcd members on {} (data and logs in {}); coordinator candidates on ports {} and {}", endpoints, data,
-             control_[static_cast<size_t>(n)].port, control_[static_cast<size_t>(n) + 1].port);
-  // One of them leads once its port file appears (a standby writes none).
-  const auto deadline = clock_type::now() + after_s(std::max(30.0, cfg_.net.coordinator_wait_s));
-  while (clock_type::now() < deadline && !stop_requested) {
-    for (int i = 0; i < 2; ++i) {
-      std::ifstream in(dir + "/candidate" + std::to_string(i) + ".port");
-      if (in >> port_ && port_ > 0) {
-        address_ = "127.0.0.1:" + std::to_string(port_);
-        return true;
-      }
-    }
-    int status = 0;
-    if (const pid_t pid = ::waitpid(-1, &status, WNOHANG); pid > 0) {
-      log_->error("{} exited with code {} while starting", children_[pid].name,
-                  WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-      children_.erase(pid);
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  log_->error("no coordinator candidate was elected within {:.0f} s", std::max(30.0, cfg_.net.coordinator_wait_s));
-  return false;
-}
-
-/// The pid of the candidate etcd names as leader; 0 when none leads or etcd does not answer.
-pid_t supervisor::leading_candidate() {
-  auto found = control::find_leader(*etcd_);
-  if (!found || !*found)
-    return 0;
-  for (const auto& p : control_)
-    if (!p.etcd && p.pid > 0 && (*found)->address == "127.0.0.1:" + std::to_string(p.port))
-      return p.pid;
-  return 0;
 }
 
 /// starting: the coordinator (until its port file appears), the servers, the trainers.
@@ -594,7 +382,7 @@ int supervisor::run() {
   return exit_code_;
 }
 
-}  // namespace
+}  // namespace supervising
 
 int run_cluster(const app_config& cfg) {
   setup_logging("cluster", cfg.log_level);
@@ -603,7 +391,7 @@ int run_cluster(const app_config& cfg) {
     std::cerr << "swarm: cluster: --init-from: " << initial.error().what() << "\n";
     return 2;
   }
-  return supervisor{cfg}.run();
+  return supervising::supervisor{cfg}.run();
 }
 
 }  // namespace swarm

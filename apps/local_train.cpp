@@ -108,6 +108,18 @@ struct local_checkpoints {
   }
 };
 
+/// --init-from's weights into `worker`; false (and why on stderr) when they do not load.
+bool load_initial(const app_config& cfg, stage_worker& worker) {
+  auto weights = initial_weights(cfg);
+  const error err = weights ? worker.load_parameters(**weights) : weights.error();
+  if (err) {
+    std::cerr << "local: --init-from: " << err.what() << "\n";
+    return false;
+  }
+  std::cout << "local: weights from " << cfg.init_from << std::endl;
+  return true;
+}
+
 /// One optimizer step over `microbatches` sampled microbatches, gradients
 /// accumulated as a stage server does; their mean loss.
 double train_step(stage_worker& worker, const token_source& text, int64_t microbatches, const model_config& m,
@@ -186,15 +198,8 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
   local_checkpoints checkpoints;
   if (!checkpoints.resume(cfg, *worker, step, samples, rng))
     return 2;
-  if (step == 0 && !cfg.init_from.empty()) {  // a checkpoint, when there is one, is further along
-    auto weights = initial_weights(cfg);
-    const error err = weights ? worker->load_parameters(**weights) : weights.error();
-    if (err) {
-      std::cerr << "local: --init-from: " << err.what() << "\n";
-      return 2;
-    }
-    std::cout << "local: weights from " << cfg.init_from << std::endl;
-  }
+  if (step == 0 && !cfg.init_from.empty() && !load_initial(cfg, *worker))  // a checkpoint is further along
+    return 2;
   // Gradient accumulation: the batch is cut into microbatches exactly as the swarm does.
   const int64_t microbatches = std::max<int64_t>(1, cfg.trainer.batch_size / m.microbatch);
   const int64_t samples_per_step = microbatches * m.microbatch;

@@ -157,29 +157,43 @@ int run_export(const app_config& cfg, const tokenizer& tok) {
   return 0;
 }
 
-int run_generate(const app_config& cfg, const tokenizer& tok) {
-  set_torch_threads(cfg.threads, 0, cfg.bf16());
+namespace {
+
+/// What to generate: --prompt's tokens at a document's start, --generate's
+/// knobs; nullopt (and why on stderr) when the prompt does not encode.
+std::optional<generation_request> generation_of(const app_config& cfg, const tokenizer& tok) {
   const auto& g = cfg.generate;
+  generation_request req;
   // A document's start: after its end-of-document token (bytes have none).
-  std::vector<int64_t> context;
   if (tok.eos() >= 0)
-    context.push_back(tok.eos());
+    req.context.push_back(tok.eos());
   auto prompt = tok.encode(g.prompt);
   if (!prompt) {
     std::cerr << "generate: --prompt: " << prompt.error().what() << "\n";
-    return 2;
+    return std::nullopt;
   }
-  context.insert(context.end(), prompt->begin(), prompt->end());
-  if (context.empty())
-    context.push_back('\n');
-  generation_request req;
-  req.context = context;
+  req.context.insert(req.context.end(), prompt->begin(), prompt->end());
+  if (req.context.empty())
+    req.context.push_back('\n');
   req.max_new_tokens = g.max_new_tokens;
   req.eos = tok.eos();
   req.seq_len = cfg.model.seq_len;
   req.temperature = g.temperature;
   req.top_k = g.top_k;
   req.seed = g.sample_seed;
+  return req;
+}
+
+}  // namespace
+
+int run_generate(const app_config& cfg, const tokenizer& tok) {
+  set_torch_threads(cfg.threads, 0, cfg.bf16());
+  const auto& g = cfg.generate;
+  auto prompted = generation_of(cfg, tok);
+  if (!prompted)
+    return 2;
+  auto& req = *prompted;
+  const auto& context = req.context;
 
   std::optional<local_model> local;
   std::unique_ptr<remote_logits> remote;

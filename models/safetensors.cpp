@@ -31,6 +31,46 @@ bool byte_count(const std::vector<int64_t>& shape, int size, uint64_t& out) {
   return true;
 }
 
+/// One tensor's header entry `name`: its dtype, shape and bytes of `data`
+/// (data_offsets, returned in `begin` and `end`), each checked.
+result<safetensor> parse_entry(const std::string& name, const json& entry, std::string_view data, uint64_t& begin,
+                               uint64_t& end) {
+  const std::string where = "tensor '" + name + "': ";
+  if (!entry.is_object())
+    return bad(where + "not an object");
+  const auto dtype = entry.find("dtype");
+  const auto shape = entry.find("shape");
+  const auto offsets = entry.find("data_offsets");
+  if (dtype == entry.end() || shape == entry.end() || offsets == entry.end())
+    return bad(where + "needs dtype, shape and data_offsets");
+  if (!dtype->is_string() || safetensors_dtype_size(dtype->get<std::string>()) == 0)
+    return bad(where + "dtype " + dtype->dump() + " is not one of F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL");
+  safetensor t;
+  t.name = name;
+  t.dtype = dtype->get<std::string>();
+  if (!shape->is_array())
+    return bad(where + "shape is not an array");
+  for (const auto& d : *shape) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      return bad(where + "shape " + shape->dump() + " holds a value that is not a dimension");
+    t.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+  }
+  if (!offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+      !(*offsets)[1].is_number_unsigned())
+    return bad(where + "data_offsets " + offsets->dump() + " is not [begin, end]");
+  begin = (*offsets)[0].get<uint64_t>();
+  end = (*offsets)[1].get<uint64_t>();
+  if (begin > end || end > data.size())
+    return bad(where + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] outside the " +
+               std::to_string(data.size()) + " bytes of data");
+  uint64_t bytes = 0;
+  if (!byte_count(t.shape, safetensors_dtype_size(t.dtype), bytes) || bytes != end - begin)
+    return bad(where + "shape " + shape->dump() + " of " + t.dtype + " does not fill its " +
+               std::to_string(end - begin) + " bytes");
+  t.data = data.substr(begin, end - begin);
+  return t;
+}
+
 }  // namespace
 
 const safetensor* safetensors_file::find(const std::string& name) const {
@@ -79,40 +119,12 @@ result<safetensors_file> parse_safetensors(std::string_view file) {
       }
       continue;
     }
-    const std::string where = "tensor '" + name + "': ";
-    if (!entry.is_object())
-      return bad(where + "not an object");
-    const auto dtype = entry.find("dtype");
-    const auto shape = entry.find("shape");
-    const auto offsets = entry.find("data_offsets");
-    if (dtype == entry.end() || shape == entry.end() || offsets == entry.end())
-      return bad(where + "needs dtype, shape and data_offsets");
-    if (!dtype->is_string() || safetensors_dtype_size(dtype->get<std::string>()) == 0)
-      return bad(where + "dtype " + dtype->dump() + " is not one of F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL");
-    safetensor t;
-    t.name = name;
-    t.dtype = dtype->get<std::string>();
-    if (!shape->is_array())
-      return bad(where + "shape is not an array");
-    for (const auto& d : *shape) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-        return bad(where + "shape " + shape->dump() + " holds a value that is not a dimension");
-      t.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
-    }
-    if (!offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
-        !(*offsets)[1].is_number_unsigned())
-      return bad(where + "data_offsets " + offsets->dump() + " is not [begin, end]");
-    const auto begin = (*offsets)[0].get<uint64_t>(), end = (*offsets)[1].get<uint64_t>();
-    if (begin > end || end > data.size())
-      return bad(where + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] outside the " +
-                 std::to_string(data.size()) + " bytes of data");
-    uint64_t bytes = 0;
-    if (!byte_count(t.shape, safetensors_dtype_size(t.dtype), bytes) || bytes != end - begin)
-      return bad(where + "shape " + shape->dump() + " of " + t.dtype + " does not fill its " +
-                 std::to_string(end - begin) + " bytes");
-    t.data = data.substr(begin, end - begin);
+    uint64_t begin = 0, end = 0;
+    auto t = parse_entry(name, entry, data, begin, end);
+    if (!t)
+      return t.error();
     spans.push_back({begin, end, out.tensors.size()});
-    out.tensors.push_back(std::move(t));
+    out.tensors.push_back(std::move(*t));
   }
   // The tensors tile the data: sorted by offset, each begins where the last ended.
   std::sort(spans.begin(), spans.end(),
