@@ -37,11 +37,12 @@ tokens/s as drawn in panel 2 before smoothing, rounds and failed rounds,
 chaos actions, seconds covered), then the output path.
 """
 import argparse
-import json
 import math
 import os
 import sys
 from collections import defaultdict
+
+from metrics_file import read_events
 
 try:
     import matplotlib
@@ -89,35 +90,15 @@ def num(value):
 
 
 def load_events(path):
-    """Valid events of one file sorted by time, and the malformed-line count.
-
-    Lines from many processes share one file and their clocks can differ by
-    milliseconds, hence the sort.
-    """
+    """Valid events of one file sorted by time (scripts/metrics_file.py)."""
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
     try:
-        handle = open(path, encoding="utf-8", errors="replace")
+        events, bad, first_bad = read_events(path)
     except OSError as err:
         raise InputError(f"{path}: cannot read: {err.strerror}") from err
-    events, bad, first_bad = [], 0, None
-    with handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = None
-            if (not isinstance(event, dict) or num(event.get("t")) is None
-                    or not isinstance(event.get("event"), str)):
-                bad += 1
-                first_bad = first_bad or lineno
-                continue
-            events.append(event)
     if bad:
         print(f"{path}: skipped {bad} malformed line(s), first at line {first_bad}", file=sys.stderr)
-    events.sort(key=lambda e: e["t"])
     return events
 
 
