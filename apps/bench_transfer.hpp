@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 
+#include "net/bulk.hpp"
 #include "swarm.pb.h"
 
 namespace swarm::bench {
@@ -18,6 +19,9 @@ using cpu_atom = caf::atom_constant<caf::atom("cpu")>;
 using bytes_atom = caf::atom_constant<caf::atom("bytes")>;
 using clock_type = std::chrono::steady_clock;
 
+/// A variant's receiver is done with the bytes: back to the pool, as the
+/// swarm's receivers do once they decoded them (decode_tensor).
+void give_back(bulk_parts& parts);
 /// This process's user + system CPU seconds.
 [[nodiscard]] double cpu_seconds();
 /// A forward request whose inputs are a float32 tensor of `bytes` bytes.

@@ -38,13 +38,6 @@ caf::expected<int64_t> check_payload(bulk_parts parts) {
   return inputs->numel();
 }
 
-/// A transport variant's receiver is done with the bytes: back to the pool,
-/// as the swarm's receivers do once they decoded them (decode_tensor).
-void give_back(bulk_parts& parts) {
-  for (auto& p : parts)
-    transfer_buffers().give(std::move(p));
-}
-
 struct receiver_state {
   chunk_assembler chunks;
   bulk_inbox inbox;
@@ -152,6 +145,11 @@ void tcp_receiver(int listen_fd) {
 }
 
 }  // namespace
+
+void give_back(bulk_parts& parts) {
+  for (auto& p : parts)
+    transfer_buffers().give(std::move(p));
+}
 
 double cpu_seconds() {
   rusage u{};
