@@ -1,0 +1,244 @@
+// Tier (b): the coordinator's orders over a real middleman on loopback: a server
+// moved to another stage, placement of a new one, fencing by term; the control records.
+// torch (through the stage server) before catch.hpp: glog's CHECK would otherwise replace Catch2's.
+#include <ATen/core/Tensor.h>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/control_records.hpp"
+#include "actors/coordinator.hpp"
+#include "actors/load_balancer.hpp"
+#include "actors/stage_server.hpp"
+#include "messages/wire.hpp"
+#include "fixtures.hpp"
+#include "actor_helpers.hpp"
+
+using namespace swarm;
+using swarm::testing::system_fixture;
+using namespace std::chrono_literals;
+using namespace swarm::testing::actor_helpers;
+
+TEST_CASE_METHOD(system_fixture, "a server told to move leaves its stage, joins the other, refuses the old one's work",
+                 "[actors]") {
+  const std::string path = "/tmp/swarm-test-move-metrics.jsonl";
+  std::remove(path.c_str());
+  const auto hash = tiny_model().hash();
+  coordinator_settings cs{2, hash};
+  cs.rebalancing.coordinator.rebalance = "off";  // the test gives the order itself
+  auto coord = sys->spawn(coordinator, cs, std::make_shared<metrics_sink>());
+  auto server = spawn_stage0_server(*sys, "mover", path);
+  auto port = sys->middleman().publish(server, 0, "127.0.0.1");
+  REQUIRE(port);
+  caf::scoped_actor self{*sys};
+  // One watcher per stage: the coordinator keeps one subscription per subscriber.
+  caf::scoped_actor watch0{*sys}, watch1{*sys};
+  for (auto [watcher, stage] : {std::pair{&watch0, 0u}, std::pair{&watch1, 1u}}) {
+    proto::subscribe sub;
+    sub.set_stage(stage);
+    sub.set_config_hash(hash);
+    (*watcher)
+        ->request(coord, 5s, subscribe_atom::value, encode(sub))
+        .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
+  }
+  auto next_update = [](caf::scoped_actor& watcher) {
+    proto::membership_update up;
+    watcher->receive([&](membership_atom, const std::string& bytes) { up.ParseFromString(bytes); },
+                     caf::after(10s) >> [] { FAIL("no membership update"); });
+    return up;
+  };
+  // Registered by its node, as in the server role.
+  self->request(server, 10s, register_atom::value, encode(registration("mover", 0, *port, hash)),
+                caf::actor_cast<caf::actor>(coord))
+      .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
+  CHECK(next_update(watch0).kind() == proto::membership_update::JOIN);
+
+  proto::move_order order;
+  order.set_stage(1);  // not the stage it serves: ignored
+  order.set_to_stage(0);
+  self->send(server, move_atom::value, encode(order));
+  order.set_stage(0);
+  order.set_to_stage(1);
+  order.set_reason("load");
+  order.set_predicted_gain(0.5);
+  self->send(server, move_atom::value, encode(order));
+  const auto left = next_update(watch0);
+  CHECK(left.kind() == proto::membership_update::LEAVE);
+  CHECK(left.server_id() == "mover");
+  const auto joined = next_update(watch1);
+  CHECK(joined.kind() == proto::membership_update::JOIN);
+  CHECK(joined.server_id() == "mover");
+  // Work for the stage it left is refused as LEAVING (retried elsewhere), not as a bad request.
+  caf::error refused;
+  self->request(server, 10s, forward_atom::value, uint64_t{0}, forward_payload(0, 2, 8))
+      .receive([](uint64_t, const std::string&) { FAIL("served a stage it left"); },
+               [&](caf::error& err) { refused = err; });
+  CHECK(code_of(refused) == errc::LEAVING);
+  CHECK(is_retryable(refused));
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  self->send_exit(coord, caf::exit_reason::user_shutdown);
+  self->wait_for(server);
+
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);)
+    lines.push_back(l);
+  auto has = [&](const std::string& a, const std::string& b) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find(a) != std::string::npos && l.find(b) != std::string::npos;
+    });
+  };
+  // One server_exit per stage served: stage 0 when it left (moved_to 1), stage 1 when it stopped.
+  CHECK(has("\"event\": \"server_exit\", \"stage\": 0", "\"moved_to\": 1"));
+  CHECK(has("\"event\": \"server_exit\", \"stage\": 1", "\"moved_to\": -1"));
+  CHECK(has("\"event\": \"rebalance\"", "\"from\": 0, \"to\": 1, \"reason\": \"load\""));
+  CHECK(has("\"event\": \"rebalance\"", "\"state_copied\": false"));  // stage 1 had nobody to copy from
+}
+
+TEST_CASE_METHOD(system_fixture, "placement: a new server gets the emptiest stage; bad questions get errors",
+                 "[actors]") {
+  auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
+  caf::scoped_actor self{*sys};
+  auto ask = [&](const std::string& bytes) {
+    caf::expected<proto::placement> out{caf::error{}};
+    self->request(coord, 5s, place_atom::value, bytes)
+        .receive([&](const std::string& reply) { out = decode<proto::placement>(reply, "placement"); },
+                 [&](caf::error& err) { out = err; });
+    return out;
+  };
+  CHECK(code_of(ask(std::string("\xff\xff\xff", 3)).error()) == errc::BAD_REQUEST);
+  proto::placement_request req;
+  req.set_config_hash(42);
+  CHECK(code_of(ask(encode(req)).error()) == errc::BAD_REQUEST);  // no server id
+  req.set_server_id("a");
+  req.set_config_hash(41);
+  CHECK(code_of(ask(encode(req)).error()) == errc::BAD_CONFIG);
+  // Two servers asking in turn spread over the empty stages: the first answer counts as placed.
+  req.set_config_hash(42);
+  auto first = ask(encode(req));
+  req.set_server_id("b");
+  auto second = ask(encode(req));
+  REQUIRE(first);
+  REQUIRE(second);
+  CHECK(first->stage() == 0);
+  CHECK(second->stage() == 1);
+  // A leave_notice from an actor that never registered changes nothing.
+  proto::leave_notice note;
+  note.set_stage(0);
+  note.set_to_stage(1);
+  self->send(coord, leave_atom::value, encode(note));
+  self->send(coord, leave_atom::value, std::string("garbage"));
+  proto::subscribe sub;
+  sub.set_stage(0);
+  proto::server_list list;
+  self->request(coord, 5s, peers_atom::value, encode(sub))
+      .receive([&](const std::string& bytes) { list.ParseFromString(bytes); },
+               [](caf::error& err) { FAIL(describe(err)); });
+  CHECK(list.servers_size() == 0);
+  self->send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(system_fixture, "fencing: a server refuses orders of a term older than its coordinator's",
+                 "[actors][control]") {
+  const std::string path = "/tmp/swarm-test-fencing-metrics.jsonl";
+  std::remove(path.c_str());
+  const auto hash = tiny_model().hash();
+  coordinator_settings cs{2, hash};
+  cs.rebalancing.coordinator.rebalance = "off";
+  cs.leader = std::make_shared<leadership>();
+  cs.leader->term = 7;  // an elected coordinator's term: the server learns it by registering
+  auto coord = sys->spawn(coordinator, cs, std::make_shared<metrics_sink>());
+  auto server = spawn_stage0_server(*sys, "fenced", path);
+  auto port = sys->middleman().publish(server, 0, "127.0.0.1");
+  REQUIRE(port);
+  caf::scoped_actor self{*sys}, watch{*sys};
+  proto::subscribe sub;
+  sub.set_stage(0);
+  sub.set_config_hash(hash);
+  watch->request(coord, 5s, subscribe_atom::value, encode(sub))
+      .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
+  self->request(server, 10s, register_atom::value, encode(registration("fenced", 0, *port, hash)),
+                caf::actor_cast<caf::actor>(coord))
+      .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
+  auto next_update = [&](caf::duration wait) {
+    std::optional<proto::membership_update> up;
+    watch->receive([&](membership_atom, const std::string& bytes) { up.emplace().ParseFromString(bytes); },
+                   caf::after(wait) >> [] {});
+    return up;
+  };
+  CHECK(next_update(caf::duration{10s}));  // its JOIN
+
+  // A deposed leader's (term 3) round and move: refused, the server stays.
+  proto::round_begin begin;
+  begin.set_stage(0);
+  begin.set_round(1);
+  begin.set_step(0);
+  begin.add_members("fenced");
+  begin.set_timeout_s(5);
+  begin.set_piece_elements(1024);
+  begin.set_term(3);
+  self->send(server, round_atom::value, encode(begin), std::vector<caf::actor>{caf::actor_cast<caf::actor>(server)});
+  proto::move_order order;
+  order.set_stage(0);
+  order.set_to_stage(1);
+  order.set_reason("load");
+  order.set_term(3);
+  self->send(server, move_atom::value, encode(order));
+  CHECK_FALSE(next_update(caf::duration{1500ms}));  // no LEAVE
+  // The same move of the current term is carried out.
+  order.set_term(7);
+  self->send(server, move_atom::value, encode(order));
+  const auto left = next_update(caf::duration{10s});
+  CHECK((left && left->kind() == proto::membership_update::LEAVE));  // not REQUIRE: the server must be stopped below
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  self->send_exit(coord, caf::exit_reason::user_shutdown);
+  self->wait_for(server);
+
+  std::ifstream in(path);
+  int refused_round = 0, refused_move = 0;
+  for (std::string l; std::getline(in, l);) {
+    if (l.find("\"event\": \"stale_order\"") == std::string::npos)
+      continue;
+    CHECK(l.find("\"term\": 3, \"newest_term\": 7") != std::string::npos);
+    refused_round += l.find("\"order\": \"round\"") != std::string::npos;
+    refused_move += l.find("\"order\": \"move\"") != std::string::npos;
+  }
+  CHECK(refused_round == 1);
+  CHECK(refused_move == 1);
+}
+
+TEST_CASE("control records: what a leader keeps in etcd round-trips; wrong shapes are refused with why", "[control]") {
+  stage_record st{41, 18446744073709551615ull, {"s-1", "s-2"}};
+  std::string why;
+  auto back = decode_stage_record(encode_record(st), why);
+  REQUIRE(back);
+  CHECK(*back == st);
+  rebalancer_record rb{1796580000.5, {{"s-1", 1796580010.25}}};
+  auto rb_back = decode_rebalancer_record(encode_record(rb), why);
+  REQUIRE(rb_back);
+  CHECK(rb_back->last_load_move == rb.last_load_move);
+  CHECK(rb_back->movers == rb.movers);
+  for (const char* bad :
+       {"", "[]", "not json", R"({"step": -1, "hash": "1", "members": []})", R"({"step": 1, "hash": 1, "members": []})",
+        R"({"step": 1, "hash": "12x", "members": []})", R"({"step": 1, "hash": "99999999999999999999", "members": []})",
+        R"({"step": 1, "hash": "1", "members": "s-1"})", R"({"step": 1, "hash": "1", "members": [3]})",
+        R"({"step": "1", "hash": "1", "members": []})"}) {
+    INFO(bad);
+    why.clear();
+    CHECK_FALSE(decode_stage_record(bad, why));
+    CHECK_FALSE(why.empty());
+  }
+  for (const char* bad : {"{}", R"({"last_load_move": "x", "movers": {}})", R"({"last_load_move": 1, "movers": []})",
+                          R"({"last_load_move": 1, "movers": {"s-1": "soon"}})"}) {
+    INFO(bad);
+    why.clear();
+    CHECK_FALSE(decode_rebalancer_record(bad, why));
+    CHECK_FALSE(why.empty());
+  }
+}
