@@ -319,12 +319,9 @@ void report_exit(server_ptr self, int moved_to) {
 
 const char* to_string(state_source s) {
   switch (s) {
-    case state_source::peer:
-      return "peer";
-    case state_source::checkpoint:
-      return "checkpoint";
-    case state_source::initial:
-      return "initial";
+    case state_source::peer: return "peer";
+    case state_source::checkpoint: return "checkpoint";
+    case state_source::initial: return "initial";
   }
   return "?";
 }

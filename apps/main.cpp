@@ -53,26 +53,16 @@ int main(int argc, char** argv) {
   swarm::install_signal_handlers();
   try {
     switch (cfg.which) {
-      case swarm::role::tokenizer:
-        return swarm::run_tokenizer(cfg, *tok);
-      case swarm::role::prepare:
-        return swarm::run_prepare(cfg, *tok);
-      case swarm::role::export_weights:
-        return swarm::run_export(cfg, *tok);
-      case swarm::role::generate:
-        return swarm::run_generate(cfg, *tok);
-      case swarm::role::coordinator:
-        return swarm::run_coordinator(cfg);
-      case swarm::role::server:
-        return swarm::run_server(cfg);
-      case swarm::role::trainer:
-        return swarm::run_trainer(cfg);
-      case swarm::role::cluster:
-        return swarm::run_cluster(cfg);
-      case swarm::role::status:
-        return swarm::run_status(cfg);
-      case swarm::role::calibrate:
-        return swarm::run_calibrate(cfg);
+      case swarm::role::tokenizer: return swarm::run_tokenizer(cfg, *tok);
+      case swarm::role::prepare: return swarm::run_prepare(cfg, *tok);
+      case swarm::role::export_weights: return swarm::run_export(cfg, *tok);
+      case swarm::role::generate: return swarm::run_generate(cfg, *tok);
+      case swarm::role::coordinator: return swarm::run_coordinator(cfg);
+      case swarm::role::server: return swarm::run_server(cfg);
+      case swarm::role::trainer: return swarm::run_trainer(cfg);
+      case swarm::role::cluster: return swarm::run_cluster(cfg);
+      case swarm::role::status: return swarm::run_status(cfg);
+      case swarm::role::calibrate: return swarm::run_calibrate(cfg);
       case swarm::role::local: {
         swarm::setup_logging("local", cfg.log_level);
         auto metrics = swarm::open_metrics(cfg.metrics, "local");

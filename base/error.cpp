@@ -4,28 +4,17 @@ namespace swarm {
 
 const char* to_string(errc code) {
   switch (code) {
-    case errc::OK:
-      return "OK";
-    case errc::BAD_REQUEST:
-      return "BAD_REQUEST";
-    case errc::WRONG_SHAPE:
-      return "WRONG_SHAPE";
-    case errc::UNKNOWN_STAGE:
-      return "UNKNOWN_STAGE";
-    case errc::NON_FINITE:
-      return "NON_FINITE";
-    case errc::TIMEOUT:
-      return "TIMEOUT";
-    case errc::PEER_GONE:
-      return "PEER_GONE";
-    case errc::NO_SERVER:
-      return "NO_SERVER";
-    case errc::BAD_CONFIG:
-      return "BAD_CONFIG";
-    case errc::INTERNAL:
-      return "INTERNAL";
-    case errc::LEAVING:
-      return "LEAVING";
+    case errc::OK: return "OK";
+    case errc::BAD_REQUEST: return "BAD_REQUEST";
+    case errc::WRONG_SHAPE: return "WRONG_SHAPE";
+    case errc::UNKNOWN_STAGE: return "UNKNOWN_STAGE";
+    case errc::NON_FINITE: return "NON_FINITE";
+    case errc::TIMEOUT: return "TIMEOUT";
+    case errc::PEER_GONE: return "PEER_GONE";
+    case errc::NO_SERVER: return "NO_SERVER";
+    case errc::BAD_CONFIG: return "BAD_CONFIG";
+    case errc::INTERNAL: return "INTERNAL";
+    case errc::LEAVING: return "LEAVING";
   }
   return "?";
 }
@@ -38,8 +27,7 @@ bool is_retryable(errc code) {
     case errc::LEAVING:
     case errc::INTERNAL:  // a failure inside one peer says nothing about the others
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 

@@ -15,28 +15,17 @@ namespace swarm {
 
 const char* to_string(role r) {
   switch (r) {
-    case role::coordinator:
-      return "coordinator";
-    case role::server:
-      return "server";
-    case role::trainer:
-      return "trainer";
-    case role::local:
-      return "local";
-    case role::calibrate:
-      return "calibrate";
-    case role::cluster:
-      return "cluster";
-    case role::status:
-      return "status";
-    case role::tokenizer:
-      return "tokenizer";
-    case role::prepare:
-      return "prepare";
-    case role::export_weights:
-      return "export";
-    case role::generate:
-      return "generate";
+    case role::coordinator: return "coordinator";
+    case role::server: return "server";
+    case role::trainer: return "trainer";
+    case role::local: return "local";
+    case role::calibrate: return "calibrate";
+    case role::cluster: return "cluster";
+    case role::status: return "status";
+    case role::tokenizer: return "tokenizer";
+    case role::prepare: return "prepare";
+    case role::export_weights: return "export";
+    case role::generate: return "generate";
   }
   return "?";
 }

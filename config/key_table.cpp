@@ -129,8 +129,7 @@ check check::says(std::string message) const {
 
 std::string check::operator()(const value& v) const {
   switch (kind_) {
-    case kind::none:
-      return {};
+    case kind::none: return {};
     case kind::range: {
       const auto x = numeric(v);
       if (!x)
@@ -144,8 +143,7 @@ std::string check::operator()(const value& v) const {
       const auto* s = std::get_if<std::string>(&v);
       return s && std::find(allowed_.begin(), allowed_.end(), *s) != allowed_.end() ? std::string{} : message_;
     }
-    case kind::custom:
-      return test_(show(v)) ? std::string{} : message_;
+    case kind::custom: return test_(show(v)) ? std::string{} : message_;
   }
   return message_;
 }

@@ -23,18 +23,15 @@ errc code_of(const caf::error& err) {
     return err.code() < errc_count ? static_cast<errc>(err.code()) : errc::INTERNAL;
   if (err.category() == caf::atom("system")) {
     switch (static_cast<caf::sec>(err.code())) {
-      case caf::sec::request_timeout:
-        return errc::TIMEOUT;
+      case caf::sec::request_timeout: return errc::TIMEOUT;
       case caf::sec::request_receiver_down:
       case caf::sec::no_route_to_receiving_node:
       case caf::sec::cannot_connect_to_node:
       case caf::sec::cannot_forward_to_invalid_actor:
       case caf::sec::disconnect_during_handshake:
       case caf::sec::connection_timeout:
-      case caf::sec::remote_linking_failed:
-        return errc::PEER_GONE;
-      default:
-        break;
+      case caf::sec::remote_linking_failed: return errc::PEER_GONE;
+      default: break;
     }
   }
   // Exit reasons arrive when a monitored or requested peer dies.

@@ -18,55 +18,33 @@ namespace {
 
 std::optional<proto::dtype> to_proto(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat32:
-      return proto::FLOAT32;
-    case torch::kFloat16:
-      return proto::FLOAT16;
-    case torch::kBFloat16:
-      return proto::BFLOAT16;
-    case torch::kFloat64:
-      return proto::FLOAT64;
-    case torch::kInt64:
-      return proto::INT64;
-    case torch::kInt32:
-      return proto::INT32;
-    case torch::kInt16:
-      return proto::INT16;
-    case torch::kInt8:
-      return proto::INT8;
-    case torch::kUInt8:
-      return proto::UINT8;
-    case torch::kBool:
-      return proto::BOOL;
-    default:
-      return std::nullopt;
+    case torch::kFloat32: return proto::FLOAT32;
+    case torch::kFloat16: return proto::FLOAT16;
+    case torch::kBFloat16: return proto::BFLOAT16;
+    case torch::kFloat64: return proto::FLOAT64;
+    case torch::kInt64: return proto::INT64;
+    case torch::kInt32: return proto::INT32;
+    case torch::kInt16: return proto::INT16;
+    case torch::kInt8: return proto::INT8;
+    case torch::kUInt8: return proto::UINT8;
+    case torch::kBool: return proto::BOOL;
+    default: return std::nullopt;
   }
 }
 
 std::optional<torch::ScalarType> to_torch(proto::dtype t) {
   switch (t) {
-    case proto::FLOAT32:
-      return torch::kFloat32;
-    case proto::FLOAT16:
-      return torch::kFloat16;
-    case proto::BFLOAT16:
-      return torch::kBFloat16;
-    case proto::FLOAT64:
-      return torch::kFloat64;
-    case proto::INT64:
-      return torch::kInt64;
-    case proto::INT32:
-      return torch::kInt32;
-    case proto::INT16:
-      return torch::kInt16;
-    case proto::INT8:
-      return torch::kInt8;
-    case proto::UINT8:
-      return torch::kUInt8;
-    case proto::BOOL:
-      return torch::kBool;
-    default:
-      return std::nullopt;
+    case proto::FLOAT32: return torch::kFloat32;
+    case proto::FLOAT16: return torch::kFloat16;
+    case proto::BFLOAT16: return torch::kBFloat16;
+    case proto::FLOAT64: return torch::kFloat64;
+    case proto::INT64: return torch::kInt64;
+    case proto::INT32: return torch::kInt32;
+    case proto::INT16: return torch::kInt16;
+    case proto::INT8: return torch::kInt8;
+    case proto::UINT8: return torch::kUInt8;
+    case proto::BOOL: return torch::kBool;
+    default: return std::nullopt;
   }
 }
 
@@ -144,12 +122,9 @@ torch::Tensor decode_blockwise8(const std::string& data, int64_t n, const torch:
 /// `n` float32 values from `data`, which check_encoded() has accepted.
 torch::Tensor decode_checked(const std::string& data, proto::codec c, int64_t n, const torch::Device& device) {
   switch (c) {
-    case proto::FP16:
-      return from_bytes(data.data(), n, torch::kHalf, device).to(torch::kFloat32);
-    case proto::BLOCKWISE8:
-      return decode_blockwise8(data, n, device);
-    default:
-      return from_bytes(data.data(), n, torch::kFloat32, device);
+    case proto::FP16: return from_bytes(data.data(), n, torch::kHalf, device).to(torch::kFloat32);
+    case proto::BLOCKWISE8: return decode_blockwise8(data, n, device);
+    default: return from_bytes(data.data(), n, torch::kFloat32, device);
   }
 }
 
@@ -168,10 +143,8 @@ std::string encode_values(const torch::Tensor& x, proto::codec c) {
       append(out, flat.clamp(-65504.0, 65504.0).to(torch::kHalf));
       return out;
     }
-    case proto::BLOCKWISE8:
-      return encode_blockwise8(flat);
-    default:
-      throw std::invalid_argument("encode_values: unknown codec " + std::to_string(c));
+    case proto::BLOCKWISE8: return encode_blockwise8(flat);
+    default: throw std::invalid_argument("encode_values: unknown codec " + std::to_string(c));
   }
 }
 

@@ -10,21 +10,16 @@ namespace swarm {
 size_t element_size(proto::dtype t) {
   switch (t) {
     case proto::FLOAT64:
-    case proto::INT64:
-      return 8;
+    case proto::INT64: return 8;
     case proto::FLOAT32:
-    case proto::INT32:
-      return 4;
+    case proto::INT32: return 4;
     case proto::FLOAT16:
     case proto::BFLOAT16:
-    case proto::INT16:
-      return 2;
+    case proto::INT16: return 2;
     case proto::INT8:
     case proto::UINT8:
-    case proto::BOOL:
-      return 1;
-    default:
-      return 0;
+    case proto::BOOL: return 1;
+    default: return 0;
   }
 }
 
@@ -58,16 +53,13 @@ proto::codec codec_of(const std::string& name) {
 uint64_t encoded_bytes(proto::codec c, int64_t n, size_t element_size) {
   const auto count = static_cast<uint64_t>(n);
   switch (c) {
-    case proto::RAW:
-      return count * element_size;
-    case proto::FP16:
-      return count * 2;
+    case proto::RAW: return count * element_size;
+    case proto::FP16: return count * 2;
     case proto::BLOCKWISE8: {
       const auto blocks = (count + blockwise8_block - 1) / blockwise8_block;
       return 16 + 4 * blocks + 4 * 256 + count;
     }
-    default:
-      return 0;
+    default: return 0;
   }
 }
 

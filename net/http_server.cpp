@@ -25,22 +25,14 @@ using clock = std::chrono::steady_clock;
 
 const char* reason(int status) {
   switch (status) {
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 413:
-      return "Payload Too Large";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return status >= 500 ? "Internal Server Error" : "Error";
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 505: return "HTTP Version Not Supported";
+    default: return status >= 500 ? "Internal Server Error" : "Error";
   }
 }
 

@@ -8,14 +8,10 @@ namespace swarm::policy {
 
 const char* to_string(move_reason r) {
   switch (r) {
-    case move_reason::load:
-      return "load";
-    case move_reason::redundancy:
-      return "redundancy";
-    case move_reason::empty:
-      return "empty";
-    case move_reason::join:
-      return "join";
+    case move_reason::load: return "load";
+    case move_reason::redundancy: return "redundancy";
+    case move_reason::empty: return "empty";
+    case move_reason::join: return "join";
   }
   return "?";
 }

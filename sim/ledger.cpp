@@ -41,12 +41,8 @@ void ledger::idle_sums(const peer& p, double sign) {
 void ledger::set_phase(peer& p, phase ph, double now) {
   const double v = speed_of(p), dt = clip(p.phase_since, now);
   switch (p.ph) {
-    case phase::starting:
-      starting_ += v * dt;
-      break;
-    case phase::copying:
-      copying_ += v * dt;
-      break;
+    case phase::starting: starting_ += v * dt; break;
+    case phase::copying: copying_ += v * dt; break;
     case phase::busy:  // computed() booked a finished request; one cut short by a death is lost
       if (ph == phase::off)
         killed_computing_ += v * dt;
@@ -56,8 +52,7 @@ void ledger::set_phase(peer& p, phase ph, double now) {
       idle_sums(p, -1);
       p.idle_stage = -1;
       break;
-    case phase::off:
-      break;
+    case phase::off: break;
   }
   p.ph = ph;
   p.phase_since = now;
@@ -100,13 +95,9 @@ void ledger::attempt_over(work_books& b, attempt_end how) {
       b.microbatch_in += b.attempt_in;
       b.microbatch_pre += b.attempt_pre;
       break;
-    case attempt_end::down:
-      lost_down_ += b.attempt_in;
-      break;  // its reply died with its server
+    case attempt_end::down: lost_down_ += b.attempt_in; break;  // its reply died with its server
     case attempt_end::timed_out:
-    case attempt_end::leaving:
-      overshoot_ += b.attempt_in;
-      break;
+    case attempt_end::leaving: overshoot_ += b.attempt_in; break;
   }
   b.attempt = 0;
   b.attempt_in = b.attempt_pre = 0;

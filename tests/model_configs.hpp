@@ -6,24 +6,23 @@
 
 namespace swarm::testing {
 
-/// d 16, 2 heads, 2 layers, 8 tokens, microbatches of 2.
-inline model_config tiny_model() {
+/// 2 heads and these sizes.
+inline model_config sized(int64_t d_model, int64_t n_layers, int64_t seq_len, int64_t microbatch) {
   model_config m;
-  m.d_model = 16;
+  m.d_model = d_model;
   m.n_heads = 2;
-  m.n_layers = 2;
-  m.seq_len = 8;
-  m.microbatch = 2;
+  m.n_layers = n_layers;
+  m.seq_len = seq_len;
+  m.microbatch = microbatch;
   return m;
 }
 
+/// d 16, 2 heads, 2 layers, 8 tokens, microbatches of 2.
+inline model_config tiny_model() { return sized(16, 2, 8, 2); }
+
 /// d 32, 2 heads, 4 layers, 16 tokens, microbatches of 3, seed 1234.
 inline model_config small_model() {
-  model_config m = tiny_model();
-  m.d_model = 32;
-  m.n_layers = 4;
-  m.seq_len = 16;
-  m.microbatch = 3;
+  auto m = sized(32, 4, 16, 3);
   m.seed = 1234;
   return m;
 }

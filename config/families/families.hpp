@@ -19,6 +19,13 @@ namespace swarm::families {
 /// Qwen2 blocks: Llama's with biases on the q, k and v projections.
 [[nodiscard]] const model_family& qwen2();
 
+/// The descriptor `make` builds, built on first use: each family's accessor.
+template <model_family (*make)()>
+const model_family& built_once() {
+  static const model_family f = make();
+  return f;
+}
+
 // --- Shared by the families built on the llama block (config/families/llama.cpp).
 
 /// --ffn-dim, or Llama's rounding of 8/3 d up to a multiple of 256.

@@ -92,9 +92,6 @@ model_family make() {
 
 }  // namespace
 
-const model_family& gpt() {
-  static const model_family f = make();
-  return f;
-}
+const model_family& gpt() { return built_once<make>(); }
 
 }  // namespace swarm::families

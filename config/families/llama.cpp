@@ -126,9 +126,6 @@ model_family make() {
 
 }  // namespace
 
-const model_family& llama() {
-  static const model_family f = make();
-  return f;
-}
+const model_family& llama() { return built_once<make>(); }
 
 }  // namespace swarm::families

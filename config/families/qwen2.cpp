@@ -32,9 +32,6 @@ model_family make() {
 
 }  // namespace
 
-const model_family& qwen2() {
-  static const model_family f = make();
-  return f;
-}
+const model_family& qwen2() { return built_once<make>(); }
 
 }  // namespace swarm::families

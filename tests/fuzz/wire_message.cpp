@@ -32,12 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   swarm::fuzz::reader in(data, size);
   const auto kind = in.take<uint8_t>() % 4;
   switch (kind) {
-    case 0:
-      request<swarm::proto::forward_request>(parts_of(in), "forward_request");
-      break;
-    case 1:
-      request<swarm::proto::backward_request>(parts_of(in), "backward_request");
-      break;
+    case 0: request<swarm::proto::forward_request>(parts_of(in), "forward_request"); break;
+    case 1: request<swarm::proto::backward_request>(parts_of(in), "backward_request"); break;
     case 2:
       if (auto rep = swarm::decode_parts<swarm::proto::forward_reply>(parts_of(in), "forward_reply"))
         for (const auto* t : {&rep->outputs(), &rep->input_grad()})

@@ -195,15 +195,9 @@ double rss_mib(pid_t pid, const std::string& field = "VmHWM:") {
 bool probe(uint16_t port, int i, std::mt19937& rng, bool tls) {
   std::string bytes;
   switch (i % 6) {
-    case 0:
-      bytes = basp_header(1, 0);
-      break;  // empty client handshake: SIGSEGV
-    case 1:
-      bytes = basp_header(0, 0);
-      break;  // server handshake from a client: SIGSEGV
-    case 2:
-      bytes = basp_header(0, 0xfffffff0u - rng() % 1024);
-      break;   // a 4 GiB buffer
+    case 0: bytes = basp_header(1, 0); break;                           // empty client handshake: SIGSEGV
+    case 1: bytes = basp_header(0, 0); break;                           // server handshake from a client: SIGSEGV
+    case 2: bytes = basp_header(0, 0xfffffff0u - rng() % 1024); break;  // a 4 GiB buffer
     case 3: {  // a truncated handshake: the peer hangs up mid-header
       const int fd = dial(port);
       if (fd < 0)
