@@ -12,6 +12,7 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
+#include "actors/coordinator_client.hpp"
 #include "apps/control.hpp"
 #include "messages/errors.hpp"
 #include "models/shape/cost_model.hpp"
@@ -83,15 +84,6 @@ void raise_descriptor_limit() {
     lim.rlim_cur = lim.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &lim);
   }
-}
-
-/// Whether `coord` answers a harmless request within `timeout`.
-bool answers(caf::actor_system& sys, const coordinator_actor& coord, caf::timespan timeout) {
-  bool alive = false;
-  caf::scoped_actor self{sys};
-  self->request(coord, timeout, averager_atom::value)
-      .receive([&](const averager_actor&) { alive = true; }, [](caf::error&) {});
-  return alive;
 }
 
 /// What to check when a dial failed in its handshake: in this project that

@@ -13,6 +13,7 @@
 #include <caf/all.hpp>
 
 #include "actors/coordinator.hpp"
+#include "actors/coordinator_client.hpp"
 #include "apps/children.hpp"
 #include "apps/control.hpp"
 #include "apps/http_status.hpp"
@@ -229,16 +230,12 @@ int run_status(const app_config& cfg) {
   n.start();
   auto coord = n.connect(cfg.trainer.coordinator);
   n.phase("asking the coordinator");
-  int code = 1;
-  caf::scoped_actor self{n.sys()};
-  self->request(coord, std::chrono::seconds(10), status_atom::value, std::string{"text"})
-      .receive(
-          [&](const std::string& screen) {
-            std::cout << screen << std::flush;
-            code = 0;
-          },
-          [&](caf::error& err) { std::cerr << "swarm: the coordinator did not answer: " << describe(err) << "\n"; });
-  n.end(code);
+  const auto screen = status_screen(n.sys(), coord, std::chrono::seconds(10));
+  if (screen)
+    std::cout << *screen << std::flush;
+  else
+    std::cerr << "swarm: the coordinator did not answer: " << describe(screen.error()) << "\n";
+  n.end(screen ? 0 : 1);
 }
 
 }  // namespace swarm

@@ -11,7 +11,7 @@
 
 #include "actors/stage_server.hpp"
 #include "actors/stage_server_move.hpp"
-#include "actors/server_signup.hpp"
+#include "actors/coordinator_client.hpp"
 #include "apps/node.hpp"
 #include "apps/roles.hpp"
 #include "apps/weight_roles.hpp"

@@ -1,4 +1,4 @@
-#include "actors/server_signup.hpp"
+#include "actors/coordinator_client.hpp"
 
 #include <chrono>
 
@@ -29,6 +29,23 @@ caf::error register_with(caf::actor_system& sys, const coordinator_actor& coord,
   self->request(server, std::chrono::seconds(30), register_atom::value, encode(reg), caf::actor_cast<caf::actor>(coord))
       .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
   return refused;
+}
+
+bool answers(caf::actor_system& sys, const coordinator_actor& coord, caf::timespan timeout) {
+  bool alive = false;
+  caf::scoped_actor self{sys};
+  self->request(coord, timeout, averager_atom::value)
+      .receive([&](const averager_actor&) { alive = true; }, [](caf::error&) {});
+  return alive;
+}
+
+caf::expected<std::string> status_screen(caf::actor_system& sys, const coordinator_actor& coord,
+                                         caf::timespan timeout) {
+  caf::expected<std::string> screen{caf::error{}};
+  caf::scoped_actor self{sys};
+  self->request(coord, timeout, status_atom::value, std::string{"text"})
+      .receive([&](std::string& text) { screen = std::move(text); }, [&](caf::error& err) { screen = std::move(err); });
+  return screen;
 }
 
 }  // namespace swarm
