@@ -14,8 +14,11 @@
 
 namespace swarm::testing::routing_helpers {
 
+// The routing policy's names, for the files that use these helpers.
 using swarm::policy::routing_config;
 using swarm::policy::stage_router;
+using swarm::policy::static_pin;
+using swarm::policy::throughput_ema;
 
 /// A router with these servers at `now` = 0, each measured at the given rate
 /// (samples per second) by one 10-sample request; rate 0 leaves it unmeasured.
@@ -41,4 +44,5 @@ inline std::map<std::string, int> count_choices(stage_router& r, int n, std::mt1
   }
   return counts;
 }
+
 }  // namespace swarm::testing::routing_helpers

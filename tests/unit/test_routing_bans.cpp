@@ -9,10 +9,6 @@
 #include "policy/routing.hpp"
 #include "routing_helpers.hpp"
 
-using swarm::policy::routing_config;
-using swarm::policy::stage_router;
-using swarm::policy::static_pin;
-using swarm::policy::throughput_ema;
 using namespace swarm::testing::routing_helpers;
 
 // --- bans and timeouts -------------------------------------------------------------------

@@ -10,10 +10,6 @@
 #include "policy/routing.hpp"
 #include "routing_helpers.hpp"
 
-using swarm::policy::routing_config;
-using swarm::policy::stage_router;
-using swarm::policy::static_pin;
-using swarm::policy::throughput_ema;
 using namespace swarm::testing::routing_helpers;
 
 TEST_CASE("static pin: one server until it goes; then only servers that join later", "[routing]") {
