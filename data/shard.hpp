@@ -3,7 +3,7 @@
 // A shard is one file: a 64-byte header, then the tokens, little-endian, each
 // `width` bytes (2 while the vocabulary fits in 16 bits, else 4). Documents
 // follow each other, each ended by the tokenizer's EOS id. docs/data.md has
-// the table; tests/test_shard.cpp breaks every field of it.
+// the table; tests/unit/test_data.cpp breaks every field of it.
 //
 //   offset size  field
 //        0    8  magic "SWRMTOKS"
