@@ -105,8 +105,8 @@ struct stage_server_counters {
   int64_t late = 0;               ///< requests refused or discarded after their commit deadline
   int64_t rounds = 0;             ///< averaging rounds applied
   int64_t rounds_failed = 0;      ///< rounds given up (deadline, excluded, or a step behind)
-  int64_t dropped_samples =
-      0;  ///< samples of gradients thrown away: more than a step old (see carry_over), or with a move
+  /// Samples of gradients thrown away: more than a step old (see carry_over), or with a move
+  int64_t dropped_samples = 0;
   int64_t carried_gradients = 0;  ///< gradients a failed round or a reload did not use, kept for the next round
   int64_t withheld_samples = 0;   ///< answered, but held back: the reply may have come late (see the header)
 };
@@ -218,8 +218,8 @@ struct membership_state {
   int64_t stopping_samples = 0;    ///< gradient samples held when stopped
   std::set<uint32_t> left_stages;  ///< stages it served before: their late requests get LEAVING, not an error
   int64_t newest_term = 0;         ///< the newest coordinator term seen (Fencing, moving::accept_term)
-  std::chrono::steady_clock::time_point serving_since =
-      std::chrono::steady_clock::now();  ///< first checkpoint due from here
+  /// First checkpoint due from here
+  std::chrono::steady_clock::time_point serving_since = std::chrono::steady_clock::now();
 
   [[nodiscard]] bool draining() const { return move.has_value(); }
 };

@@ -67,8 +67,8 @@ struct model_config {
   double weight_decay = 0.1;    ///< AdamW decoupled weight decay (2-D weights only)
   double beta1 = 0.9;           ///< AdamW first-moment decay
   double beta2 = 0.95;          ///< AdamW second-moment decay
-  double grad_clip =
-      1.0;  ///< the model's gradient-norm clip per optimizer step (see stage_worker::apply_gradient); 0 = off
+  /// The model's gradient-norm clip per optimizer step (see stage_worker::apply_gradient); 0 = off
+  double grad_clip = 1.0;
   std::string optimizer = "adamw";       ///< adamw | lamb (layer-wise trust ratios: no norm crosses stages)
   std::string lr_schedule = "constant";  ///< constant | cosine (decays to min_lr at decay_steps)
   int64_t warmup_steps = 0;              ///< linear warm-up from lr / warmup_steps to lr over this many steps

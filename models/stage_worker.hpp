@@ -41,8 +41,8 @@ namespace swarm {
 /// added to the accumulator: the caller's exactly-once rule (see stage_server).
 struct commit_decision {
   bool add = true;  ///< false: already added once; reply without adding again
-  bool hold =
-      false;     ///< add later: kept apart until settle_held(), while the caller learns whether its reply was in time
+  /// Add later: kept apart until settle_held(), while the caller learns whether its reply was in time
+  bool hold = false;
   error reject;  ///< set: discard the gradients and fail the request with it
 };
 using commit_gate = std::function<commit_decision()>;

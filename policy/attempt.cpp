@@ -12,7 +12,9 @@ bool listed(const std::vector<std::string>& ids, const std::string& id) {
 
 }  // namespace
 
-bool asks(const attempt_config& cfg, const attempt_history& h) { return !cfg.pinned && h.refusals < cfg.busy_retries; }
+bool asks(const attempt_config& cfg, const attempt_history& h) {
+  return !cfg.pinned && static_cast<int64_t>(h.busy.size()) < cfg.busy_retries;
+}
 
 bool attempts_left(const attempt_config& cfg, const attempt_history& h) { return h.attempts < cfg.max_attempts; }
 
@@ -47,7 +49,6 @@ std::optional<std::string> next_server(const attempt_config& cfg, const attempt_
 void on_busy(attempt_history& h, stage_router& router, const std::string& server) {
   router.release(server);
   h.busy.push_back(server);
-  ++h.refusals;
 }
 
 void on_ended(attempt_history& h, stage_router& router, const std::string& server) {

@@ -46,8 +46,7 @@ struct attempt_history {
   double samples = 0;              ///< the task's size in samples
   std::string preferred;           ///< a backward's forward server; empty: none
   std::vector<std::string> tried;  ///< servers that failed it, in order
-  std::vector<std::string> busy;   ///< servers whose doors said busy
-  int refusals = 0;                ///< busy answers so far
+  std::vector<std::string> busy;   ///< servers whose doors said busy, one entry per answer
   /// Attempts so far: the caller counts one when it sends the request, or
   /// when the attempt ends before it could (its ask failed, its server is gone).
   int attempts = 0;

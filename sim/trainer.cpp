@@ -155,9 +155,9 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
                "trainer");
       }
       const uint64_t id = t.next_attempt++;
-      auto* r =
-          new request{backward ? request::backward : request::forward,       stage, p->epoch, w.cfg.model.microbatch,
-                      backward ? c.backward_out_bytes : c.forward_out_bytes, box,   id};
+      const auto kind = backward ? request::backward : request::forward;
+      const double reply_bytes = backward ? c.backward_out_bytes : c.forward_out_bytes;
+      auto* r = new request{kind, stage, p->epoch, w.cfg.model.microbatch, reply_bytes, box, id};
       r->books = &books;
       r->ticket = ticket;
       r->delay_s = asking_s;

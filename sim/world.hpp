@@ -95,8 +95,8 @@ struct peer {
   uint64_t epoch = 0;     ///< bumped when it dies or leaves a stage
   int stage = -1;         ///< serving (or moving to / joining) this stage
   double settled_at = 0;  ///< when it arrived by a move (-inf: joined; as swarm, only movers cool down)
-  double carried_rate =
-      std::nan("");         ///< a mover's rate on its old stage, as predicted here, until measured (NaN: none)
+  /// A mover's rate on its old stage, as predicted here, until measured (NaN: none)
+  double carried_rate = std::nan("");
   double busy_s = 0;        ///< seconds handling requests on this stage
   double samples_done = 0;  ///< samples whose gradients it added on this stage
   int64_t accumulated = 0;  ///< samples not yet averaged

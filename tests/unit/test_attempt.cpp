@@ -84,7 +84,7 @@ TEST_CASE("planner: a busy server is passed over while the request asks, not aft
   const auto first = p.next(h);
   REQUIRE(first);
   on_busy(h, p.router, *first);
-  CHECK(h.refusals == 1);
+  CHECK(h.busy.size() == 1);
   CHECK(h.attempts == 0);  // a busy answer is not an attempt
   CHECK(p.router.in_flight(*first) == 0);
   CHECK(asks(p.cfg, h));
@@ -191,7 +191,7 @@ TEST_CASE("planner: attempts_left counts attempts, not busy answers", "[attempt]
   attempt_config cfg;
   cfg.max_attempts = 2;
   attempt_history h;
-  h.refusals = 10;
+  h.busy.assign(10, "a");  // busy answers
   CHECK(attempts_left(cfg, h));
   h.attempts = 1;
   CHECK(attempts_left(cfg, h));
