@@ -19,9 +19,8 @@ namespace {
 /// A server's message and its sender; nullopt when malformed, from a server
 /// that never joined, or about a stage not the sender's (so always a valid one).
 template <class Msg>
-std::optional<std::pair<Msg, averager_state::server*>> from_server(self_ptr self, const std::string& bytes,
-                                                                   const char* what) {
-  auto msg = decode<Msg>(bytes, what);
+std::optional<std::pair<Msg, averager_state::server*>> from_server(self_ptr self, const encoded<Msg>& bytes) {
+  auto msg = decode(bytes);
   if (!msg)
     return std::nullopt;
   const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
@@ -34,83 +33,12 @@ std::optional<std::pair<Msg, averager_state::server*>> from_server(self_ptr self
   return std::make_pair(std::move(*msg), &it->second);
 }
 
-void on_progress(self_ptr self, const std::string& bytes) {
+/// Whether a live member of `stage` may still hold its state (policy::state_held);
+/// when none does, the stage's state is lost (`cause`; `clean`: its last server
+/// stopped on purpose) and its members are told to load the newest checkpoint.
+void check_held(self_ptr self, uint32_t stage, const std::string& cause, bool clean) {
   auto& st = self->state;
-  auto got = from_server<proto::progress_report>(self, bytes, "progress_report");
-  if (!got)
-    return;
-  const auto* rep = &got->first;
-  auto* s = got->second;
-  auto& sg = st.stages[rep->stage()];
-  self->send(st.rebalancing, progress_atom::value, bytes);
-  st.metrics->note("server_progress", {{"stage", int64_t{rep->stage()}},
-                                       {"server", s->view.id},
-                                       {"step", static_cast<int64_t>(rep->step())},
-                                       {"hash", static_cast<int64_t>(rep->parameter_hash())},
-                                       {"committed_samples", static_cast<int64_t>(rep->committed_samples())}});
-  // A member's reports during its round may predate the gradient it handed in;
-  // its round_done carries what came after.
-  if (sg.running && rank_of(*sg.running, s->handle.address()) && sg.running->finished.count(s->handle.address()) == 0)
-    return;
-  s->view = {s->view.id, true, rep->step(), rep->samples(), rep->parameter_hash(), rep->leaving()};
-  if (rep->reloads() != s->reloads)
-    s->reload_pending = false;
-  s->reloads = rep->reloads();
-  if (rep->step() > sg.position.step || (sg.position.hash == 0 && rep->step() == sg.position.step))
-    sg.position = {rep->step(), rep->parameter_hash()};  // a restarted averager learns where the stage is
-  record_stage(self, rep->stage());
-  maybe_start(self, rep->stage());
-}
-
-void on_done(self_ptr self, const std::string& bytes) {
-  auto& st = self->state;
-  auto got = from_server<proto::round_done>(self, bytes, "round_done");
-  if (!got)
-    return;
-  const auto* done = &got->first;
-  auto* s = got->second;
-  s->view = {s->view.id, true, done->step(), done->samples(), done->parameter_hash(), s->view.leaving};
-  auto& sg = st.stages[done->stage()];
-  if (!sg.running || sg.running->id != done->round())
-    return;
-  auto& r = *sg.running;
-  const auto rank = rank_of(r, s->handle.address());
-  if (!rank)
-    return;
-  r.finished[s->handle.address()] = done->applied();
-  r.results[s->handle.address()] = {done->step(), done->parameter_hash()};
-  r.taken[s->handle.address()] = static_cast<int64_t>(std::min<uint64_t>(done->taken(), uint64_t{1} << 40));
-  if (done->applied() && std::isfinite(done->grad_norm()) && done->grad_norm() >= 0)
-    sg.grad_norm_sq = done->grad_norm() * done->grad_norm();
-  if (!done->applied())
-    exclude(self, done->stage(), r, *rank, "gave up");
-  maybe_finish(self, done->stage(), false);
-}
-
-void on_waiting(self_ptr self, const std::string& bytes) {
-  auto got = from_server<proto::round_waiting>(self, bytes, "round_waiting");
-  if (!got)
-    return;
-  auto& sg = self->state.stages[got->first.stage()];
-  if (sg.running && sg.running->id == got->first.round())
-    sg.running->answered.insert(got->second->handle.address());
-}
-
-/// A server died or stopped (`why` "down", with `reason`) or left its stage
-/// ("left"): out of its stage and its round.
-void forget(self_ptr self, const caf::actor_addr& who, const char* why, const caf::error& reason = {}) {
-  auto& st = self->state;
-  auto it = st.servers.find(who);
-  if (it == st.servers.end())
-    return;
-  const auto stage = it->second.stage;
-  st.servers.erase(it);
   auto& sg = st.stages[stage];
-  record_stage(self, stage);
-  if (sg.running)
-    if (auto rank = rank_of(*sg.running, who); rank && sg.running->finished.count(who) == 0)
-      exclude(self, stage, *sg.running, *rank, why);
-  maybe_finish(self, stage, false);
   std::vector<policy::member_view> live;
   std::vector<bool> awaited;
   for (const auto& [addr, s] : st.servers)
@@ -127,10 +55,9 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
   }
   // A failure when a server died; the last one stopped on purpose (the end of a
   // run) is a clean stop: its state is where its checkpoints are.
-  if (reason && stopped_on_purpose(reason)) {
+  if (clean) {
     get_logger("averager")->info("stage {}: its last server stopped at optimizer step {}", stage, sg.position.step);
   } else {
-    const auto cause = reason ? caf::to_string(reason) : std::string{why};
     get_logger("averager")
         ->error(
             "stage {}: its last server is gone ({}): no live server holds its state at optimizer "
@@ -154,43 +81,130 @@ void forget(self_ptr self, const caf::actor_addr& who, const char* why, const ca
   from_disk.set_term(term_of(st.cfg.leader));
   for (const auto& [addr, s] : st.servers)
     if (s.stage == stage)
-      self->send(caf::actor_cast<stage_actor>(s.handle), reload_atom::value, encode(from_disk), caf::actor{});
+      self->send(caf::actor_cast<stage_actor>(s.handle), reload_atom::value, wrap(from_disk), caf::actor{});
 }
 
-void on_deadline(self_ptr self, uint32_t stage, uint64_t round, int32_t phase) {
-  if (round == 0) {  // maybe_start's own timer (recheck_at)
-    auto& due = self->state.stages[stage].recheck_at;
-    if (due && averager_state::clock::now() >= *due)
-      due.reset();
-    maybe_start(self, stage);
+void on_progress(self_ptr self, const encoded<proto::progress_report>& bytes) {
+  auto& st = self->state;
+  auto got = from_server(self, bytes);
+  if (!got)
     return;
-  }
-  auto& sg = self->state.stages[stage];
-  if (!sg.running || sg.running->id != round)
+  const auto* rep = &got->first;
+  auto* s = got->second;
+  auto& sg = st.stages[rep->stage()];
+  self->send(st.rebalancing, progress_atom::value, bytes);
+  st.metrics->note("server_progress", {{"stage", int64_t{rep->stage()}},
+                                       {"server", s->view.id},
+                                       {"step", static_cast<int64_t>(rep->step())},
+                                       {"hash", static_cast<int64_t>(rep->parameter_hash())},
+                                       {"committed_samples", static_cast<int64_t>(rep->committed_samples())}});
+  // A member's reports during its round may predate the gradient it handed in;
+  // its round_done carries what came after.
+  if (sg.running && rank_of(*sg.running, s->handle.address()) && sg.running->finished.count(s->handle.address()) == 0)
+    return;
+  const bool first_report = !s->view.reported;
+  s->view = {s->view.id, true, rep->step(), rep->samples(), rep->parameter_hash(), rep->leaving()};
+  // A member that had not reported counted as maybe holding the stage's state
+  // when its last holder died; now it says whether it does (a server that moved
+  // in just before the stage was wiped out holds initial parameters).
+  if (first_report && sg.position.step > 0)
+    check_held(self, rep->stage(), "no live member holds it", false);
+  if (rep->reloads() != s->reloads)
+    s->reload_pending = false;
+  s->reloads = rep->reloads();
+  if (rep->step() > sg.position.step || (sg.position.hash == 0 && rep->step() == sg.position.step))
+    sg.position = {rep->step(), rep->parameter_hash()};  // a restarted averager learns where the stage is
+  record_stage(self, rep->stage());
+  maybe_start(self, rep->stage());
+}
+
+void on_done(self_ptr self, const encoded<proto::round_done>& bytes) {
+  auto& st = self->state;
+  auto got = from_server(self, bytes);
+  if (!got)
+    return;
+  const auto* done = &got->first;
+  auto* s = got->second;
+  s->view = {s->view.id, true, done->step(), done->samples(), done->parameter_hash(), s->view.leaving};
+  auto& sg = st.stages[done->stage()];
+  if (!sg.running || sg.running->id != done->round())
     return;
   auto& r = *sg.running;
-  if (phase == 1) {
-    // Blame the members too stuck to say whom they wait for. Naming the waited
-    // for is not enough: waits chain (an owner short of a part holds back
-    // everyone waiting for its shard), and responsive members only wait.
-    std::set<size_t> blamed;
-    for (size_t i = 0; i < r.members.size(); ++i) {
-      const auto& m = r.members[i];
-      if (r.finished.count(m) == 0 && r.excluded.count(m) == 0 && r.answered.count(m) == 0)
-        blamed.insert(i);
-    }
-    for (size_t i : blamed) {
-      exclude(self, stage, r, i, "missed the deadline");
-      if (auto it = self->state.servers.find(r.members[i]); it != self->state.servers.end())
-        it->second.view.reported = false;  // not chosen again until it reports
-    }
-    using clock = policy::round_clock;
-    self->delayed_send(self, seconds((clock::end - clock::exclude) * self->state.cfg.coordinator.averaging_timeout_s),
-                       deadline_atom::value, stage, round, int32_t{2});
-    maybe_finish(self, stage, false);
-  } else {
-    maybe_finish(self, stage, true);
+  const auto rank = rank_of(r, s->handle.address());
+  if (!rank)
+    return;
+  r.finished[s->handle.address()] = done->applied();
+  r.results[s->handle.address()] = {done->step(), done->parameter_hash()};
+  r.taken[s->handle.address()] = static_cast<int64_t>(std::min<uint64_t>(done->taken(), uint64_t{1} << 40));
+  if (done->applied() && std::isfinite(done->grad_norm()) && done->grad_norm() >= 0)
+    sg.grad_norm_sq = done->grad_norm() * done->grad_norm();
+  if (!done->applied())
+    exclude(self, done->stage(), r, *rank, "gave up");
+  maybe_finish(self, done->stage(), false);
+}
+
+void on_waiting(self_ptr self, const encoded<proto::round_waiting>& bytes) {
+  auto got = from_server(self, bytes);
+  if (!got)
+    return;
+  auto& sg = self->state.stages[got->first.stage()];
+  if (sg.running && sg.running->id == got->first.round())
+    sg.running->answered.insert(got->second->handle.address());
+}
+
+/// A server died or stopped (`why` "down", with `reason`) or left its stage
+/// ("left"): out of its stage and its round.
+void forget(self_ptr self, const caf::actor_addr& who, const char* why, const caf::error& reason = {}) {
+  auto& st = self->state;
+  auto it = st.servers.find(who);
+  if (it == st.servers.end())
+    return;
+  const auto stage = it->second.stage;
+  st.servers.erase(it);
+  auto& sg = st.stages[stage];
+  record_stage(self, stage);
+  if (sg.running)
+    if (auto rank = rank_of(*sg.running, who); rank && sg.running->finished.count(who) == 0)
+      exclude(self, stage, *sg.running, *rank, why);
+  maybe_finish(self, stage, false);
+  check_held(self, stage, reason ? caf::to_string(reason) : std::string{why}, reason && stopped_on_purpose(reason));
+}
+
+void on_recheck(self_ptr self, uint32_t stage) {
+  auto& due = self->state.stages[stage].recheck_at;
+  if (due && averager_state::clock::now() >= *due)
+    due.reset();
+  maybe_start(self, stage);
+}
+
+/// The round `round` of `stage` if it is the one running (a timer of an older one is spent), else null.
+round_t* running(self_ptr self, uint32_t stage, uint64_t round) {
+  auto& sg = self->state.stages[stage];
+  return sg.running && sg.running->id == round ? &*sg.running : nullptr;
+}
+
+void on_exclude_due(self_ptr self, uint32_t stage, uint64_t round) {
+  auto* r = running(self, stage, round);
+  if (!r)
+    return;
+  // Blame the members too stuck to say whom they wait for. Naming the waited
+  // for is not enough: waits chain (an owner short of a part holds back
+  // everyone waiting for its shard), and responsive members only wait.
+  std::set<size_t> blamed;
+  for (size_t i = 0; i < r->members.size(); ++i) {
+    const auto& m = r->members[i];
+    if (r->finished.count(m) == 0 && r->excluded.count(m) == 0 && r->answered.count(m) == 0)
+      blamed.insert(i);
   }
+  for (size_t i : blamed) {
+    exclude(self, stage, *r, i, "missed the deadline");
+    if (auto it = self->state.servers.find(r->members[i]); it != self->state.servers.end())
+      it->second.view.reported = false;  // not chosen again until it reports
+  }
+  using clock = policy::round_clock;
+  send_later(self, seconds((clock::end - clock::exclude) * self->state.cfg.coordinator.averaging_timeout_s),
+             averager_local::round_end{stage, round});
+  maybe_finish(self, stage, false);
 }
 
 }  // namespace
@@ -216,12 +230,20 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
   // may still be finishing among the servers: start from the clock.
   st.next_round = static_cast<uint64_t>(unix_seconds() * 1000.0) << 8;
   self->set_down_handler([self](caf::down_msg& msg) { forget(self, msg.source, "down", msg.reason); });
+  handle_local(
+      self, [self](averager_local::recheck t) { on_recheck(self, t.stage); },
+      [self](averager_local::exclude_due t) { on_exclude_due(self, t.stage, t.round); },
+      [self](averager_local::round_end t) {
+        if (running(self, t.stage, t.round))
+          maybe_finish(self, t.stage, true);
+      });
   return {
-      [self](progress_atom, const std::string& bytes) { on_progress(self, bytes); },
-      [self](done_atom, const std::string& bytes) { on_done(self, bytes); },
-      [self](waiting_atom, const std::string& bytes) { on_waiting(self, bytes); },
-      [self](join_atom, const std::string& bytes, const caf::actor& handle, const caf::actor& peer) {
-        auto reg = decode<proto::register_server>(bytes, "register_server");
+      [self](progress_atom, const encoded<proto::progress_report>& bytes) { on_progress(self, bytes); },
+      [self](done_atom, const encoded<proto::round_done>& bytes) { on_done(self, bytes); },
+      [self](waiting_atom, const encoded<proto::round_waiting>& bytes) { on_waiting(self, bytes); },
+      [self](join_atom, const encoded<proto::register_server>& bytes, const caf::actor& handle,
+             const caf::actor& peer) {
+        auto reg = decode(bytes);
         if (!reg || !handle || reg->stage() >= self->state.stages.size())
           return;
         if (self->state.servers.count(handle.address()) == 0)
@@ -236,7 +258,6 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
         record_stage(self, s.stage);
       },
       [self](leave_atom, const caf::actor& server) { forget(self, server.address(), "left"); },
-      [self](deadline_atom, uint32_t stage, uint64_t round, int32_t phase) { on_deadline(self, stage, round, phase); },
   };
 }
 

@@ -61,6 +61,7 @@
 #include "base/metrics.hpp"
 #include "config/config.hpp"
 #include "policy/averaging.hpp"
+#include "messages/local.hpp"
 #include "messages/protocol.hpp"
 
 namespace swarm {
@@ -132,8 +133,27 @@ struct averager_state {
   clock::time_point started;
 };
 
+/// The averager's own timers: local (messages/local.hpp), so in no interface and from no peer.
+namespace averager_local {
+struct recheck {  ///< maybe_start again (stage_state::recheck_at)
+  uint32_t stage = 0;
+};
+struct exclude_due {  ///< policy::round_clock::exclude into `round`: members that said nothing are excluded
+  uint32_t stage = 0;
+  uint64_t round = 0;
+};
+struct round_end {  ///< policy::round_clock::end: the round finishes with what it has
+  uint32_t stage = 0;
+  uint64_t round = 0;
+};
+}  // namespace averager_local
+
 [[nodiscard]] averager_actor::behavior_type averager(averager_actor::stateful_pointer<averager_state> self,
                                                      averager_settings cfg, std::shared_ptr<metrics_sink> metrics,
                                                      rebalancer_actor rebalancing);
 
 }  // namespace swarm
+
+SWARM_LOCAL_MESSAGE(swarm::averager_local::recheck)
+SWARM_LOCAL_MESSAGE(swarm::averager_local::exclude_due)
+SWARM_LOCAL_MESSAGE(swarm::averager_local::round_end)

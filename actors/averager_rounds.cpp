@@ -61,7 +61,7 @@ void recheck_at(self_ptr self, uint32_t stage, averager_state::clock::time_point
     return;
   due = when;
   const auto delay = std::max(when - averager_state::clock::now(), averager_state::clock::duration::zero());
-  self->delayed_send(self, delay + std::chrono::milliseconds(1), deadline_atom::value, stage, uint64_t{0}, int32_t{0});
+  send_later(self, delay + std::chrono::milliseconds(1), averager_local::recheck{stage});
 }
 
 /// The members' round_begin for round `r` of `stage`, members not yet listed.
@@ -141,7 +141,7 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
                                 {"step", static_cast<int64_t>(pos.step)},
                                 {"reason", std::string{reason}},
                                 {"term", term_of(st.cfg.leader)}});
-    self->send(caf::actor_cast<stage_actor>(whom.handle), reload_atom::value, encode(order), s.handle);
+    self->send(caf::actor_cast<stage_actor>(whom.handle), reload_atom::value, wrap(order), s.handle);
     return;
   }
 }
@@ -154,7 +154,7 @@ void exclude(self_ptr self, uint32_t stage, round_t& r, size_t rank, const char*
   ex.set_stage(stage);
   ex.set_round(r.id);
   ex.set_rank(static_cast<uint32_t>(rank));
-  const auto bytes = encode(ex);
+  const auto bytes = wrap(ex);
   for (const auto& m : r.members)
     if (auto it = self->state.servers.find(m); it != self->state.servers.end())
       self->send(caf::actor_cast<round_peer_actor>(it->second.peer), exclude_atom::value, bytes);
@@ -265,13 +265,13 @@ void maybe_start(self_ptr self, uint32_t stage) {
                                    {"step", static_cast<int64_t>(r.step)},
                                    {"peers", static_cast<int64_t>(r.members.size())},
                                    {"term", term_of(st.cfg.leader)}});
-  const auto bytes = encode(begin);
+  const auto bytes = wrap(begin);
   // High priority: the hand-over waits for the request a server is computing,
   // not for every request queued behind it.
   for (const auto& h : servers)
     self->send<caf::message_priority::high>(caf::actor_cast<stage_actor>(h), round_atom::value, bytes, peers);
-  self->delayed_send(self, seconds(policy::round_clock::exclude * st.cfg.coordinator.averaging_timeout_s),
-                     deadline_atom::value, stage, r.id, int32_t{1});
+  send_later(self, seconds(policy::round_clock::exclude * st.cfg.coordinator.averaging_timeout_s),
+             averager_local::exclude_due{stage, r.id});
   sg.running = std::move(r);
 }
 

@@ -3,8 +3,15 @@
 #include <caf/all.hpp>
 
 #include "base/log.hpp"
+#include "messages/local.hpp"
 #include "messages/wire.hpp"
 #include "net/tls.hpp"
+
+namespace swarm::coordinator_local {
+struct summary_due {};  ///< its own timer: a summary line of the status board, every 30 s
+}  // namespace swarm::coordinator_local
+
+SWARM_LOCAL_MESSAGE(swarm::coordinator_local::summary_due)
 
 namespace swarm {
 
@@ -13,16 +20,17 @@ namespace {
 using self_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
 
 void notify(self_ptr self, const proto::register_server& reg, proto::membership_update::change kind) {
-  const auto bytes = encode(membership_of(reg, kind));
+  const auto update = wrap(membership_of(reg, kind));
   for (const auto& [addr, sub] : self->state.subscribers)
     if (sub.second == reg.stage())
-      caf::unsafe_send_as(self, sub.first, membership_atom::value, bytes);
+      caf::unsafe_send_as(self, sub.first, membership_atom::value, update);
 }
 
 /// Admits a server whose registration passed every check: the stage's peers,
 /// the averager and the rebalancer hear of it.
-std::string admit(self_ptr self, const proto::register_server& reg, const std::string& bytes, const stage_actor& server,
-                  const caf::actor& round_peer) {
+encoded<proto::register_reply> admit(self_ptr self, const proto::register_server& reg,
+                                     const encoded<proto::register_server>& bytes, const stage_actor& server,
+                                     const caf::actor& round_peer) {
   self->monitor(server);
   self->state.servers[server.address()] = reg;
   self->send(self->state.averaging, join_atom::value, bytes, caf::actor_cast<caf::actor>(server), round_peer);
@@ -37,7 +45,7 @@ std::string admit(self_ptr self, const proto::register_server& reg, const std::s
   proto::register_reply rep;
   rep.set_num_stages(static_cast<uint32_t>(self->state.cfg.num_stages));
   rep.set_term(term_of(self->state.cfg.leader));
-  return encode(rep);
+  return wrap(rep);
 }
 
 /// The refusal of a server whose advertised address does not lead back to it.
@@ -49,10 +57,10 @@ caf::error unreachable(const proto::register_server& reg, const std::string& why
                         "address the other machines reach (not a loopback one across machines) and its port open");
 }
 
-caf::result<std::string> on_register(self_ptr self, const std::string& bytes, const stage_actor& server,
-                                     const caf::actor& round_peer) {
+caf::result<encoded<proto::register_reply>> on_register(self_ptr self, const encoded<proto::register_server>& bytes,
+                                                        const stage_actor& server, const caf::actor& round_peer) {
   auto log = get_logger("coordinator");
-  auto reg = decode<proto::register_server>(bytes, "register_server");
+  auto reg = decode(bytes);
   if (!reg) {
     log->warn("rejected registration: {}", describe(reg.error()));
     return reg.error();
@@ -73,7 +81,7 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
   // process there, or nothing listening. A dial that times out proves nothing
   // (a loaded machine took over 5 s for a TLS handshake on loopback): admitted,
   // said loudly, with the trainers' stage-lag warning as the backstop.
-  auto rp = self->make_response_promise<std::string>();
+  auto rp = self->make_response_promise<encoded<proto::register_reply>>();
   self->request(dialer(self->system()), std::chrono::seconds(8), caf::connect_atom::value, reg->host(),
                 static_cast<uint16_t>(reg->port()))
       .then(
@@ -106,8 +114,8 @@ caf::result<std::string> on_register(self_ptr self, const std::string& bytes, co
   return rp;
 }
 
-caf::result<std::string> on_subscribe(self_ptr self, const std::string& bytes) {
-  auto sub = decode<proto::subscribe>(bytes, "subscribe");
+caf::result<std::string> on_subscribe(self_ptr self, const encoded<proto::subscribe>& bytes) {
+  auto sub = decode(bytes);
   if (!sub)
     return sub.error();
   if (static_cast<int>(sub->stage()) >= self->state.cfg.num_stages)
@@ -120,8 +128,7 @@ caf::result<std::string> on_subscribe(self_ptr self, const std::string& bytes) {
   self->state.subscribers[who.address()] = {who, sub->stage()};
   for (const auto& [addr, reg] : self->state.servers)
     if (reg.stage() == sub->stage())
-      caf::unsafe_send_as(self, who, membership_atom::value,
-                          encode(membership_of(reg, proto::membership_update::JOIN)));
+      caf::unsafe_send_as(self, who, membership_atom::value, wrap(membership_of(reg, proto::membership_update::JOIN)));
   return std::string{};
 }
 
@@ -147,9 +154,9 @@ void on_down(self_ptr self, const caf::down_msg& msg) {
 }
 
 /// A server leaves its stage for another: no new work for it there.
-void on_leave(self_ptr self, const std::string& bytes) {
+void on_leave(self_ptr self, const encoded<proto::leave_notice>& bytes) {
   auto& st = self->state;
-  auto note = decode<proto::leave_notice>(bytes, "leave_notice");
+  auto note = decode(bytes);
   auto it = st.servers.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
   if (!note || it == st.servers.end() || it->second.stage() != note->stage())
     return;
@@ -161,22 +168,22 @@ void on_leave(self_ptr self, const std::string& bytes) {
   self->send(st.averaging, leave_atom::value, caf::actor_cast<caf::actor>(self->current_sender()));
 }
 
-caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
-  auto req = decode<proto::placement_request>(bytes, "placement_request");
+caf::result<encoded<proto::placement>> on_place(self_ptr self, const encoded<proto::placement_request>& bytes) {
+  auto req = decode(bytes);
   if (!req)
     return req.error();
   if (req->config_hash() != self->state.cfg.config_hash)
     return model_mismatch("server " + req->server_id(), req->tokenizer(), self->state.cfg.tokenizer);
-  auto promise = self->make_response_promise<std::string>();
+  auto promise = self->make_response_promise<encoded<proto::placement>>();
   self->request(self->state.rebalancing, std::chrono::seconds(10), place_atom::value, bytes)
-      .then([promise](std::string& answer) mutable { promise.deliver(std::move(answer)); },
+      .then([promise](encoded<proto::placement>& answer) mutable { promise.deliver(std::move(answer)); },
             [promise](caf::error& err) mutable { promise.deliver(std::move(err)); });
   return promise;
 }
 
 /// A trainer's report: for the status board only (it is the board's observer).
-void on_report(self_ptr self, const std::string& bytes) {
-  auto rep = decode<proto::trainer_report>(bytes, "trainer_report");
+void on_report(self_ptr self, const encoded<proto::trainer_report>& bytes) {
+  auto rep = decode(bytes);
   if (!rep || rep->trainer_id().empty())
     return;
   self->state.metrics->note("trainer_report", {{"trainer", rep->trainer_id()},
@@ -222,33 +229,30 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
   self->state.averaging =
       self->spawn<caf::linked>(averager, cfg.averaging, self->state.metrics, self->state.rebalancing);
   self->set_down_handler([self](caf::down_msg& msg) { on_down(self, msg); });
+  handle_local(self, [self](coordinator_local::summary_due) {
+    get_logger("coordinator")->info("{}", self->state.cfg.board->summary_line());
+    send_later(self, std::chrono::seconds(30), coordinator_local::summary_due{});
+  });
   if (cfg.board)
-    self->delayed_send(self, std::chrono::seconds(30), tick_atom::value);
+    send_later(self, std::chrono::seconds(30), coordinator_local::summary_due{});
   return {
-      [self](register_atom, const std::string& bytes, const stage_actor& server, const caf::actor& round_peer) {
-        return on_register(self, bytes, server, round_peer);
-      },
-      [self](subscribe_atom, const std::string& bytes) { return on_subscribe(self, bytes); },
+      [self](register_atom, const encoded<proto::register_server>& bytes, const stage_actor& server,
+             const caf::actor& round_peer) { return on_register(self, bytes, server, round_peer); },
+      [self](subscribe_atom, const encoded<proto::subscribe>& bytes) { return on_subscribe(self, bytes); },
       [self](averager_atom) { return self->state.averaging; },
-      [self](peers_atom, const std::string& bytes) -> caf::result<std::string> {
-        auto sub = decode<proto::subscribe>(bytes, "subscribe");
+      [self](peers_atom, const encoded<proto::subscribe>& bytes) -> caf::result<encoded<proto::server_list>> {
+        auto sub = decode(bytes);
         if (!sub)
           return sub.error();
         proto::server_list list;
         for (const auto& [addr, reg] : self->state.servers)
           if (reg.stage() == sub->stage())
             *list.add_servers() = membership_of(reg, proto::membership_update::JOIN);
-        return encode(list);
+        return wrap(list);
       },
-      [self](leave_atom, const std::string& bytes) { on_leave(self, bytes); },
-      [self](place_atom, const std::string& bytes) { return on_place(self, bytes); },
-      [self](report_atom, const std::string& bytes) { on_report(self, bytes); },
-      [self](tick_atom) {
-        if (!self->state.cfg.board)
-          return;
-        get_logger("coordinator")->info("{}", self->state.cfg.board->summary_line());
-        self->delayed_send(self, std::chrono::seconds(30), tick_atom::value);
-      },
+      [self](leave_atom, const encoded<proto::leave_notice>& bytes) { on_leave(self, bytes); },
+      [self](place_atom, const encoded<proto::placement_request>& bytes) { return on_place(self, bytes); },
+      [self](report_atom, const encoded<proto::trainer_report>& bytes) { on_report(self, bytes); },
       [self](status_atom, const std::string& format) -> std::string {
         const auto& board = self->state.cfg.board;
         const double now = unix_seconds();

@@ -16,8 +16,8 @@ caf::expected<proto::placement> ask_placement(caf::actor_system& sys, const coor
   req.set_tokenizer(model.tokenizer_label());
   caf::expected<proto::placement> answer{caf::error{}};
   caf::scoped_actor self{sys};
-  self->request(coord, std::chrono::seconds(10), place_atom::value, encode(req))
-      .receive([&](const std::string& bytes) { answer = decode<proto::placement>(bytes, "placement"); },
+  self->request(coord, std::chrono::seconds(10), place_atom::value, wrap(req))
+      .receive([&](const encoded<proto::placement>& bytes) { answer = decode(bytes); },
                [&](caf::error& err) { answer = std::move(err); });
   return answer;
 }
@@ -26,7 +26,7 @@ caf::error register_with(caf::actor_system& sys, const coordinator_actor& coord,
                          const stage_actor& server) {
   caf::error refused;
   caf::scoped_actor self{sys};
-  self->request(server, std::chrono::seconds(30), register_atom::value, encode(reg), caf::actor_cast<caf::actor>(coord))
+  self->request(server, std::chrono::seconds(30), register_atom::value, wrap(reg), caf::actor_cast<caf::actor>(coord))
       .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
   return refused;
 }

@@ -11,7 +11,14 @@
 #include "base/log.hpp"
 #include "actors/stage_server.hpp"
 #include "net/tls.hpp"
+#include "messages/local.hpp"
 #include "messages/wire.hpp"
+
+namespace swarm::load_balancer_local {
+struct tick {};  ///< its own timer, every second: routing statistics, servers to dial again
+}  // namespace swarm::load_balancer_local
+
+SWARM_LOCAL_MESSAGE(swarm::load_balancer_local::tick)
 
 namespace swarm {
 
@@ -171,7 +178,7 @@ void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string
         [self, attempt](caf::expected<bulk_parts> whole) { on_reply_payload(self, attempt, std::move(whole)); },
         clock_type::now());
     if (!here)
-      self->delayed_send(self, seconds(attempt_timeout_s(st, it->second)), bulk_atom::value, transfer_id);
+      send_later(self, seconds(attempt_timeout_s(st, it->second)), bulk_expired{transfer_id});
     return;
   }
   auto handle = st.servers.find(it->second.server_id);
@@ -214,8 +221,9 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
   const uint64_t attempt = ++st.next_attempt;
   const bool forward = !req.history.backward;
   st.in_flight.emplace(attempt, std::move(req));
-  auto ok = [self, attempt](uint64_t transfer_id, std::string& tail) {
-    on_reply(self, attempt, transfer_id, std::move(tail));
+  // The reply's bytes are parsed once whole (on_reply_payload), whichever way they came.
+  auto ok = [self, attempt](uint64_t transfer_id, auto& tail) {
+    on_reply(self, attempt, transfer_id, std::move(tail.bytes));
   };
   auto fail = [self, attempt](caf::error& err) {
     auto req = take(self->state.in_flight, attempt);
@@ -228,11 +236,13 @@ void send_attempt(self_ptr self, request req, const std::string& server_id) {
                                               : "error");
   };
   if (forward)
-    self->request(target, seconds(timeout), forward_atom::value, piece.transfer_id, std::move(piece.tail))
-        .then(ok, fail);
+    self->request(target, seconds(timeout), forward_atom::value, piece.transfer_id,
+                  encoded<proto::forward_request>{std::move(piece.tail)})
+        .then([ok](uint64_t id, encoded<proto::forward_reply>& tail) { ok(id, tail); }, fail);
   else
-    self->request(target, seconds(timeout), backward_atom::value, piece.transfer_id, std::move(piece.tail))
-        .then(ok, fail);
+    self->request(target, seconds(timeout), backward_atom::value, piece.transfer_id,
+                  encoded<proto::backward_request>{std::move(piece.tail)})
+        .then([ok](uint64_t id, encoded<proto::backward_reply>& tail) { ok(id, tail); }, fail);
 }
 
 /// The door of `server_id` answered `ask` with `ticket` (0: busy): send it
@@ -354,7 +364,7 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
   if (self->state.cfg.bulk)
     self->state.cfg.bulk->attach(caf::actor_cast<caf::actor>(self));
   subscribe(self, coordinator);
-  self->send(self, tick_atom::value);
+  self->send(self, load_balancer_local::tick{});
   auto enqueue = [self](bool forward, bulk_parts& payload, int64_t samples, std::string preferred) {
     auto promise = self->make_response_promise();
     request req;
@@ -377,23 +387,35 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
       [enqueue](backward_atom, bulk_parts& payload, int64_t samples, std::string& preferred) {
         return enqueue(false, payload, samples, std::move(preferred));
       },
-      [self](membership_atom, const std::string& bytes) { on_membership(self, bytes); },
+      [self](membership_atom, const encoded<proto::membership_update>& bytes) { on_membership(self, bytes); },
       // A restarted coordinator: the servers it knows arrive as JOINs again;
       // those still connected here are kept as they are.
       [self](subscribe_atom, const coordinator_actor& coordinator) { subscribe(self, coordinator); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id, piece);
       },
-      [self](bulk_atom, uint64_t key, bulk_parts& bytes) {
-        self->state.inbox.arrived(key, std::move(bytes), clock_type::now());
-      },
-      [self](bulk_atom, uint64_t key) { self->state.inbox.expire(key); },
-      [self](tick_atom) {
+      // Local messages (messages/local.hpp): no peer can send these.
+      [self](bulk_delivery& d) { self->state.inbox.arrived(d.key, std::move(d.parts), clock_type::now()); },
+      [self](bulk_expired e) { self->state.inbox.expire(e.key); },
+      [self](load_balancer_local::tick) {
         on_tick(self);
         retry_unreachable(self);
-        self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+        self->delayed_send(self, std::chrono::seconds(1), load_balancer_local::tick{});
       },
   };
+}
+
+caf::expected<proto::forward_reply> forward_blocking(caf::actor_system& sys, const caf::actor& balancer,
+                                                     proto::forward_request req, int64_t samples,
+                                                     caf::timespan deadline) {
+  caf::scoped_actor self{sys};
+  caf::expected<proto::forward_reply> out{caf::error{}};
+  auto replied = [&](bulk_parts& parts, const std::string& /*server*/, int32_t /*attempts*/) {
+    out = decode_parts<proto::forward_reply>(std::move(parts), "forward_reply");
+  };
+  self->request(balancer, deadline, forward_atom::value, encode_parts(req), samples)
+      .receive(replied, [&](caf::error& err) { out = std::move(err); });
+  return out;
 }
 
 }  // namespace swarm

@@ -134,4 +134,11 @@ struct load_balancer_state {
 [[nodiscard]] caf::behavior load_balancer(caf::stateful_actor<load_balancer_state>* self, load_balancer_config cfg,
                                           coordinator_actor coordinator, std::shared_ptr<metrics_sink> metrics);
 
+/// One forward through `balancer` from a start-up thread (blocking, through a
+/// scoped actor in `sys`), as a trainer would send it: the reply, or why none
+/// came within `deadline`. swarm --role generate asks its logits so.
+[[nodiscard]] caf::expected<proto::forward_reply> forward_blocking(caf::actor_system& sys, const caf::actor& balancer,
+                                                                   proto::forward_request req, int64_t samples,
+                                                                   caf::timespan deadline);
+
 }  // namespace swarm

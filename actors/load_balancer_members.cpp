@@ -155,8 +155,8 @@ void retry_unreachable(self_ptr self) {
     }
 }
 
-void on_membership(self_ptr self, const std::string& bytes) {
-  auto up = decode<proto::membership_update>(bytes, "membership_update");
+void on_membership(self_ptr self, const encoded<proto::membership_update>& bytes) {
+  auto up = decode(bytes);
   if (!up) {
     get_logger("load_balancer")->warn("stage {}: {}", self->state.cfg.stage, describe(up.error()));
     return;
@@ -179,7 +179,7 @@ void subscribe(self_ptr self, const coordinator_actor& coordinator) {
   sub.set_stage(static_cast<uint32_t>(self->state.cfg.stage));
   sub.set_config_hash(self->state.cfg.config_hash);
   sub.set_tokenizer(self->state.cfg.tokenizer);
-  self->request(coordinator, std::chrono::seconds(30), subscribe_atom::value, encode(sub))
+  self->request(coordinator, std::chrono::seconds(30), subscribe_atom::value, wrap(sub))
       .then([](const std::string&) {},
             [self](caf::error& err) {
               get_logger("load_balancer")

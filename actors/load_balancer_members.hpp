@@ -17,7 +17,7 @@ using clock_type = load_balancer_state::clock;
 
 // Membership:
 /// A membership_update from the coordinator: JOINs are dialed, LEAVEs and DOWNs removed.
-void on_membership(self_ptr self, const std::string& bytes);
+void on_membership(self_ptr self, const encoded<proto::membership_update>& bytes);
 /// Asks `coordinator` for the stage's servers, now and as they come and go.
 void subscribe(self_ptr self, const coordinator_actor& coordinator);
 /// Dials again the servers whose connection failed and whose wait is over.

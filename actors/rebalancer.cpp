@@ -8,7 +8,14 @@
 #include <caf/all.hpp>
 
 #include "base/log.hpp"
+#include "messages/local.hpp"
 #include "messages/wire.hpp"
+
+namespace swarm::rebalancer_local {
+struct tick {};  ///< its own timer: evaluate the placement (every rebalance period, at most 5 s)
+}  // namespace swarm::rebalancer_local
+
+SWARM_LOCAL_MESSAGE(swarm::rebalancer_local::tick)
 
 namespace swarm {
 
@@ -76,7 +83,7 @@ void order_move(self_ptr self, const policy::move_plan& m) {
   order.set_reason(policy::to_string(m.reason));
   order.set_predicted_gain(m.gain);
   order.set_term(term_of(self->state.cfg.leader));
-  self->send(caf::actor_cast<stage_actor>(s.handle), move_atom::value, encode(order));
+  self->send(caf::actor_cast<stage_actor>(s.handle), move_atom::value, wrap(order));
 }
 
 /// Orders what the policy says now. `tick`: load moves are allowed if a period passed.
@@ -146,9 +153,9 @@ void on_tick(self_ptr self) {
   evaluate(self, true);
 }
 
-void on_join(self_ptr self, const std::string& bytes, const caf::actor& handle) {
+void on_join(self_ptr self, const encoded<proto::register_server>& bytes, const caf::actor& handle) {
   auto& st = self->state;
-  auto reg = decode<proto::register_server>(bytes, "register_server");
+  auto reg = decode(bytes);
   if (!reg || !handle || static_cast<int>(reg->stage()) >= st.cfg.num_stages)
     return;
   const int stage = static_cast<int>(reg->stage());
@@ -179,8 +186,8 @@ void on_join(self_ptr self, const std::string& bytes, const caf::actor& handle) 
   evaluate(self, false);
 }
 
-void on_progress(self_ptr self, const std::string& bytes) {
-  auto rep = decode<proto::progress_report>(bytes, "progress_report");
+void on_progress(self_ptr self, const encoded<proto::progress_report>& bytes) {
+  auto rep = decode(bytes);
   if (!rep)
     return;
   auto it = self->state.servers.find(rep->server_id());
@@ -194,9 +201,9 @@ void on_progress(self_ptr self, const std::string& bytes) {
   s.committed = rep->committed_samples();
 }
 
-caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
+caf::result<encoded<proto::placement>> on_place(self_ptr self, const encoded<proto::placement_request>& bytes) {
   auto& st = self->state;
-  auto req = decode<proto::placement_request>(bytes, "placement_request");
+  auto req = decode(bytes);
   if (!req)
     return req.error();
   if (req->server_id().empty())
@@ -212,7 +219,7 @@ caf::result<std::string> on_place(self_ptr self, const std::string& bytes) {
   out.set_stage(static_cast<uint32_t>(p.to));
   out.set_predicted_gain(p.gain);
   out.set_term(term_of(st.cfg.leader));
-  return encode(out);
+  return wrap(out);
 }
 
 }  // namespace
@@ -244,16 +251,17 @@ rebalancer_actor::behavior_type rebalancer(self_ptr self, rebalancer_settings cf
         return;
       }
   });
-  self->send(self, tick_atom::value);
+  handle_local(self, [self](rebalancer_local::tick) {
+    on_tick(self);
+    send_later(self, seconds(std::min(self->state.cfg.coordinator.rebalance_period_s, 5.0)), rebalancer_local::tick{});
+  });
+  send_self(self, rebalancer_local::tick{});
   return {
-      [self](join_atom, const std::string& bytes, const caf::actor& handle) { on_join(self, bytes, handle); },
-      [self](progress_atom, const std::string& bytes) { on_progress(self, bytes); },
-      [self](place_atom, const std::string& bytes) { return on_place(self, bytes); },
-      [self](tick_atom) {
-        on_tick(self);
-        self->delayed_send(self, seconds(std::min(self->state.cfg.coordinator.rebalance_period_s, 5.0)),
-                           tick_atom::value);
+      [self](join_atom, const encoded<proto::register_server>& bytes, const caf::actor& handle) {
+        on_join(self, bytes, handle);
       },
+      [self](progress_atom, const encoded<proto::progress_report>& bytes) { on_progress(self, bytes); },
+      [self](place_atom, const encoded<proto::placement_request>& bytes) { return on_place(self, bytes); },
   };
 }
 

@@ -11,7 +11,25 @@
 #include "base/freeze_watch.hpp"
 #include "base/log.hpp"
 #include "messages/float_codec.hpp"
+#include "messages/local.hpp"
 #include "messages/wire.hpp"
+
+/// The round peer's own timers on a round: local (messages/local.hpp), so in no interface and from no peer.
+namespace swarm::round_peer_local {
+struct window_over {  ///< the provisional microbatch's reply window closed: the exchange may begin
+  uint64_t round = 0;
+};
+struct report_due {  ///< policy::round_clock::report: tell the averager whom it waits for
+  uint64_t round = 0;
+};
+struct round_end {  ///< policy::round_clock::end: give the round up
+  uint64_t round = 0;
+};
+}  // namespace swarm::round_peer_local
+
+SWARM_LOCAL_MESSAGE(swarm::round_peer_local::window_over)
+SWARM_LOCAL_MESSAGE(swarm::round_peer_local::report_due)
+SWARM_LOCAL_MESSAGE(swarm::round_peer_local::round_end)
 
 namespace swarm {
 
@@ -55,7 +73,7 @@ void finish(self_ptr self, const std::string& why, bool reply_late = false) {
   // The mean moves out (repairs use the reduced shards); the own gradient is
   // copied: it repairs a gone owner's shard (a failure, so rare).
   auto values = o.complete() ? r.exchange->take_result() : r.exchange->input();
-  self->send<caf::message_priority::high>(self->state.server, done_atom::value, encode(o), std::move(values));
+  self->send<caf::message_priority::high>(self->state.server, done_atom::value, wrap(o), std::move(values));
 }
 
 void send_pieces(self_ptr self, std::vector<policy::piece> out) {
@@ -81,28 +99,27 @@ void send_pieces(self_ptr self, std::vector<policy::piece> out) {
       msg.set_bulk_key(st.cfg.bulk->push(caf::actor_cast<caf::actor>(to), std::move(values)));
     else
       msg.set_values(std::move(values));
-    self->send(to, piece_atom::value, encode(msg));
+    self->send(to, piece_atom::value, wrap(msg));
   }
   if (!r.finished && r.exchange->complete())
     finish(self, "");
 }
 
-void feed(self_ptr self, const caf::actor_addr& from, const std::string& bytes) {
+void feed(self_ptr self, const caf::actor_addr& from, const proto::allreduce_piece& piece) {
   auto& r = *self->state.round;
-  auto msg = decode<proto::allreduce_piece>(bytes, "allreduce_piece");
+  const auto* msg = &piece;
   std::string why;
-  if (msg && (msg->from_rank() >= r.members.size() || r.members[msg->from_rank()].address() != from))
+  if ((msg->from_rank() >= r.members.size() || r.members[msg->from_rank()].address() != from))
     why = "sender is not the member of that rank";
   caf::expected<std::vector<float>> values{std::vector<float>{}};
-  if (msg && why.empty()) {
+  if (why.empty()) {
     values = decode_floats(msg->values(), msg->codec(),
                            static_cast<int64_t>(std::min<uint64_t>(msg->count(), 1ULL << 40)), "values");
     if (!values)
       why = describe(values.error());
   }
-  if (!msg || !why.empty()) {
-    get_logger("stage_server")
-        ->warn("{}: round {}: ignored a piece: {}", who(r), r.number, msg ? why : describe(msg.error()));
+  if (!why.empty()) {
+    get_logger("stage_server")->warn("{}: round {}: ignored a piece: {}", who(r), r.number, why);
     return;
   }
   policy::piece p;
@@ -153,7 +170,7 @@ void start_exchange(self_ptr self) {
     const auto now = clock_type::now();
     if (now < r.window_end) {
       if (!r.start_timed)
-        self->delayed_send(self, r.window_end - now, deadline_atom::value, r.id, int32_t{0});
+        send_later(self, r.window_end - now, round_peer_local::window_over{r.id});
       r.start_timed = true;
       return;
     }
@@ -220,30 +237,31 @@ void on_hello(self_ptr self, const caf::actor_addr& from, uint64_t round) {
 
 /// A piece whose values are here, from member `from`: fed to the round, kept
 /// for a round not begun yet, or dropped (an old round's).
-void route_piece(self_ptr self, const caf::actor_addr& from, const proto::allreduce_piece& head,
-                 const std::string& bytes) {
+void route_piece(self_ptr self, const caf::actor_addr& from, proto::allreduce_piece piece) {
   auto& st = self->state;
-  if (st.round && head.round() == st.round->id && st.round->begun) {
-    feed(self, from, bytes);
-  } else if (!st.round || head.round() >= st.round->id) {
+  const uint64_t round = piece.round();
+  if (st.round && round == st.round->id && st.round->begun) {
+    feed(self, from, piece);
+  } else if (!st.round || round >= st.round->id) {
     // Bounded: a round that never begins here must not grow this forever.
-    if (st.early_pieces.size() < 4 || st.early_pieces.count(head.round()) > 0)
-      st.early_pieces[head.round()].emplace_back(from, bytes);
+    if (st.early_pieces.size() < 4 || st.early_pieces.count(round) > 0)
+      st.early_pieces[round].emplace_back(from, std::move(piece));
   }
 }
 
-void on_piece(self_ptr self, const std::string& bytes) {
+void on_piece(self_ptr self, const encoded<proto::allreduce_piece>& bytes) {
   auto& st = self->state;
-  proto::allreduce_piece head;
-  if (!head.ParseFromString(bytes))
+  auto parsed = decode(bytes);
+  if (!parsed)
     return;
+  auto& head = *parsed;
   const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
   if (head.kind() == proto::allreduce_piece::HELLO) {
     on_hello(self, from, head.round());
     return;
   }
   if (head.bulk_key() == 0) {
-    route_piece(self, from, head, bytes);
+    route_piece(self, from, std::move(head));
     return;
   }
   // Its values come over the bulk connection; a piece that never comes is a
@@ -263,17 +281,17 @@ void on_piece(self_ptr self, const std::string& bytes) {
         }
         head.set_values(std::move(values->front()));
         head.set_bulk_key(0);
-        route_piece(self, from, head, encode(head));
+        route_piece(self, from, std::move(head));
       },
       bulk_inbox::clock::now());
   if (!here)
-    self->delayed_send(self, seconds(st.cfg.bulk_wait_s), bulk_atom::value, key);
+    send_later(self, seconds(st.cfg.bulk_wait_s), bulk_expired{key});
 }
 
-void on_round(self_ptr self, const std::string& bytes, const std::vector<caf::actor>& members, std::vector<float> grad,
-              int64_t samples, const std::vector<int64_t>& check) {
+void on_round(self_ptr self, const encoded<proto::round_begin>& bytes, const std::vector<caf::actor>& members,
+              std::vector<float> grad, int64_t samples, const std::vector<int64_t>& check) {
   auto& st = self->state;
-  auto begin = decode<proto::round_begin>(bytes, "round_begin");  // checked by the server
+  auto begin = decode(bytes);  // checked by the server
   if (!begin)
     return;
   int rank = -1;
@@ -306,9 +324,8 @@ void on_round(self_ptr self, const std::string& bytes, const std::vector<caf::ac
   }
   st.round = std::move(r);
   using clock = policy::round_clock;
-  self->delayed_send(self, seconds(clock::report * begin->timeout_s()), deadline_atom::value, begin->round(),
-                     int32_t{1});
-  self->delayed_send(self, seconds(clock::end * begin->timeout_s()), deadline_atom::value, begin->round(), int32_t{2});
+  send_later(self, seconds(clock::report * begin->timeout_s()), round_peer_local::report_due{begin->round()});
+  send_later(self, seconds(clock::end * begin->timeout_s()), round_peer_local::round_end{begin->round()});
   auto& rr = *st.round;
   if (begin->member_endpoints_size() != begin->members_size()) {
     start_exchange(self);  // an averager that sends no endpoints
@@ -331,7 +348,7 @@ void on_round(self_ptr self, const std::string& bytes, const std::vector<caf::ac
         hello.set_stage(r->stage);
         hello.set_round(id);
         hello.set_kind(proto::allreduce_piece::HELLO);
-        self->send(r->members[static_cast<size_t>(i)], piece_atom::value, encode(hello));
+        self->send(r->members[static_cast<size_t>(i)], piece_atom::value, wrap(hello));
         linked(self, i);
       });
   }
@@ -339,9 +356,9 @@ void on_round(self_ptr self, const std::string& bytes, const std::vector<caf::ac
     start_exchange(self);
 }
 
-void on_exclude(self_ptr self, const std::string& bytes) {
+void on_exclude(self_ptr self, const encoded<proto::round_exclude>& bytes) {
   auto& st = self->state;
-  auto ex = decode<proto::round_exclude>(bytes, "round_exclude");
+  auto ex = decode(bytes);
   if (!ex || !st.round || ex->round() != st.round->id || ex->rank() >= st.round->members.size())
     return;
   if (static_cast<int>(ex->rank()) == st.round->exchange->rank())
@@ -350,20 +367,16 @@ void on_exclude(self_ptr self, const std::string& bytes) {
     gone(self, static_cast<int>(ex->rank()));
 }
 
-void on_deadline(self_ptr self, uint64_t round, int32_t phase) {
+/// Whether `round` is the one running and not finished: a timer of an older one is spent.
+bool running(self_ptr self, uint64_t round) {
+  const auto& r = self->state.round;
+  return r && r->id == round && !r->finished;
+}
+
+/// Half the round's timeout passed: tells the averager whom it still waits for.
+void report_waiting(self_ptr self, uint64_t round) {
   auto& st = self->state;
-  if (!st.round || st.round->id != round || st.round->finished)
-    return;
-  if (phase == 0) {
-    if (st.round->unready.empty())
-      start_exchange(self);
-    return;
-  }
-  if (phase == 2) {
-    finish(self, "round deadline passed");
-    return;
-  }
-  if (!st.averager)
+  if (!running(self, round) || !st.averager)
     return;
   proto::round_waiting w;
   w.set_stage(st.round->stage);
@@ -376,7 +389,7 @@ void on_deadline(self_ptr self, uint64_t round, int32_t phase) {
   }
   get_logger("stage_server")
       ->warn("{}: round {} not done after half its timeout; waiting for {}", who(*st.round), st.round->number, names);
-  self->send(st.averager, waiting_atom::value, encode(w));
+  self->send(st.averager, waiting_atom::value, wrap(w));
 }
 
 }  // namespace
@@ -398,24 +411,33 @@ round_peer_actor::behavior_type round_peer(self_ptr self, round_peer_config cfg,
       if (st.round->members[i].address() == msg.source)
         gone(self, static_cast<int>(i));
   });
+  handle_local(
+      self,
+      [self](bulk_delivery& d) { self->state.inbox.arrived(d.key, std::move(d.parts), bulk_inbox::clock::now()); },
+      [self](bulk_expired e) { self->state.inbox.expire(e.key); },
+      [self](round_peer_local::window_over t) {
+        if (running(self, t.round) && self->state.round->unready.empty())
+          start_exchange(self);
+      },
+      [self](round_peer_local::report_due t) { report_waiting(self, t.round); },
+      [self](round_peer_local::round_end t) {
+        if (running(self, t.round))
+          finish(self, "round deadline passed");
+      });
   return {
-      [self](round_atom, const std::string& bytes, const std::vector<caf::actor>& members, std::vector<float>& grad,
-             int64_t samples, const averager_actor& averager, const std::vector<int64_t>& check) {
+      [self](round_atom, const encoded<proto::round_begin>& bytes, const std::vector<caf::actor>& members,
+             std::vector<float>& grad, int64_t samples, const averager_actor& averager,
+             const std::vector<int64_t>& check) {
         self->state.averager = averager;
         on_round(self, bytes, members, std::move(grad), samples, check);
       },
-      [self](piece_atom, const std::string& bytes) { on_piece(self, bytes); },
-      [self](exclude_atom, const std::string& bytes) { on_exclude(self, bytes); },
-      [self](deadline_atom, uint64_t round, int32_t phase) { on_deadline(self, round, phase); },
+      [self](piece_atom, const encoded<proto::allreduce_piece>& bytes) { on_piece(self, bytes); },
+      [self](exclude_atom, const encoded<proto::round_exclude>& bytes) { on_exclude(self, bytes); },
       [self](abandon_atom, uint64_t round) {
         auto& r = self->state.round;
         if (r && r->id == round)
           r->finished = true;  // the server gave it up already: no outcome owed
       },
-      [self](bulk_atom, uint64_t key, bulk_parts& bytes) {
-        self->state.inbox.arrived(key, std::move(bytes), bulk_inbox::clock::now());
-      },
-      [self](bulk_atom, uint64_t key) { self->state.inbox.expire(key); },
   };
 }
 

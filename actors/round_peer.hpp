@@ -37,6 +37,7 @@
 #include "base/metrics.hpp"
 #include "messages/protocol.hpp"
 #include "net/bulk.hpp"
+#include "swarm.pb.h"
 
 namespace swarm {
 
@@ -82,7 +83,8 @@ struct round_peer_state {
   stage_actor server;
   averager_actor averager;  ///< from the last round: whom to tell what it waits for
   std::optional<exchange_round> round;
-  std::map<uint64_t, std::vector<std::pair<caf::actor_addr, std::string>>> early_pieces;  ///< rounds not begun here yet
+  std::map<uint64_t, std::vector<std::pair<caf::actor_addr, proto::allreduce_piece>>>
+      early_pieces;  ///< rounds not begun here yet
   std::map<uint64_t, std::set<caf::actor_addr>> early_hellos;
   std::set<caf::actor_addr> monitored;  ///< other members' peers, so a round learns of their death (once each)
   bulk_inbox inbox;

@@ -49,7 +49,21 @@ caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& r
 namespace {
 
 using self_ptr = stage_actor::stateful_pointer<stage_server_state>;
-using reply_t = caf::result<uint64_t, std::string>;
+/// The reply a request of type Req gets: (transfer id, its encoded reply).
+template <class Req>
+struct reply_of;
+template <>
+struct reply_of<proto::forward_request> {
+  using type = proto::forward_reply;
+};
+template <>
+struct reply_of<proto::backward_request> {
+  using type = proto::backward_reply;
+};
+template <class Req>
+using reply_t = caf::result<uint64_t, encoded<typename reply_of<Req>::type>>;
+template <class Req>
+using promise_t = caf::typed_response_promise<uint64_t, encoded<typename reply_of<Req>::type>>;
 using clock_type = std::chrono::steady_clock;
 
 /// Where a reply goes: the transfer id and the inline bytes to answer with. A
@@ -159,7 +173,7 @@ void held_reply_sent(self_ptr self) {
   h->sent = true;
   h->sent_at = clock_type::now();
   h->slack_s = h->reply_deadline - unix_seconds();
-  self->delayed_send(self, settle_after, settle_atom::value, h->id);
+  send_later(self, settle_after, stage_server_local::settle_due{h->id});
 }
 
 /// Decodes, validates and runs one request of type Req on `run`: the reply
@@ -183,8 +197,7 @@ caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf:
     }
   } release{self, req->ticket()};
   const auto stage = static_cast<uint32_t>(st.worker->span().stage);
-  if (st.member.draining() || st.member.stopping ||
-      (req->stage() != stage && st.member.left_stages.count(req->stage()) > 0))
+  if (!takes_requests(st.member.phase) || (req->stage() != stage && st.member.left_stages.count(req->stage()) > 0))
     return reject(self, requester, op,
                   make_error(errc::LEAVING, "this server left stage " + std::to_string(req->stage())));
   if (past_deadline(*req)) {
@@ -223,7 +236,7 @@ caf::expected<std::pair<uint64_t, std::string>> handle(self_ptr self, const caf:
 /// (stage_server.hpp, "Staleness").
 template <class Req, class Run>
 void run_or_defer(self_ptr self, const caf::strong_actor_ptr& requester, const char* op,
-                  caf::expected<bulk_parts> payload, Run run, caf::typed_response_promise<uint64_t, std::string> rp) {
+                  caf::expected<bulk_parts> payload, Run run, promise_t<Req> rp) {
   auto& st = self->state;
   const bool adds = !std::is_same_v<Req, proto::forward_request> || st.worker->span().has_head();
   if (adds && st.cfg.server.stale_wait_s > 0 && st.avg.in_round() && st.serving.waited_out != st.avg.round->id &&
@@ -235,7 +248,7 @@ void run_or_defer(self_ptr self, const caf::strong_actor_ptr& requester, const c
   }
   auto r = handle<Req>(self, requester, op, std::move(payload), run);
   if (r)
-    rp.deliver(r->first, std::move(r->second));
+    rp.deliver(r->first, encoded<typename reply_of<Req>::type>{std::move(r->second)});
   else
     rp.deliver(r.error());
 }
@@ -243,10 +256,10 @@ void run_or_defer(self_ptr self, const caf::strong_actor_ptr& requester, const c
 /// A forward or backward request: its payload inline (reassembled from
 /// chunks) or over the bulk connection (answered once its bytes are here).
 template <class Req, class Run>
-reply_t receive_request(self_ptr self, const char* op, uint64_t transfer_id, std::string tail, Run run) {
+reply_t<Req> receive_request(self_ptr self, const char* op, uint64_t transfer_id, std::string tail, Run run) {
   auto& st = self->state;
   const auto requester = self->current_sender();
-  auto rp = self->make_response_promise<uint64_t, std::string>();
+  auto rp = self->make_response_promise<uint64_t, encoded<typename reply_of<Req>::type>>();
   if (!is_bulk(transfer_id)) {
     run_or_defer<Req>(
         self, requester, op,
@@ -260,7 +273,7 @@ reply_t receive_request(self_ptr self, const char* op, uint64_t transfer_id, std
       },
       bulk_inbox::clock::now());
   if (!here)
-    self->delayed_send(self, seconds(st.cfg.bulk_wait_s), bulk_atom::value, transfer_id);
+    send_later(self, seconds(st.cfg.bulk_wait_s), bulk_expired{transfer_id});
   return rp;
 }
 
@@ -362,24 +375,41 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
       return;
     moving::stop(self, msg.reason);
   });
+  handle_local(
+      self,
+      [self](bulk_delivery& d) { self->state.inbox.arrived(d.key, std::move(d.parts), bulk_inbox::clock::now()); },
+      [self](bulk_expired e) { self->state.inbox.expire(e.key); },
+      [self](stage_server_local::settle_due due) {
+        const auto& h = self->state.serving.held;
+        if (!h || h->id != due.held)
+          return;  // settled already, by a later microbatch
+        settle_held(self);
+        averaging::report_progress(self, false);
+      },
+      [self](stage_server_local::round_overdue o) { averaging::on_round_overdue(self, o.round); },
+      [self](stage_server_local::stale_wait_over o) { averaging::on_stale_wait_over(self, o.round); },
+      [self](stage_server_local::leave_check) { moving::stop_when_handed_in(self, true); },
+      [self](stage_server_local::move_again& m) { moving::on_move(self, m.order); });
   return {
-      [self](forward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
-        return receive_request<proto::forward_request>(self, "forward_request", transfer_id, std::move(tail),
+      [self](forward_atom, uint64_t transfer_id, encoded<proto::forward_request>& tail) {
+        return receive_request<proto::forward_request>(self, "forward_request", transfer_id, std::move(tail.bytes),
                                                        [self](proto::forward_request& r, const commit_gate& g) {
                                                          return serve_forward(*self->state.worker, std::move(r),
                                                                               g);  // takes only r's tensor bytes
                                                        });
       },
-      [self](backward_atom, uint64_t transfer_id, std::string tail) -> reply_t {
-        return receive_request<proto::backward_request>(self, "backward_request", transfer_id, std::move(tail),
+      [self](backward_atom, uint64_t transfer_id, encoded<proto::backward_request>& tail) {
+        return receive_request<proto::backward_request>(self, "backward_request", transfer_id, std::move(tail.bytes),
                                                         [self](proto::backward_request& r, const commit_gate& g) {
                                                           return serve_backward(*self->state.worker, std::move(r), g);
                                                         });
       },
-      [self](state_atom, uint64_t transfer_id, std::string tail) -> reply_t {
+      [self](state_atom, uint64_t transfer_id,
+             encoded<proto::state_request>& tail) -> caf::result<uint64_t, encoded<proto::state_reply>> {
         auto& st = self->state;
         const auto requester = self->current_sender();
-        auto payload = st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id, std::move(tail));
+        auto payload =
+            st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id, std::move(tail.bytes));
         auto req = payload ? decode<proto::state_request>(*payload, "state_request")
                            : caf::expected<proto::state_request>{payload.error()};
         if (!req)
@@ -400,34 +430,21 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
                     req->server_id());
         // Never bulk: a joining server downloads with a scoped actor, which cannot claim.
         auto [id, bytes] = send_reply(self, requester, rep, false);
-        return {id, std::move(bytes)};
+        return {id, encoded<proto::state_reply>{std::move(bytes)}};
       },
-      [self](round_atom, const std::string& bytes, const std::vector<caf::actor>& members) {
+      [self](round_atom, const encoded<proto::round_begin>& bytes, const std::vector<caf::actor>& members) {
         averaging::on_round_begin(self, bytes, members);
       },
-      [self](done_atom, const std::string& bytes, const std::vector<float>& mean) {
+      [self](done_atom, const encoded<proto::round_outcome>& bytes, const std::vector<float>& mean) {
         averaging::on_outcome(self, bytes, mean);
       },
-      [self](deadline_atom, uint64_t round, int32_t phase) { averaging::on_deadline(self, round, phase); },
-      [self](reload_atom, const std::string& bytes, const caf::actor& peer) {
+      [self](reload_atom, const encoded<proto::reload_order>& bytes, const caf::actor& peer) {
         averaging::on_reload(self, bytes, peer);
       },
-      [self](register_atom, const std::string& bytes, const caf::actor& coordinator) {
+      [self](register_atom, const encoded<proto::register_server>& bytes, const caf::actor& coordinator) {
         return moving::on_register(self, bytes, coordinator);
       },
-      [self](move_atom, const std::string& bytes) { moving::on_move(self, bytes); },
-      [self](bulk_atom, uint64_t key, bulk_parts& bytes) {
-        self->state.inbox.arrived(key, std::move(bytes), bulk_inbox::clock::now());
-      },
-      [self](bulk_atom, uint64_t key) { self->state.inbox.expire(key); },
-      [self](settle_atom, uint64_t id) {
-        const auto& h = self->state.serving.held;
-        if (!h || h->id != id)
-          return;  // settled already, by a later microbatch
-        settle_held(self);
-        averaging::report_progress(self, false);
-      },
-      [self](leave_atom) { moving::stop_when_handed_in(self, true); },
+      [self](move_atom, const encoded<proto::move_order>& bytes) { moving::on_move(self, bytes); },
       [self](door_atom) { return caf::actor_cast<caf::actor>(self->state.door); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());

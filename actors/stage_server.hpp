@@ -39,8 +39,8 @@
 //
 // Moving (actors/stage_server_move.hpp): told by the rebalancer, the server
 // stops taking requests (LEAVING: retried elsewhere, nothing computed), finishes
-// a round or reload it is in, leaves its stage and serves another:
-//   serving --(move order)--> draining --(no round or reload left)--> moving --(registered)--> serving
+// a round or reload it is in, leaves its stage and serves another; its phases
+// and their transitions are in actors/stage_server_phase.hpp.
 // A server reports `server_exit` for every stage it stops serving: on exit, and
 // on leaving a stage for another (then with `moved_to`).
 
@@ -58,10 +58,12 @@
 
 #include "base/metrics.hpp"
 #include "actors/round_peer.hpp"
+#include "actors/stage_server_phase.hpp"
 #include "config/config.hpp"
 #include "net/bulk.hpp"
 #include "net/chunks.hpp"
 #include "policy/admission.hpp"
+#include "messages/local.hpp"
 #include "messages/protocol.hpp"
 #include "models/checkpoint.hpp"
 #include "models/stage_worker.hpp"
@@ -202,33 +204,35 @@ struct averaging_state {
   }
 };
 
-/// Registration and moving (the drawn states serving -> draining -> moving);
+/// Registration, moving and stopping (actors/stage_server_phase.hpp);
 /// written by actors/stage_server_move.cpp only.
 struct membership_state {
+  server_phase phase = server_phase::starting;  ///< changed by moving::enter() only
   coordinator_actor coordinator;        ///< set by the node's register message; again after a coordinator restart
   averager_actor averager;              ///< fetched on registering; again after a coordinator restart
   proto::register_server registration;  ///< as last sent; its stage is the one served now
   bool registered = false;              ///< registered at least once (server_exit is owed)
   std::chrono::steady_clock::time_point registered_at;  ///< last registration: rounds after a later freeze are given up
-  std::optional<proto::move_order> move;                ///< ordered, not done: draining, requests are refused meanwhile
+  std::optional<proto::move_order> move;                ///< ordered, not done (draining, moving)
   std::chrono::steady_clock::time_point move_ordered;
   bool hand_in_timer = false;  ///< the move's wait for a round to hand its gradient to is timed
-  /// Stopped on purpose, when: requests refused, its gradient waits for a round (moving::hand_in_before_stop).
-  std::optional<std::chrono::steady_clock::time_point> stopping;
+  /// Stopping since (its gradient waits for a round: moving::hand_in_before_stop).
+  std::chrono::steady_clock::time_point stopping_since;
   int64_t stopping_samples = 0;    ///< gradient samples held when stopped
   std::set<uint32_t> left_stages;  ///< stages it served before: their late requests get LEAVING, not an error
   int64_t newest_term = 0;         ///< the newest coordinator term seen (Fencing, moving::accept_term)
   /// First checkpoint due from here
   std::chrono::steady_clock::time_point serving_since = std::chrono::steady_clock::now();
 
-  [[nodiscard]] bool draining() const { return move.has_value(); }
+  [[nodiscard]] bool draining() const { return phase == server_phase::draining; }
 };
 
 /// The actor's state, one sub-struct per file that writes it, so a reader sees
-/// who may change what. The drawn states are fields, not CAF behaviors: a typed
-/// actor's every behavior must handle its whole interface (10 handlers here),
-/// and draining differs from serving in one line of one handler; moving blocks
-/// the (detached) actor and is never seen by a handler.
+/// who may change what. Its phases (actors/stage_server_phase.hpp) are one
+/// field with coded transitions, not CAF behaviors: a typed actor's every
+/// behavior must handle its whole interface (10 handlers here), and draining
+/// differs from serving in one line of one handler; moving blocks the
+/// (detached) actor and is never seen by a handler.
 struct stage_server_state {
   static inline const char* name = "stage_server";
 
@@ -246,6 +250,23 @@ struct stage_server_state {
   averaging_state avg;
   membership_state member;
 };
+
+/// The server's own messages: local (messages/local.hpp), so in no interface and from no peer.
+namespace stage_server_local {
+struct round_overdue {  ///< its round peer gave no outcome by the round's end (+5 s)
+  uint64_t round = 0;
+};
+struct stale_wait_over {  ///< requests deferred for this round's step stop waiting ("Staleness")
+  uint64_t round = 0;
+};
+struct settle_due {  ///< the held microbatch's settle_after is up ("Exactly once")
+  uint64_t held = 0;
+};
+struct leave_check {};  ///< stopping on purpose: is its gradient handed in? (moving::stop_when_handed_in)
+struct move_again {     ///< a move order it put off may go on (moving::on_move)
+  encoded<proto::move_order> order;
+};
+}  // namespace stage_server_local
 
 [[nodiscard]] stage_actor::behavior_type stage_server(stage_actor::stateful_pointer<stage_server_state> self,
                                                       stage_server_config cfg, std::shared_ptr<stage_worker> worker,
@@ -276,3 +297,9 @@ void release_deferred(stage_actor::stateful_pointer<stage_server_state> self);
                                      std::chrono::steady_clock::time_point started, metrics_sink& metrics);
 
 }  // namespace swarm
+
+SWARM_LOCAL_MESSAGE(swarm::stage_server_local::round_overdue)
+SWARM_LOCAL_MESSAGE(swarm::stage_server_local::stale_wait_over)
+SWARM_LOCAL_MESSAGE(swarm::stage_server_local::settle_due)
+SWARM_LOCAL_MESSAGE(swarm::stage_server_local::leave_check)
+SWARM_LOCAL_MESSAGE(swarm::stage_server_local::move_again)

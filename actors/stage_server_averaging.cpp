@@ -36,7 +36,7 @@ void send_done(server_ptr self, const server_round& r, bool applied) {
   done.set_taken(static_cast<uint64_t>(r.samples));
   if (applied)
     done.set_grad_norm(st.worker->last_grad_norm());
-  self->send(st.member.averager, done_atom::value, encode(done));
+  self->send(st.member.averager, done_atom::value, wrap(done));
   st.avg.reported_samples = st.worker->accumulated_samples();
 }
 
@@ -186,14 +186,14 @@ void report_progress(server_ptr self, bool force) {
   rep.set_reloads(st.avg.reloads);
   rep.set_busy_seconds(st.serving.busy_s);
   rep.set_committed_samples(static_cast<uint64_t>(st.counters->committed_samples));
-  rep.set_leaving(st.member.stopping.has_value());
-  self->send(st.member.averager, progress_atom::value, encode(rep));
+  rep.set_leaving(st.member.phase == server_phase::stopping);
+  self->send(st.member.averager, progress_atom::value, wrap(rep));
 }
 
-void on_round_begin(server_ptr self, const std::string& bytes, const std::vector<caf::actor>& members) {
+void on_round_begin(server_ptr self, const encoded<proto::round_begin>& bytes, const std::vector<caf::actor>& members) {
   auto& st = self->state;
   auto log = get_logger("stage_server");
-  auto begin = decode<proto::round_begin>(bytes, "round_begin");
+  auto begin = decode(bytes);
   if (!begin || begin->members_size() != static_cast<int>(members.size()) || !std::isfinite(begin->timeout_s()) ||
       begin->timeout_s() <= 0) {
     log->warn("stage {}: ignored a malformed round_begin", stage_of(self));
@@ -245,26 +245,29 @@ void on_round_begin(server_ptr self, const std::string& bytes, const std::vector
   st.avg.round->stale_samples = grad.stale_samples;
   self->send(st.avg.peer, round_atom::value, bytes, members, std::move(grad.values), grad.samples, st.member.averager,
              std::move(check));
-  self->delayed_send(self, seconds(policy::round_clock::end * begin->timeout_s() + 5.0), deadline_atom::value, r.id,
-                     int32_t{2});
+  send_later(self, seconds(policy::round_clock::end * begin->timeout_s() + 5.0),
+             stage_server_local::round_overdue{r.id});
   if (st.cfg.server.stale_wait_s > 0)
-    self->delayed_send(self, seconds(st.cfg.server.stale_wait_s), deadline_atom::value, r.id, int32_t{3});
+    send_later(self, seconds(st.cfg.server.stale_wait_s), stage_server_local::stale_wait_over{r.id});
 }
 
-void on_deadline(server_ptr self, uint64_t round, int32_t phase) {
+void on_round_overdue(server_ptr self, uint64_t round) {
   auto& st = self->state;
-  if (!st.avg.in_round() || st.avg.round->id != round)
-    return;
-  if (phase == 3) {
-    st.serving.waited_out = round;
-    release_deferred(self);
-  } else
+  if (st.avg.in_round() && st.avg.round->id == round)
     give_up(self, "its round peer gave no outcome by the round's end");
 }
 
-void on_outcome(server_ptr self, const std::string& bytes, const std::vector<float>& mean) {
+void on_stale_wait_over(server_ptr self, uint64_t round) {
   auto& st = self->state;
-  auto o = decode<proto::round_outcome>(bytes, "round_outcome");
+  if (!st.avg.in_round() || st.avg.round->id != round)
+    return;
+  st.serving.waited_out = round;
+  release_deferred(self);
+}
+
+void on_outcome(server_ptr self, const encoded<proto::round_outcome>& bytes, const std::vector<float>& mean) {
+  auto& st = self->state;
+  auto o = decode(bytes);
   if (!o || !st.avg.round || st.avg.round->id != o->round())
     return;
   finish(self, "", *o, mean);

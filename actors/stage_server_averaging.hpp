@@ -24,16 +24,17 @@ using server_ptr = stage_actor::stateful_pointer<stage_server_state>;
 /// Sends a progress report when the accumulated samples changed (or `force`).
 void report_progress(server_ptr self, bool force);
 /// A round begins: hands the accumulated gradient to the round peer (or gives up at once when not at its step).
-void on_round_begin(server_ptr self, const std::string& bytes, const std::vector<caf::actor>& members);
+void on_round_begin(server_ptr self, const encoded<proto::round_begin>& bytes, const std::vector<caf::actor>& members);
 /// The round peer's outcome of a round (round_outcome) and, when complete, the mean gradient: the step.
-void on_outcome(server_ptr self, const std::string& bytes, const std::vector<float>& mean);
-/// Its own timers on `round`: phase 3 at --stale-wait, the requests deferred for
-/// its step run now; phase 2 a little after the round's end, a round its peer
-/// never answered (it cannot happen unless the peer is stuck) is given up.
-void on_deadline(server_ptr self, uint64_t round, int32_t phase);
+void on_outcome(server_ptr self, const encoded<proto::round_outcome>& bytes, const std::vector<float>& mean);
+/// Its own timer, a little after `round`'s end: a round its peer never answered
+/// (it cannot happen unless the peer is stuck) is given up.
+void on_round_overdue(server_ptr self, uint64_t round);
+/// Its own timer at --stale-wait into `round`: the requests deferred for its step run now.
+void on_stale_wait_over(server_ptr self, uint64_t round);
 /// A reload order (actors/stage_server_reload.cpp): copy an up-to-date peer's
 /// state, or with no peer named, load the stage's newest checkpoint if it is ahead.
-void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer);
+void on_reload(server_ptr self, const encoded<proto::reload_order>& bytes, const caf::actor& peer);
 /// The server registers again (its coordinator link dropped): the averager
 /// counted it out of the round it was in, and the other members finished
 /// without it, so that round is given up (else it would wait for pieces that

@@ -39,11 +39,11 @@ caf::error register_now(server_ptr self) {
   caf::scoped_actor blocking{self->system()};
   int64_t term = 0;
   blocking
-      ->request(st.member.coordinator, std::chrono::seconds(10), register_atom::value, encode(st.member.registration),
+      ->request(st.member.coordinator, std::chrono::seconds(10), register_atom::value, wrap(st.member.registration),
                 caf::actor_cast<stage_actor>(self), caf::actor_cast<caf::actor>(st.avg.peer))
       .receive(
-          [&](const std::string& bytes) {
-            if (auto rep = decode<proto::register_reply>(bytes, "register_reply"))
+          [&](const encoded<proto::register_reply>& bytes) {
+            if (auto rep = decode(bytes))
               term = rep->term();
           },
           [&](caf::error& err) { refused = std::move(err); });
@@ -59,6 +59,7 @@ caf::error register_now(server_ptr self) {
     return refused;
   st.member.registered = true;
   st.member.registered_at = clock_type::now();
+  enter(self, phase_event::registered);
   averaging::report_progress(self, true);
   return caf::none;
 }
@@ -76,14 +77,14 @@ caf::error download_from(caf::actor_system& sys, const proto::membership_update&
   req.set_server_id(server_id);
   caf::scoped_actor self{sys};
   caf::expected<std::string> whole{caf::error{}};
-  self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
+  self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, wrap(req))
       .receive(
-          [&](uint64_t transfer_id, std::string& tail) {
+          [&](uint64_t transfer_id, encoded<proto::state_reply>& tail) {
             // A chunked reply's leading pieces came first and wait in the mailbox.
             chunk_assembler chunks;
             self->receive_while([&] { return self->mailbox().size() > 0; })(
                 [&](chunk_atom, uint64_t id, const std::string& piece) { chunks.add(handle.address(), id, piece); });
-            whole = chunks.finish(handle.address(), transfer_id, std::move(tail));
+            whole = chunks.finish(handle.address(), transfer_id, std::move(tail.bytes));
           },
           [&](caf::error& err) { whole = std::move(err); });
   return adopt_state(worker, whole, server_id, peer.server_id(), started, metrics);
@@ -94,6 +95,7 @@ void move_now(server_ptr self) {
   auto& st = self->state;
   auto log = get_logger("stage_server");
   const auto order = *st.member.move;
+  enter(self, phase_event::drained);
   const int from = stage_of(self);
   const int to = static_cast<int>(order.to_stage());
   // The old stage: its gradient not averaged yet goes with it.
@@ -108,7 +110,7 @@ void move_now(server_ptr self) {
   note.set_server_id(st.cfg.server_id);
   note.set_to_stage(static_cast<uint32_t>(to));
   if (st.member.coordinator)
-    self->send(st.member.coordinator, leave_atom::value, encode(note));
+    self->send(st.member.coordinator, leave_atom::value, wrap(note));
   st.member.left_stages.insert(static_cast<uint32_t>(from));
   st.member.left_stages.erase(static_cast<uint32_t>(to));
   // The new stage: its layers, then its state from a peer.
@@ -137,6 +139,7 @@ void move_now(server_ptr self) {
   st.avg.begin_stage(st.worker->parameter_hash());
   st.member.move.reset();
   st.member.hand_in_timer = false;
+  enter(self, phase_event::moved);
   if (reachable)
     if (auto err = register_now(self))
       log->warn("stage {}: registering failed: {}; its node registers it when the coordinator is back", to,
@@ -156,8 +159,9 @@ void move_now(server_ptr self) {
 
 }  // namespace
 
-caf::result<std::string> on_register(server_ptr self, const std::string& bytes, const caf::actor& coordinator) {
-  auto reg = decode<proto::register_server>(bytes, "register_server");
+caf::result<std::string> on_register(server_ptr self, const encoded<proto::register_server>& bytes,
+                                     const caf::actor& coordinator) {
+  auto reg = decode(bytes);
   if (!reg)
     return reg.error();
   if (!coordinator)
@@ -168,6 +172,18 @@ caf::result<std::string> on_register(server_ptr self, const std::string& bytes, 
   if (auto err = register_now(self))
     return err;
   return std::string{};
+}
+
+bool enter(server_ptr self, phase_event event) {
+  auto& m = self->state.member;
+  const auto to = next_phase(m.phase, event);
+  if (!to)
+    return false;
+  if (*to != m.phase)
+    get_logger("stage_server")
+        ->debug("stage {}: {} -> {} ({})", stage_of(self), to_string(m.phase), to_string(*to), to_string(event));
+  m.phase = *to;
+  return true;
 }
 
 bool accept_term(server_ptr self, int64_t term, const char* what) {
@@ -187,18 +203,18 @@ bool accept_term(server_ptr self, int64_t term, const char* what) {
   return false;
 }
 
-void on_move(server_ptr self, const std::string& bytes) {
+void on_move(server_ptr self, const encoded<proto::move_order>& bytes) {
   auto& st = self->state;
   auto log = get_logger("stage_server");
-  auto order = decode<proto::move_order>(bytes, "move_order");
+  auto order = decode(bytes);
   if (order && !accept_term(self, order->term(), "move"))
     return;
   const auto here = static_cast<uint32_t>(stage_of(self));
   if (!order || order->stage() != here || order->to_stage() == here ||
       order->to_stage() >= static_cast<uint32_t>(st.cfg.num_stages) ||
-      (st.member.move && st.member.move->to_stage() != order->to_stage())) {
-    log->warn("stage {}: ignored a move order{}", here,
-              order ? " that does not fit (stage, target or a move under way)" : "");
+      (st.member.move && st.member.move->to_stage() != order->to_stage()) || !enter(self, phase_event::move_ordered)) {
+    log->warn("stage {}: ignored a move order{} ({})", here,
+              order ? " that does not fit (stage, target or a move under way)" : "", to_string(st.member.phase));
     return;
   }
   if (!st.member.move) {
@@ -215,7 +231,7 @@ void on_move(server_ptr self, const std::string& bytes) {
   if (st.worker->accumulated_samples() + st.worker->held_samples() > 0 && !waited) {
     if (!st.member.hand_in_timer) {
       st.member.hand_in_timer = true;
-      self->delayed_send(self, hand_in_wait, move_atom::value, bytes);
+      send_later(self, hand_in_wait, stage_server_local::move_again{bytes});
     }
     return;
   }
@@ -224,13 +240,13 @@ void on_move(server_ptr self, const std::string& bytes) {
 
 void resume(server_ptr self) {
   if (self->state.member.move)
-    self->send(self, move_atom::value, encode(*self->state.member.move));
+    send_self(self, stage_server_local::move_again{wrap(*self->state.member.move)});
   stop_when_handed_in(self, false);
 }
 
 bool hand_in_before_stop(server_ptr self) {
   auto& st = self->state;
-  if (st.member.stopping)
+  if (st.member.phase == server_phase::stopping)
     return true;  // already waiting
   const bool coordinator = st.member.averager && coordinator_up(st);
   const int64_t samples = st.worker->accumulated_samples();
@@ -240,7 +256,8 @@ bool hand_in_before_stop(server_ptr self) {
   // the step it had reported: test_durability failed so once in a fresh clone).
   if (!st.member.registered || st.member.draining() || !coordinator || (samples == 0 && !st.avg.busy()))
     return false;
-  st.member.stopping = clock_type::now();
+  enter(self, phase_event::stop_asked);
+  st.member.stopping_since = clock_type::now();
   st.member.stopping_samples = samples;
   get_logger("stage_server")
       ->info("stage {}: stopping; handing {} samples of gradient to a round first (at most {} s)", stage_of(self),
@@ -252,15 +269,15 @@ bool hand_in_before_stop(server_ptr self) {
 
 void stop_when_handed_in(server_ptr self, bool from_timer) {
   auto& st = self->state;
-  if (!st.member.stopping || st.avg.busy())
+  if (st.member.phase != server_phase::stopping || st.avg.busy())
     return;  // the round's end calls again
   const bool handed_in = st.worker->accumulated_samples() == 0;
-  if (handed_in || !coordinator_up(st) || clock_type::now() - *st.member.stopping >= stop_hand_in_wait) {
+  if (handed_in || !coordinator_up(st) || clock_type::now() - st.member.stopping_since >= stop_hand_in_wait) {
     stop(self, caf::exit_reason::user_shutdown);
     return;
   }
   if (from_timer)
-    self->delayed_send(self, std::chrono::milliseconds(100), leave_atom::value);
+    send_later(self, std::chrono::milliseconds(100), stage_server_local::leave_check{});
 }
 
 void stop(server_ptr self, const caf::error& reason) {
@@ -268,8 +285,8 @@ void stop(server_ptr self, const caf::error& reason) {
   if (reason == caf::exit_reason::user_shutdown) {
     checkpointing::on_stop(self);
     // So that no round starts with it (the averager hears of its exit later).
-    if (!st.member.stopping)
-      st.member.stopping = clock_type::now();
+    if (enter(self, phase_event::stop_asked) && st.member.stopping_since == clock_type::time_point{})
+      st.member.stopping_since = clock_type::now();
     averaging::report_progress(self, true);
   }
   if (st.member.registered) {
@@ -283,7 +300,7 @@ void stop(server_ptr self, const caf::error& reason) {
                                         {"server", st.cfg.server_id},
                                         {"samples", std::max(st.member.stopping_samples, left)},
                                         {"handed_in", left == 0},
-                                        {"seconds", seconds_since(*st.member.stopping)}});
+                                        {"seconds", seconds_since(st.member.stopping_since)}});
   }
   report_exit(self, -1);
   self->quit(reason);
@@ -336,8 +353,8 @@ state_source download_state(caf::actor_system& sys, const coordinator_actor& coo
   caf::expected<proto::server_list> peers{make_error(errc::PEER_GONE, "the coordinator is not reachable")};
   caf::scoped_actor self{sys};
   if (coord)
-    self->request(coord, std::chrono::seconds(10), peers_atom::value, encode(query))
-        .receive([&](const std::string& bytes) { peers = decode<proto::server_list>(bytes, "server_list"); },
+    self->request(coord, std::chrono::seconds(10), peers_atom::value, wrap(query))
+        .receive([&](const encoded<proto::server_list>& bytes) { peers = decode(bytes); },
                  [&](caf::error& err) { peers = std::move(err); });
   if (!peers)
     log->warn("cannot list the peers of stage {} ({})", stage, describe(peers.error()));

@@ -1,23 +1,9 @@
 #pragma once
 // The stage server's membership: registering with the coordinator, copying a
 // stage's state from a live peer (on joining and on moving), and moving to
-// another stage when the rebalancer says so (actors/rebalancer.hpp).
-//
-//   serving --(move_order)--> draining: requests refused with LEAVING (load
-//     balancers re-send them elsewhere; nothing was computed), reload orders
-//     turned down; a round or reload it is in ends first and then re-sends it
-//     the order; with gradient accumulated it waits for the stage's next round
-//     and hands it in (at most 10 s after the order)
-//   draining --> moving: server_exit for the old stage (with gradient still not
-//     averaged counted in dropped_samples), leave_notice to the coordinator,
-//     the new stage's layers built, its state copied from a live peer (initial
-//     parameters when none holds it), registered for the new stage
-//   moving --> serving: `rebalance` written (seconds from the order)
-//   serving --(exit message, user_shutdown)--> stopping: with gradient held and
-//     the coordinator there, requests refused with LEAVING and a progress
-//     report saying so; the averager starts a round with what the stage holds
-//     (a short step), and the server exits when it ends (at most 2 s)
-// The actor blocks while moving (it is detached, and has left its old stage).
+// another stage when the rebalancer says so (actors/rebalancer.hpp), stopping
+// on purpose: the phases of actors/stage_server_phase.hpp, each transition
+// made through enter().
 
 #include <string>
 
@@ -33,9 +19,12 @@ using server_ptr = stage_actor::stateful_pointer<stage_server_state>;
 /// (Re)registers with `coordinator` (the node's message: at start and after a
 /// coordinator restart) as a server of the stage it serves now, whatever stage
 /// the node's registration names; "" or the coordinator's refusal.
-[[nodiscard]] caf::result<std::string> on_register(server_ptr self, const std::string& bytes,
+[[nodiscard]] caf::result<std::string> on_register(server_ptr self, const encoded<proto::register_server>& bytes,
                                                    const caf::actor& coordinator);
-void on_move(server_ptr self, const std::string& bytes);
+void on_move(server_ptr self, const encoded<proto::move_order>& bytes);
+/// The phase `event` leads to (actors/stage_server_phase.hpp); false, and the
+/// phase kept, when that event cannot happen in the phase it is in.
+bool enter(server_ptr self, phase_event event);
 /// Fencing: whether an order (`what`: round, reload, move) of coordinator term
 /// `term` may be carried out. A term older than the newest this server saw
 /// (on an order, or registering) comes from a deposed leader: refused, logged

@@ -19,9 +19,9 @@ int64_t stage(server_ptr self) { return self->state.worker->span().stage; }
 
 }  // namespace
 
-void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer) {
+void on_reload(server_ptr self, const encoded<proto::reload_order>& bytes, const caf::actor& peer) {
   auto& st = self->state;
-  auto order = decode<proto::reload_order>(bytes, "reload_order");
+  auto order = decode(bytes);
   if (!order || st.avg.reloading || !moving::accept_term(self, order->term(), "reload"))
     return;
   if (!peer) {  // the stage's state was lost: its newest checkpoint, if ahead of this server
@@ -55,18 +55,18 @@ void on_reload(server_ptr self, const std::string& bytes, const caf::actor& peer
             [self, req, from = order->from_server_id(), peer] {
               const auto started = std::chrono::steady_clock::now();
               auto handle = caf::actor_cast<stage_actor>(peer);
-              self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, encode(req))
+              self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, wrap(req))
                   .then(
-                      [self, handle, from, started](uint64_t transfer_id, std::string& tail) {
+                      [self, handle, from, started](uint64_t transfer_id, encoded<proto::state_reply>& tail) {
                         auto& st = self->state;
                         st.avg.reloading = false;
                         ++st.avg.reloads;
                         settle_held(self);
                         const int64_t before = st.worker->steps();
                         auto carried = st.worker->take_gradient();
-                        auto err =
-                            adopt_state(*st.worker, st.chunks.finish(handle.address(), transfer_id, std::move(tail)),
-                                        st.cfg.server_id, from, started, *st.metrics);
+                        auto err = adopt_state(*st.worker,
+                                               st.chunks.finish(handle.address(), transfer_id, std::move(tail.bytes)),
+                                               st.cfg.server_id, from, started, *st.metrics);
                         carry_over(self, std::move(carried), before, "reload");
                         st.avg.hash = st.worker->parameter_hash();
                         if (err)

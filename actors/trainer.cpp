@@ -13,7 +13,14 @@
 #include "base/log.hpp"
 #include "messages/errors.hpp"
 #include "messages/protocol.hpp"
+#include "messages/local.hpp"
 #include "messages/wire.hpp"
+
+namespace swarm::trainer_local {
+struct drain_over {};  ///< its own timer: stop_drain after a stop was asked
+}  // namespace swarm::trainer_local
+
+SWARM_LOCAL_MESSAGE(swarm::trainer_local::drain_over)
 
 namespace swarm {
 
@@ -287,7 +294,7 @@ caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const
     if (msg.reason == caf::exit_reason::user_shutdown && !from_own && !st.stop_asked) {
       st.stop_asked = true;
       st.draining = true;
-      self->delayed_send(self, stop_drain, deadline_atom::value);
+      self->delayed_send(self, stop_drain, trainer_local::drain_over{});
       maybe_finish(self);
       return;
     }
@@ -317,11 +324,10 @@ caf::behavior trainer(self_ptr self, trainer_settings cfg, std::shared_ptr<const
     launch(self);
   }
   // Everything arrives as responses; the behavior only keeps the actor alive.
-  return {[](tick_atom) {},
-          [self](deadline_atom) {  // stop_drain is over: what is still in flight is reported as such
-            report_exit(self);
-            self->quit(caf::exit_reason::user_shutdown);
-          }};
+  return {[self](trainer_local::drain_over) {  // what is still in flight is reported as such
+    report_exit(self);
+    self->quit(caf::exit_reason::user_shutdown);
+  }};
 }
 
 }  // namespace swarm

@@ -172,8 +172,8 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
         };
         self->state.next = next;  // alive as long as the actor
         (*next)();
-        return {[self](bulk_atom, uint64_t key, bulk_parts& b) {
-          self->state.inbox.arrived(key, std::move(b), bulk_inbox::clock::now());
+        return {[self](bulk_delivery& d) {
+          self->state.inbox.arrived(d.key, std::move(d.parts), bulk_inbox::clock::now());
         }};
       });
   const bool ok = result.get();

@@ -55,9 +55,7 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
       [self](chunk_atom, uint64_t id, const std::string& piece) {
         self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), id, piece);
       },
-      [self](bulk_atom, uint64_t key, bulk_parts& bytes) {
-        self->state.inbox.arrived(key, std::move(bytes), bulk_inbox::clock::now());
-      },
+      [self](bulk_delivery& d) { self->state.inbox.arrived(d.key, std::move(d.parts), bulk_inbox::clock::now()); },
       [self](transfer_atom, uint64_t id, std::string& tail) -> caf::result<int64_t> {
         if (is_bulk(id)) {
           auto rp = self->make_response_promise<int64_t>();

@@ -46,7 +46,6 @@ result<at::Tensor> remote_logits::next(const std::vector<int64_t>& tokens, int64
   const auto deadline = seconds(t.no_server_wait_s + t.attempts.max_attempts * t.forward_timeout_s + 10);
   const std::vector<int64_t> ids(tokens.begin() + window, tokens.end());
   proto::tensor inputs = make_int64_tensor(ids, {1, static_cast<int64_t>(ids.size())});
-  caf::scoped_actor self{m.n.sys()};
   const int stages = static_cast<int>(m.balancers.size());
   for (int stage = 0; stage < stages; ++stage) {
     const bool last = stage == stages - 1;
@@ -58,25 +57,15 @@ result<at::Tensor> remote_logits::next(const std::vector<int64_t>& tokens, int64
     req.set_logits(last);
     // Logits travel exactly: a quantised one could change the argmax.
     req.set_reply_codec(last ? proto::RAW : codec_of(t.compression));
-    caf::error failed;
-    proto::forward_reply rep;
-    self->request(m.balancers[static_cast<size_t>(stage)], deadline, forward_atom::value, encode_parts(req), int64_t{1})
-        .receive(
-            [&](std::vector<std::string>& parts, const std::string&, int32_t) {
-              auto decoded = decode_parts<proto::forward_reply>(std::move(parts), "forward_reply");
-              if (decoded)
-                rep = std::move(*decoded);
-              else
-                failed = decoded.error();
-            },
-            [&](caf::error& err) { failed = err; });
-    if (failed)
-      return error(code_of(failed), "stage " + std::to_string(stage) + " could not serve: " + describe(failed));
+    auto rep = forward_blocking(m.n.sys(), m.balancers[static_cast<size_t>(stage)], std::move(req), 1, deadline);
+    if (!rep)
+      return error(code_of(rep.error()),
+                   "stage " + std::to_string(stage) + " could not serve: " + describe(rep.error()));
     if (!last) {
-      inputs = std::move(*rep.mutable_outputs());
+      inputs = std::move(*rep->mutable_outputs());
       continue;
     }
-    auto logits = decode_tensor(rep.outputs(), "logits");
+    auto logits = decode_tensor(rep->outputs(), "logits");
     if (!logits)
       return error(errc::BAD_REQUEST, "the last stage's logits: " + describe(logits.error()));
     if (logits->dim() != 2 || logits->size(0) != 1 || logits->size(1) != m.cfg.model.vocab)

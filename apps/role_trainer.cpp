@@ -3,8 +3,6 @@
 // tells the coordinator's status page how training goes.
 
 #include <iostream>
-#include <mutex>
-#include <variant>
 
 #include <malloc.h>
 #include <unistd.h>
@@ -13,6 +11,7 @@
 
 #include "actors/load_balancer.hpp"
 #include "apps/balancer_config.hpp"
+#include "actors/status_reporter.hpp"
 #include "actors/trainer.hpp"
 #include "apps/node.hpp"
 #include "apps/roles.hpp"
@@ -60,102 +59,6 @@ bool resume_trainer(const app_config& cfg, trainer_settings& tcfg) {
             position->samples);
   tcfg.resume = *position;
   return true;
-}
-
-/// What a trainer's status report says, gathered from its own events: the
-/// latest step and eval events and counts of its load balancers' reroutes and bans.
-struct trainer_tally {
-  std::mutex m;
-  proto::trainer_report report;
-};
-
-std::shared_ptr<trainer_tally> tally_of(metrics_sink& metrics) {
-  auto tally = std::make_shared<trainer_tally>();
-  metrics.observe([tally](double, const char* event, std::initializer_list<metrics_sink::field> fields) {
-    const std::string_view e{event};
-    if (e != "step" && e != "reroute" && e != "ban" && e != "eval")
-      return;
-    std::lock_guard<std::mutex> lock(tally->m);
-    auto& r = tally->report;
-    if (e == "reroute") {
-      r.set_reroutes(r.reroutes() + 1);
-      return;
-    }
-    if (e == "ban") {
-      r.set_bans(r.bans() + 1);
-      return;
-    }
-    if (e == "eval") {
-      for (const auto& [key, value] : fields) {
-        const std::string_view k{key};
-        if (const auto* i = std::get_if<int64_t>(&value); i && k == "step")
-          r.set_eval_step(*i);
-        else if (const auto* d = std::get_if<double>(&value); d && k == "loss")
-          r.set_eval_loss(*d);
-      }
-      r.set_has_eval(true);
-      return;
-    }
-    for (const auto& [key, value] : fields) {
-      const std::string_view k{key};
-      const auto* i = std::get_if<int64_t>(&value);
-      const auto* d = std::get_if<double>(&value);
-      if (k == "step" && i)
-        r.set_step(*i);
-      else if (k == "loss" && d)
-        r.set_loss(*d);
-      else if (k == "tokens_per_s" && d)
-        r.set_tokens_per_s(*d);
-      else if (k == "samples" && i)
-        r.set_samples(*i);
-      else if (k == "tokens" && i)
-        r.set_tokens(*i);
-      else if (k == "dropped" && i)
-        r.set_dropped(*i);
-      else if (k == "retries" && i)
-        r.set_retries(*i);
-      else if (k == "busy" && i)
-        r.set_busy(*i);
-      else if (k == "wire_bytes" && i)
-        r.set_wire_bytes(*i);
-      else if (k == "elapsed_s" && d)
-        r.set_elapsed_s(*d);
-    }
-  });
-  return tally;
-}
-
-/// Sends the coordinator the trainer's tally every 2 s (and gets the new
-/// coordinator after a restart as (subscribe, handle)). Off the data path.
-caf::behavior status_reporter(caf::event_based_actor* self, std::string trainer_id, int64_t max_steps,
-                              std::shared_ptr<trainer_tally> tally, coordinator_actor coord) {
-  auto current = std::make_shared<coordinator_actor>(std::move(coord));
-  auto report = [=] {
-    proto::trainer_report r;
-    {
-      std::lock_guard<std::mutex> lock(tally->m);
-      r = tally->report;
-    }
-    r.set_trainer_id(trainer_id);
-    r.set_max_steps(max_steps);
-    return encode(r);
-  };
-  self->send(self, tick_atom::value);
-  return {
-      [=](tick_atom) {
-        self->send(*current, report_atom::value, report());
-        self->delayed_send(self, std::chrono::seconds(2), tick_atom::value);
-      },
-      // The last report, answered once the coordinator took it (or could not):
-      // without it the status page kept a finished trainer at a step up to 2 s old.
-      [=](report_atom) {
-        auto rp = self->make_response_promise();
-        self->request(*current, std::chrono::seconds(2), report_atom::value, report())
-            .then([rp]() mutable { rp.deliver(caf::unit); }, [rp](caf::error&) mutable { rp.deliver(caf::unit); });
-        return rp;
-      },
-      [=](subscribe_atom, const coordinator_actor& fresh) { *current = fresh; },
-  };
 }
 
 }  // namespace
@@ -238,10 +141,7 @@ int run_trainer(const app_config& cfg) {
                                              });
   for (auto& lb : balancers)
     caf::anon_send_exit(lb, caf::exit_reason::user_shutdown);
-  {
-    caf::scoped_actor self{sys};
-    self->request(reporter, std::chrono::seconds(3), report_atom::value).receive([] {}, [](caf::error&) {});
-  }
+  report_last(sys, reporter);
   caf::anon_send_exit(reporter, caf::exit_reason::user_shutdown);
   n.emit_bulk(trainer_id);
   if (exit_code_of(reason) != 0)

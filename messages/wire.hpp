@@ -11,6 +11,7 @@
 #include <caf/expected.hpp>
 
 #include "messages/errors.hpp"
+#include "messages/protocol.hpp"
 #include "swarm.pb.h"
 
 namespace swarm {
@@ -28,6 +29,18 @@ template <class Proto>
     return make_error(errc::BAD_REQUEST,
                       std::string{"malformed "} + what + " (" + std::to_string(bytes.size()) + " bytes)");
   return msg;
+}
+
+/// `msg` as the protocol's typed payload (messages/protocol.hpp).
+template <class Proto>
+[[nodiscard]] encoded<Proto> wrap(const Proto& msg) {
+  return {msg.SerializeAsString()};
+}
+
+/// Parses a typed payload; a BAD_REQUEST error naming its message when malformed.
+template <class Proto>
+[[nodiscard]] caf::expected<Proto> decode(const encoded<Proto>& m) {
+  return decode<Proto>(m.bytes, Proto::descriptor()->name().c_str());
 }
 
 /// The data of every tensor set in `msg` (its tensor fields, in field order),

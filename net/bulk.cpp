@@ -287,7 +287,7 @@ uint64_t bulk_endpoint::push(const caf::actor& dest, std::string head, std::shar
     bulk_parts parts{std::move(head)};
     if (data)
       parts.insert(parts.end(), data->begin(), data->end());
-    caf::anon_send(dest, bulk_atom::value, key, std::move(parts));
+    caf::anon_send(dest, bulk_delivery{key, std::move(parts)});
     return key;
   }
   {

@@ -10,7 +10,8 @@
 //   sender:   key = endpoint.push(dest, head, data)   (queued; a writer thread per peer process)
 //             then an ordinary CAF message to dest naming the key
 //   receiver: a reader thread per connection reads one frame into its parts
-//             and hands them to the destination actor as (bulk_atom, key, parts);
+//             and hands them to the destination actor as a bulk_delivery (a local
+//             message, messages/local.hpp: no peer can forge one);
 //             the actor's bulk_inbox pairs them with the message naming the
 //             key, whichever of the two comes first.
 //
@@ -52,6 +53,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/expected.hpp>
 
+#include "messages/local.hpp"
 #include "messages/protocol.hpp"
 #include "net/bulk_frame.hpp"
 #include "net/tls.hpp"
@@ -122,7 +124,7 @@ public:
   /// The hello a connection to this endpoint must begin with (tests speak raw frames).
   [[nodiscard]] std::string hello() const;
 
-  /// Frames for `receiver`'s id go to it (as bulk_atom, key, bytes) from now
+  /// Frames for `receiver`'s id go to it (as bulk_delivery) from now
   /// on. Held weakly: a receiver that died gets nothing. detach() stops it.
   void attach(const caf::actor& receiver);
   void detach(caf::actor_id id);
@@ -143,7 +145,7 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
-/// Pairs bytes that arrived (bulk_atom, key, bytes) with the message that
+/// Pairs bytes that arrived (a bulk_delivery) with the message that
 /// names their key, in either order; one per receiving actor, used from its
 /// thread only. Time is passed in.
 class bulk_inbox {

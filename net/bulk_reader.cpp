@@ -26,7 +26,7 @@ void bulk_endpoint::impl::deliver(caf::actor_id dest, uint64_t key, bulk_parts p
       ++stats.undeliverable;
   }
   if (target)
-    caf::anon_send(target, bulk_atom::value, key, std::move(parts));
+    caf::anon_send(target, bulk_delivery{key, std::move(parts)});
 }
 
 bool bulk_endpoint::impl::reserve(uint64_t n, const std::string& who) {

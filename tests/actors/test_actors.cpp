@@ -32,18 +32,19 @@ TEST_CASE_METHOD(system_fixture, "stage server answers bad requests with errors 
   caf::scoped_actor self{*sys};
   auto ask = [&](uint64_t transfer, std::string payload) {
     caf::expected<std::pair<uint64_t, std::string>> out{caf::error{}};
-    self->request(server, 10s, forward_atom::value, transfer, std::move(payload))
-        .receive([&](uint64_t id, std::string& tail) { out = std::make_pair(id, std::move(tail)); },
-                 [&](caf::error& err) { out = std::move(err); });
+    self->request(server, 10s, forward_atom::value, transfer, encoded<proto::forward_request>{std::move(payload)})
+        .receive(
+            [&](uint64_t id, encoded<proto::forward_reply>& tail) { out = std::make_pair(id, std::move(tail.bytes)); },
+            [&](caf::error& err) { out = std::move(err); });
     return out;
   };
   auto garbage = ask(0, std::string("\xff\xff\xff", 3));
   REQUIRE_FALSE(garbage);
   CHECK(code_of(garbage.error()) == errc::BAD_REQUEST);
-  auto wrong_stage = ask(0, forward_payload(1, 2, 8));
+  auto wrong_stage = ask(0, forward_payload(1, 2, 8).bytes);
   REQUIRE_FALSE(wrong_stage);
   CHECK((code_of(wrong_stage.error()) == errc::UNKNOWN_STAGE || code_of(wrong_stage.error()) == errc::BAD_REQUEST));
-  auto too_long = ask(0, forward_payload(0, 2, 9));
+  auto too_long = ask(0, forward_payload(0, 2, 9).bytes);
   REQUIRE_FALSE(too_long);
   CHECK(code_of(too_long.error()) == errc::WRONG_SHAPE);
   auto orphan = ask(77, "tail");  // a transfer whose chunks never came
@@ -52,7 +53,7 @@ TEST_CASE_METHOD(system_fixture, "stage server answers bad requests with errors 
 
   // A valid request, itself sent in chunks, still works after all that.
   uint64_t next = 0;
-  auto piece = cut(forward_payload(0, 2, 8), 40, next);
+  auto piece = cut(forward_payload(0, 2, 8).bytes, 40, next);
   REQUIRE(piece.lead.size() >= 2);
   for (auto& p : piece.lead)
     self->send(server, chunk_atom::value, piece.transfer_id, p);
@@ -92,8 +93,8 @@ TEST_CASE_METHOD(system_fixture, "a reply that left after its reply deadline hol
     req.set_commit_deadline(unix_seconds() + 60);
     req.set_reply_deadline(unix_seconds() + reply_in_s);
     bool ok = false;
-    self->request(server, 10s, forward_atom::value, uint64_t{0}, encode(req))
-        .receive([&](uint64_t, std::string&) { ok = true; }, [&](caf::error&) {});
+    self->request(server, 10s, forward_atom::value, uint64_t{0}, wrap(req))
+        .receive([&](uint64_t, encoded<proto::forward_reply>&) { ok = true; }, [&](caf::error&) {});
     return ok;
   };
   // Committed before the commit deadline, but the reply leaves after the reply
@@ -124,28 +125,28 @@ TEST_CASE_METHOD(system_fixture, "coordinator admits matching servers, refuses o
   sub.set_stage(1);
   sub.set_config_hash(42);
   bool subscribed = false;
-  self->request(coord, 5s, subscribe_atom::value, encode(sub))
+  self->request(coord, 5s, subscribe_atom::value, wrap(sub))
       .receive([&](const std::string&) { subscribed = true; }, [&](caf::error&) {});
   REQUIRE(subscribed);
 
   caf::error refused;
-  self->request(coord, 5s, register_atom::value, encode(registration("bad", 1, 4000, 41)), fake, caf::actor{})
-      .receive([](const std::string&) {}, [&](caf::error& err) { refused = err; });
+  self->request(coord, 5s, register_atom::value, wrap(registration("bad", 1, 4000, 41)), fake, caf::actor{})
+      .receive([](const encoded<proto::register_reply>&) {}, [&](caf::error& err) { refused = err; });
   CHECK(code_of(refused) == errc::BAD_CONFIG);
 
   bool joined = false;
-  self->request(coord, 5s, register_atom::value, encode(registration("s1", 1, 4000, 42)), fake, caf::actor{})
-      .receive([&](const std::string&) { joined = true; }, [](caf::error&) {});
+  self->request(coord, 5s, register_atom::value, wrap(registration("s1", 1, 4000, 42)), fake, caf::actor{})
+      .receive([&](const encoded<proto::register_reply>&) { joined = true; }, [](caf::error&) {});
   REQUIRE(joined);
   proto::membership_update up;
-  self->receive([&](membership_atom, const std::string& bytes) { up.ParseFromString(bytes); },
+  self->receive([&](membership_atom, const encoded<proto::membership_update>& m) { up.ParseFromString(m.bytes); },
                 caf::after(5s) >> [] { FAIL("no JOIN"); });
   CHECK(up.kind() == proto::membership_update::JOIN);
   CHECK(up.server_id() == "s1");
   CHECK(up.port() == 4000);
 
   self->send_exit(fake, caf::exit_reason::kill);
-  self->receive([&](membership_atom, const std::string& bytes) { up.ParseFromString(bytes); },
+  self->receive([&](membership_atom, const encoded<proto::membership_update>& m) { up.ParseFromString(m.bytes); },
                 caf::after(5s) >> [] { FAIL("no DOWN"); });
   CHECK(up.kind() == proto::membership_update::DOWN);
   self->send_exit(coord, caf::exit_reason::user_shutdown);

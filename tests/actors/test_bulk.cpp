@@ -146,7 +146,7 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   auto next = [&](std::string& bytes) {
     uint64_t key = 0;
     bool ok = false;
-    self->receive([&](bulk_atom, uint64_t k, bulk_parts& b) { key = k, parts = std::move(b), ok = true; },
+    self->receive([&](bulk_delivery& d) { key = d.key, parts = std::move(d.parts), ok = true; },
                   caf::after(5s) >> [] {});
     bytes = parts.empty() ? std::string{} : parts.front();
     return ok ? key : 0;
@@ -263,7 +263,7 @@ TEST_CASE("frames being received stay within the budget; a stalled frame frees i
   const std::string payload(900 << 10, 'p');
   send_all(peer, frame(me, 7, payload));
   std::string got;
-  self->receive([&](bulk_atom, uint64_t key, bulk_parts& b) { got = key == 7 && !b.empty() ? b.front() : ""; },
+  self->receive([&](bulk_delivery& d) { got = d.key == 7 && !d.parts.empty() ? d.parts.front() : ""; },
                 caf::after(5s) >> [] {});
   CHECK(got == payload);
   const auto s = bulk->stats();
@@ -311,7 +311,7 @@ TEST_CASE("a connection gets no frame room until its hello names the endpoint's 
   const int member = connect_member(*bulk);
   send_all(member, frame(me, 3, payload));
   std::string got;
-  self->receive([&](bulk_atom, uint64_t key, bulk_parts& b) { got = key == 3 && !b.empty() ? b.front() : ""; },
+  self->receive([&](bulk_delivery& d) { got = d.key == 3 && !d.parts.empty() ? d.parts.front() : ""; },
                 caf::after(10s) >> [] {});
   CHECK(got == payload);
   const auto s = bulk->stats();

@@ -44,17 +44,17 @@ TEST_CASE_METHOD(system_fixture, "a server told to move leaves its stage, joins 
     sub.set_stage(stage);
     sub.set_config_hash(hash);
     (*watcher)
-        ->request(coord, 5s, subscribe_atom::value, encode(sub))
+        ->request(coord, 5s, subscribe_atom::value, wrap(sub))
         .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
   }
   auto next_update = [](caf::scoped_actor& watcher) {
     proto::membership_update up;
-    watcher->receive([&](membership_atom, const std::string& bytes) { up.ParseFromString(bytes); },
+    watcher->receive([&](membership_atom, const encoded<proto::membership_update>& m) { up.ParseFromString(m.bytes); },
                      caf::after(10s) >> [] { FAIL("no membership update"); });
     return up;
   };
   // Registered by its node, as in the server role.
-  self->request(server, 10s, register_atom::value, encode(registration("mover", 0, *port, hash)),
+  self->request(server, 10s, register_atom::value, wrap(registration("mover", 0, *port, hash)),
                 caf::actor_cast<caf::actor>(coord))
       .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
   CHECK(next_update(watch0).kind() == proto::membership_update::JOIN);
@@ -62,12 +62,12 @@ TEST_CASE_METHOD(system_fixture, "a server told to move leaves its stage, joins 
   proto::move_order order;
   order.set_stage(1);  // not the stage it serves: ignored
   order.set_to_stage(0);
-  self->send(server, move_atom::value, encode(order));
+  self->send(server, move_atom::value, wrap(order));
   order.set_stage(0);
   order.set_to_stage(1);
   order.set_reason("load");
   order.set_predicted_gain(0.5);
-  self->send(server, move_atom::value, encode(order));
+  self->send(server, move_atom::value, wrap(order));
   const auto left = next_update(watch0);
   CHECK(left.kind() == proto::membership_update::LEAVE);
   CHECK(left.server_id() == "mover");
@@ -77,7 +77,7 @@ TEST_CASE_METHOD(system_fixture, "a server told to move leaves its stage, joins 
   // Work for the stage it left is refused as LEAVING (retried elsewhere), not as a bad request.
   caf::error refused;
   self->request(server, 10s, forward_atom::value, uint64_t{0}, forward_payload(0, 2, 8))
-      .receive([](uint64_t, const std::string&) { FAIL("served a stage it left"); },
+      .receive([](uint64_t, const encoded<proto::forward_reply>&) { FAIL("served a stage it left"); },
                [&](caf::error& err) { refused = err; });
   CHECK(code_of(refused) == errc::LEAVING);
   CHECK(is_retryable(refused));
@@ -105,25 +105,25 @@ TEST_CASE_METHOD(system_fixture, "placement: a new server gets the emptiest stag
                  "[actors]") {
   auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
   caf::scoped_actor self{*sys};
-  auto ask = [&](const std::string& bytes) {
+  auto ask = [&](const encoded<proto::placement_request>& bytes) {
     caf::expected<proto::placement> out{caf::error{}};
     self->request(coord, 5s, place_atom::value, bytes)
-        .receive([&](const std::string& reply) { out = decode<proto::placement>(reply, "placement"); },
+        .receive([&](const encoded<proto::placement>& reply) { out = decode(reply); },
                  [&](caf::error& err) { out = err; });
     return out;
   };
-  CHECK(code_of(ask(std::string("\xff\xff\xff", 3)).error()) == errc::BAD_REQUEST);
+  CHECK(code_of(ask(encoded<proto::placement_request>{std::string("\xff\xff\xff", 3)}).error()) == errc::BAD_REQUEST);
   proto::placement_request req;
   req.set_config_hash(42);
-  CHECK(code_of(ask(encode(req)).error()) == errc::BAD_REQUEST);  // no server id
+  CHECK(code_of(ask(wrap(req)).error()) == errc::BAD_REQUEST);  // no server id
   req.set_server_id("a");
   req.set_config_hash(41);
-  CHECK(code_of(ask(encode(req)).error()) == errc::BAD_CONFIG);
+  CHECK(code_of(ask(wrap(req)).error()) == errc::BAD_CONFIG);
   // Two servers asking in turn spread over the empty stages: the first answer counts as placed.
   req.set_config_hash(42);
-  auto first = ask(encode(req));
+  auto first = ask(wrap(req));
   req.set_server_id("b");
-  auto second = ask(encode(req));
+  auto second = ask(wrap(req));
   REQUIRE(first);
   REQUIRE(second);
   CHECK(first->stage() == 0);
@@ -132,13 +132,13 @@ TEST_CASE_METHOD(system_fixture, "placement: a new server gets the emptiest stag
   proto::leave_notice note;
   note.set_stage(0);
   note.set_to_stage(1);
-  self->send(coord, leave_atom::value, encode(note));
-  self->send(coord, leave_atom::value, std::string("garbage"));
+  self->send(coord, leave_atom::value, wrap(note));
+  self->send(coord, leave_atom::value, encoded<proto::leave_notice>{"garbage"});
   proto::subscribe sub;
   sub.set_stage(0);
   proto::server_list list;
-  self->request(coord, 5s, peers_atom::value, encode(sub))
-      .receive([&](const std::string& bytes) { list.ParseFromString(bytes); },
+  self->request(coord, 5s, peers_atom::value, wrap(sub))
+      .receive([&](const encoded<proto::server_list>& m) { list.ParseFromString(m.bytes); },
                [](caf::error& err) { FAIL(describe(err)); });
   CHECK(list.servers_size() == 0);
   self->send_exit(coord, caf::exit_reason::user_shutdown);
@@ -161,15 +161,16 @@ TEST_CASE_METHOD(system_fixture, "fencing: a server refuses orders of a term old
   proto::subscribe sub;
   sub.set_stage(0);
   sub.set_config_hash(hash);
-  watch->request(coord, 5s, subscribe_atom::value, encode(sub))
+  watch->request(coord, 5s, subscribe_atom::value, wrap(sub))
       .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
-  self->request(server, 10s, register_atom::value, encode(registration("fenced", 0, *port, hash)),
+  self->request(server, 10s, register_atom::value, wrap(registration("fenced", 0, *port, hash)),
                 caf::actor_cast<caf::actor>(coord))
       .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
   auto next_update = [&](caf::duration wait) {
     std::optional<proto::membership_update> up;
-    watch->receive([&](membership_atom, const std::string& bytes) { up.emplace().ParseFromString(bytes); },
-                   caf::after(wait) >> [] {});
+    watch->receive(
+        [&](membership_atom, const encoded<proto::membership_update>& m) { up.emplace().ParseFromString(m.bytes); },
+        caf::after(wait) >> [] {});
     return up;
   };
   CHECK(next_update(caf::duration{10s}));  // its JOIN
@@ -183,17 +184,17 @@ TEST_CASE_METHOD(system_fixture, "fencing: a server refuses orders of a term old
   begin.set_timeout_s(5);
   begin.set_piece_elements(1024);
   begin.set_term(3);
-  self->send(server, round_atom::value, encode(begin), std::vector<caf::actor>{caf::actor_cast<caf::actor>(server)});
+  self->send(server, round_atom::value, wrap(begin), std::vector<caf::actor>{caf::actor_cast<caf::actor>(server)});
   proto::move_order order;
   order.set_stage(0);
   order.set_to_stage(1);
   order.set_reason("load");
   order.set_term(3);
-  self->send(server, move_atom::value, encode(order));
+  self->send(server, move_atom::value, wrap(order));
   CHECK_FALSE(next_update(caf::duration{1500ms}));  // no LEAVE
   // The same move of the current term is carried out.
   order.set_term(7);
-  self->send(server, move_atom::value, encode(order));
+  self->send(server, move_atom::value, wrap(order));
   const auto left = next_update(caf::duration{10s});
   CHECK((left && left->kind() == proto::membership_update::LEAVE));  // not REQUIRE: the server must be stopped below
   self->send_exit(server, caf::exit_reason::user_shutdown);
@@ -241,4 +242,81 @@ TEST_CASE("control records: what a leader keeps in etcd round-trips; wrong shape
     CHECK_FALSE(decode_rebalancer_record(bad, why));
     CHECK_FALSE(why.empty());
   }
+}
+
+namespace {
+
+using report_as_atom = caf::atom_constant<caf::atom("reportas")>;
+
+/// A stand-in server that sends what it is told to the averager as its own progress report.
+caf::behavior puppet_server(caf::event_based_actor* self) {
+  return {
+      [self](report_as_atom, const averager_actor& avg, const encoded<proto::progress_report>& rep) {
+        self->send(avg, progress_atom::value, rep);
+      },
+      [](reload_atom, const encoded<proto::reload_order>&, const caf::actor&) {},  // "load your newest checkpoint"
+  };
+}
+
+encoded<proto::progress_report> progress(const std::string& id, uint32_t stage, uint64_t step, uint64_t hash) {
+  proto::progress_report rep;
+  rep.set_server_id(id);
+  rep.set_stage(stage);
+  rep.set_step(step);
+  rep.set_parameter_hash(hash);
+  return wrap(rep);
+}
+
+}  // namespace
+
+TEST_CASE_METHOD(system_fixture,
+                 "a stage's state is lost when its last holder dies while a newcomer has not reported yet",
+                 "[actors]") {
+  // The race test_rebalancing once hit: a server moved onto a stage the
+  // instant its servers were killed joined before their downs, so when the
+  // last holder's down came the newcomer (not reported yet) counted as maybe
+  // holding the state; its report of initial parameters then changed nothing,
+  // and the stage never stepped again.
+  const std::string path = "/tmp/swarm-test-lost-race.jsonl";
+  std::remove(path.c_str());
+  auto coord =
+      sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>(path, "coordinator"));
+  caf::scoped_actor self{*sys};
+  averager_actor avg;
+  self->request(coord, 5s, averager_atom::value)
+      .receive([&](const averager_actor& a) { avg = a; }, [](caf::error& err) { FAIL(describe(err)); });
+  auto holder = sys->spawn(puppet_server);
+  auto newcomer = sys->spawn(puppet_server);
+  // Each step is done before the next: a puppet answers once it sent its report,
+  // and the averager answers a request it does not take (an error) only after
+  // what this actor sent it before.
+  auto barrier = [&] {
+    self->request(caf::actor_cast<caf::actor>(avg), 5s, report_as_atom::value).receive([] {}, [](caf::error&) {});
+  };
+  auto report = [&](const caf::actor& puppet, encoded<proto::progress_report> rep) {
+    self->request(puppet, 5s, report_as_atom::value, avg, std::move(rep))
+        .receive([] {}, [](caf::error& err) { FAIL(describe(err)); });
+  };
+  self->send(avg, join_atom::value, wrap(registration("holder", 1, 4001, 42)), holder, caf::actor{});
+  barrier();
+  report(holder, progress("holder", 1, 5, 77));
+  self->send(avg, join_atom::value, wrap(registration("newcomer", 1, 4002, 42)), newcomer, caf::actor{});
+  barrier();
+  self->send_exit(holder, caf::exit_reason::kill);
+  self->wait_for(holder);
+  report(newcomer, progress("newcomer", 1, 0, 99));
+  auto lost = [&] {
+    std::ifstream in(path);
+    for (std::string l; std::getline(in, l);)
+      if (l.find("\"event\": \"stage_lost\"") != std::string::npos)
+        return l;
+    return std::string{};
+  };
+  std::string line;
+  for (int i = 0; i < 100 && line.empty(); ++i, std::this_thread::sleep_for(50ms))
+    line = lost();
+  INFO("the coordinator's events: " << path);
+  CHECK(line.find("\"stage\": 1, \"step\": 5") != std::string::npos);
+  self->send_exit(newcomer, caf::exit_reason::kill);
+  self->send_exit(coord, caf::exit_reason::user_shutdown);
 }

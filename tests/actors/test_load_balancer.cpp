@@ -41,8 +41,8 @@ TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a d
   caf::scoped_actor self{*sys};
   auto join = [&](const std::string& id, uint16_t port, const stage_actor& handle) {
     caf::scoped_actor registrar{*sys};  // own actor: join also runs on the chaos thread
-    registrar->request(coord, 5s, register_atom::value, encode(registration(id, 0, port, 42)), handle, caf::actor{})
-        .receive([](const std::string&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
+    registrar->request(coord, 5s, register_atom::value, wrap(registration(id, 0, port, 42)), handle, caf::actor{})
+        .receive([](const encoded<proto::register_reply>&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
   };
   join("hung", *hung_port, caf::actor_cast<stage_actor>(hung));
   // Deadlines far beyond the test's patience: only the down event can move the request.
@@ -63,7 +63,7 @@ TEST_CASE_METHOD(system_fixture, "load balancer re-sends requests pending at a d
     std::this_thread::sleep_for(300ms);
     caf::anon_send_exit(hung, caf::exit_reason::kill);
   });
-  self->request(lb, 30s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8)}, int64_t{2})
+  self->request(lb, 30s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8).bytes}, int64_t{2})
       .receive(
           [&](bulk_parts& parts, const std::string& server, int32_t n) {
             served_by = server;
@@ -96,8 +96,8 @@ TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstand
                              std::make_shared<metrics_sink>(), std::make_shared<stage_server_counters>());
     auto port = sys->middleman().publish(server, 0, "127.0.0.1");
     REQUIRE(port);
-    self->request(coord, 5s, register_atom::value, encode(registration(id, 0, *port, 42)), server, caf::actor{})
-        .receive([](const std::string&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
+    self->request(coord, 5s, register_atom::value, wrap(registration(id, 0, *port, 42)), server, caf::actor{})
+        .receive([](const encoded<proto::register_reply>&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
     return server;
   };
   auto door_of = [&](const stage_actor& server) {
@@ -119,7 +119,7 @@ TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstand
   auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
   auto forward = [&] {
     std::string served_by;
-    self->request(lb, 15s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8)}, int64_t{2})
+    self->request(lb, 15s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8).bytes}, int64_t{2})
         .receive([&](bulk_parts&, const std::string& server, int32_t) { served_by = server; },
                  [&](caf::error& err) { served_by = describe(err); });
     return served_by;
@@ -168,9 +168,9 @@ TEST_CASE_METHOD(system_fixture, "a server the load balancer failed to connect t
   auto late = sys->spawn(stage_server, server_settings("late", 4 << 20), worker, std::make_shared<metrics_sink>(),
                          std::make_shared<stage_server_counters>());
   caf::scoped_actor self{*sys};
-  self->request(coord, 5s, register_atom::value, encode(registration("late", 0, port, 42)),
+  self->request(coord, 5s, register_atom::value, wrap(registration("late", 0, port, 42)),
                 caf::actor_cast<stage_actor>(late), caf::actor{})
-      .receive([](const std::string&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
+      .receive([](const encoded<proto::register_reply>&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
   load_balancer_config lbc;
   lbc.config_hash = 42;
   lbc.trainer.forward_timeout_s = lbc.trainer.backward_timeout_s = lbc.trainer.no_server_wait_s = 60.0;
@@ -178,7 +178,7 @@ TEST_CASE_METHOD(system_fixture, "a server the load balancer failed to connect t
   std::this_thread::sleep_for(500ms);  // the first dial was refused by now
   REQUIRE(sys->middleman().publish(late, port, "127.0.0.1"));
   std::string served_by;
-  self->request(lb, 15s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8)}, int64_t{2})
+  self->request(lb, 15s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8).bytes}, int64_t{2})
       .receive([&](bulk_parts&, const std::string& server, int32_t) { served_by = server; },
                [&](caf::error& err) { served_by = describe(err); });
   for (const auto& a :
@@ -196,7 +196,7 @@ TEST_CASE_METHOD(system_fixture, "a stage without servers fails requests with NO
   caf::scoped_actor self{*sys};
   caf::error result;
   const auto start = std::chrono::steady_clock::now();
-  self->request(lb, 30s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8)}, int64_t{2})
+  self->request(lb, 30s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8).bytes}, int64_t{2})
       .receive([](const bulk_parts&, const std::string&, int32_t) { FAIL("served without servers"); },
                [&](caf::error& err) { result = err; });
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,0 +1,32 @@
+#include "messages/local.hpp"
+
+#include <atomic>
+
+#include <caf/sec.hpp>
+#include <caf/type_erased_tuple.hpp>
+
+#include "base/log.hpp"
+
+namespace swarm {
+
+caf::result<caf::message> drop_unexpected(caf::scheduled_actor* self, caf::message_view& x) {
+  // A flood of them must not become a flood of log lines: the first 20, then every 1000th.
+  static std::atomic<uint64_t> dropped{0};
+  const uint64_t n = ++dropped;
+  if (n <= 20 || n % 1000 == 0) {
+    constexpr size_t shown = 60;  // per element: a payload may be megabytes
+    std::string what;
+    const auto& content = x.content();
+    for (size_t i = 0; i < content.size(); ++i) {
+      auto e = content.stringify(i);
+      if (e.size() > shown)
+        e = e.substr(0, shown) + "...";
+      what += (i == 0 ? "" : ", ") + e;
+    }
+    get_logger("actors")->warn("{} dropped a message it does not take from {}: ({}) [{} dropped in this process]",
+                               self->name(), caf::to_string(self->current_sender()), what, n);
+  }
+  return caf::sec::unexpected_message;
+}
+
+}  // namespace swarm
