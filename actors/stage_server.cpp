@@ -46,6 +46,20 @@ caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& r
   return caf::none;
 }
 
+caf::expected<std::shared_ptr<stage_worker>> build_stage_worker(const stage_server_config& cfg, int stage) {
+  try {
+    auto worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.num_stages, cfg.device);
+    worker->set_activation_cache(cfg.server.activation_cache_mb << 20);
+    worker->set_bf16(cfg.bf16);
+    if (cfg.initial_weights)
+      if (auto err = worker->load_parameters(*cfg.initial_weights))
+        return make_error(errc::BAD_CONFIG, std::string{"--init-from: "} + err.what());
+    return worker;
+  } catch (const std::exception& e) {
+    return make_error(errc::BAD_CONFIG, "cannot build stage " + std::to_string(stage) + ": " + e.what());
+  }
+}
+
 namespace {
 
 using self_ptr = stage_actor::stateful_pointer<stage_server_state>;

@@ -273,6 +273,12 @@ struct move_again {     ///< a move order it put off may go on (moving::on_move)
                                                       std::shared_ptr<metrics_sink> metrics,
                                                       std::shared_ptr<stage_server_counters> counters);
 
+/// The worker of `stage` as `cfg` builds it (model, device, precision,
+/// activation cache, --init-from's weights): at start and on every move. Why
+/// not, when the config cannot build it.
+[[nodiscard]] caf::expected<std::shared_ptr<stage_worker>> build_stage_worker(const stage_server_config& cfg,
+                                                                              int stage);
+
 /// Adds the held microbatch's gradients (see "Exactly once") when its reply left
 /// in time, else withholds them; a no-op when none is held. Called before
 /// anything that reads or replaces the accumulator.

@@ -114,19 +114,13 @@ void move_now(server_ptr self) {
   st.member.left_stages.insert(static_cast<uint32_t>(from));
   st.member.left_stages.erase(static_cast<uint32_t>(to));
   // The new stage: its layers, then its state from a peer.
-  std::shared_ptr<stage_worker> fresh;
-  try {
-    fresh = std::make_shared<stage_worker>(st.cfg.model, to, st.cfg.num_stages, st.cfg.device);
-    fresh->set_activation_cache(st.cfg.server.activation_cache_mb << 20);
-    fresh->set_bf16(st.cfg.bf16);
-    if (st.cfg.initial_weights)
-      if (auto err = fresh->load_parameters(*st.cfg.initial_weights))
-        throw std::invalid_argument("--init-from: " + std::string{err.what()});
-  } catch (const std::exception& e) {
-    log->error("cannot build stage {}: {}", to, e.what());
-    self->quit(make_error(errc::INTERNAL, std::string{"cannot build stage "} + std::to_string(to) + ": " + e.what()));
+  auto built = build_stage_worker(st.cfg, to);
+  if (!built) {
+    log->error("stage {}: {}", to, describe(built.error()));
+    self->quit(built.error());
     return;
   }
+  auto fresh = std::move(*built);
   // With the coordinator gone (its node noticed), asking it would block this
   // server, which serves nothing while moving, for the requests' timeouts.
   const bool reachable = st.member.coordinator && coordinator_up(st);

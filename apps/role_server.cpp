@@ -72,24 +72,6 @@ proto::placement ask_stage(node& n, const coordinator_actor& coord, const app_co
   return *answer;
 }
 
-/// The worker of `stage`, from --init-from's weights when given; null (and
-/// why on stderr) when the config cannot build it.
-std::shared_ptr<stage_worker> build_worker(const app_config& cfg, int stage,
-                                           const std::shared_ptr<const named_tensors>& initial) {
-  try {
-    auto worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.stages, cfg.device);
-    worker->set_activation_cache(cfg.server.activation_cache_mb << 20);
-    worker->set_bf16(cfg.bf16());
-    if (initial)
-      if (auto err = worker->load_parameters(*initial))
-        throw std::invalid_argument("--init-from " + cfg.init_from + ": " + err.what());
-    return worker;
-  } catch (const std::exception& e) {
-    std::cerr << "swarm: server: " << e.what() << "\n";
-    return nullptr;
-  }
-}
-
 /// A placed server's first stage, as the rebalance event of a move from nowhere.
 void emit_join(metrics_sink& metrics, const std::string& server_id, int stage, const proto::placement& placed,
                double seconds) {
@@ -118,7 +100,14 @@ int run_server(const app_config& cfg) {
     return 2;
   }
   std::shared_ptr<stage_worker> worker;
-  auto build = [&](int stage) { return (worker = build_worker(cfg, stage, *initial)) != nullptr; };
+  // The worker is built before anything connects (a bad config fails first), the actor's settings after.
+  auto build = [&](int stage) {
+    auto built = build_stage_worker(stage_server_settings(cfg, server_id, nullptr, {}, *initial), stage);
+    if (!built)
+      std::cerr << "swarm: server: " << describe(built.error()) << "\n";
+    worker = built ? *built : nullptr;
+    return worker != nullptr;
+  };
   // A bad config should fail before anything connects: build an explicit stage first.
   if (cfg.server.stage >= 0 && !build(cfg.server.stage))
     return 2;

@@ -14,12 +14,12 @@ using e = phase_event;
 
 TEST_CASE("stage server phases: the diagram's arrows and no others", "[actors]") {
   const std::map<std::pair<p, e>, p> arrows = {
-      {{p::starting, e::registered}, p::serving},   {{p::serving, e::registered}, p::serving},
-      {{p::draining, e::registered}, p::draining},  {{p::moving, e::registered}, p::moving},
-      {{p::stopping, e::registered}, p::stopping},  {{p::serving, e::move_ordered}, p::draining},
+      {{p::starting, e::registered}, p::serving},    {{p::serving, e::registered}, p::serving},
+      {{p::draining, e::registered}, p::draining},   {{p::moving, e::registered}, p::moving},
+      {{p::stopping, e::registered}, p::stopping},   {{p::serving, e::move_ordered}, p::draining},
       {{p::draining, e::move_ordered}, p::draining}, {{p::draining, e::drained}, p::moving},
-      {{p::moving, e::moved}, p::serving},          {{p::starting, e::stop_asked}, p::stopping},
-      {{p::serving, e::stop_asked}, p::stopping},   {{p::draining, e::stop_asked}, p::stopping},
+      {{p::moving, e::moved}, p::serving},           {{p::starting, e::stop_asked}, p::stopping},
+      {{p::serving, e::stop_asked}, p::stopping},    {{p::draining, e::stop_asked}, p::stopping},
       {{p::stopping, e::stop_asked}, p::stopping},
   };
   for (auto from : {p::starting, p::serving, p::draining, p::moving, p::stopping})
