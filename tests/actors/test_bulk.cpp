@@ -99,6 +99,54 @@ struct endpoint_fixture {
   }
 };
 
+/// The next frame `self` receives within 5 s: its key (0: none came), its parts
+/// in `parts`, and its first part (or nothing) in `bytes`.
+uint64_t next_frame(caf::scoped_actor& self, bulk_parts& parts, std::string& bytes) {
+  uint64_t key = 0;
+  bool ok = false;
+  self->receive([&](bulk_delivery& d) { key = d.key, parts = std::move(d.parts), ok = true; }, caf::after(5s) >> [] {});
+  bytes = parts.empty() ? std::string{} : parts.front();
+  return ok ? key : 0;
+}
+
+/// Sends the endpoint `bulk` frames for `me` that must never reach it, each on a
+/// connection of its own: half a frame, garbage, and frames that break the
+/// format; the endpoint closes every connection of a bad one.
+void send_half_and_bad_frames(const bulk_endpoint& bulk, uint64_t me) {
+  // Half a frame, then the connection drops: nothing is delivered.
+  const int half = connect_member(bulk);
+  send_all(half, frame(me, 9, std::string(1000, 'y')).substr(0, 500));
+  ::close(half);
+  // Garbage and an oversized frame close their connections.
+  const int junk = connect_member(bulk);
+  send_all(junk, "GET / HTTP/1.1\r\nHost: x\r\n\r\n.....");
+  const int huge = connect_member(bulk);
+  const uint64_t too_big = uint64_t{1} << 62;
+  auto oversized = frame(me, 10, bulk_parts{""}, 0x32425753, too_big);
+  std::memcpy(&oversized[32], &too_big, 8);  // its one part as large
+  send_all(huge, oversized);
+  // A well-sized frame with another magic: not ours, closed before its bytes are read.
+  const int alien = connect_member(bulk);
+  send_all(alien, frame(me, 14, "alien", 0xdeadbeef));
+  // Parts that do not add up to the frame's size; no parts; too many parts.
+  const int lying = connect_member(bulk);
+  send_all(lying, frame(me, 16, bulk_parts{"ab", "cd"}, 0x32425753, 3));
+  const int none = connect_member(bulk);
+  send_all(none, frame(me, 17, bulk_parts{}));
+  const int many = connect_member(bulk);
+  send_all(many, frame(me, 18, bulk_parts(max_bulk_parts + 1, "x")));
+  CHECK(eventually([&] { return bulk.stats().bad_frames == 6; }));
+  CHECK(bulk.stats().strangers == 0);  // each began with the hello
+  char c;
+  CHECK(::recv(junk, &c, 1, 0) == 0);  // closed by the endpoint
+  CHECK(::recv(huge, &c, 1, 0) <= 0);
+  CHECK(::recv(alien, &c, 1, 0) <= 0);  // closed (reset: its 5 bytes were never read)
+  for (int closed : {lying, none, many})
+    CHECK(::recv(closed, &c, 1, 0) <= 0);
+  for (int closed : {junk, huge, alien, lying, none, many})
+    ::close(closed);
+}
+
 }  // namespace
 
 TEST_CASE("bulk_inbox pairs bytes and claims in either order and fails late claims", "[bulk]") {
@@ -143,14 +191,7 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   auto& self = *f.self;
   const auto me = self->id();
   bulk_parts parts;
-  auto next = [&](std::string& bytes) {
-    uint64_t key = 0;
-    bool ok = false;
-    self->receive([&](bulk_delivery& d) { key = d.key, parts = std::move(d.parts), ok = true; },
-                  caf::after(5s) >> [] {});
-    bytes = parts.empty() ? std::string{} : parts.front();
-    return ok ? key : 0;
-  };
+  auto next = [&](std::string& bytes) { return next_frame(self, parts, bytes); };
 
   // Two whole frames on one connection, in order.
   const int fd = connect_member(*bulk);
@@ -166,38 +207,7 @@ TEST_CASE("a bulk endpoint delivers whole frames, drops half ones, and closes on
   CHECK(next(bytes) == 15);
   CHECK(parts == bulk_parts{"head", "", big});
 
-  // Half a frame, then the connection drops: nothing is delivered.
-  const int half = connect_member(*bulk);
-  send_all(half, frame(me, 9, std::string(1000, 'y')).substr(0, 500));
-  ::close(half);
-  // Garbage and an oversized frame close their connections.
-  const int junk = connect_member(*bulk);
-  send_all(junk, "GET / HTTP/1.1\r\nHost: x\r\n\r\n.....");
-  const int huge = connect_member(*bulk);
-  const uint64_t too_big = uint64_t{1} << 62;
-  auto oversized = frame(me, 10, bulk_parts{""}, 0x32425753, too_big);
-  std::memcpy(&oversized[32], &too_big, 8);  // its one part as large
-  send_all(huge, oversized);
-  // A well-sized frame with another magic: not ours, closed before its bytes are read.
-  const int alien = connect_member(*bulk);
-  send_all(alien, frame(me, 14, "alien", 0xdeadbeef));
-  // Parts that do not add up to the frame's size; no parts; too many parts.
-  const int lying = connect_member(*bulk);
-  send_all(lying, frame(me, 16, bulk_parts{"ab", "cd"}, 0x32425753, 3));
-  const int none = connect_member(*bulk);
-  send_all(none, frame(me, 17, bulk_parts{}));
-  const int many = connect_member(*bulk);
-  send_all(many, frame(me, 18, bulk_parts(max_bulk_parts + 1, "x")));
-  CHECK(eventually([&] { return bulk->stats().bad_frames == 6; }));
-  CHECK(bulk->stats().strangers == 0);  // each began with the hello
-  char c;
-  CHECK(::recv(junk, &c, 1, 0) == 0);  // closed by the endpoint
-  CHECK(::recv(huge, &c, 1, 0) <= 0);
-  CHECK(::recv(alien, &c, 1, 0) <= 0);  // closed (reset: its 5 bytes were never read)
-  for (int closed : {lying, none, many})
-    CHECK(::recv(closed, &c, 1, 0) <= 0);
-  for (int closed : {junk, huge, alien, lying, none, many})
-    ::close(closed);
+  send_half_and_bad_frames(*bulk, me);
   // A frame for an actor not attached here is dropped and counted.
   send_all(fd, frame(me + 12345, 11, "lost"));
   CHECK(eventually([&] { return bulk->stats().undeliverable == 1; }));

@@ -32,6 +32,43 @@ double unigram_entropy(const std::string& bytes) {
   return h;
 }
 
+/// The wire: compressed by default, activations and pieces over the bulk
+/// connections (config/tiny's bulk-min-bytes is 4 KiB), nothing lost there.
+void check_bulk(const std::string& metrics) {
+  CHECK(text(events(metrics, "trainer_exit").back(), "compression") == "blockwise8");
+  const auto bulk = events(metrics, "bulk");
+  REQUIRE(bulk.size() == 5);  // the trainer and 4 servers
+  double sent = 0, received = 0;
+  for (const auto& b : bulk) {
+    sent += number(b, "bytes_sent");
+    received += number(b, "bytes_received");
+    CHECK(number(b, "send_failures") == 0);
+    CHECK(number(b, "bad_frames") == 0);
+    CHECK(number(b, "strangers") == 0);  // every peer began with the hello its receiver asked for
+    CHECK(number(b, "frames_received") > 0);
+  }
+  std::printf("bulk: %.0f bytes sent, %.0f received over %zu processes\n", sent, received, bulk.size());
+  CHECK(received <= sent);  // a piece may still be on its way when the swarm stops
+  CHECK(received > 1e6);
+}
+
+/// Stage 0's backwards ran on their forward's recorded graph when no step
+/// came between them (the activation cache, on by default); the last stage
+/// runs its backward within its forward and records nothing.
+void check_activation_cache(const std::string& metrics) {
+  std::map<int, int64_t> hits, recorded;
+  for (const auto& e : events(metrics, "server_exit")) {
+    const int stage = static_cast<int>(number(e, "stage"));
+    hits[stage] += static_cast<int64_t>(number(e, "cache_hits"));
+    recorded[stage] += static_cast<int64_t>(number(e, "cache_hits") + number(e, "cache_misses") +
+                                            number(e, "cache_stepped") + number(e, "cache_evicted"));
+  }
+  std::printf("activation cache, stage 0: %lld of %lld backwards on their recorded forward\n",
+              static_cast<long long>(hits[0]), static_cast<long long>(recorded[0]));
+  CHECK(hits[0] > 0);
+  CHECK(recorded[1] == 0);
+}
+
 }  // namespace
 
 TEST_CASE("a multi-process swarm trains config/tiny below the unigram entropy", "[cluster]") {
@@ -82,37 +119,8 @@ TEST_CASE("a multi-process swarm trains config/tiny below the unigram entropy", 
   CHECK(acked[0] == number(events(metrics, "trainer_exit").back(), "samples"));
   CHECK(committed.at(0) == acked[0]);
   CHECK(committed.at(1) == acked[1]);
-  // The wire: compressed by default, activations and pieces over the bulk
-  // connections (config/tiny's bulk-min-bytes is 4 KiB), nothing lost there.
-  CHECK(text(events(metrics, "trainer_exit").back(), "compression") == "blockwise8");
-  const auto bulk = events(metrics, "bulk");
-  REQUIRE(bulk.size() == 5);  // the trainer and 4 servers
-  double sent = 0, received = 0;
-  for (const auto& b : bulk) {
-    sent += number(b, "bytes_sent");
-    received += number(b, "bytes_received");
-    CHECK(number(b, "send_failures") == 0);
-    CHECK(number(b, "bad_frames") == 0);
-    CHECK(number(b, "strangers") == 0);  // every peer began with the hello its receiver asked for
-    CHECK(number(b, "frames_received") > 0);
-  }
-  std::printf("bulk: %.0f bytes sent, %.0f received over %zu processes\n", sent, received, bulk.size());
-  CHECK(received <= sent);  // a piece may still be on its way when the swarm stops
-  CHECK(received > 1e6);
-  // Stage 0's backwards ran on their forward's recorded graph when no step
-  // came between them (the activation cache, on by default); the last stage
-  // runs its backward within its forward and records nothing.
-  std::map<int, int64_t> hits, recorded;
-  for (const auto& e : events(metrics, "server_exit")) {
-    const int stage = static_cast<int>(number(e, "stage"));
-    hits[stage] += static_cast<int64_t>(number(e, "cache_hits"));
-    recorded[stage] += static_cast<int64_t>(number(e, "cache_hits") + number(e, "cache_misses") +
-                                            number(e, "cache_stepped") + number(e, "cache_evicted"));
-  }
-  std::printf("activation cache, stage 0: %lld of %lld backwards on their recorded forward\n",
-              static_cast<long long>(hits[0]), static_cast<long long>(recorded[0]));
-  CHECK(hits[0] > 0);
-  CHECK(recorded[1] == 0);
+  check_bulk(metrics);
+  check_activation_cache(metrics);
   CHECK(params_disagreements(metrics).empty());
   std::remove(metrics.c_str());
 }

@@ -48,6 +48,99 @@ int64_t rounds_between(const std::string& metrics, int stage, double from, doubl
 
 void append(const std::string& path, const std::string& line) { std::ofstream(path, std::ios::app) << line << "\n"; }
 
+void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+/// Sends `sig` to `pid` (cluster child `what`), first writing it to `hits` as a
+/// chaos event, so scripts/check_history.py measures recovery from it.
+void hit(const std::string& hits, pid_t pid, int sig, const std::string& what) {
+  append(hits, "{\"t\": " + std::to_string(unix_seconds()) +
+                   ", \"role\": \"test\", \"event\": \"chaos\", \"action\": \"" + (sig == SIGKILL ? "kill" : "stop") +
+                   "\", \"process\": \"" + what + "\", \"pid\": " + std::to_string(pid) + "}");
+  ::kill(pid, sig);
+}
+
+/// The leader SIGKILLed `times` times: each time the other candidate leads
+/// (a larger term), and both stages get time to step again.
+void kill_leaders(const std::string& metrics, const std::string& hits, int times) {
+  for (int i = 0; i < times; ++i) {
+    const auto [leader, term] = leader_now(metrics);
+    REQUIRE(leader > 0);
+    hit(hits, leader, SIGKILL, "coordinator");
+    REQUIRE(wait_for_metrics(
+        metrics, [&](const std::vector<std::string>&) { return leader_now(metrics).second > term; }, 20));
+    sleep_s(2.5);
+  }
+}
+
+/// The leader SIGSTOPped past its lease, then continued: a successor leads
+/// meanwhile, and the old one exits (3) without ordering again.
+void stop_leader_past_its_lease(const std::string& metrics, const std::string& hits) {
+  const auto [stopped, stopped_term] = leader_now(metrics);
+  hit(hits, stopped, SIGSTOP, "coordinator (stopped)");
+  REQUIRE(wait_for_metrics(
+      metrics, [&](const std::vector<std::string>&) { return leader_now(metrics).second > stopped_term; }, 20));
+  sleep_s(1.5);
+  ::kill(stopped, SIGCONT);
+  REQUIRE(wait_for_metrics(
+      metrics,
+      [&](const std::vector<std::string>& lines) {
+        for (const auto& l : lines)
+          if (is_event(l, "process_exit") && number(l, "pid") == stopped)
+            return number(l, "code") == 3;
+        return false;
+      },
+      20));
+}
+
+/// One etcd member of three killed (the launcher restarts it a second later):
+/// the leader keeps its lease, rounds go on.
+void check_one_member_lost(const std::string& metrics, const std::string& hits) {
+  const auto term_before = leader_now(metrics).second;
+  const double member_killed = unix_seconds();
+  hit(hits, pid_of(metrics, "etcd m0"), SIGKILL, "etcd m0");
+  sleep_s(4);
+  CHECK(leader_now(metrics).second == term_before);
+  CHECK(rounds_between(metrics, 0, member_killed, unix_seconds()) >= 3);
+  CHECK(rounds_between(metrics, 1, member_killed, unix_seconds()) >= 3);
+}
+
+/// Two members stopped: no quorum, so nobody leads and no round starts; the
+/// trainer goes on (servers accumulate). Rounds resume once they are back.
+void check_quorum_lost(const std::string& metrics) {
+  const pid_t m1 = pid_of(metrics, "etcd m1"), m2 = pid_of(metrics, "etcd m2");
+  const double quorum_lost = unix_seconds();
+  ::kill(m1, SIGSTOP);
+  ::kill(m2, SIGSTOP);
+  sleep_s(5);
+  const double quorum_back = unix_seconds();
+  ::kill(m1, SIGCONT);
+  ::kill(m2, SIGCONT);
+  int64_t orders_without_quorum = 0, steps_without_quorum = 0;
+  for (const auto& l : read_lines(metrics)) {
+    const double t = number(l, "t");
+    // The leader may finish what it began in its last lease (at most ~1 s).
+    if (is_event(l, "round_start") && t > quorum_lost + 1.5 && t < quorum_back)
+      ++orders_without_quorum;
+    if (is_event(l, "step") && t > quorum_lost + 1.5 && t < quorum_back)
+      ++steps_without_quorum;
+  }
+  CHECK(orders_without_quorum == 0);
+  CHECK(steps_without_quorum >= 5);
+  const bool resumed = wait_for_metrics(
+      metrics,
+      [&](const std::vector<std::string>&) {
+        return rounds_between(metrics, 0, quorum_back, 1e12) > 0 && rounds_between(metrics, 1, quorum_back, 1e12) > 0;
+      },
+      45);
+  CHECK(resumed);
+  double first_after = 1e12;
+  for (const auto& l : events(metrics, "averaging_round"))
+    if (number(l, "t") > quorum_back && l.find("\"applied\": true") != std::string::npos)
+      first_after = std::min(first_after, number(l, "t"));
+  INFO("first round " << first_after - quorum_back << " s after quorum came back");
+  CHECK(first_after - quorum_back < 15);
+}
+
 }  // namespace
 
 TEST_CASE("control: the history checker finds two leaders, stale applies and split hashes", "[control]") {
@@ -115,14 +208,6 @@ TEST_CASE("control: leaders killed and stopped, etcd members lost, and training 
       spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--log-level", "warn",
                    "--control-replicas", "3", "--control-lease", "1", "--max-steps", "0", "--http-port", "-1"},
                   (dir / "cluster.log").string());
-  auto now = [] { return unix_seconds(); };
-  auto wait_s = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
-  auto hit = [&](pid_t pid, int sig, const std::string& what) {
-    append(hits, "{\"t\": " + std::to_string(now()) + ", \"role\": \"test\", \"event\": \"chaos\", \"action\": \"" +
-                     (sig == SIGKILL ? "kill" : "stop") + "\", \"process\": \"" + what +
-                     "\", \"pid\": " + std::to_string(pid) + "}");
-    ::kill(pid, sig);
-  };
   // Training under way: a leader, rounds on both stages.
   REQUIRE(wait_for_metrics(
       metrics,
@@ -131,79 +216,10 @@ TEST_CASE("control: leaders killed and stopped, etcd members lost, and training 
       },
       60));
 
-  // 1. The leader SIGKILLed (3 times with SWARM_TEST_FULL=1): the other
-  // candidate leads, both stages step again.
-  for (int i = 0; i < test_size(1, 3); ++i) {
-    const auto [leader, term] = leader_now(metrics);
-    REQUIRE(leader > 0);
-    hit(leader, SIGKILL, "coordinator");
-    REQUIRE(wait_for_metrics(
-        metrics, [&](const std::vector<std::string>&) { return leader_now(metrics).second > term; }, 20));
-    wait_s(2.5);
-  }
-
-  // 2. The leader SIGSTOPped past its lease, then continued: a successor
-  // leads meanwhile, and the old one exits (3) without ordering again.
-  const auto [stopped, stopped_term] = leader_now(metrics);
-  hit(stopped, SIGSTOP, "coordinator (stopped)");
-  REQUIRE(wait_for_metrics(
-      metrics, [&](const std::vector<std::string>&) { return leader_now(metrics).second > stopped_term; }, 20));
-  wait_s(1.5);
-  ::kill(stopped, SIGCONT);
-  REQUIRE(wait_for_metrics(
-      metrics,
-      [&](const std::vector<std::string>& lines) {
-        for (const auto& l : lines)
-          if (is_event(l, "process_exit") && number(l, "pid") == stopped)
-            return number(l, "code") == 3;
-        return false;
-      },
-      20));
-
-  // 3. One etcd member of three killed (the launcher restarts it a second
-  // later): the leader keeps its lease, rounds go on.
-  const auto term_before = leader_now(metrics).second;
-  const double member_killed = now();
-  hit(pid_of(metrics, "etcd m0"), SIGKILL, "etcd m0");
-  wait_s(4);
-  CHECK(leader_now(metrics).second == term_before);
-  CHECK(rounds_between(metrics, 0, member_killed, now()) >= 3);
-  CHECK(rounds_between(metrics, 1, member_killed, now()) >= 3);
-
-  // 4. Two members stopped: no quorum, so nobody leads and no round starts;
-  // the trainer goes on (servers accumulate). Rounds resume once they are back.
-  const pid_t m1 = pid_of(metrics, "etcd m1"), m2 = pid_of(metrics, "etcd m2");
-  const double quorum_lost = now();
-  ::kill(m1, SIGSTOP);
-  ::kill(m2, SIGSTOP);
-  wait_s(5);
-  const double quorum_back = now();
-  ::kill(m1, SIGCONT);
-  ::kill(m2, SIGCONT);
-  int64_t orders_without_quorum = 0, steps_without_quorum = 0;
-  for (const auto& l : read_lines(metrics)) {
-    const double t = number(l, "t");
-    // The leader may finish what it began in its last lease (at most ~1 s).
-    if (is_event(l, "round_start") && t > quorum_lost + 1.5 && t < quorum_back)
-      ++orders_without_quorum;
-    if (is_event(l, "step") && t > quorum_lost + 1.5 && t < quorum_back)
-      ++steps_without_quorum;
-  }
-  CHECK(orders_without_quorum == 0);
-  CHECK(steps_without_quorum >= 5);
-  const bool resumed = wait_for_metrics(
-      metrics,
-      [&](const std::vector<std::string>&) {
-        return rounds_between(metrics, 0, quorum_back, 1e12) > 0 && rounds_between(metrics, 1, quorum_back, 1e12) > 0;
-      },
-      45);
-  CHECK(resumed);
-  double first_after = 1e12;
-  for (const auto& l : events(metrics, "averaging_round"))
-    if (number(l, "t") > quorum_back && l.find("\"applied\": true") != std::string::npos)
-      first_after = std::min(first_after, number(l, "t"));
-  INFO("first round " << first_after - quorum_back << " s after quorum came back");
-  CHECK(first_after - quorum_back < 15);
+  kill_leaders(metrics, hits, test_size(1, 3));  // 3 times with SWARM_TEST_FULL=1
+  stop_leader_past_its_lease(metrics, hits);
+  check_one_member_lost(metrics, hits);
+  check_quorum_lost(metrics);
 
   ::kill(cluster, SIGTERM);
   CHECK(wait_exit(cluster, 60) == std::optional<int>{0});

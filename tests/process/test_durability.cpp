@@ -55,27 +55,20 @@ std::vector<std::string> cluster_flags(const std::string& metrics, const std::st
 /// its loss where the first run stopped, so a spike there must not be possible.
 constexpr const char* calm_lr = "0.001";
 
-}  // namespace
+std::vector<std::string> calm_flags(const std::string& metrics, const std::string& dir, int steps) {
+  auto flags = cluster_flags(metrics, dir, steps);
+  flags.insert(flags.end(), {"--lr", calm_lr});
+  return flags;
+}
 
-TEST_CASE("a swarm stopped and started again on its checkpoint folder resumes every stage and the trainer",
-          "[durability]") {
-  const auto dir = fresh_dir("ckpt");
-  const auto m1 = dir + "-1.jsonl", m2 = dir + "-2.jsonl", m3 = dir + "-3.jsonl";
-  for (const auto& f : {m1, m2, m3})
-    std::remove(f.c_str());
-  // Trainer steps of the first run, of the run resumed from it, and of the one after.
-  const int first = 60, second = 110, third = 120;
-  auto calm_flags = [&](const std::string& metrics, int steps) {
-    auto flags = cluster_flags(metrics, dir, steps);
-    flags.insert(flags.end(), {"--lr", calm_lr});
-    return flags;
-  };
-  REQUIRE(run_swarm(calm_flags(m1, first), 120) == 0);
-  const auto before = last_steps(m1);
-  REQUIRE(before.size() == 2);
-  CHECK(events(m1, "checkpoint").size() >= 4);
-  CHECK(partial_files(dir) == 0);
-  swarm::checkpoint_store store{dir, 3};
+/// The file of the checkpoint of `step` in `folder`, as the store names it.
+std::string checkpoint_file(const std::string& folder, int64_t step) {
+  return folder + "/step-" + std::string(12 - std::to_string(step).size(), '0') + std::to_string(step) + ".ckpt";
+}
+
+/// After a clean stop at the steps `before` (stage -> step): each stage keeps
+/// its last few checkpoints, the newest whole and at the step it stopped.
+void check_stopped_checkpoints(const swarm::checkpoint_store& store, const std::map<int, int64_t>& before) {
   for (int stage : {0, 1}) {
     // The last few kept; a clean stop leaves the state as it stopped.
     int files = 0;
@@ -90,10 +83,13 @@ TEST_CASE("a swarm stopped and started again on its checkpoint folder resumes ev
     REQUIRE(latest);  // (dereferenced unchecked, an empty folder crashed the test instead of failing it)
     CHECK(latest->step == before.at(stage));
   }
+}
 
-  // Started again: every stage continues from where it stopped, the trainer
-  // from its step count, and the loss from where it was, not from ln 256.
-  REQUIRE(run_swarm(calm_flags(m2, second), 120) == 0);
+/// The run resumed (metrics `m2`, `second` trainer steps) from the first one
+/// (`m1`, stopped after `first` trainer steps at the stage steps `before`)
+/// continued every stage from where it stopped and the trainer from its step count.
+void check_resumed_where_stopped(const std::string& m1, const std::string& m2, int first, int second,
+                                 const std::map<int, int64_t>& before) {
   std::map<int, int64_t> loaded;
   for (const auto& l : events(m2, "checkpoint_load")) {
     const int stage = static_cast<int>(number(l, "stage"));
@@ -113,7 +109,7 @@ TEST_CASE("a swarm stopped and started again on its checkpoint folder resumes ev
   REQUIRE(!steps.empty());
   CHECK(number(steps.front(), "step") == first + 1);
   CHECK(number(events(m2, "trainer_exit").at(0), "steps") == second);
-  // Continued from the very parameters it stopped with (the hash of a server that exited at that step) ...
+  // Continued from the very parameters it stopped with (the hash of a server that exited at that step).
   for (const auto& l : events(m2, "checkpoint_load")) {
     const int stage = static_cast<int>(number(l, "stage"));
     if (stage < 0)
@@ -125,13 +121,19 @@ TEST_CASE("a swarm stopped and started again on its checkpoint folder resumes ev
     INFO("stage " << stage << " loaded " << l);
     CHECK(exit_hashes.count(text(l, "hash")) == 1);
   }
-  // ... so its loss is near where the first run's was, not a fresh model's ln 256. How far the first
-  // run got is timing (its servers stepped 10-36 times in its 60 trainer steps), and its last
-  // rounds (the stop hands gradients in: a short step) come after its last loss: at tiny's own
+}
+
+/// Resumed from the parameters the first run (`m1`) stopped with, the second
+/// (`m2`) starts with a loss near where the first one's was, not a fresh
+/// model's ln 256.
+void check_resumed_loss(const std::string& m1, const std::string& m2) {
+  // How far the first run got is timing (its servers stepped 10-36 times in its 60 trainer steps), and its
+  // last rounds (the stop hands gradients in: a short step) come after its last loss: at tiny's own
   // learning rate they twice landed on a spike (CI 2026-12-06: ended at 3.345 and 3.445, resumed
   // at best 3.782 and 8.364, with equal hashes), hence calm_lr. The best of the first 10 steps
   // must be closer to the end than to a fresh model.
   const auto ended = events(m1, "step");
+  const auto steps = events(m2, "step");
   REQUIRE(ended.size() >= 5);
   REQUIRE(steps.size() >= 10);
   double end_loss = 0, resumed = std::numeric_limits<double>::infinity();
@@ -144,30 +146,25 @@ TEST_CASE("a swarm stopped and started again on its checkpoint folder resumes ev
   CHECK(resumed < (end_loss + std::log(256.0)) / 2);
   if (end_loss < std::log(256.0) - 0.5)
     CHECK(resumed < std::log(256.0) - 0.5);
-  CHECK(params_disagreements(m2).empty());
+}
 
-  // Another model on the same folder: exit 2 with the reason, before joining anything.
-  auto [code, out] = run_swarm_output({"--role", "server", "--config", tiny, "--d-model", "32", "--coordinator",
-                                       "127.0.0.1:1", "--stage", "0", "--checkpoint-dir", dir},
-                                      30);
-  CHECK(code == 2);
-  CHECK_THAT(out, Catch::Contains("was written by a model of config hash"));
-
-  // The newest files torn and corrupted: skipped with a message, the ones before them loaded.
-  const auto newest0 = store.folder(swarm::checkpoint_header::kind::stage, 0) + "/step-" +
-                       std::string(12 - std::to_string(last_steps(m2).at(0)).size(), '0') +
-                       std::to_string(last_steps(m2).at(0)) + ".ckpt";
+/// The newest checkpoint of each stage damaged: stage 0's (the one of its
+/// last step in `metrics`) has a byte flipped, stage 1's is cut in half.
+void damage_newest_checkpoints(const swarm::checkpoint_store& store, const std::string& metrics) {
+  const auto newest0 =
+      checkpoint_file(store.folder(swarm::checkpoint_header::kind::stage, 0), last_steps(metrics).at(0));
   REQUIRE(fs::exists(newest0));
   flip_byte(newest0, 5000);
   const auto files1 = store.latest_written(swarm::checkpoint_header::kind::stage, 1);
   REQUIRE(files1);
-  const auto newest1 = store.folder(swarm::checkpoint_header::kind::stage, 1) + "/step-" +
-                       std::string(12 - std::to_string(files1->step).size(), '0') + std::to_string(files1->step) +
-                       ".ckpt";
+  const auto newest1 = checkpoint_file(store.folder(swarm::checkpoint_header::kind::stage, 1), files1->step);
   fs::resize_file(newest1, fs::file_size(newest1) / 2);
-  auto [code3, out3] = run_swarm_output(calm_flags(m3, third), 120);
-  CHECK(code3 == 0);
-  CHECK_THAT(out3, Catch::Contains("skipping checkpoint"));
+}
+
+/// The run (`m3`) after the newest files of the run before it (`m2`) were
+/// damaged: both stages loaded the ones before them, every load skipping its
+/// stage's one bad file, and trained on without dropping anything.
+void check_damaged_skipped(const std::string& m2, const std::string& m3) {
   // Both servers of a stage may start before either has registered, so each loads: every load skipped
   // exactly its stage's one bad file.
   std::set<int> reloaded;
@@ -196,6 +193,46 @@ TEST_CASE("a swarm stopped and started again on its checkpoint folder resumes ev
   }
   for (const auto& e : events(m3, "server_exit"))
     CHECK(number(e, "dropped_samples") == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a swarm stopped and started again on its checkpoint folder resumes every stage and the trainer",
+          "[durability]") {
+  const auto dir = fresh_dir("ckpt");
+  const auto m1 = dir + "-1.jsonl", m2 = dir + "-2.jsonl", m3 = dir + "-3.jsonl";
+  for (const auto& f : {m1, m2, m3})
+    std::remove(f.c_str());
+  // Trainer steps of the first run, of the run resumed from it, and of the one after.
+  const int first = 60, second = 110, third = 120;
+  REQUIRE(run_swarm(calm_flags(m1, dir, first), 120) == 0);
+  const auto before = last_steps(m1);
+  REQUIRE(before.size() == 2);
+  CHECK(events(m1, "checkpoint").size() >= 4);
+  CHECK(partial_files(dir) == 0);
+  swarm::checkpoint_store store{dir, 3};
+  check_stopped_checkpoints(store, before);
+
+  // Started again: every stage continues from where it stopped, the trainer
+  // from its step count, and the loss from where it was, not from ln 256.
+  REQUIRE(run_swarm(calm_flags(m2, dir, second), 120) == 0);
+  check_resumed_where_stopped(m1, m2, first, second, before);
+  check_resumed_loss(m1, m2);
+  CHECK(params_disagreements(m2).empty());
+
+  // Another model on the same folder: exit 2 with the reason, before joining anything.
+  auto [code, out] = run_swarm_output({"--role", "server", "--config", tiny, "--d-model", "32", "--coordinator",
+                                       "127.0.0.1:1", "--stage", "0", "--checkpoint-dir", dir},
+                                      30);
+  CHECK(code == 2);
+  CHECK_THAT(out, Catch::Contains("was written by a model of config hash"));
+
+  // The newest files torn and corrupted: skipped with a message, the ones before them loaded.
+  damage_newest_checkpoints(store, m2);
+  auto [code3, out3] = run_swarm_output(calm_flags(m3, dir, third), 120);
+  CHECK(code3 == 0);
+  CHECK_THAT(out3, Catch::Contains("skipping checkpoint"));
+  check_damaged_skipped(m2, m3);
   if (std::getenv("SWARM_TEST_KEEP") != nullptr)  // kept for a post-mortem of a failed run
     return;
   fs::remove_all(dir);

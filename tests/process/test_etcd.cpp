@@ -76,6 +76,111 @@ bool ready(etcd_client& c) {
   return false;
 }
 
+/// A prefix lists its keys; a leader's write holds only while it leads.
+void check_prefix_and_leader_writes(etcd_client& c) {
+  REQUIRE(c.put("swarm/state/b", "2"));
+  REQUIRE(c.put("swarm/state/a", "1"));
+  REQUIRE(c.put("swarm/statf", "not under the prefix"));
+  auto listed = c.get_prefix("swarm/state/");
+  REQUIRE(listed);
+  REQUIRE(listed->size() == 2);
+  CHECK((*listed)[0].key == "swarm/state/a");
+  CHECK((*listed)[1].value == "2");
+  auto lease = c.grant(30);
+  REQUIRE(lease);
+  auto won = c.campaign("swarm/writer", "w:1", *lease, std::chrono::milliseconds(5000));
+  REQUIRE(won);
+  auto wrote = c.put_if_leader(*won, "swarm/state/a", "3");
+  REQUIRE(wrote);
+  CHECK(*wrote);
+  REQUIRE_FALSE(c.revoke(*lease));  // its leadership ends with the lease
+  auto refused = c.put_if_leader(*won, "swarm/state/a", "4");
+  REQUIRE(refused);
+  CHECK_FALSE(*refused);
+  auto kept = c.get("swarm/state/a");
+  REQUIRE(kept);
+  REQUIRE(*kept);
+  CHECK((*kept)->value == "3");
+}
+
+/// A watch on a prefix calls back once it is in place and on each change under
+/// it, until told to stop; quiet for its idle time, it times out.
+void check_watch(etcd_client& c, const etcd_member& member) {
+  std::atomic<int> calls{0};
+  etcd_client watcher({member}, std::chrono::milliseconds(2000));
+  auto watching = std::async(std::launch::async, [&] {
+    return watcher.watch(
+        "swarm/leader/", [&] { return ++calls < 3; }, std::chrono::seconds(10));
+  });
+  const auto until = [&](int n) {
+    for (int i = 0; i < 100 && calls < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return calls.load();
+  };
+  CHECK(until(1) == 1);                // in place
+  REQUIRE(c.put("swarm/other", "x"));  // not under the prefix
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(calls == 1);
+  REQUIRE(c.put("swarm/leader/a", "1"));
+  CHECK(until(2) == 2);
+  REQUIRE(c.put("swarm/leader/b", "2"));  // the third call says stop
+  REQUIRE(watching.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK_FALSE(watching.get());
+  CHECK(calls == 3);
+  // Quiet for its idle time: TIMEOUT, to be made again.
+  auto quiet = watcher.watch(
+      "swarm/quiet/", [] { return true; }, std::chrono::milliseconds(700));
+  REQUIRE(quiet);
+  CHECK(code_of(quiet) == errc::TIMEOUT);
+}
+
+/// One leader at a time; the next one's term is larger.
+void check_election(etcd_client& c, const etcd_member& member) {
+  auto a_lease = c.grant(30), b_lease = c.grant(30);
+  REQUIRE(a_lease);
+  REQUIRE(b_lease);
+  auto none = c.leader("swarm/coordinator");
+  INFO((none ? std::string{} : describe(none.error())));
+  REQUIRE(none);
+  CHECK_FALSE(*none);
+
+  auto a = c.campaign("swarm/coordinator", "a:1", *a_lease, std::chrono::milliseconds(5000));
+  REQUIRE(a);
+  CHECK(a->term > 0);
+  auto now = c.leader("swarm/coordinator");
+  REQUIRE(now);
+  REQUIRE(*now);
+  CHECK((*now)->value == "a:1");
+  CHECK((*now)->create_revision == a->term);
+
+  // b waits behind a: its campaign does not return while a leads.
+  etcd_client other({member}, std::chrono::milliseconds(2000));
+  auto early = other.campaign("swarm/coordinator", "b:0", *b_lease, std::chrono::milliseconds(1500));
+  REQUIRE_FALSE(early);
+  CHECK(code_of(early.error()) == errc::TIMEOUT);
+
+  // a's lease ends (as when its process dies and stops renewing): b leads.
+  // Under a fresh lease: etcd withdraws the campaign that timed out.
+  auto b_fresh = other.grant(30);
+  REQUIRE(b_fresh);
+  auto b = std::async(std::launch::async, [&] {
+    return other.campaign("swarm/coordinator", "b:1", *b_fresh, std::chrono::milliseconds(10000));
+  });
+  REQUIRE_FALSE(c.revoke(*a_lease));
+  auto won = b.get();
+  REQUIRE(won);
+  CHECK(won->term > a->term);
+  auto after = c.leader("swarm/coordinator");
+  REQUIRE(after);
+  REQUIRE(*after);
+  CHECK((*after)->value == "b:1");
+
+  REQUIRE_FALSE(other.resign(*won));
+  auto empty = c.leader("swarm/coordinator");
+  REQUIRE(empty);
+  CHECK_FALSE(*empty);
+}
+
 }  // namespace
 
 TEST_CASE("etcd: keys, leases, and an election whose term grows with each leader", "[etcd]") {
@@ -97,59 +202,10 @@ TEST_CASE("etcd: keys, leases, and an election whose term grows with each leader
     CHECK_FALSE(*none);
   }
 
-  SECTION("a prefix lists its keys; a leader's write holds only while it leads") {
-    REQUIRE(c.put("swarm/state/b", "2"));
-    REQUIRE(c.put("swarm/state/a", "1"));
-    REQUIRE(c.put("swarm/statf", "not under the prefix"));
-    auto listed = c.get_prefix("swarm/state/");
-    REQUIRE(listed);
-    REQUIRE(listed->size() == 2);
-    CHECK((*listed)[0].key == "swarm/state/a");
-    CHECK((*listed)[1].value == "2");
-    auto lease = c.grant(30);
-    REQUIRE(lease);
-    auto won = c.campaign("swarm/writer", "w:1", *lease, std::chrono::milliseconds(5000));
-    REQUIRE(won);
-    auto wrote = c.put_if_leader(*won, "swarm/state/a", "3");
-    REQUIRE(wrote);
-    CHECK(*wrote);
-    REQUIRE_FALSE(c.revoke(*lease));  // its leadership ends with the lease
-    auto refused = c.put_if_leader(*won, "swarm/state/a", "4");
-    REQUIRE(refused);
-    CHECK_FALSE(*refused);
-    auto kept = c.get("swarm/state/a");
-    REQUIRE(kept);
-    REQUIRE(*kept);
-    CHECK((*kept)->value == "3");
-  }
+  SECTION("a prefix lists its keys; a leader's write holds only while it leads") { check_prefix_and_leader_writes(c); }
 
   SECTION("a watch on a prefix calls back once it is in place and on each change under it, until told to stop") {
-    std::atomic<int> calls{0};
-    etcd_client watcher({etcd.member()}, std::chrono::milliseconds(2000));
-    auto watching = std::async(std::launch::async, [&] {
-      return watcher.watch(
-          "swarm/leader/", [&] { return ++calls < 3; }, std::chrono::seconds(10));
-    });
-    const auto until = [&](int n) {
-      for (int i = 0; i < 100 && calls < n; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      return calls.load();
-    };
-    CHECK(until(1) == 1);                // in place
-    REQUIRE(c.put("swarm/other", "x"));  // not under the prefix
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    CHECK(calls == 1);
-    REQUIRE(c.put("swarm/leader/a", "1"));
-    CHECK(until(2) == 2);
-    REQUIRE(c.put("swarm/leader/b", "2"));  // the third call says stop
-    REQUIRE(watching.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
-    CHECK_FALSE(watching.get());
-    CHECK(calls == 3);
-    // Quiet for its idle time: TIMEOUT, to be made again.
-    auto quiet = watcher.watch(
-        "swarm/quiet/", [] { return true; }, std::chrono::milliseconds(700));
-    REQUIRE(quiet);
-    CHECK(code_of(quiet) == errc::TIMEOUT);
+    check_watch(c, etcd.member());
   }
 
   SECTION("a key tied to a lease goes with it") {
@@ -167,51 +223,7 @@ TEST_CASE("etcd: keys, leases, and an election whose term grows with each leader
     CHECK((!expired || *expired == 0));
   }
 
-  SECTION("one leader at a time; the next one's term is larger") {
-    auto a_lease = c.grant(30), b_lease = c.grant(30);
-    REQUIRE(a_lease);
-    REQUIRE(b_lease);
-    auto none = c.leader("swarm/coordinator");
-    INFO((none ? std::string{} : describe(none.error())));
-    REQUIRE(none);
-    CHECK_FALSE(*none);
-
-    auto a = c.campaign("swarm/coordinator", "a:1", *a_lease, std::chrono::milliseconds(5000));
-    REQUIRE(a);
-    CHECK(a->term > 0);
-    auto now = c.leader("swarm/coordinator");
-    REQUIRE(now);
-    REQUIRE(*now);
-    CHECK((*now)->value == "a:1");
-    CHECK((*now)->create_revision == a->term);
-
-    // b waits behind a: its campaign does not return while a leads.
-    etcd_client other({etcd.member()}, std::chrono::milliseconds(2000));
-    auto early = other.campaign("swarm/coordinator", "b:0", *b_lease, std::chrono::milliseconds(1500));
-    REQUIRE_FALSE(early);
-    CHECK(code_of(early.error()) == errc::TIMEOUT);
-
-    // a's lease ends (as when its process dies and stops renewing): b leads.
-    // Under a fresh lease: etcd withdraws the campaign that timed out.
-    auto b_fresh = other.grant(30);
-    REQUIRE(b_fresh);
-    auto b = std::async(std::launch::async, [&] {
-      return other.campaign("swarm/coordinator", "b:1", *b_fresh, std::chrono::milliseconds(10000));
-    });
-    REQUIRE_FALSE(c.revoke(*a_lease));
-    auto won = b.get();
-    REQUIRE(won);
-    CHECK(won->term > a->term);
-    auto after = c.leader("swarm/coordinator");
-    REQUIRE(after);
-    REQUIRE(*after);
-    CHECK((*after)->value == "b:1");
-
-    REQUIRE_FALSE(other.resign(*won));
-    auto empty = c.leader("swarm/coordinator");
-    REQUIRE(empty);
-    CHECK_FALSE(*empty);
-  }
+  SECTION("one leader at a time; the next one's term is larger") { check_election(c, etcd.member()); }
 
   SECTION("a member that is gone answers with an error, in time") {
     etcd_client both({{"127.0.0.1", static_cast<uint16_t>(free_port())}, etcd.member()},

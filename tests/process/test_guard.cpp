@@ -90,6 +90,47 @@ std::string basp_header(unsigned op, uint32_t size) {
   return h;
 }
 
+/// Random bytes of every size, handshakes cut short, and garbage after a good
+/// handshake: each to be sent on a connection of its own.
+std::vector<std::string> garbage_inputs() {
+  std::mt19937 rng(7);
+  std::vector<std::string> inputs;
+  for (int i = 0; i < 300; ++i) {
+    std::string junk(1 + rng() % 4096, '\0');
+    for (auto& c : junk)
+      c = static_cast<char>(rng());
+    inputs.push_back(std::move(junk));
+  }
+  for (size_t cut = 1; cut < basp_header_size; cut += 5)
+    inputs.push_back(basp_header(1, 32).substr(0, cut));
+  for (int i = 0; i < 20; ++i)
+    inputs.push_back(basp_header(1, 32) + std::string(32, 'h') + basp_header(200 + i, 5));
+  return inputs;
+}
+
+/// A slow drip: a byte a second never completes a handshake in time.
+void check_slow_and_silent_closed(uint16_t port) {
+  const int drip = dial(port);
+  REQUIRE(drip >= 0);
+  for (int i = 0; i < 3; ++i) {
+    ::send(drip, "\x01", 1, MSG_NOSIGNAL);
+    std::this_thread::sleep_for(1s);
+  }
+  CHECK(gets_closed(drip));
+  CHECK(closed_after(port, ""));  // a silent one times out the same way
+}
+
+/// Many at once: beyond the cap they are refused; the guard keeps serving.
+void crowd_beyond_the_cap(uint16_t port) {
+  std::vector<int> crowd;
+  for (int i = 0; i < 100; ++i)
+    crowd.push_back(dial(port));
+  CHECK(std::count(crowd.begin(), crowd.end(), -1) == 0);  // refused ones are accepted, then closed
+  std::this_thread::sleep_for(500ms);
+  for (int fd : crowd)
+    ::close(fd);
+}
+
 }  // namespace
 
 TEST_CASE("garbage at the guard never reaches the coordinator behind it", "[faults][guard]") {
@@ -132,38 +173,11 @@ TEST_CASE("garbage at the guard never reaches the coordinator behind it", "[faul
   CHECK(closed_after(port, basp_header(0, 0xfffffff0u)));
   CHECK(closed_after(port, basp_header(2, 0xfffffff0u)));
   CHECK(closed_after(port, "GET / HTTP/1.1\r\nHost: swarm\r\n\r\n"));
-  // Random bytes of every size, truncated handshakes, and garbage after a good handshake.
-  std::mt19937 rng(7);
-  std::vector<std::string> inputs;
-  for (int i = 0; i < 300; ++i) {
-    std::string junk(1 + rng() % 4096, '\0');
-    for (auto& c : junk)
-      c = static_cast<char>(rng());
-    inputs.push_back(std::move(junk));
-  }
-  for (size_t cut = 1; cut < basp_header_size; cut += 5)
-    inputs.push_back(basp_header(1, 32).substr(0, cut));
-  for (int i = 0; i < 20; ++i)
-    inputs.push_back(basp_header(1, 32) + std::string(32, 'h') + basp_header(200 + i, 5));
+  const auto inputs = garbage_inputs();
   const int probes = static_cast<int>(inputs.size());
   CHECK(closed_after_each(port, inputs) == probes);
-  // A slow drip: a byte a second never completes a handshake in time.
-  const int drip = dial(port);
-  REQUIRE(drip >= 0);
-  for (int i = 0; i < 3; ++i) {
-    ::send(drip, "\x01", 1, MSG_NOSIGNAL);
-    std::this_thread::sleep_for(1s);
-  }
-  CHECK(gets_closed(drip));
-  CHECK(closed_after(port, ""));  // a silent one times out the same way
-  // Many at once: beyond the cap they are refused; the guard keeps serving.
-  std::vector<int> crowd;
-  for (int i = 0; i < 100; ++i)
-    crowd.push_back(dial(port));
-  CHECK(std::count(crowd.begin(), crowd.end(), -1) == 0);  // refused ones are accepted, then closed
-  std::this_thread::sleep_for(500ms);
-  for (int fd : crowd)
-    ::close(fd);
+  check_slow_and_silent_closed(port);
+  crowd_beyond_the_cap(port);
 
   const auto s = (*guard)->stats();
   std::printf("guard: %llu connections accepted, %llu refused, %llu frames passed\n",

@@ -194,32 +194,23 @@ TEST_CASE("a server on another host that forgot --host is refused at once, namin
   std::remove(metrics.c_str());
 }
 
-// Issue 27 in emulated regions: three etcd members and a candidate in each of
-// regions 0 and 1, servers and the trainer in regions 1 and 2. Region 0, where
-// the leader runs, is cut off (its link down): the others elect the region-1
-// candidate and train on; once the link heals, the old leader (started again,
-// as its supervisor would after its exit 3) stands by and never leads beside
-// the new one. Long (~60 s): scripts/test_full.sh runs it (SWARM_TEST_FULL=1).
-TEST_CASE("control: the leader's region cut off, the others elect another and train on; healed, it follows",
-          "[regions][control]") {
-  if (test_size(0, 1) == 0) {
-    WARN("skipped in the quick suite: SWARM_TEST_FULL=1 (scripts/test_full.sh) runs it");
-    return;
-  }
-  if (!regions_usable())
-    return;
-  const regions net(3, "100mbit", 20);
-  REQUIRE(net.up);
-  const std::string dir = "/tmp/swarm-test-partition-" + std::to_string(getpid());
-  std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
-  const std::string metrics = dir + "/metrics.jsonl", output = dir + "/processes.log";
-  std::string initial, control;
-  for (int i = 0; i < 3; ++i) {
-    initial += (i ? "," : "") + ("m" + std::to_string(i)) + "=http://" + net.address(i) + ":7380";
+namespace {
+
+/// The --control value naming the etcd member of each of the first `count` regions.
+std::string control_of(const regions& net, int count) {
+  std::string control;
+  for (int i = 0; i < count; ++i)
     control += (i ? "," : "etcd://") + net.address(i) + ":7379";
-  }
+  return control;
+}
+
+/// Starts an etcd member in each of the first `count` regions, data and logs in `dir`; their pids.
+std::vector<pid_t> start_etcd_members(const regions& net, int count, const std::string& dir) {
+  std::string initial;
+  for (int i = 0; i < count; ++i)
+    initial += (i ? "," : "") + ("m" + std::to_string(i)) + "=http://" + net.address(i) + ":7380";
   std::vector<pid_t> etcd;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < count; ++i) {
     const std::string c = "http://" + net.address(i) + ":7379", p = "http://" + net.address(i) + ":7380";
     // Heartbeat about the round trip, election 10 times it (etcd's tuning guide for a WAN).
     etcd.push_back(spawn_command({"ip",
@@ -250,6 +241,58 @@ TEST_CASE("control: the leader's region cut off, the others elect another and tr
                                   "--pre-vote"},
                                  dir + "/etcd-m" + std::to_string(i) + ".log"));
   }
+  return etcd;
+}
+
+/// The pid of the newest coordinator to win leadership; 0 when none has.
+pid_t leader_pid(const std::string& metrics) {
+  pid_t pid = 0;
+  for (const auto& l : events(metrics, "leadership"))
+    if (text(l, "change") == "won")
+      pid = static_cast<pid_t>(number(l, "pid"));
+  return pid;
+}
+
+/// Averaging rounds of `stage` applied after unix time `t`.
+int applied_after(const std::string& metrics, int stage, double t) {
+  int n = 0;
+  for (const auto& l : events(metrics, "round_end"))
+    n += number(l, "t") > t && number(l, "stage") == stage && number(l, "applied") > 0;
+  return n;
+}
+
+/// When the first round of any stage was applied after unix time `t`; 1e12 when none was.
+double first_applied_after(const std::string& metrics, double t) {
+  double first = 1e12;
+  for (const auto& l : events(metrics, "round_end"))
+    if (number(l, "t") > t && number(l, "applied") > 0)
+      first = std::min(first, number(l, "t"));
+  return first;
+}
+
+}  // namespace
+
+// Issue 27 in emulated regions: three etcd members and a candidate in each of
+// regions 0 and 1, servers and the trainer in regions 1 and 2. Region 0, where
+// the leader runs, is cut off (its link down): the others elect the region-1
+// candidate and train on; once the link heals, the old leader (started again,
+// as its supervisor would after its exit 3) stands by and never leads beside
+// the new one. Long (~60 s): scripts/test_full.sh runs it (SWARM_TEST_FULL=1).
+TEST_CASE("control: the leader's region cut off, the others elect another and train on; healed, it follows",
+          "[regions][control]") {
+  if (test_size(0, 1) == 0) {
+    WARN("skipped in the quick suite: SWARM_TEST_FULL=1 (scripts/test_full.sh) runs it");
+    return;
+  }
+  if (!regions_usable())
+    return;
+  const regions net(3, "100mbit", 20);
+  REQUIRE(net.up);
+  const std::string dir = "/tmp/swarm-test-partition-" + std::to_string(getpid());
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  const std::string metrics = dir + "/metrics.jsonl", output = dir + "/processes.log";
+  const std::string control = control_of(net, 3);
+  const std::vector<pid_t> etcd = start_etcd_members(net, 3, dir);
   const std::vector<std::string> common{
       "--config",  tiny,    "--metrics",       metrics, "--log-level",          "warn",
       "--control", control, "--control-lease", "2",     "--connection-timeout", "5"};
@@ -260,17 +303,10 @@ TEST_CASE("control: the leader's region cut off, the others elect another and tr
   auto candidate = [&](int region) {
     return net.spawn(region, with({"--role", "coordinator", "--port", "7100", "--host", net.address(region)}), output);
   };
-  auto leader_pid = [&] {
-    pid_t pid = 0;
-    for (const auto& l : events(metrics, "leadership"))
-      if (text(l, "change") == "won")
-        pid = static_cast<pid_t>(number(l, "pid"));
-    return pid;
-  };
   std::vector<pid_t> pids;
   pid_t old_leader = candidate(0);
   REQUIRE(wait_for_metrics(
-      metrics, [&](const auto&) { return leader_pid() == old_leader; }, 60));
+      metrics, [&](const auto&) { return leader_pid(metrics) == old_leader; }, 60));
   const pid_t standby = candidate(1);
   pids.push_back(standby);
   for (int region = 1; region < 3; ++region)
@@ -278,31 +314,21 @@ TEST_CASE("control: the leader's region cut off, the others elect another and tr
       pids.push_back(net.spawn(
           region, with({"--role", "server", "--stage", std::to_string(stage), "--host", net.address(region)}), output));
   pids.push_back(net.spawn(2, with({"--role", "trainer", "--host", net.address(2), "--max-steps", "0"}), output));
-  auto applied_after = [&](int stage, double t) {
-    int n = 0;
-    for (const auto& l : events(metrics, "round_end"))
-      n += number(l, "t") > t && number(l, "stage") == stage && number(l, "applied") > 0;
-    return n;
-  };
   REQUIRE(wait_for_metrics(
-      metrics, [&](const auto&) { return applied_after(0, 0) >= 3 && applied_after(1, 0) >= 3; }, 120));
+      metrics, [&](const auto&) { return applied_after(metrics, 0, 0) >= 3 && applied_after(metrics, 1, 0) >= 3; },
+      120));
 
   // Region 0 cut off: its candidate loses its lease (it cannot reach a quorum) and exits 3.
   REQUIRE(std::system(("bash " + regions_script + " cut " + net.name + " 0").c_str()) == 0);
   const double cut = unix_seconds();
   CHECK(wait_exit(old_leader, 30) == std::optional<int>{3});
   CHECK(wait_for_metrics(
-      metrics, [&](const auto&) { return leader_pid() == standby; }, 30));
+      metrics, [&](const auto&) { return leader_pid(metrics) == standby; }, 30));
   const bool trained_on = wait_for_metrics(
-      metrics, [&](const auto&) { return applied_after(0, cut) >= 5 && applied_after(1, cut) >= 5; }, 60);
+      metrics, [&](const auto&) { return applied_after(metrics, 0, cut) >= 5 && applied_after(metrics, 1, cut) >= 5; },
+      60);
   CHECK(trained_on);
-  const double first_after = [&] {
-    double t = 1e12;
-    for (const auto& l : events(metrics, "round_end"))
-      if (number(l, "t") > cut && number(l, "applied") > 0)
-        t = std::min(t, number(l, "t"));
-    return t;
-  }();
+  const double first_after = first_applied_after(metrics, cut);
   std::printf("partition: the region-1 candidate leads; first round %.2f s after the cut\n", first_after - cut);
 
   // Healed: the old leader, started again, stands by; the new one keeps leading.
@@ -311,9 +337,9 @@ TEST_CASE("control: the leader's region cut off, the others elect another and tr
   pids.push_back(returned);
   const double healed = unix_seconds();
   std::this_thread::sleep_for(std::chrono::seconds(8));
-  CHECK(leader_pid() == standby);
-  CHECK(applied_after(0, healed) >= 3);
-  CHECK(applied_after(1, healed) >= 3);
+  CHECK(leader_pid(metrics) == standby);
+  CHECK(applied_after(metrics, 0, healed) >= 3);
+  CHECK(applied_after(metrics, 1, healed) >= 3);
 
   for (auto it = pids.rbegin(); it != pids.rend(); ++it)
     stop(*it);

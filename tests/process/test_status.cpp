@@ -61,17 +61,9 @@ std::string raw_exchange(int port, const std::string& bytes, double wait_s, bool
   return got;
 }
 
-}  // namespace
-
-TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[status]") {
-  const std::string base = "/tmp/swarm-test-status-" + std::to_string(getpid());
-  const auto metrics = base + ".jsonl", output = base + ".out";
-  for (const auto& f : {metrics, output, base + ".png"})
-    std::remove(f.c_str());
-  const int http = free_port();
-  const pid_t cluster = spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--max-steps", "0",
-                                     "--http-port", std::to_string(http)},
-                                    output);
+/// Waits until the cluster has trained a while (30 steps, an averaging round),
+/// then a little more, so a trainer report follows those steps.
+void wait_for_training(const std::string& metrics) {
   REQUIRE(wait_for_metrics(
       metrics,
       [](const auto& lines) {
@@ -80,9 +72,11 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
       },
       120));
   std::this_thread::sleep_for(std::chrono::seconds(3));  // a trainer report after those steps
+}
 
-  httplib::Client client("127.0.0.1", http);
-  client.set_read_timeout(10, 0);
+/// /api/status and /metrics, their content types, and their content read by
+/// tests/check_status.py against the metrics file (copies kept beside `base`).
+void check_api_and_metrics(httplib::Client& client, const std::string& base, const std::string& metrics) {
   auto status = client.Get("/api/status");
   REQUIRE(status);
   CHECK(status->status == 200);
@@ -93,12 +87,14 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
   CHECK_THAT(prom->get_header_value("Content-Type"), Catch::StartsWith("text/plain; version=0.0.4"));
   write_file(base + ".status.json", status->body);
   write_file(base + ".metrics.txt", prom->body);
-  {
-    const auto [code, out] = sh("/usr/bin/python3 " SWARM_SOURCE_DIR "/tests/check_status.py " + base +
-                                ".status.json " + base + ".metrics.txt " + metrics);
-    std::printf("%s", out.c_str());
-    CHECK(code == 0);
-  }
+  const auto [code, out] = sh("/usr/bin/python3 " SWARM_SOURCE_DIR "/tests/check_status.py " + base + ".status.json " +
+                              base + ".metrics.txt " + metrics);
+  std::printf("%s", out.c_str());
+  CHECK(code == 0);
+}
+
+/// The page at /: whole without anything from elsewhere, and in a browser.
+void check_page(httplib::Client& client, int http) {
   auto page = client.Get("/");
   REQUIRE(page);
   CHECK(page->status == 200);
@@ -110,14 +106,14 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
   CHECK(page->body.find("https://") == std::string::npos);
 
   // The page in a real browser: stages, servers and charts, no console errors.
-  {
-    const auto [code, out] = sh(
-        "bash " SWARM_SOURCE_DIR "/tests/process/test_status_page.sh http://127.0.0.1:" + std::to_string(http) + "/");
-    std::printf("%s", out.c_str());
-    CHECK(code == 0);
-  }
+  const auto [code, out] =
+      sh("bash " SWARM_SOURCE_DIR "/tests/process/test_status_page.sh http://127.0.0.1:" + std::to_string(http) + "/");
+  std::printf("%s", out.c_str());
+  CHECK(code == 0);
+}
 
-  // Bad requests get HTTP errors; a slow client is cut off; training goes on.
+/// Bad requests get HTTP errors; a slow client is cut off; training goes on.
+void check_bad_requests(httplib::Client& client, int http, const std::string& metrics) {
   const auto steps_before = events(metrics, "step").size();
   auto missing = client.Get("/nope");
   REQUIRE(missing);
@@ -141,35 +137,40 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
   REQUIRE(again);
   CHECK(again->status == 200);
   CHECK(events(metrics, "step").size() > steps_before);
+}
 
-  // 1,000 clients that connect and send nothing, or one byte a second, held
-  // open for 8 s (reconnecting when cut off, as a hostile client would): a
-  // scrape and the page's poll are still answered within 1 s.
+/// 1,000 connections to `http` that send nothing, or one byte a second (every
+/// tenth), held until `holding` turns false; one cut off connects again, as a
+/// hostile client would, and counts in `reconnects`.
+void hold_idle_crowd(int http, const std::atomic<bool>& holding, std::atomic<int>& reconnects) {
+  std::vector<int> fds(1000, -1);
+  while (holding) {
+    for (size_t i = 0; i < fds.size(); ++i) {
+      pollfd p{fds[i], POLLIN | POLLRDHUP, 0};
+      if (fds[i] >= 0 && ::poll(&p, 1, 0) == 1) {
+        ::close(fds[i]);  // cut off: come back
+        fds[i] = -1;
+        ++reconnects;
+      }
+      if (fds[i] < 0)
+        fds[i] = swarm::connect_loopback(static_cast<uint16_t>(http));
+      else if (i % 10 == 0)
+        ::send(fds[i], "G", 1, MSG_NOSIGNAL);  // a slow one
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  for (int fd : fds)
+    if (fd >= 0)
+      ::close(fd);
+}
+
+/// 1,000 idle and slow clients held open for 8 s: a scrape and the page's poll
+/// are still answered within 1 s.
+void check_answers_beside_idle_crowd(int http) {
   const auto hold = std::chrono::seconds(8);
   std::atomic<bool> holding{true};
   std::atomic<int> reconnects{0};
-  std::thread crowd([&] {
-    std::vector<int> fds(1000, -1);
-    std::vector<char> last_byte(fds.size(), 0);
-    while (holding) {
-      for (size_t i = 0; i < fds.size(); ++i) {
-        pollfd p{fds[i], POLLIN | POLLRDHUP, 0};
-        if (fds[i] >= 0 && ::poll(&p, 1, 0) == 1) {
-          ::close(fds[i]);  // cut off: come back
-          fds[i] = -1;
-          ++reconnects;
-        }
-        if (fds[i] < 0)
-          fds[i] = swarm::connect_loopback(static_cast<uint16_t>(http));
-        else if (i % 10 == 0)
-          ::send(fds[i], "G", 1, MSG_NOSIGNAL);  // a slow one
-      }
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-    }
-    for (int fd : fds)
-      if (fd >= 0)
-        ::close(fd);
-  });
+  std::thread crowd([&] { hold_idle_crowd(http, holding, reconnects); });
   std::this_thread::sleep_for(std::chrono::seconds(1));
   double slowest = 0;
   int answered = 0;
@@ -189,8 +190,10 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
               answered, slowest);
   CHECK(answered >= 20);
   CHECK(slowest < 1.0);
+}
 
-  // The terminal view, asked of the coordinator's CAF port.
+/// The terminal view, asked of the coordinator's CAF port.
+void check_terminal_view(const std::string& metrics) {
   const auto start = events(metrics, "cluster_start").at(0);
   const auto [code, screen] =
       run_swarm_output({"--role", "status", "--coordinator",
@@ -201,10 +204,11 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
   CHECK_THAT(screen, Catch::Contains("stage 0  step"));
   CHECK_THAT(screen, Catch::Contains("stage 1  step"));
   CHECK_THAT(screen, Catch::Contains("trainer t"));
+}
 
-  // Ctrl-C ends the run (everything above is checked): a summary and its plot.
-  kill(cluster, SIGINT);
-  REQUIRE(wait_exit(cluster, 60) == 0);
+/// What the cluster printed once Ctrl-C ended it: where its status page was,
+/// a summary of the run and the plot of it (`base`.png).
+void check_run_summary(const std::string& output, const std::string& metrics, const std::string& base, int http) {
   std::string out;
   for (const auto& l : read_lines(output))
     out += l + "\n";
@@ -214,6 +218,33 @@ TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[s
   CHECK_THAT(out, Catch::Contains("plot of the run: " + base + ".png"));
   CHECK(std::filesystem::exists(base + ".png"));
   CHECK(out.find(" done in ") == std::string::npos);  // no line per round at the default level
+}
+
+}  // namespace
+
+TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[status]") {
+  const std::string base = "/tmp/swarm-test-status-" + std::to_string(getpid());
+  const auto metrics = base + ".jsonl", output = base + ".out";
+  for (const auto& f : {metrics, output, base + ".png"})
+    std::remove(f.c_str());
+  const int http = free_port();
+  const pid_t cluster = spawn_swarm({"--role", "cluster", "--config", tiny, "--metrics", metrics, "--max-steps", "0",
+                                     "--http-port", std::to_string(http)},
+                                    output);
+  wait_for_training(metrics);
+
+  httplib::Client client("127.0.0.1", http);
+  client.set_read_timeout(10, 0);
+  check_api_and_metrics(client, base, metrics);
+  check_page(client, http);
+  check_bad_requests(client, http, metrics);
+  check_answers_beside_idle_crowd(http);
+  check_terminal_view(metrics);
+
+  // Ctrl-C ends the run (everything above is checked): a summary and its plot.
+  kill(cluster, SIGINT);
+  REQUIRE(wait_exit(cluster, 60) == 0);
+  check_run_summary(output, metrics, base, http);
   for (const auto& f : {metrics, output, base + ".png", base + ".status.json", base + ".metrics.txt"})
     std::remove(f.c_str());
 }

@@ -28,10 +28,10 @@ struct fed_board {
   }
 };
 
-}  // namespace
-
-TEST_CASE("the status board shows servers, trainers, rounds and events", "[status]") {
-  fed_board f;
+/// Events of a small swarm, fed as the coordinator sees them: two servers join,
+/// one steps twice, each stage ends a round (stage 1's failed, after 45 s), a
+/// trainer reports, and stage 1's server goes down.
+void feed_a_short_run(fed_board& f) {
   auto& b = *f.board;
   b.on_event(1001, "server_join",
              {{"stage", int64_t{0}},
@@ -73,6 +73,14 @@ TEST_CASE("the status board shows servers, trainers, rounds and events", "[statu
              {{"stage", int64_t{1}},
               {"server", std::string{"s-2\"x"}},
               {"reason", std::string{"exit_reason(remote_link_unreachable)"}}});
+}
+
+}  // namespace
+
+TEST_CASE("the status board shows servers, trainers, rounds and events", "[status]") {
+  fed_board f;
+  auto& b = *f.board;
+  feed_a_short_run(f);
 
   const auto json = b.json(1012);
   CHECK_THAT(json, Catch::Contains("\"id\": \"s-1\", \"host\": \"127.0.0.1\", \"port\": 4000, \"state\": \"serving\", "
