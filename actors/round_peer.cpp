@@ -291,9 +291,13 @@ void on_piece(self_ptr self, const encoded<proto::allreduce_piece>& bytes) {
 void on_round(self_ptr self, const encoded<proto::round_begin>& bytes, const std::vector<caf::actor>& members,
               std::vector<float> grad, int64_t samples, const std::vector<int64_t>& check) {
   auto& st = self->state;
-  auto begin = decode(bytes);  // checked by the server
-  if (!begin)
+  auto begin = decode(bytes);
+  // Its server checked these already; a round begin from anyone else is refused before (round_peer()).
+  if (!begin || begin->members_size() != static_cast<int>(members.size()) || !std::isfinite(begin->timeout_s()) ||
+      begin->timeout_s() <= 0) {
+    get_logger("stage_server")->warn("{}: ignored a round begin that does not fit its members", st.cfg.server_id);
     return;
+  }
   int rank = -1;
   for (size_t i = 0; i < members.size(); ++i)
     if (members[i].address() == self->address())
@@ -367,6 +371,18 @@ void on_exclude(self_ptr self, const encoded<proto::round_exclude>& bytes) {
     gone(self, static_cast<int>(ex->rank()));
 }
 
+/// Whether the message being handled comes from `allowed` (its `who`: server
+/// or averager); else it is refused with a log line naming `what` and the sender.
+bool sent_by(self_ptr self, const caf::actor_addr& allowed, const char* who, const char* what) {
+  const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (sender && sender == allowed)
+    return true;
+  get_logger("stage_server")
+      ->warn("{}: refused a {} from {}: only its {} sends those", self->state.cfg.server_id, what,
+             caf::to_string(sender), who);
+  return false;
+}
+
 /// Whether `round` is the one running and not finished: a timer of an older one is spent.
 bool running(self_ptr self, uint64_t round) {
   const auto& r = self->state.round;
@@ -428,12 +444,19 @@ round_peer_actor::behavior_type round_peer(self_ptr self, round_peer_config cfg,
       [self](round_atom, const encoded<proto::round_begin>& bytes, const std::vector<caf::actor>& members,
              std::vector<float>& grad, int64_t samples, const averager_actor& averager,
              const std::vector<int64_t>& check) {
+        if (!sent_by(self, self->state.server.address(), "server", "round begin"))
+          return;
         self->state.averager = averager;
         on_round(self, bytes, members, std::move(grad), samples, check);
       },
       [self](piece_atom, const encoded<proto::allreduce_piece>& bytes) { on_piece(self, bytes); },
-      [self](exclude_atom, const encoded<proto::round_exclude>& bytes) { on_exclude(self, bytes); },
+      [self](exclude_atom, const encoded<proto::round_exclude>& bytes) {
+        if (sent_by(self, self->state.averager.address(), "averager", "round exclusion"))
+          on_exclude(self, bytes);
+      },
       [self](abandon_atom, uint64_t round) {
+        if (!sent_by(self, self->state.server.address(), "server", "round abandon"))
+          return;
         auto& r = self->state.round;
         if (r && r->id == round)
           r->finished = true;  // the server gave it up already: no outcome owed

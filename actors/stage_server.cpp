@@ -403,7 +403,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
       [self](stage_server_local::round_overdue o) { averaging::on_round_overdue(self, o.round); },
       [self](stage_server_local::stale_wait_over o) { averaging::on_stale_wait_over(self, o.round); },
       [self](stage_server_local::leave_check) { moving::stop_when_handed_in(self, true); },
-      [self](stage_server_local::move_again& m) { moving::on_move(self, m.order); });
+      [self](stage_server_local::move_again& m) { moving::resume_move(self, m.order); });
   return {
       [self](forward_atom, uint64_t transfer_id, encoded<proto::forward_request>& tail) {
         return receive_request<proto::forward_request>(self, "forward_request", transfer_id, std::move(tail.bytes),

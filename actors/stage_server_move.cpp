@@ -198,19 +198,37 @@ bool accept_term(server_ptr self, int64_t term, const char* what) {
 }
 
 void on_move(server_ptr self, const encoded<proto::move_order>& bytes) {
+  // The rebalancer runs in the coordinator's process: a move from anywhere else is refused.
+  const auto& coordinator = self->state.member.coordinator;
+  const auto& sender = self->current_sender();
+  if (!coordinator || !sender || sender->node() != coordinator.node()) {
+    get_logger("stage_server")
+        ->warn("stage {}: refused a move order from {}: only its coordinator's process orders moves", stage_of(self),
+               caf::to_string(sender));
+    return;
+  }
+  resume_move(self, bytes);
+}
+
+void resume_move(server_ptr self, const encoded<proto::move_order>& bytes) {
   auto& st = self->state;
   auto log = get_logger("stage_server");
   auto order = decode(bytes);
-  if (order && !accept_term(self, order->term(), "move"))
-    return;
   const auto here = static_cast<uint32_t>(stage_of(self));
-  if (!order || order->stage() != here || order->to_stage() == here ||
-      order->to_stage() >= static_cast<uint32_t>(st.cfg.num_stages) ||
-      (st.member.move && st.member.move->to_stage() != order->to_stage()) || !enter(self, phase_event::move_ordered)) {
+  // Checked whole before its term counts: an order that does not fit must not
+  // raise the newest term (one such order with term 2^63-1 fenced a server off).
+  const bool fits = order && order->stage() == here && order->to_stage() != here &&
+                    order->to_stage() < static_cast<uint32_t>(st.cfg.num_stages) &&
+                    (!st.member.move || st.member.move->to_stage() == order->to_stage()) &&
+                    next_phase(st.member.phase, phase_event::move_ordered);
+  if (!fits) {
     log->warn("stage {}: ignored a move order{} ({})", here,
               order ? " that does not fit (stage, target or a move under way)" : "", to_string(st.member.phase));
     return;
   }
+  if (!accept_term(self, order->term(), "move"))
+    return;
+  enter(self, phase_event::move_ordered);
   if (!st.member.move) {
     st.member.move = *order;
     st.member.move_ordered = clock_type::now();
@@ -225,7 +243,7 @@ void on_move(server_ptr self, const encoded<proto::move_order>& bytes) {
   if (st.worker->accumulated_samples() + st.worker->held_samples() > 0 && !waited) {
     if (!st.member.hand_in_timer) {
       st.member.hand_in_timer = true;
-      send_later(self, hand_in_wait, stage_server_local::move_again{bytes});
+      send_later(self, hand_in_wait, stage_server_local::move_again{bytes});  // to resume_move
     }
     return;
   }

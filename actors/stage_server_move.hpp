@@ -21,7 +21,13 @@ using server_ptr = stage_actor::stateful_pointer<stage_server_state>;
 /// the node's registration names; "" or the coordinator's refusal.
 [[nodiscard]] caf::result<std::string> on_register(server_ptr self, const encoded<proto::register_server>& bytes,
                                                    const caf::actor& coordinator);
+/// A move order (the rebalancer's): refused unless it comes from the
+/// coordinator's process, then resume_move().
 void on_move(server_ptr self, const encoded<proto::move_order>& bytes);
+/// Carries out a move order that fits (this stage, a target in range, the
+/// move under way if any) and whose term is not older than the newest seen;
+/// also the server's own resend of an order it put off (move_again).
+void resume_move(server_ptr self, const encoded<proto::move_order>& bytes);
 /// The phase `event` leads to (actors/stage_server_phase.hpp); false, and the
 /// phase kept, when that event cannot happen in the phase it is in.
 bool enter(server_ptr self, phase_event event);

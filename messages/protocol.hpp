@@ -18,6 +18,7 @@
 // An actor's own timers and the bulk plane's deliveries are in no interface
 // here: they are local messages (messages/local.hpp), which no peer can send.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -72,9 +73,17 @@ typename Inspector::result_type inspect(Inspector& f, encoded<P>& x) {
   return f(x.bytes);
 }
 
-/// Seconds from config (a double) as the timespan CAF deadlines take.
+/// The longest delay seconds() gives: about 31 years. CAF adds a delay to its
+/// clock's now, so a timespan near its maximum would overflow.
+constexpr double longest_delay_s = 1e9;
+
+/// Seconds (from config or a peer's message) as the timespan CAF deadlines
+/// take: NaN and negatives are 0 (now), and more than longest_delay_s is
+/// longest_delay_s (a double cast to a duration out of range is undefined).
 [[nodiscard]] inline caf::timespan seconds(double s) {
-  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
+  if (!(s > 0))
+    return caf::timespan{0};
+  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(std::min(s, longest_delay_s)));
 }
 
 using forward_atom = caf::atom_constant<caf::atom("forward")>;

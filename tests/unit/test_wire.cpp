@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <limits>
 
 #include "base/hash.hpp"
 #include "messages/codebook.hpp"
@@ -44,6 +45,20 @@ TEST_CASE("the project's error codes are proto::status's, name for name", "[wire
   CHECK(code_of(back) == errc::LEAVING);
   CHECK(describe(back) == "LEAVING: moving");
   CHECK_FALSE(to_caf(error{}));
+}
+
+TEST_CASE("seconds(): a peer's NaN, negative or huge timeout is a defined delay", "[wire]") {
+  // A round's timeout_s comes from the averager's message: NaN or 1e300 cast to
+  // a duration was undefined (x86 gave the most negative count: a timer that fired at once).
+  using std::chrono::milliseconds;
+  CHECK(seconds(1.5) == milliseconds(1500));
+  CHECK(seconds(0) == caf::timespan{0});
+  CHECK(seconds(-3) == caf::timespan{0});
+  CHECK(seconds(std::numeric_limits<double>::quiet_NaN()) == caf::timespan{0});
+  CHECK(seconds(-std::numeric_limits<double>::infinity()) == caf::timespan{0});
+  CHECK(seconds(1e300) == seconds(longest_delay_s));
+  CHECK(seconds(std::numeric_limits<double>::infinity()) == seconds(longest_delay_s));
+  CHECK(seconds(longest_delay_s) > std::chrono::hours(24 * 365 * 30));
 }
 
 TEST_CASE("the cost model's blockwise8 block is the codec's", "[wire]") {

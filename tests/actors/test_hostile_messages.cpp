@@ -1,0 +1,143 @@
+// Tier (b): messages no honest peer sends, each refused without harm (issue
+// #46, "who may say what"): a move order that does not fit with a huge term, a
+// move order from a stranger's process, and a round begin at a round peer from
+// anyone but its own server.
+// torch (through the stage server) before catch.hpp: glog's CHECK would otherwise replace Catch2's.
+#include <ATen/core/Tensor.h>
+
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <optional>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/coordinator.hpp"
+#include "actors/stage_server.hpp"
+#include "messages/wire.hpp"
+#include "fixtures.hpp"
+#include "actor_helpers.hpp"
+
+using namespace swarm;
+using swarm::testing::system_fixture;
+using namespace std::chrono_literals;
+using namespace swarm::testing::actor_helpers;
+
+namespace {
+
+/// A coordinator of tiny_model's 2 stages (no rebalancing of its own) and one
+/// stage-0 server registered with it, watched for stage 0's membership changes.
+struct registered_server : system_fixture {
+  coordinator_actor coord;
+  stage_actor server;
+  uint16_t port = 0;
+  caf::scoped_actor self{*sys}, watch{*sys};
+
+  registered_server() {
+    const auto hash = tiny_model().hash();
+    coordinator_settings cs{2, hash};
+    cs.rebalancing.coordinator.rebalance = "off";
+    coord = sys->spawn(coordinator, cs, std::make_shared<metrics_sink>());
+    server = spawn_stage0_server(*sys, "target", "");
+    auto published = sys->middleman().publish(server, 0, "127.0.0.1");
+    REQUIRE(published);
+    port = *published;
+    proto::subscribe sub;
+    sub.set_stage(0);
+    sub.set_config_hash(hash);
+    watch->request(coord, 5s, subscribe_atom::value, wrap(sub))
+        .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
+    self->request(server, 10s, register_atom::value, wrap(registration("target", 0, port, hash)),
+                  caf::actor_cast<caf::actor>(coord))
+        .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
+    REQUIRE(next_update(10s));  // its JOIN
+  }
+  ~registered_server() {
+    self->send_exit(server, caf::exit_reason::user_shutdown);
+    self->send_exit(coord, caf::exit_reason::user_shutdown);
+    self->wait_for(server);
+  }
+
+  std::optional<proto::membership_update> next_update(caf::timespan wait) {
+    std::optional<proto::membership_update> up;
+    watch->receive(
+        [&](membership_atom, const encoded<proto::membership_update>& m) { up.emplace().ParseFromString(m.bytes); },
+        caf::after(wait) >> [] {});
+    return up;
+  }
+};
+
+proto::move_order move(uint32_t stage, uint32_t to, int64_t term) {
+  proto::move_order order;
+  order.set_stage(stage);
+  order.set_to_stage(to);
+  order.set_reason("load");
+  order.set_term(term);
+  return order;
+}
+
+}  // namespace
+
+TEST_CASE_METHOD(registered_server, "a move order that does not fit leaves the newest term where it was",
+                 "[actors][hostile]") {
+  // Before: the term of an order for a stage it does not serve was adopted
+  // first, so every later real order was refused as a deposed leader's.
+  self->send(server, move_atom::value, wrap(move(1, 0, std::numeric_limits<int64_t>::max())));
+  self->send(server, move_atom::value, wrap(move(0, 1, 1)));  // a real one, of the coordinator's term
+  const auto left = next_update(10s);
+  CHECK((left && left->kind() == proto::membership_update::LEAVE));
+}
+
+TEST_CASE_METHOD(registered_server, "a move order from a process other than the coordinator's is refused",
+                 "[actors][hostile]") {
+  caf::actor_system_config scfg;
+  swarm::testing::configure_node(scfg);
+  caf::actor_system stranger{scfg};
+  auto remote = stranger.middleman().remote_actor<stage_actor>("127.0.0.1", port);
+  REQUIRE(remote);
+  caf::scoped_actor them{stranger};
+  them->send(*remote, move_atom::value, wrap(move(0, 1, 1)));
+  CHECK_FALSE(next_update(1500ms));  // no LEAVE: it stays
+  // The coordinator's own order still works.
+  self->send(server, move_atom::value, wrap(move(0, 1, 1)));
+  const auto left = next_update(10s);
+  CHECK((left && left->kind() == proto::membership_update::LEAVE));
+}
+
+TEST_CASE_METHOD(system_fixture, "a round peer takes round begins from its own server only, and checks their sizes",
+                 "[actors][hostile]") {
+  // The round peer's handle travels to the averager and to every member of
+  // its stage's rounds, so anyone in a round can send it anything. Before, a
+  // round begin naming 5 members beside a list of 1 handle indexed past the list.
+  auto server = spawn_stage0_server(*sys, "target", "");
+  caf::scoped_actor self{*sys}, fake_coordinator{*sys};
+  self->send(server, register_atom::value, wrap(registration("target", 0, 4000, tiny_model().hash())),
+             caf::actor_cast<caf::actor>(fake_coordinator));
+  caf::actor peer;
+  fake_coordinator->receive([&](register_atom, const encoded<proto::register_server>&, const stage_actor&,
+                                const caf::actor& round_peer) {
+    peer = round_peer;
+    return wrap(proto::register_reply{});
+  });
+  fake_coordinator->receive([](averager_atom) { return averager_actor{}; });
+  REQUIRE(peer);
+  self->monitor(peer);
+  proto::round_begin begin;
+  begin.set_stage(0);
+  begin.set_round(1);
+  for (const char* id : {"target", "b", "c", "d", "e"})
+    begin.add_members(id);
+  begin.set_timeout_s(std::numeric_limits<double>::quiet_NaN());
+  begin.set_piece_elements(16);
+  self->send(caf::actor_cast<round_peer_actor>(peer), round_atom::value, wrap(begin), std::vector<caf::actor>{peer},
+             std::vector<float>(8, 1.0f), int64_t{1}, averager_actor{}, std::vector<int64_t>{});
+  // Still there, and its server still answers.
+  self->request(server, 5s, door_atom::value)
+      .receive([](const caf::actor& door) { CHECK(door); }, [](caf::error& err) { FAIL(describe(err)); });
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; }, caf::after(200ms) >> [] {});
+  CHECK_FALSE(down);
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  self->wait_for(server);
+}
