@@ -348,9 +348,12 @@ std::optional<reply_check> settle_held_for_round(self_ptr self) {
   return check;
 }
 
-stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, std::shared_ptr<stage_worker> worker,
-                                        std::shared_ptr<metrics_sink> metrics,
-                                        std::shared_ptr<stage_server_counters> counters) {
+namespace {
+
+/// Takes the server's parts into its state, watches the process for freezes
+/// (base/freeze_watch.hpp) and attaches to the bulk connection.
+void adopt(self_ptr self, stage_server_config cfg, std::shared_ptr<stage_worker> worker,
+           std::shared_ptr<metrics_sink> metrics, std::shared_ptr<stage_server_counters> counters) {
   self->state.cfg = std::move(cfg);
   self->state.worker = std::move(worker);
   self->state.metrics = std::move(metrics);
@@ -361,21 +364,27 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         std::chrono::duration<double>(self->state.cfg.freeze_s)));
   if (self->state.cfg.bulk)
     self->state.cfg.bulk->attach(caf::actor_cast<caf::actor>(self));
+}
+
+/// The server's helpers: its door and its averaging round peer.
+void spawn_helpers(self_ptr self) {
   // Linked: it ends with this server.
   self->state.door = self->spawn<caf::linked>(door, self->state.cfg.server.admission);
-  {
-    const auto& c = self->state.cfg;
-    round_peer_config pc{c.server_id,
-                         c.server.averaging_compression,
-                         c.bulk,
-                         c.net.bulk_min_bytes,
-                         c.bulk_wait_s,
-                         c.server.fault == server_config::fault_kind::hang_round ? c.server.fault_after : 0,
-                         c.server.fault == server_config::fault_kind::fail_round ? c.server.fault_after : 0};
-    // Detached: its own thread, so a round moves on while this one computes.
-    self->state.avg.peer = self->spawn<caf::detached + caf::linked>(round_peer, std::move(pc), self->state.metrics,
-                                                                    caf::actor_cast<stage_actor>(self));
-  }
+  const auto& c = self->state.cfg;
+  round_peer_config pc{c.server_id,
+                       c.server.averaging_compression,
+                       c.bulk,
+                       c.net.bulk_min_bytes,
+                       c.bulk_wait_s,
+                       c.server.fault == server_config::fault_kind::hang_round ? c.server.fault_after : 0,
+                       c.server.fault == server_config::fault_kind::fail_round ? c.server.fault_after : 0};
+  // Detached: its own thread, so a round moves on while this one computes.
+  self->state.avg.peer = self->spawn<caf::detached + caf::linked>(round_peer, std::move(pc), self->state.metrics,
+                                                                  caf::actor_cast<stage_actor>(self));
+}
+
+/// What the server does when a sender of chunks it monitors goes down, and when it is stopped.
+void set_down_and_exit_handlers(self_ptr self) {
   // A trainer that dies mid-transfer leaves partial payloads; drop them with it.
   self->set_down_handler([self](caf::down_msg& msg) {
     self->state.chunks.forget(msg.source);
@@ -389,21 +398,76 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
       return;
     moving::stop(self, msg.reason);
   });
+}
+
+/// A held microbatch's settle_after is over.
+void on_settle_due(self_ptr self, stage_server_local::settle_due due) {
+  const auto& h = self->state.serving.held;
+  if (!h || h->id != due.held)
+    return;  // settled already, by a later microbatch
+  settle_held(self);
+  averaging::report_progress(self, false);
+}
+
+/// Its local messages (messages/local.hpp): its own timers and the bulk plane's deliveries.
+void handle_local_messages(self_ptr self) {
   handle_local(
       self,
       [self](bulk_delivery& d) { self->state.inbox.arrived(d.key, std::move(d.parts), bulk_inbox::clock::now()); },
       [self](bulk_expired e) { self->state.inbox.expire(e.key); },
-      [self](stage_server_local::settle_due due) {
-        const auto& h = self->state.serving.held;
-        if (!h || h->id != due.held)
-          return;  // settled already, by a later microbatch
-        settle_held(self);
-        averaging::report_progress(self, false);
-      },
+      [self](stage_server_local::settle_due due) { on_settle_due(self, due); },
       [self](stage_server_local::round_overdue o) { averaging::on_round_overdue(self, o.round); },
       [self](stage_server_local::stale_wait_over o) { averaging::on_stale_wait_over(self, o.round); },
       [self](stage_server_local::leave_check) { moving::stop_when_handed_in(self, true); },
       [self](stage_server_local::move_again& m) { moving::resume_move(self, m.order); });
+}
+
+/// A state request (a joining server's download): the stage's state, in chunks.
+caf::result<uint64_t, encoded<proto::state_reply>> serve_state(self_ptr self, uint64_t transfer_id,
+                                                               encoded<proto::state_request>& tail) {
+  auto& st = self->state;
+  const auto requester = self->current_sender();
+  auto payload = st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id, std::move(tail.bytes));
+  auto req = payload ? decode<proto::state_request>(*payload, "state_request")
+                     : caf::expected<proto::state_request>{payload.error()};
+  if (!req)
+    return reject(self, requester, "state_request", req.error());
+  if (static_cast<int>(req->stage()) != st.worker->span().stage)
+    return reject(
+        self, requester, "state_request",
+        make_error(errc::UNKNOWN_STAGE, "state of stage " + std::to_string(req->stage()) +
+                                            " asked of a server of stage " + std::to_string(st.worker->span().stage)));
+  maybe_hang(self, server_config::fault_kind::hang_state, ++st.serving.states_seen, "state");
+  proto::state_reply rep;
+  rep.set_stage(req->stage());
+  rep.set_step(static_cast<uint64_t>(st.worker->steps()));
+  rep.set_parameter_hash(st.avg.hash);
+  rep.set_state(st.worker->export_state());
+  get_logger("stage_server")
+      ->debug("stage {}: sent state at step {} ({} bytes) to {}", req->stage(), rep.step(), rep.state().size(),
+              req->server_id());
+  // Never bulk: a joining server downloads with a scoped actor, which cannot claim.
+  auto [id, bytes] = send_reply(self, requester, rep, false);
+  return {id, encoded<proto::state_reply>{std::move(bytes)}};
+}
+
+/// One chunk of a transfer; its sender is monitored from its first chunk on.
+void add_chunk(self_ptr self, uint64_t transfer_id, const std::string& piece) {
+  auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (self->state.chunk_senders.insert(from).second)
+    self->monitor(from);
+  self->state.chunks.add(from, transfer_id, piece);
+}
+
+}  // namespace
+
+stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, std::shared_ptr<stage_worker> worker,
+                                        std::shared_ptr<metrics_sink> metrics,
+                                        std::shared_ptr<stage_server_counters> counters) {
+  adopt(self, std::move(cfg), std::move(worker), std::move(metrics), std::move(counters));
+  spawn_helpers(self);
+  set_down_and_exit_handlers(self);
+  handle_local_messages(self);
   return {
       [self](forward_atom, uint64_t transfer_id, encoded<proto::forward_request>& tail) {
         return receive_request<proto::forward_request>(self, "forward_request", transfer_id, std::move(tail.bytes),
@@ -418,33 +482,8 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
                                                           return serve_backward(*self->state.worker, std::move(r), g);
                                                         });
       },
-      [self](state_atom, uint64_t transfer_id,
-             encoded<proto::state_request>& tail) -> caf::result<uint64_t, encoded<proto::state_reply>> {
-        auto& st = self->state;
-        const auto requester = self->current_sender();
-        auto payload =
-            st.chunks.finish(caf::actor_cast<caf::actor_addr>(requester), transfer_id, std::move(tail.bytes));
-        auto req = payload ? decode<proto::state_request>(*payload, "state_request")
-                           : caf::expected<proto::state_request>{payload.error()};
-        if (!req)
-          return reject(self, requester, "state_request", req.error());
-        if (static_cast<int>(req->stage()) != st.worker->span().stage)
-          return reject(self, requester, "state_request",
-                        make_error(errc::UNKNOWN_STAGE, "state of stage " + std::to_string(req->stage()) +
-                                                            " asked of a server of stage " +
-                                                            std::to_string(st.worker->span().stage)));
-        maybe_hang(self, server_config::fault_kind::hang_state, ++st.serving.states_seen, "state");
-        proto::state_reply rep;
-        rep.set_stage(req->stage());
-        rep.set_step(static_cast<uint64_t>(st.worker->steps()));
-        rep.set_parameter_hash(st.avg.hash);
-        rep.set_state(st.worker->export_state());
-        get_logger("stage_server")
-            ->debug("stage {}: sent state at step {} ({} bytes) to {}", req->stage(), rep.step(), rep.state().size(),
-                    req->server_id());
-        // Never bulk: a joining server downloads with a scoped actor, which cannot claim.
-        auto [id, bytes] = send_reply(self, requester, rep, false);
-        return {id, encoded<proto::state_reply>{std::move(bytes)}};
+      [self](state_atom, uint64_t transfer_id, encoded<proto::state_request>& tail) {
+        return serve_state(self, transfer_id, tail);
       },
       [self](round_atom, const encoded<proto::round_begin>& bytes, const std::vector<caf::actor>& members) {
         averaging::on_round_begin(self, bytes, members);
@@ -460,12 +499,7 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
       },
       [self](move_atom, const encoded<proto::move_order>& bytes) { moving::on_move(self, bytes); },
       [self](door_atom) { return caf::actor_cast<caf::actor>(self->state.door); },
-      [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
-        auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
-        if (self->state.chunk_senders.insert(from).second)
-          self->monitor(from);
-        self->state.chunks.add(from, transfer_id, piece);
-      },
+      [self](chunk_atom, uint64_t transfer_id, const std::string& piece) { add_chunk(self, transfer_id, piece); },
   };
 }
 

@@ -92,6 +92,49 @@ double caf_throughput(caf::actor_system& sys, const caf::actor& dest, size_t byt
 
 enum class bulk_kind { request, reply, pieces, encoded_request };
 
+using requester = caf::stateful_actor<requester_state>*;
+
+/// Bulk reply: asks `dest` for `bytes`, which come back over the bulk
+/// connection; the next transfer once they are all here.
+template <class Fail>
+void fetch_reply(requester self, const caf::actor& dest, size_t bytes,
+                 const std::shared_ptr<std::function<void()>>& next, Fail fail) {
+  self->request(dest, std::chrono::seconds(120), fetch_atom::value, uint64_t{bytes}, true)
+      .then(
+          [self, next, bytes](uint64_t key) {
+            self->state.inbox.claim(
+                key,
+                [next, bytes](caf::expected<bulk_parts> whole) {
+                  if (whole && whole->size() == 2 && (*whole)[1].size() == bytes) {
+                    give_back(*whole);
+                    (*next)();
+                  }
+                },
+                bulk_inbox::clock::now());
+          },
+          fail);
+}
+
+/// Bulk pieces: all `reps` go out at once, as a member's parts do; the last is
+/// acknowledged, which finishes the run.
+template <class Fail>
+void send_pieces(requester self, bulk_endpoint& bulk, const caf::actor& dest, int reps, std::promise<bool>& finished,
+                 Fail fail) {
+  for (int i = 0; i < reps; ++i) {
+    const auto key = bulk.push(dest, std::string{}, self->state.payload);
+    if (i + 1 < reps)
+      self->send(dest, piece_atom::value, key, false);
+    else
+      self->request(dest, std::chrono::seconds(120), piece_atom::value, key, true)
+          .then(
+              [self, &finished](int64_t) {
+                finished.set_value(true);
+                self->quit();
+              },
+              fail);
+  }
+}
+
 /// One bulk variant, run by an event-based actor (bulk replies arrive as
 /// messages to an attached actor, which a scoped actor is not).
 double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoint>& bulk, const caf::actor& dest,
@@ -138,35 +181,9 @@ double bulk_throughput(caf::actor_system& sys, const std::shared_ptr<bulk_endpoi
             self->request(dest, std::chrono::seconds(120), bytes_atom::value, key, uint64_t{bytes})
                 .then([next](uint64_t) { (*next)(); }, fail);
           } else if (kind == bulk_kind::reply) {
-            self->request(dest, std::chrono::seconds(120), fetch_atom::value, uint64_t{bytes}, true)
-                .then(
-                    [self, next, bytes](uint64_t key) {
-                      self->state.inbox.claim(
-                          key,
-                          [next, bytes](caf::expected<bulk_parts> whole) {
-                            if (whole && whole->size() == 2 && (*whole)[1].size() == bytes) {
-                              give_back(*whole);
-                              (*next)();
-                            }
-                          },
-                          bulk_inbox::clock::now());
-                    },
-                    fail);
+            fetch_reply(self, dest, bytes, next, fail);
           } else {
-            // All pieces go out at once, as a member's parts do; the last is acknowledged.
-            for (int i = 0; i < reps; ++i) {
-              const auto key = bulk->push(dest, std::string{}, self->state.payload);
-              if (i + 1 < reps)
-                self->send(dest, piece_atom::value, key, false);
-              else
-                self->request(dest, std::chrono::seconds(120), piece_atom::value, key, true)
-                    .then(
-                        [self, &finished](int64_t) {
-                          finished.set_value(true);
-                          self->quit();
-                        },
-                        fail);
-            }
+            send_pieces(self, *bulk, dest, reps, finished, fail);
             *left = -1;
           }
         };

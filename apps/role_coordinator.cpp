@@ -110,74 +110,72 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
   }
 }
 
-/// --control: a candidate. Stands by until etcd elects it, then coordinates
-/// as the one coordinator does, with its term on every order, until it stops
-/// (resigning, so a standby takes over at once) or loses its lease (exit 3:
-/// it must not order any more, and it stands again as a fresh process).
-[[noreturn]] void run_candidate(node& n, const app_config& cfg, coordinator_settings settings) {
-  auto log = get_logger("coordinator");
-  auto client = control::client_of(cfg, std::chrono::seconds(1));
+/// The port a candidate listens on: --port, else a free one; ends the process when there is none.
+int candidate_port(node& n, const app_config& cfg) {
   const int port = cfg.coordinator.port > 0 ? cfg.coordinator.port : free_tcp_port("0.0.0.0");
   if (port == 0) {
     std::cerr << "swarm: coordinator: no free port to listen on\n";
     n.end(1);
   }
-  const std::string address = cfg.server.host + ":" + std::to_string(port);
-  const auto since = std::chrono::steady_clock::now();
-  int64_t lease = grant_lease(n, *client, cfg, true);
-  auto leading_term = std::make_shared<std::atomic<int64_t>>(0);
-  control::start_watch(control::endpoints_of(cfg), n.metrics(), leading_term);
-  auto leader = std::make_shared<leadership>();
-  std::unique_ptr<control::lease_keeper> keeper;
-  std::optional<etcd_leadership> won;
-  n.phase("standing by");
-  log->info("standing by as {} for the election through etcd at {}", address, cfg.net.control);
-  for (bool told = false; !won;) {
+  return port;
+}
+
+/// Campaigns through etcd until elected: the won election, `lease` the lease
+/// it was won under, kept by `keeper` for `leader`. Each campaign lost or
+/// given up on costs its lease (a fresh one for the next).
+etcd_leadership campaign_until_won(node& n, etcd_client& client, const app_config& cfg, const std::string& address,
+                                   int64_t& lease, std::shared_ptr<leadership>& leader,
+                                   std::unique_ptr<control::lease_keeper>& keeper) {
+  for (bool told = false;;) {
     leader = std::make_shared<leadership>();
     keeper =
         std::make_unique<control::lease_keeper>(control::endpoints_of(cfg), lease, cfg.net.control_lease_s, leader);
-    auto result = client->campaign(control::election, address, lease, std::chrono::seconds(5));
+    auto result = client.campaign(control::election, address, lease, std::chrono::seconds(5));
     // Leading needs a renewal confirmed after the win (its deadline runs from
     // there); it may take a while when a member is cut off, not past the lease.
     if (result && keeper->wait_renewed(std::chrono::milliseconds(cfg.net.control_lease_s * 1000) -
-                                       control::lease_keeper::margin(cfg.net.control_lease_s))) {
-      won = *result;
-      break;
-    }
+                                       control::lease_keeper::margin(cfg.net.control_lease_s)))
+      return *result;
     if (stop_requested)
       n.end(0);
     if (!result && code_of(result.error()) != errc::TIMEOUT && !told) {
-      log->warn("campaign through etcd failed: {}; trying again", describe(result.error()));
+      get_logger("coordinator")->warn("campaign through etcd failed: {}; trying again", describe(result.error()));
       told = true;
     }
     // A campaign given up is withdrawn by etcd later (net/etcd.hpp): never reuse its lease.
     keeper.reset();
-    (void)client->revoke(lease);
-    lease = grant_lease(n, *client, cfg, false);
+    (void)client.revoke(lease);
+    lease = grant_lease(n, client, cfg, false);
   }
-  leader->term = won->term;
-  keeper->watch(*won);
-  auto resume = control::load_resume(*client, cfg.stages);
+}
+
+/// What the previous leader recorded for its successor, or nothing when it cannot be read.
+control::resume_state resume_of(etcd_client& client, int stages) {
+  auto resume = control::load_resume(client, stages);
   if (!resume) {
-    log->warn("reading what the previous leader recorded failed: {}; starting from the servers' reports",
-              describe(resume.error()));
+    get_logger("coordinator")
+        ->warn("reading what the previous leader recorded failed: {}; starting from the servers' reports",
+               describe(resume.error()));
     resume = control::resume_state{};
   }
-  control::recorder recorder(control::endpoints_of(cfg), *won);
-  leader->record = [&recorder](const std::string& key, const std::string& value) { recorder.put(key, value); };
-  settings.leader = leader;
-  settings.averaging.resume = resume->stages;
-  settings.rebalancing.resume = resume->rebalancer;
-  auto [coord, guard] = serve(n, cfg, settings, port);
-  *leading_term = won->term;
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-  log->info("leading as term {} at {} (stood by {:.1f} s)", won->term, address, waited);
-  n.metrics()->emit("leadership", {{"change", std::string{"won"}},
-                                   {"term", won->term},
+  return *resume;
+}
+
+/// A leadership event: `change` is "won" or "lost".
+void emit_leadership(node& n, const char* change, const etcd_leadership& won, const std::string& address,
+                     double stood_by_s) {
+  n.metrics()->emit("leadership", {{"change", std::string{change}},
+                                   {"term", won.term},
                                    {"address", address},
                                    {"pid", int64_t{::getpid()}},
-                                   {"stood_by_s", waited}});
-  n.phase("coordinating (elected)");
+                                   {"stood_by_s", stood_by_s}});
+}
+
+/// Coordinates until the coordinator actor ends (its exit code), the lease is
+/// lost (exit 3) or the process is asked to stop (resigning first: exit 0).
+[[noreturn]] void lead(node& n, etcd_client& client, const control::lease_keeper& keeper, const etcd_leadership& won,
+                       const std::string& address, const coordinator_actor& coord) {
+  auto log = get_logger("coordinator");
   caf::scoped_actor self{n.sys()};
   self->monitor(coord);
   for (;;) {
@@ -191,24 +189,55 @@ int64_t grant_lease(node& n, etcd_client& client, const app_config& cfg, bool at
         caf::after(std::chrono::milliseconds(20)) >> [] {});
     if (down)
       n.end(exit_code_of(reason));
-    if (keeper->lost()) {
+    if (keeper.lost()) {
       // Its actors stopped ordering when the lease's deadline passed (may_order); now the process goes.
       log->error("lost its etcd lease (term {}): another candidate may lead now; exiting so as to stand again",
-                 won->term);
-      n.metrics()->emit("leadership", {{"change", std::string{"lost"}},
-                                       {"term", won->term},
-                                       {"address", address},
-                                       {"pid", int64_t{::getpid()}},
-                                       {"stood_by_s", 0.0}});
+                 won.term);
+      emit_leadership(n, "lost", won, address, 0.0);
       n.end(3);
     }
     if (stop_requested) {
-      (void)client->resign(*won);  // a standby need not wait out the lease
-      log->info("resigned leadership (term {})", won->term);
+      (void)client.resign(won);  // a standby need not wait out the lease
+      log->info("resigned leadership (term {})", won.term);
       caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
       n.end(0);
     }
   }
+}
+
+/// --control: a candidate. Stands by until etcd elects it, then coordinates
+/// as the one coordinator does, with its term on every order, until it stops
+/// (resigning, so a standby takes over at once) or loses its lease (exit 3:
+/// it must not order any more, and it stands again as a fresh process).
+[[noreturn]] void run_candidate(node& n, const app_config& cfg, coordinator_settings settings) {
+  auto log = get_logger("coordinator");
+  auto client = control::client_of(cfg, std::chrono::seconds(1));
+  const int port = candidate_port(n, cfg);
+  const std::string address = cfg.server.host + ":" + std::to_string(port);
+  const auto since = std::chrono::steady_clock::now();
+  int64_t lease = grant_lease(n, *client, cfg, true);
+  auto leading_term = std::make_shared<std::atomic<int64_t>>(0);
+  control::start_watch(control::endpoints_of(cfg), n.metrics(), leading_term);
+  auto leader = std::make_shared<leadership>();
+  std::unique_ptr<control::lease_keeper> keeper;
+  n.phase("standing by");
+  log->info("standing by as {} for the election through etcd at {}", address, cfg.net.control);
+  const etcd_leadership won = campaign_until_won(n, *client, cfg, address, lease, leader, keeper);
+  leader->term = won.term;
+  keeper->watch(won);
+  const auto resume = resume_of(*client, cfg.stages);
+  control::recorder recorder(control::endpoints_of(cfg), won);
+  leader->record = [&recorder](const std::string& key, const std::string& value) { recorder.put(key, value); };
+  settings.leader = leader;
+  settings.averaging.resume = resume.stages;
+  settings.rebalancing.resume = resume.rebalancer;
+  auto [coord, guard] = serve(n, cfg, settings, port);
+  *leading_term = won.term;
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  log->info("leading as term {} at {} (stood by {:.1f} s)", won.term, address, waited);
+  emit_leadership(n, "won", won, address, waited);
+  n.phase("coordinating (elected)");
+  lead(n, *client, *keeper, won, address, coord);
 }
 
 }  // namespace

@@ -83,6 +83,26 @@ void emit_join(metrics_sink& metrics, const std::string& server_id, int stage, c
                              {"seconds", seconds}});
 }
 
+/// The worker of `stage`, or null after saying why it cannot be built.
+std::shared_ptr<stage_worker> build_worker(const app_config& cfg, const std::string& server_id,
+                                           std::shared_ptr<const named_tensors> initial, int stage) {
+  auto built = build_stage_worker(stage_server_settings(cfg, server_id, nullptr, {}, std::move(initial)), stage);
+  if (!built)
+    std::cerr << "swarm: server: " << describe(built.error()) << "\n";
+  return built ? *built : nullptr;
+}
+
+/// Registers `server` with the coordinator; when it refuses, stops the server
+/// and ends the process (2 for a config it refuses, else 1).
+void register_or_end(node& n, const coordinator_actor& coord, const proto::register_server& reg,
+                     const stage_actor& server, const std::string& server_id) {
+  if (auto refused = register_with(n.sys(), coord, reg, server)) {
+    std::cerr << "swarm: coordinator refused server " << server_id << ": " << describe(refused) << "\n";
+    caf::anon_send_exit(server, caf::exit_reason::user_shutdown);
+    n.end(code_of(refused) == errc::BAD_CONFIG || code_of(refused) == errc::UNKNOWN_STAGE ? 2 : 1);
+  }
+}
+
 }  // namespace
 
 int run_server(const app_config& cfg) {
@@ -102,10 +122,7 @@ int run_server(const app_config& cfg) {
   std::shared_ptr<stage_worker> worker;
   // The worker is built before anything connects (a bad config fails first), the actor's settings after.
   auto build = [&](int stage) {
-    auto built = build_stage_worker(stage_server_settings(cfg, server_id, nullptr, {}, *initial), stage);
-    if (!built)
-      std::cerr << "swarm: server: " << describe(built.error()) << "\n";
-    worker = built ? *built : nullptr;
+    worker = build_worker(cfg, server_id, *initial, stage);
     return worker != nullptr;
   };
   // A bad config should fail before anything connects: build an explicit stage first.
@@ -141,11 +158,7 @@ int run_server(const app_config& cfg) {
   }
   const auto reg = registration(cfg, server_id, stage, guard->port());
   n.phase("registering with the coordinator");
-  if (auto refused = register_with(sys, coord, reg, server)) {
-    std::cerr << "swarm: coordinator refused server " << server_id << ": " << describe(refused) << "\n";
-    stop_server();
-    n.end(code_of(refused) == errc::BAD_CONFIG || code_of(refused) == errc::UNKNOWN_STAGE ? 2 : 1);
-  }
+  register_or_end(n, coord, reg, server, server_id);
   log->info("serving stage {} (blocks {}..{}, {} parameters) on port {}", stage, worker->span().first_block,
             worker->span().end_block, worker->parameter_count(), guard->port());
   if (cfg.server.stage < 0)  // placed by the rebalancer: its move from nowhere

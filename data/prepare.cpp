@@ -162,6 +162,89 @@ result<std::vector<input_file>> list_inputs(const std::vector<std::string>& inpu
   return out;
 }
 
+namespace {
+
+/// The bytes of all inputs, for the progress lines.
+int64_t total_size(const std::vector<input_file>& files) {
+  int64_t total_bytes = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    total_bytes += static_cast<int64_t>(fs::file_size(f.path, ec));
+  }
+  return total_bytes;
+}
+
+/// Makes the output folder and removes the shards of an earlier run from it.
+error clear_out_dir(const std::string& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec)
+    return error{errc::BAD_CONFIG, "cannot make the output folder '" + out_dir + "': " + ec.message()};
+  for (const auto& entry : fs::directory_iterator(out_dir, ec)) {  // old shards would mix with the new
+    const auto name = entry.path().filename().string();
+    if (entry.path().extension() == ".bin" && (name.rfind("train-", 0) == 0 || name.rfind("val-", 0) == 0))
+      fs::remove(entry.path(), ec);
+  }
+  return {};
+}
+
+/// Encodes `batch` and adds its documents to the train or val shards.
+error write_batch(std::vector<pending>& batch, const tokenizer& tok, int threads, prepare_summary& sum,
+                  shard_writer& train, shard_writer& val) {
+  encode_all(batch, tok, threads);
+  for (auto& d : batch) {
+    if (d.failed)
+      return d.failed;
+    auto& counts_tokens = d.val ? sum.val_tokens : sum.tokens;
+    counts_tokens += static_cast<int64_t>(d.ids.size()) + 1;
+    if (auto e = (d.val ? val : train).add(d.ids))
+      return e;
+  }
+  return {};
+}
+
+/// Queues the documents of `text` (the file `name`), each held out for
+/// validation or not, and counts them.
+void add_documents(std::vector<pending>& batch, prepare_summary& sum, const std::string& text, const std::string& name,
+                   double val_fraction) {
+  const auto spans = split_documents(text);
+  for (size_t d = 0; d < spans.size(); ++d) {
+    const bool is_val = held_out(name, static_cast<int64_t>(d), val_fraction);
+    const auto bytes = static_cast<int64_t>(spans[d].end - spans[d].begin);
+    (is_val ? sum.val_documents : sum.documents)++;
+    (is_val ? sum.val_bytes : sum.bytes) += bytes;
+    batch.push_back({std::string_view(text).substr(spans[d].begin, spans[d].end - spans[d].begin), is_val, {}, {}});
+  }
+}
+
+/// A progress line: `done` of `files` files read, `read_bytes` of `total_bytes` in `secs`.
+std::string progress(size_t done, size_t files, int64_t read_bytes, int64_t total_bytes, double secs) {
+  const double rate = static_cast<double>(read_bytes) / std::max(secs, 1e-9);
+  return "prepare: " + std::to_string(done) + "/" + std::to_string(files) + " files, " + mb(read_bytes) + " of " +
+         mb(total_bytes) + ", " + mb(static_cast<int64_t>(rate)) + "/s, ETA " +
+         std::to_string(static_cast<int64_t>(static_cast<double>(total_bytes - read_bytes) / std::max(rate, 1.0))) +
+         " s";
+}
+
+/// Writes the last shards and counts them; an error when none holds training text.
+error finish_shards(shard_writer& train, shard_writer& val, prepare_summary& sum,
+                    const std::function<void(const std::string&)>& say) {
+  if (auto e = train.flush())
+    return e;
+  if (auto e = val.flush())
+    return e;
+  sum.shards = train.written();
+  sum.val_shards = val.written();
+  for (const auto& skipped : sum.skipped)
+    say("prepare: skipped " + skipped);
+  if (sum.shards == 0)
+    return error{errc::BAD_CONFIG, "no training text in the inputs (" + std::to_string(sum.files) + " text files, " +
+                                       std::to_string(sum.skipped_files) + " skipped)"};
+  return {};
+}
+
+}  // namespace
+
 result<prepare_summary> prepare_shards(const prepare_settings& s, const tokenizer& tok,
                                        const std::function<void(const std::string&)>& say) {
   using clock = std::chrono::steady_clock;
@@ -173,20 +256,9 @@ result<prepare_summary> prepare_shards(const prepare_settings& s, const tokenize
   auto files = list_inputs(s.inputs);
   if (!files)
     return files.error();
-  int64_t total_bytes = 0;
-  for (const auto& f : *files) {
-    std::error_code ec;
-    total_bytes += static_cast<int64_t>(fs::file_size(f.path, ec));
-  }
-  std::error_code ec;
-  fs::create_directories(s.out_dir, ec);
-  if (ec)
-    return error{errc::BAD_CONFIG, "cannot make the output folder '" + s.out_dir + "': " + ec.message()};
-  for (const auto& entry : fs::directory_iterator(s.out_dir, ec)) {  // old shards would mix with the new
-    const auto name = entry.path().filename().string();
-    if (entry.path().extension() == ".bin" && (name.rfind("train-", 0) == 0 || name.rfind("val-", 0) == 0))
-      fs::remove(entry.path(), ec);
-  }
+  const int64_t total_bytes = total_size(*files);
+  if (auto e = clear_out_dir(s.out_dir))
+    return e;
 
   prepare_summary sum;
   shard_writer train(s.out_dir, "train", tok, s.shard_tokens), val(s.out_dir, "val", tok, s.shard_tokens);
@@ -197,15 +269,8 @@ result<prepare_summary> prepare_shards(const prepare_settings& s, const tokenize
   auto last_said = started;
 
   auto drain = [&]() -> error {
-    encode_all(batch, tok, s.threads);
-    for (auto& d : batch) {
-      if (d.failed)
-        return d.failed;
-      auto& counts_tokens = d.val ? sum.val_tokens : sum.tokens;
-      counts_tokens += static_cast<int64_t>(d.ids.size()) + 1;
-      if (auto e = (d.val ? val : train).add(d.ids))
-        return e;
-    }
+    if (auto e = write_batch(batch, tok, s.threads, sum, train, val))
+      return e;
     batch.clear();
     texts.clear();
     batch_size = 0;
@@ -230,14 +295,7 @@ result<prepare_summary> prepare_shards(const prepare_settings& s, const tokenize
     ++sum.files;
     texts.push_back(std::move(text));
     const auto& kept = texts.back();
-    const auto spans = split_documents(kept);
-    for (size_t d = 0; d < spans.size(); ++d) {
-      const bool is_val = held_out(f.name, static_cast<int64_t>(d), s.val_fraction);
-      const auto bytes = static_cast<int64_t>(spans[d].end - spans[d].begin);
-      (is_val ? sum.val_documents : sum.documents)++;
-      (is_val ? sum.val_bytes : sum.bytes) += bytes;
-      batch.push_back({std::string_view(kept).substr(spans[d].begin, spans[d].end - spans[d].begin), is_val, {}, {}});
-    }
+    add_documents(batch, sum, kept, f.name, s.val_fraction);
     batch_size += kept.size();
     // texts must not reallocate while views into it are pending: reserved above.
     if (batch_size >= batch_bytes || i + 1 == files->size())
@@ -246,27 +304,15 @@ result<prepare_summary> prepare_shards(const prepare_settings& s, const tokenize
     const auto now = clock::now();
     if (now - last_said >= std::chrono::seconds(2)) {
       last_said = now;
-      const double secs = std::chrono::duration<double>(now - started).count();
-      const double rate = static_cast<double>(read_bytes) / std::max(secs, 1e-9);
-      say("prepare: " + std::to_string(i + 1) + "/" + std::to_string(files->size()) + " files, " + mb(read_bytes) +
-          " of " + mb(total_bytes) + ", " + mb(static_cast<int64_t>(rate)) + "/s, ETA " +
-          std::to_string(static_cast<int64_t>(static_cast<double>(total_bytes - read_bytes) / std::max(rate, 1.0))) +
-          " s");
+      say(progress(i + 1, files->size(), read_bytes, total_bytes,
+                   std::chrono::duration<double>(now - started).count()));
     }
   }
   if (auto e = drain())
     return e;
-  if (auto e = train.flush())
+  if (auto e = finish_shards(train, val, sum, say))
     return e;
-  if (auto e = val.flush())
-    return e;
-  sum.shards = train.written();
-  sum.val_shards = val.written();
-  for (const auto& skipped : sum.skipped)
-    say("prepare: skipped " + skipped);
-  if (sum.shards == 0)
-    return error{errc::BAD_CONFIG, "no training text in the inputs (" + std::to_string(sum.files) + " text files, " +
-                                       std::to_string(sum.skipped_files) + " skipped)"};
+  std::error_code ec;
   fs::copy_file(tok.name(), fs::path(s.out_dir) / "tokenizer.model", fs::copy_options::overwrite_existing, ec);
   if (ec)
     return error{errc::INTERNAL, "cannot copy the tokenizer into '" + s.out_dir + "': " + ec.message()};

@@ -86,20 +86,17 @@ void start_initial(world& w) {
   }
 }
 
-}  // namespace
-
-namespace swarm::sim {
-
-/// The run's last events and the summary on standard output, then the
-/// process ends: the daemon actors still parked in the engine (servers,
-/// workers, rounds in flight) need no teardown.
-[[noreturn]] void finish(world& w) {
-  const auto& cfg = w.cfg;
-  const double wall = seconds_since(w.wall_start);
-
+/// The trainers' microbatches summed over all of them.
+struct microbatch_totals {
   int64_t issued = 0, completed = 0, dropped = 0, reroutes = 0, busy = 0;
+};
+
+/// Each trainer's last event; their microbatches summed.
+microbatch_totals trainers_exit(world& w) {
+  microbatch_totals n;
   for (const auto& t : w.trainers) {
-    issued += t.issued, completed += t.completed, dropped += t.dropped, reroutes += t.reroutes, busy += t.busy;
+    n.issued += t.issued, n.completed += t.completed, n.dropped += t.dropped;
+    n.reroutes += t.reroutes, n.busy += t.busy;
     w.emit("trainer_exit",
            {{"trainer", t.name},
             {"steps", t.steps},
@@ -111,6 +108,11 @@ namespace swarm::sim {
             {"samples", t.samples}},
            "trainer");
   }
+  return n;
+}
+
+/// Each server's last event, as swarm's servers write it when they stop.
+void servers_exit(world& w) {
   for (const auto& p : w.peers)
     if (p.state != peer::off)
       w.emit("server_exit",
@@ -120,6 +122,82 @@ namespace swarm::sim {
               {"late", p.late},
               {"moved_to", int64_t{-1}}},
              "server");
+}
+
+/// Closes the books (sim/ledger.hpp) on `counted` samples after the warm-up:
+/// where the gap to the best assignment went.
+ledger::report close_books(world& w, double counted, double opt, double flu) {
+  std::vector<const work_books*> workers;
+  for (const auto& t : w.trainers)
+    for (const auto& b : t.workers)
+      workers.push_back(&b);
+  double per_sample = 0;
+  for (int s = 0; s < w.cfg.stages; ++s)
+    per_sample += w.seconds_per_sample(s);
+  return w.books.close(w.peers, workers, counted, opt, flu, per_sample, w.now());
+}
+
+/// The summary's figures after the warm-up, and the simulator's wall time.
+struct figures {
+  double tps, share, fluid, mean_alive, wall;
+};
+
+/// Throughput over time, in at most 10 spans of equal length.
+void print_timeline(const world& w) {
+  if (w.timeline.empty())
+    return;
+  const size_t n = w.timeline.size(), spans = std::min<size_t>(10, n);
+  std::printf("  over time (end of span: tokens/s, %% of best):");
+  for (size_t k = 0; k < spans; ++k) {
+    const size_t a = k * n / spans, b = (k + 1) * n / spans;
+    double tps = 0, opt = 0;
+    for (size_t i = a; i < b; ++i)
+      tps += w.timeline[i].tokens_per_s, opt += w.timeline[i].optimal_tokens_per_s;
+    std::printf("  %.0fs: %.0f, %.0f%%", w.timeline[b - 1].t, tps / static_cast<double>(b - a),
+                opt > 0 ? 100 * tps / opt : 0.0);
+  }
+  std::printf("\n");
+}
+
+/// The summary on standard output.
+void print_summary(const world& w, const figures& f, const microbatch_totals& n, const ledger::report& gap) {
+  const auto& cfg = w.cfg;
+  const auto& tot = w.total;
+  std::printf("swarm-sim: %.0f simulated s, %d peers (%.1f up on average), %d stages, %d trainers\n", cfg.duration,
+              cfg.peers, f.mean_alive, cfg.stages, cfg.cluster.trainers);
+  std::printf(
+      "  throughput  %.0f tokens/s after the %.0f s warm-up, %.1f%% of the best assignment's (%.1f%% of the "
+      "fluid bound)\n",
+      f.tps, cfg.warmup, 100 * f.share, 100 * f.fluid);
+  print_timeline(w);
+  std::printf("  the gap to the best assignment: %.1f points; where it went (points, they sum to %.1f):\n",
+              gap.gap_points, gap.sum_points);
+  for (const auto& p : gap.parts)
+    std::printf("    %6.2f  %s\n", p.points, p.label.c_str());
+  std::printf("  microbatches issued %lld, completed %lld, dropped %lld, reroutes %lld; busy answers %lld\n",
+              static_cast<long long>(n.issued), static_cast<long long>(n.completed), static_cast<long long>(n.dropped),
+              static_cast<long long>(n.reroutes), static_cast<long long>(n.busy));
+  std::printf(
+      "  rounds applied %lld, failed %lld; moves: load %lld, redundancy %lld, empty %lld; joins %lld, downs %lld\n",
+      static_cast<long long>(tot.rounds_applied), static_cast<long long>(tot.rounds_failed),
+      static_cast<long long>(tot.moves_load), static_cast<long long>(tot.moves_redundancy),
+      static_cast<long long>(tot.moves_empty), static_cast<long long>(tot.joins), static_cast<long long>(tot.downs));
+  std::printf("  simulator: %.1f s wall, peak RSS %.0f MiB\n", f.wall, peak_rss_mib());
+}
+
+}  // namespace
+
+namespace swarm::sim {
+
+/// The run's last events and the summary on standard output, then the
+/// process ends: the daemon actors still parked in the engine (servers,
+/// workers, rounds in flight) need no teardown.
+[[noreturn]] void finish(world& w) {
+  const auto& cfg = w.cfg;
+  const double wall = seconds_since(w.wall_start);
+
+  const microbatch_totals n = trainers_exit(w);
+  servers_exit(w);
   const auto& tot = w.total;
   // After the warm-up: the pipeline is full.
   const auto counted = static_cast<double>(w.samples() - tot.warm_samples);
@@ -128,14 +206,7 @@ namespace swarm::sim {
   const double share = opt > 0 ? counted / opt : std::nan("");
   const double fluid = flu > 0 ? counted / flu : std::nan("");
   const double mean_alive = tot.alive_peer_seconds / cfg.duration;
-  std::vector<const work_books*> workers;
-  for (const auto& t : w.trainers)
-    for (const auto& b : t.workers)
-      workers.push_back(&b);
-  double per_sample = 0;
-  for (int s = 0; s < cfg.stages; ++s)
-    per_sample += w.seconds_per_sample(s);
-  const auto gap = w.books.close(w.peers, workers, counted, opt, flu, per_sample, w.now());
+  const auto gap = close_books(w, counted, opt, flu);
   std::vector<metrics_sink::field> parts{{"gap_points", gap.gap_points}, {"gap_sum_points", gap.sum_points}};
   for (const auto& p : gap.parts)
     parts.emplace_back(p.key.c_str(), p.points);
@@ -145,11 +216,11 @@ namespace swarm::sim {
           {"share_of_optimal", share},
           {"share_of_fluid", fluid},
           {"samples", w.samples()},
-          {"issued", issued},
-          {"completed", completed},
-          {"dropped", dropped},
-          {"reroutes", reroutes},
-          {"busy", busy},
+          {"issued", n.issued},
+          {"completed", n.completed},
+          {"dropped", n.dropped},
+          {"reroutes", n.reroutes},
+          {"busy", n.busy},
           {"rounds_applied", tot.rounds_applied},
           {"rounds_failed", tot.rounds_failed},
           {"moves_load", tot.moves_load},
@@ -166,39 +237,7 @@ namespace swarm::sim {
          "sim");
   w.emit("cluster_exit", {{"code", int64_t{0}}}, "sim");
   w.metrics.flush();
-  std::printf("swarm-sim: %.0f simulated s, %d peers (%.1f up on average), %d stages, %d trainers\n", cfg.duration,
-              cfg.peers, mean_alive, cfg.stages, cfg.cluster.trainers);
-  std::printf(
-      "  throughput  %.0f tokens/s after the %.0f s warm-up, %.1f%% of the best assignment's (%.1f%% of the "
-      "fluid bound)\n",
-      tps, cfg.warmup, 100 * share, 100 * fluid);
-  // Throughput over time, in at most 10 spans of equal length.
-  if (!w.timeline.empty()) {
-    const size_t n = w.timeline.size(), spans = std::min<size_t>(10, n);
-    std::printf("  over time (end of span: tokens/s, %% of best):");
-    for (size_t k = 0; k < spans; ++k) {
-      const size_t a = k * n / spans, b = (k + 1) * n / spans;
-      double tps = 0, opt = 0;
-      for (size_t i = a; i < b; ++i)
-        tps += w.timeline[i].tokens_per_s, opt += w.timeline[i].optimal_tokens_per_s;
-      std::printf("  %.0fs: %.0f, %.0f%%", w.timeline[b - 1].t, tps / static_cast<double>(b - a),
-                  opt > 0 ? 100 * tps / opt : 0.0);
-    }
-    std::printf("\n");
-  }
-  std::printf("  the gap to the best assignment: %.1f points; where it went (points, they sum to %.1f):\n",
-              gap.gap_points, gap.sum_points);
-  for (const auto& p : gap.parts)
-    std::printf("    %6.2f  %s\n", p.points, p.label.c_str());
-  std::printf("  microbatches issued %lld, completed %lld, dropped %lld, reroutes %lld; busy answers %lld\n",
-              static_cast<long long>(issued), static_cast<long long>(completed), static_cast<long long>(dropped),
-              static_cast<long long>(reroutes), static_cast<long long>(busy));
-  std::printf(
-      "  rounds applied %lld, failed %lld; moves: load %lld, redundancy %lld, empty %lld; joins %lld, downs %lld\n",
-      static_cast<long long>(tot.rounds_applied), static_cast<long long>(tot.rounds_failed),
-      static_cast<long long>(tot.moves_load), static_cast<long long>(tot.moves_redundancy),
-      static_cast<long long>(tot.moves_empty), static_cast<long long>(tot.joins), static_cast<long long>(tot.downs));
-  std::printf("  simulator: %.1f s wall, peak RSS %.0f MiB\n", wall, peak_rss_mib());
+  print_summary(w, {tps, share, fluid, mean_alive, wall}, n, gap);
   std::fflush(stdout);
   std::_Exit(0);
 }

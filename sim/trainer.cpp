@@ -91,17 +91,96 @@ double latency(trainer_state& t, const peer& p) {
   return l;
 }
 
+/// A re-send of `op` at `to` after the attempt that failed at `from`.
+void emit_reroute(world& w, const trainer_state& t, int stage, const char* op, const std::string& from,
+                  const std::string& to, const std::string& why) {
+  w.emit("reroute",
+         {{"stage", int64_t{stage}},
+          {"trainer", t.name},
+          {"op", std::string(op)},
+          {"from", from},
+          {"to", to},
+          {"reason", why}},
+         "trainer");
+}
+
+/// Sends the request of one attempt to `p` (its ticket from an ask, if any,
+/// `delay_s` for the asks' round trips, `sent` when it leaves after them) and
+/// waits for its reply until the timeout: the reply, or nullopt (timed out).
+std::optional<reply> send_attempt(world& w, trainer_state& t, work_books& books, s4u::Mailbox* box, peer& p, int stage,
+                                  bool backward, uint64_t ticket, double delay_s, double sent) {
+  const auto& c = w.costs[static_cast<size_t>(stage)];
+  const double timeout = backward ? w.cfg.trainer.backward_timeout_s : w.cfg.trainer.forward_timeout_s;
+  const uint64_t id = t.next_attempt++;
+  const auto kind = backward ? request::backward : request::forward;
+  const double reply_bytes = backward ? c.backward_out_bytes : c.forward_out_bytes;
+  auto* r = new request{kind, stage, p.epoch, w.cfg.model.microbatch, reply_bytes, box, id};
+  r->books = &books;
+  r->ticket = ticket;
+  r->delay_s = delay_s;
+  books.attempt = id;
+  r->commit_by = sent + (1 - w.cfg.trainer.commit_grace) * timeout;
+  // The trainer's CPU per request (its codec, messages), measured by
+  // scripts/calibrate.sh on this machine: charged where it competes, on the
+  // local platform's one machine.
+  if (w.cfg.platform == "local" && w.cal.trainer_s_per_request > 0)
+    s4u::this_actor::exec_init(w.cal.trainer_s_per_request)->set_host(t.cpu)->wait();
+  p.waiters.emplace_back(box, id);
+  auto answer = send_and_wait(w, p, r, box, id, sent + timeout, backward ? c.backward_in_bytes : c.forward_in_bytes);
+  auto& ws = p.waiters;
+  ws.erase(std::remove(ws.begin(), ws.end(), std::make_pair(box, id)), ws.end());
+  return answer;
+}
+
+/// Books the end of an attempt at `name`, sent at `sent`, that got `answer`
+/// (nullopt: timed out), and tells the router: empty when it was answered,
+/// else why it failed ("timeout", "down" or "leaving").
+std::string end_attempt(world& w, trainer_state& t, work_books& books, int stage, bool backward,
+                        const std::string& name, double sent, const std::optional<reply>& answer) {
+  const auto microbatch = static_cast<double>(w.cfg.model.microbatch);
+  const char* op = backward ? "backward" : "forward";
+  auto& router = t.routers[static_cast<size_t>(stage)];
+  const bool timed_out = !answer;
+  const reply::status_t status = answer ? answer->status : reply::down;
+  const double took = w.now() - sent;
+  w.books.attempt_over(books, timed_out               ? attempt_end::timed_out
+                              : status == reply::ok   ? attempt_end::accepted
+                              : status == reply::down ? attempt_end::down
+                                                      : attempt_end::leaving);
+  if (timed_out) {
+    router.on_timeout(name, microbatch, backward, took);
+    w.emit(
+        "timeout",
+        {{"stage", int64_t{stage}}, {"trainer", t.name}, {"server", name}, {"op", std::string(op)}, {"seconds", took}},
+        "trainer");
+    return "timeout";
+  }
+  if (status == reply::ok) {
+    router.on_success(name, microbatch, backward, took, answer->served_s);
+    return {};
+  }
+  if (status == reply::down) {
+    const double ban = router.ban(name, w.now());
+    w.emit("ban",
+           {{"stage", int64_t{stage}},
+            {"trainer", t.name},
+            {"server", name},
+            {"seconds", ban},
+            {"reason", std::string("down")}},
+           "trainer");
+  }
+  // leaving: re-sent elsewhere without a ban, as swarm does.
+  return status == reply::down ? "down" : "leaving";
+}
+
 /// One stage call with retries; the server that answered, or empty (dropped).
 std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* box, int stage, bool backward,
                  const std::string& preferred) {
-  const auto microbatch = static_cast<double>(w.cfg.model.microbatch);
-  const auto& c = w.costs[static_cast<size_t>(stage)];
-  const double timeout = backward ? w.cfg.trainer.backward_timeout_s : w.cfg.trainer.forward_timeout_s;
   const char* op = backward ? "backward" : "forward";
   const auto& attempts = w.cfg.trainer.attempts;
   policy::attempt_history h;
   h.backward = backward;
-  h.samples = microbatch;
+  h.samples = static_cast<double>(w.cfg.model.microbatch);
   h.preferred = preferred;
   std::string last, why = "down";
   double asking_s = 0;  // round trips of the asks since the last request sent
@@ -145,74 +224,19 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
       if (h.attempts > 0) {                  // a re-send: after the attempt that failed at `last`
         ++t.retries;
         ++t.reroutes;
-        w.emit("reroute",
-               {{"stage", int64_t{stage}},
-                {"trainer", t.name},
-                {"op", std::string(op)},
-                {"from", last},
-                {"to", name},
-                {"reason", why}},
-               "trainer");
+        emit_reroute(w, t, stage, op, last, name, why);
       }
-      const uint64_t id = t.next_attempt++;
-      const auto kind = backward ? request::backward : request::forward;
-      const double reply_bytes = backward ? c.backward_out_bytes : c.forward_out_bytes;
-      auto* r = new request{kind, stage, p->epoch, w.cfg.model.microbatch, reply_bytes, box, id};
-      r->books = &books;
-      r->ticket = ticket;
-      r->delay_s = asking_s;
+      answer = send_attempt(w, t, books, box, *p, stage, backward, ticket, asking_s, sent);
       asking_s = 0;
-      books.attempt = id;
-      r->commit_by = sent + (1 - w.cfg.trainer.commit_grace) * timeout;
-      // The trainer's CPU per request (its codec, messages), measured by
-      // scripts/calibrate.sh on this machine: charged where it competes, on the
-      // local platform's one machine.
-      if (w.cfg.platform == "local" && w.cal.trainer_s_per_request > 0)
-        s4u::this_actor::exec_init(w.cal.trainer_s_per_request)->set_host(t.cpu)->wait();
-      p->waiters.emplace_back(box, id);
-      answer = send_and_wait(w, *p, r, box, id, sent + timeout, backward ? c.backward_in_bytes : c.forward_in_bytes);
-      auto& ws = p->waiters;
-      ws.erase(std::remove(ws.begin(), ws.end(), std::make_pair(box, id)), ws.end());
     }
     // Else the ask found its server gone from the stage: that is this attempt's end.
     last = name;
     policy::on_ended(h, router, name);
     ++h.attempts;
-    const bool timed_out = !answer;
-    const reply::status_t status = answer ? answer->status : reply::down;
-    const double took = w.now() - sent;
-    w.books.attempt_over(books, timed_out               ? attempt_end::timed_out
-                                : status == reply::ok   ? attempt_end::accepted
-                                : status == reply::down ? attempt_end::down
-                                                        : attempt_end::leaving);
-    if (timed_out) {
-      router.on_timeout(name, microbatch, backward, took);
-      w.emit("timeout",
-             {{"stage", int64_t{stage}},
-              {"trainer", t.name},
-              {"server", name},
-              {"op", std::string(op)},
-              {"seconds", took}},
-             "trainer");
-      why = "timeout";
-      continue;
-    }
-    if (status == reply::ok) {
-      router.on_success(name, microbatch, backward, took, answer->served_s);
+    const std::string failed = end_attempt(w, t, books, stage, backward, name, sent, answer);
+    if (failed.empty())
       return name;
-    }
-    if (status == reply::down) {
-      const double ban = router.ban(name, w.now());
-      w.emit("ban",
-             {{"stage", int64_t{stage}},
-              {"trainer", t.name},
-              {"server", name},
-              {"seconds", ban},
-              {"reason", std::string("down")}},
-             "trainer");
-    }
-    why = status == reply::down ? "down" : "leaving";
-    // leaving: re-sent elsewhere without a ban, as swarm does.
+    why = failed;
   }
   w.emit("dropped",
          {{"trainer", t.name},

@@ -115,11 +115,11 @@ TEST_CASE_METHOD(system_fixture, "a round peer takes round begins from its own s
   self->send(server, register_atom::value, wrap(registration("target", 0, 4000, tiny_model().hash())),
              caf::actor_cast<caf::actor>(fake_coordinator));
   caf::actor peer;
-  fake_coordinator->receive([&](register_atom, const encoded<proto::register_server>&, const stage_actor&,
-                                const caf::actor& round_peer) {
-    peer = round_peer;
-    return wrap(proto::register_reply{});
-  });
+  fake_coordinator->receive(
+      [&](register_atom, const encoded<proto::register_server>&, const stage_actor&, const caf::actor& round_peer) {
+        peer = round_peer;
+        return wrap(proto::register_reply{});
+      });
   fake_coordinator->receive([](averager_atom) { return averager_actor{}; });
   REQUIRE(peer);
   self->monitor(peer);
