@@ -11,25 +11,7 @@
 #include "base/freeze_watch.hpp"
 #include "base/log.hpp"
 #include "messages/float_codec.hpp"
-#include "messages/local.hpp"
 #include "messages/wire.hpp"
-
-/// The round peer's own timers on a round: local (messages/local.hpp), so in no interface and from no peer.
-namespace swarm::round_peer_local {
-struct window_over {  ///< the provisional microbatch's reply window closed: the exchange may begin
-  uint64_t round = 0;
-};
-struct report_due {  ///< policy::round_clock::report: tell the averager whom it waits for
-  uint64_t round = 0;
-};
-struct round_end {  ///< policy::round_clock::end: give the round up
-  uint64_t round = 0;
-};
-}  // namespace swarm::round_peer_local
-
-SWARM_LOCAL_MESSAGE(swarm::round_peer_local::window_over)
-SWARM_LOCAL_MESSAGE(swarm::round_peer_local::report_due)
-SWARM_LOCAL_MESSAGE(swarm::round_peer_local::round_end)
 
 namespace swarm {
 
@@ -371,18 +353,6 @@ void on_exclude(self_ptr self, const encoded<proto::round_exclude>& bytes) {
     gone(self, static_cast<int>(ex->rank()));
 }
 
-/// Whether the message being handled comes from `allowed` (its `who`: server
-/// or averager); else it is refused with a log line naming `what` and the sender.
-bool sent_by(self_ptr self, const caf::actor_addr& allowed, const char* who, const char* what) {
-  const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
-  if (sender && sender == allowed)
-    return true;
-  get_logger("stage_server")
-      ->warn("{}: refused a {} from {}: only its {} sends those", self->state.cfg.server_id, what,
-             caf::to_string(sender), who);
-  return false;
-}
-
 /// Whether `round` is the one running and not finished: a timer of an older one is spent.
 bool running(self_ptr self, uint64_t round) {
   const auto& r = self->state.round;
@@ -444,18 +414,18 @@ round_peer_actor::behavior_type round_peer(self_ptr self, round_peer_config cfg,
       [self](round_atom, const encoded<proto::round_begin>& bytes, const std::vector<caf::actor>& members,
              std::vector<float>& grad, int64_t samples, const averager_actor& averager,
              const std::vector<int64_t>& check) {
-        if (!sent_by(self, self->state.server.address(), "server", "round begin"))
+        if (!sent_by(self, self->state.server.address(), self->state.cfg.server_id, "server", "round begin"))
           return;
         self->state.averager = averager;
         on_round(self, bytes, members, std::move(grad), samples, check);
       },
       [self](piece_atom, const encoded<proto::allreduce_piece>& bytes) { on_piece(self, bytes); },
       [self](exclude_atom, const encoded<proto::round_exclude>& bytes) {
-        if (sent_by(self, self->state.averager.address(), "averager", "round exclusion"))
+        if (sent_by(self, self->state.averager.address(), self->state.cfg.server_id, "averager", "round exclusion"))
           on_exclude(self, bytes);
       },
       [self](abandon_atom, uint64_t round) {
-        if (!sent_by(self, self->state.server.address(), "server", "round abandon"))
+        if (!sent_by(self, self->state.server.address(), self->state.cfg.server_id, "server", "round abandon"))
           return;
         auto& r = self->state.round;
         if (r && r->id == round)

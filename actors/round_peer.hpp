@@ -36,6 +36,7 @@
 #include "policy/butterfly.hpp"
 #include "base/metrics.hpp"
 #include "messages/protocol.hpp"
+#include "messages/local.hpp"
 #include "net/bulk.hpp"
 #include "swarm.pb.h"
 
@@ -92,8 +93,25 @@ struct round_peer_state {
   int64_t rounds_with_gradient = 0;  ///< of them, those it held gradient in
 };
 
+/// The round peer's own timers on a round: local (messages/local.hpp), so in no interface and from no peer.
+namespace round_peer_local {
+struct window_over {  ///< the provisional microbatch's reply window closed: the exchange may begin
+  uint64_t round = 0;
+};
+struct report_due {  ///< policy::round_clock::report: tell the averager whom it waits for
+  uint64_t round = 0;
+};
+struct round_end {  ///< policy::round_clock::end: give the round up
+  uint64_t round = 0;
+};
+}  // namespace round_peer_local
+
 [[nodiscard]] round_peer_actor::behavior_type round_peer(round_peer_actor::stateful_pointer<round_peer_state> self,
                                                          round_peer_config cfg, std::shared_ptr<metrics_sink> metrics,
                                                          stage_actor server);
 
 }  // namespace swarm
+
+SWARM_LOCAL_MESSAGE(swarm::round_peer_local::window_over)
+SWARM_LOCAL_MESSAGE(swarm::round_peer_local::report_due)
+SWARM_LOCAL_MESSAGE(swarm::round_peer_local::round_end)

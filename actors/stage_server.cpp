@@ -20,46 +20,6 @@
 
 namespace swarm {
 
-caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& reply, const std::string& server_id,
-                       const std::string& from, std::chrono::steady_clock::time_point started, metrics_sink& metrics) {
-  if (!reply)
-    return reply.error();
-  auto rep = decode<proto::state_reply>(*reply, "state_reply");
-  if (!rep)
-    return rep.error();
-  if (auto err = worker.import_state(rep->state()))
-    return to_caf(err);
-  if (worker.parameter_hash() != rep->parameter_hash())
-    return make_error(errc::INTERNAL, "imported parameters hash differently from the peer's");
-  const double secs = seconds_since(started);
-  const int64_t stage = worker.span().stage;
-  get_logger("stage_server")
-      ->info("stage {}: copied the state at step {} from {} ({} bytes, {:.2f} s)", stage, rep->step(), from,
-             rep->state().size(), secs);
-  metrics.emit("state_download", {{"stage", stage},
-                                  {"server", server_id},
-                                  {"from", from},
-                                  {"step", static_cast<int64_t>(rep->step())},
-                                  {"bytes", static_cast<int64_t>(rep->state().size())},
-                                  {"seconds", secs},
-                                  {"hash", std::to_string(rep->parameter_hash())}});
-  return caf::none;
-}
-
-caf::expected<std::shared_ptr<stage_worker>> build_stage_worker(const stage_server_config& cfg, int stage) {
-  try {
-    auto worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.num_stages, cfg.device);
-    worker->set_activation_cache(cfg.server.activation_cache_mb << 20);
-    worker->set_bf16(cfg.bf16);
-    if (cfg.initial_weights)
-      if (auto err = worker->load_parameters(*cfg.initial_weights))
-        return make_error(errc::BAD_CONFIG, std::string{"--init-from: "} + err.what());
-    return worker;
-  } catch (const std::exception& e) {
-    return make_error(errc::BAD_CONFIG, "cannot build stage " + std::to_string(stage) + ": " + e.what());
-  }
-}
-
 namespace {
 
 using self_ptr = stage_actor::stateful_pointer<stage_server_state>;
@@ -145,14 +105,6 @@ void maybe_hang(self_ptr self, bool forward) {
     maybe_hang(self, kind::hang_backward, ++st.serving.backwards_seen, "backward");
 }
 
-/// How long an answered microbatch is held at most before its gradients are
-/// added (a later microbatch settles it sooner).
-constexpr auto settle_after = std::chrono::milliseconds(300);
-/// How long CAF's or the bulk plane's writer takes to put a reply into the
-/// kernel, which sends it even while the process stands still: a stall that
-/// overlaps this window after the hand-over may have kept the reply back.
-constexpr auto reply_leaves_within = std::chrono::milliseconds(50);
-
 /// The exactly-once rule (see the header), asked after compute, before adding.
 template <class Req>
 commit_decision decide_commit(self_ptr self, const Req& req, const char* direction, int64_t samples) {
@@ -187,7 +139,7 @@ void held_reply_sent(self_ptr self) {
   h->sent = true;
   h->sent_at = clock_type::now();
   h->slack_s = h->reply_deadline - unix_seconds();
-  send_later(self, settle_after, stage_server_local::settle_due{h->id});
+  send_later(self, serving_state::settle_after, stage_server_local::settle_due{h->id});
 }
 
 /// Decodes, validates and runs one request of type Req on `run`: the reply
@@ -292,61 +244,6 @@ reply_t<Req> receive_request(self_ptr self, const char* op, uint64_t transfer_id
 }
 
 }  // namespace
-
-void settle_held(self_ptr self) {
-  auto& st = self->state;
-  auto& h = st.serving.held;
-  if (!h)
-    return;
-  const double stall =
-      h->sent
-          ? std::chrono::duration<double>(longest_stall_between(h->sent_at, h->sent_at + reply_leaves_within)).count()
-          : 0;
-  const bool keep = h->sent && stall < h->slack_s;
-  const int64_t samples = st.worker->settle_held(keep);
-  if (keep) {
-    st.counters->committed_samples += samples;
-  } else {
-    st.counters->withheld_samples += samples;
-    st.serving.committed.erase(h->key);  // a retry that comes back here must count
-    auto log = get_logger("stage_server");
-    if (h->sent && h->slack_s <= 0)
-      log->warn(
-          "stage {}: held back the gradients of {} ({} samples): its reply left {:.2f} s after the trainer's "
-          "deadline, so the trainer retried it elsewhere",
-          st.worker->span().stage, h->key, samples, -h->slack_s);
-    else if (h->sent)
-      log->warn(
-          "stage {}: held back the gradients of {} ({} samples): its reply left {:.2f} s before the trainer's "
-          "deadline, but this process stood still {:.2f} s while it was leaving, so the trainer may have retried "
-          "it elsewhere",
-          st.worker->span().stage, h->key, samples, h->slack_s, stall);
-    else
-      log->warn("stage {}: held back the gradients of {} ({} samples): its reply was never sent",
-                st.worker->span().stage, h->key, samples);
-  }
-  h.reset();
-}
-
-void release_deferred(self_ptr self) {
-  auto waiting = std::move(self->state.serving.deferred);
-  self->state.serving.deferred.clear();
-  for (auto& job : waiting)
-    job();  // each runs now, or waits again for a round that began meanwhile (none can: this thread is busy)
-}
-
-std::optional<reply_check> settle_held_for_round(self_ptr self) {
-  auto& st = self->state;
-  auto& h = st.serving.held;
-  if (!h || !h->sent || h->slack_s <= 0 || clock_type::now() >= h->sent_at + reply_leaves_within) {
-    settle_held(self);  // decided already: the window is over, or the reply left too late anyway
-    return std::nullopt;
-  }
-  reply_check check{h->sent_at, h->sent_at + reply_leaves_within, h->slack_s, st.worker->settle_held(true)};
-  st.counters->committed_samples += check.samples;
-  h.reset();
-  return check;
-}
 
 namespace {
 

@@ -160,6 +160,13 @@ struct serving_state {
   };
   std::optional<held_reply> held;
   uint64_t next_held = 0;
+  /// How long an answered microbatch is held at most before its gradients are
+  /// added (a later microbatch settles it sooner).
+  static constexpr auto settle_after = std::chrono::milliseconds(300);
+  /// How long CAF's or the bulk plane's writer takes to put a reply into the
+  /// kernel, which sends it even while the process stands still: a stall that
+  /// overlaps this window after the hand-over may have kept the reply back.
+  static constexpr auto reply_leaves_within = std::chrono::milliseconds(50);
   /// Requests that add gradients, waiting for the round in flight to step (see
   /// the top); at most max_deferred (each holds its payload), later ones run at once.
   static constexpr size_t max_deferred = 256;

@@ -12,6 +12,50 @@
 #include "net/tls.hpp"
 #include "messages/wire.hpp"
 
+namespace swarm {
+
+caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& reply, const std::string& server_id,
+                       const std::string& from, std::chrono::steady_clock::time_point started, metrics_sink& metrics) {
+  if (!reply)
+    return reply.error();
+  auto rep = decode<proto::state_reply>(*reply, "state_reply");
+  if (!rep)
+    return rep.error();
+  if (auto err = worker.import_state(rep->state()))
+    return to_caf(err);
+  if (worker.parameter_hash() != rep->parameter_hash())
+    return make_error(errc::INTERNAL, "imported parameters hash differently from the peer's");
+  const double secs = seconds_since(started);
+  const int64_t stage = worker.span().stage;
+  get_logger("stage_server")
+      ->info("stage {}: copied the state at step {} from {} ({} bytes, {:.2f} s)", stage, rep->step(), from,
+             rep->state().size(), secs);
+  metrics.emit("state_download", {{"stage", stage},
+                                  {"server", server_id},
+                                  {"from", from},
+                                  {"step", static_cast<int64_t>(rep->step())},
+                                  {"bytes", static_cast<int64_t>(rep->state().size())},
+                                  {"seconds", secs},
+                                  {"hash", std::to_string(rep->parameter_hash())}});
+  return caf::none;
+}
+
+caf::expected<std::shared_ptr<stage_worker>> build_stage_worker(const stage_server_config& cfg, int stage) {
+  try {
+    auto worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.num_stages, cfg.device);
+    worker->set_activation_cache(cfg.server.activation_cache_mb << 20);
+    worker->set_bf16(cfg.bf16);
+    if (cfg.initial_weights)
+      if (auto err = worker->load_parameters(*cfg.initial_weights))
+        return make_error(errc::BAD_CONFIG, std::string{"--init-from: "} + err.what());
+    return worker;
+  } catch (const std::exception& e) {
+    return make_error(errc::BAD_CONFIG, "cannot build stage " + std::to_string(stage) + ": " + e.what());
+  }
+}
+
+}  // namespace swarm
+
 namespace swarm::moving {
 
 namespace {

@@ -9,6 +9,16 @@
 
 namespace swarm {
 
+bool sent_by(caf::scheduled_actor* self, const caf::actor_addr& allowed, const std::string& me, const char* who,
+             const char* what) {
+  const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (sender && sender == allowed)
+    return true;
+  get_logger("actors")->warn("{}: refused a {} from {}: only its {} sends those", me, what, caf::to_string(sender),
+                             who);
+  return false;
+}
+
 caf::result<caf::message> drop_unexpected(caf::scheduled_actor* self, caf::message_view& x) {
   // A flood of them must not become a flood of log lines: the first 20, then every 1000th.
   static std::atomic<uint64_t> dropped{0};

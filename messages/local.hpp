@@ -51,6 +51,12 @@ void send_self(Self* self, T what) {
   caf::anon_send(caf::actor_cast<caf::actor>(self), std::move(what));
 }
 
+/// Whether the message `self` handles now comes from `allowed`; else false,
+/// and a warning says that `me` refused `what` from its sender, which only its
+/// `who` sends (messages of a public interface that only one peer may send).
+[[nodiscard]] bool sent_by(caf::scheduled_actor* self, const caf::actor_addr& allowed, const std::string& me,
+                           const char* who, const char* what);
+
 /// Logs a message no handler took (its sender, and its content cut short) and
 /// answers it with caf::sec::unexpected_message.
 caf::result<caf::message> drop_unexpected(caf::scheduled_actor* self, caf::message_view& x);
