@@ -3,14 +3,20 @@
 #include <caf/all.hpp>
 
 #include "base/clock.hpp"
+#include "messages/local.hpp"
 
 namespace swarm {
 
-door_actor::behavior_type door(door_actor::stateful_pointer<door_state> self, policy::admission_config cfg) {
+door_actor::behavior_type door(door_actor::stateful_pointer<door_state> self, policy::admission_config cfg,
+                               caf::actor_addr server) {
   self->state.admission = policy::admission{cfg};
+  self->state.server = std::move(server);
   return {
       [self](reserve_atom) -> uint64_t { return self->state.admission.grant(monotonic_seconds()).value_or(0); },
-      [self](release_atom, uint64_t ticket) { self->state.admission.done(ticket); },
+      [self](release_atom, uint64_t ticket) {
+        if (sent_by(self, self->state.server, "door", "server", "release"))
+          self->state.admission.done(ticket);
+      },
   };
 }
 

@@ -5,7 +5,9 @@
 // wait out the compute in progress; the door answers at once.
 //
 //   open (one state): reserve -> ticket or 0 (busy) by policy::admission;
-//                     release(ticket) from the server when that request is over.
+//                     release(ticket) from its server when that request is over
+//                     (from anyone else refused: tickets are sequential, so a
+//                     stranger could otherwise free every grant).
 //
 // A stranger that holds every grant makes trainers send without asking after
 // their busy retries (trainer --busy-retries): it slows routing, it cannot
@@ -21,9 +23,10 @@ namespace swarm {
 struct door_state {
   static inline const char* name = "door";
   policy::admission admission;
+  caf::actor_addr server;  ///< the only sender of releases
 };
 
 [[nodiscard]] door_actor::behavior_type door(door_actor::stateful_pointer<door_state> self,
-                                             policy::admission_config cfg);
+                                             policy::admission_config cfg, caf::actor_addr server);
 
 }  // namespace swarm

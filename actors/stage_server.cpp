@@ -266,7 +266,7 @@ void adopt(self_ptr self, stage_server_config cfg, std::shared_ptr<stage_worker>
 /// The server's helpers: its door and its averaging round peer.
 void spawn_helpers(self_ptr self) {
   // Linked: it ends with this server.
-  self->state.door = self->spawn<caf::linked>(door, self->state.cfg.server.admission);
+  self->state.door = self->spawn<caf::linked>(door, self->state.cfg.server.admission, self->address());
   const auto& c = self->state.cfg;
   round_peer_config pc{c.server_id,
                        c.server.averaging_compression,

@@ -267,6 +267,9 @@ void on_stale_wait_over(server_ptr self, uint64_t round) {
 
 void on_outcome(server_ptr self, const encoded<proto::round_outcome>& bytes, const std::vector<float>& mean) {
   auto& st = self->state;
+  // Only its own round peer ran the exchange: an outcome from anyone else would be applied as the step.
+  if (!sent_by(self, st.avg.peer.address(), st.cfg.server_id, "round peer", "round outcome"))
+    return;
   auto o = decode(bytes);
   if (!o || !st.avg.round || st.avg.round->id != o->round())
     return;

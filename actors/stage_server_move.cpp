@@ -199,6 +199,11 @@ void move_now(server_ptr self) {
 
 caf::result<std::string> on_register(server_ptr self, const encoded<proto::register_server>& bytes,
                                      const caf::actor& coordinator) {
+  // Its node registers it (apps/, through a scoped actor of this process): from
+  // elsewhere this would hand the server to another coordinator.
+  const auto& sender = self->current_sender();
+  if (!sender || sender->node() != self->node())
+    return make_error(errc::BAD_REQUEST, "register comes only from the server's own process");
   auto reg = decode(bytes);
   if (!reg)
     return reg.error();

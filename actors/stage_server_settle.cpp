@@ -17,10 +17,10 @@ void settle_held(self_ptr self) {
   auto& h = st.serving.held;
   if (!h)
     return;
-  const double stall =
-      h->sent
-          ? std::chrono::duration<double>(longest_stall_between(h->sent_at, h->sent_at + serving_state::reply_leaves_within)).count()
-          : 0;
+  const double stall = h->sent ? std::chrono::duration<double>(
+                                     longest_stall_between(h->sent_at, h->sent_at + serving_state::reply_leaves_within))
+                                     .count()
+                               : 0;
   const bool keep = h->sent && stall < h->slack_s;
   const int64_t samples = st.worker->settle_held(keep);
   if (keep) {
@@ -61,7 +61,8 @@ std::optional<reply_check> settle_held_for_round(self_ptr self) {
     settle_held(self);  // decided already: the window is over, or the reply left too late anyway
     return std::nullopt;
   }
-  reply_check check{h->sent_at, h->sent_at + serving_state::reply_leaves_within, h->slack_s, st.worker->settle_held(true)};
+  reply_check check{h->sent_at, h->sent_at + serving_state::reply_leaves_within, h->slack_s,
+                    st.worker->settle_held(true)};
   st.counters->committed_samples += check.samples;
   h.reset();
   return check;

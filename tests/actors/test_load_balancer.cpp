@@ -92,6 +92,7 @@ TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstand
   auto serve = [&](const std::string& id) {
     auto scfg = server_settings(id, 4 << 20);
     scfg.server.admission.max_outstanding = 1;
+    scfg.server.admission.hold_s = 1.5;  // the test's own grant below lapses (only its server releases one)
     auto server = sys->spawn(stage_server, scfg, std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu"),
                              std::make_shared<metrics_sink>(), std::make_shared<stage_server_counters>());
     auto port = sys->middleman().publish(server, 0, "127.0.0.1");
@@ -133,6 +134,7 @@ TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstand
   for (int i = 0; i < 3; ++i)
     CHECK(forward() == "solo");
   CHECK(lbc.busy_answers->load() == 0);
+  const auto held_at = std::chrono::steady_clock::now();
   const uint64_t held = reserve(solo_door);
   CHECK(held != 0);
   CHECK(reserve(solo_door) == 0);  // one place at most
@@ -145,7 +147,9 @@ TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstand
   // Each time the rotation came to solo it said busy, and the trainer's counter shows it.
   CHECK(lbc.busy_answers->load() >= 1);
   CHECK(lbc.busy_answers->load() <= 6 * lbc.trainer.attempts.busy_retries);
-  self->send(solo_door, release_atom::value, held);
+  self->send(solo_door, release_atom::value, held);  // not its server: refused, the place stays taken
+  CHECK(reserve(solo_door) == 0);
+  std::this_thread::sleep_until(held_at + 1600ms);  // until the grant lapses (hold_s)
   CHECK(reserve(solo_door) != 0);
   for (const auto& a : {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord),
                         caf::actor_cast<caf::actor>(solo), caf::actor_cast<caf::actor>(other)})
