@@ -9,21 +9,32 @@
 
 namespace swarm {
 
+namespace {
+
+/// Counts one more refusal; its number when it is worth a log line, else 0: a
+/// flood of hostile messages must not become a flood of lines (the first 20, then every 1000th).
+uint64_t worth_logging(std::atomic<uint64_t>& count) {
+  const uint64_t n = ++count;
+  return n <= 20 || n % 1000 == 0 ? n : 0;
+}
+
+}  // namespace
+
 bool sent_by(caf::scheduled_actor* self, const caf::actor_addr& allowed, const std::string& me, const char* who,
              const char* what) {
   const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
   if (sender && sender == allowed)
     return true;
-  get_logger("actors")->warn("{}: refused a {} from {}: only its {} sends those", me, what, caf::to_string(sender),
-                             who);
+  static std::atomic<uint64_t> refused{0};
+  if (const uint64_t n = worth_logging(refused))
+    get_logger("actors")->warn("{}: refused a {} from {}: only its {} sends those [{} refused in this process]", me,
+                               what, caf::to_string(sender), who, n);
   return false;
 }
 
 caf::result<caf::message> drop_unexpected(caf::scheduled_actor* self, caf::message_view& x) {
-  // A flood of them must not become a flood of log lines: the first 20, then every 1000th.
   static std::atomic<uint64_t> dropped{0};
-  const uint64_t n = ++dropped;
-  if (n <= 20 || n % 1000 == 0) {
+  if (const uint64_t n = worth_logging(dropped)) {
     constexpr size_t shown = 60;  // per element: a payload may be megabytes
     std::string what;
     const auto& content = x.content();

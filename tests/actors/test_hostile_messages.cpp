@@ -95,12 +95,10 @@ TEST_CASE_METHOD(registered_server, "a move order that does not fit leaves the n
 // `build/tests/test_actors "[remote]"`, until the hostile peer runs as a process of its own.
 TEST_CASE_METHOD(registered_server, "a move order from a process other than the coordinator's is refused",
                  "[.][actors][hostile][remote]") {
-  caf::actor_system_config scfg;
-  swarm::testing::configure_node(scfg);
-  caf::actor_system stranger{scfg};
-  auto remote = stranger.middleman().remote_actor<stage_actor>("127.0.0.1", port);
+  system_fixture stranger;  // another node, as a process elsewhere would be
+  auto remote = stranger.sys->middleman().remote_actor<stage_actor>("127.0.0.1", port);
   REQUIRE(remote);
-  caf::scoped_actor them{stranger};
+  caf::scoped_actor them{*stranger.sys};
   them->send(*remote, move_atom::value, wrap(move(0, 1, 1)));
   CHECK_FALSE(next_update(1500ms));  // no LEAVE: it stays
   // The coordinator's own order still works.
@@ -151,12 +149,10 @@ TEST_CASE_METHOD(registered_server, "a register from another process is refused:
                  "[.][actors][hostile][remote]") {
   // Before, any process could re-register the server with a coordinator of
   // its own: the server then asked that one for its averager and took its orders.
-  caf::actor_system_config scfg;
-  swarm::testing::configure_node(scfg);
-  caf::actor_system stranger{scfg};
-  auto remote = stranger.middleman().remote_actor<stage_actor>("127.0.0.1", port);
+  system_fixture stranger;  // another node, as a process elsewhere would be
+  auto remote = stranger.sys->middleman().remote_actor<stage_actor>("127.0.0.1", port);
   REQUIRE(remote);
-  caf::scoped_actor them{stranger}, their_coordinator{stranger};
+  caf::scoped_actor them{*stranger.sys}, their_coordinator{*stranger.sys};
   caf::error refused;
   them->request(*remote, 10s, register_atom::value, wrap(registration("target", 0, port, tiny_model().hash())),
                 caf::actor_cast<caf::actor>(their_coordinator))
