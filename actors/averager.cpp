@@ -69,6 +69,7 @@ void check_held(self_ptr self, uint32_t stage, const std::string& cause, bool cl
                                     {"reason", cause}});
   }
   sg.position = {};
+  sg.voting_from = policy::stage_position{};  // the next servers' reports say where it stands
   sg.owed = 0;
   // Servers left behind on the stage (stopped, or turned reloads down) may be
   // further back than its newest checkpoint: a reload order without a peer
@@ -112,8 +113,13 @@ void on_progress(self_ptr self, const encoded<proto::progress_report>& bytes) {
   if (rep->reloads() != s->reloads)
     s->reload_pending = false;
   s->reloads = rep->reloads();
-  if (rep->step() > sg.position.step || (sg.position.hash == 0 && rep->step() == sg.position.step))
-    sg.position = {rep->step(), rep->parameter_hash()};  // a restarted averager learns where the stage is
+  if (sg.voting_from) {  // a restarted averager learns where the stage is: from most servers, not the highest claim
+    std::vector<policy::member_view> views;
+    for (const auto& [addr, other] : st.servers)
+      if (other.stage == rep->stage())
+        views.push_back(other.view);
+    sg.position = policy::reported_position(views, *sg.voting_from);
+  }
   record_stage(self, rep->stage());
   maybe_start(self, rep->stage());
 }
@@ -208,6 +214,24 @@ void on_exclude_due(self_ptr self, uint32_t stage, uint64_t round) {
 }
 
 }  // namespace
+
+void evict(self_ptr self, const caf::actor_addr& who, uint32_t stage) {
+  auto& st = self->state;
+  auto it = st.servers.find(who);
+  if (it == st.servers.end())
+    return;
+  const auto id = it->second.view.id;
+  get_logger("averager")
+      ->error("stage {}: evicted server {}: its round results differed from its stage's majority {} rounds in a row",
+              stage, id, it->second.dissents);
+  st.metrics->emit("server_evicted",
+                   {{"stage", int64_t{stage}}, {"server", id}, {"dissents", int64_t{it->second.dissents}}});
+  st.evicted.insert(who);
+  if (st.coordinator)
+    self->send(caf::actor_cast<coordinator_actor>(st.coordinator), evict_atom::value, it->second.handle);
+  forget(self, who, "evicted");
+}
+
 }  // namespace averaging
 
 using namespace averaging;
@@ -223,6 +247,7 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
   for (size_t k = 0; k < st.stages.size() && k < cfg.resume.size(); ++k)
     if (const auto& rec = cfg.resume[k]) {
       st.stages[k].position = {rec->step, rec->hash};
+      st.stages[k].voting_from = st.stages[k].position;  // servers past the record (it lags a round) still count
       st.stages[k].resumed_members = rec->members;
       st.stages[k].recorded = *rec;
     }
@@ -243,9 +268,14 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
       [self](waiting_atom, const encoded<proto::round_waiting>& bytes) { on_waiting(self, bytes); },
       [self](join_atom, const encoded<proto::register_server>& bytes, const caf::actor& handle,
              const caf::actor& peer) {
-        auto reg = decode(bytes);
-        if (!reg || !handle || reg->stage() >= self->state.stages.size())
+        // Its coordinator, in this process, checked the registration first.
+        if (!sent_from(self, self->node(), "averager", "coordinator", "join"))
           return;
+        auto reg = decode(bytes);
+        if (!reg || !handle || reg->stage() >= self->state.stages.size() ||
+            self->state.evicted.count(handle.address()) > 0)
+          return;
+        self->state.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
         if (self->state.servers.count(handle.address()) == 0)
           self->monitor(handle);
         auto& s = self->state.servers[handle.address()];
@@ -257,7 +287,10 @@ averager_actor::behavior_type averager(self_ptr self, averager_settings cfg, std
         s.joined = averager_state::clock::now();
         record_stage(self, s.stage);
       },
-      [self](leave_atom, const caf::actor& server) { forget(self, server.address(), "left"); },
+      [self](leave_atom, const caf::actor& server) {
+        if (sent_from(self, self->node(), "averager", "coordinator", "leave"))
+          forget(self, server.address(), "left");
+      },
   };
 }
 

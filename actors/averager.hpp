@@ -34,9 +34,16 @@
 //
 // Restart: it keeps nothing on disk. Servers register again with a new
 // coordinator and report their step and hash, from which stage positions are
-// rebuilt (the highest step wins; no round starts until every server that
-// registered has reported, or settle_s passed); a round in flight when it died
-// finishes among the servers themselves.
+// rebuilt (the (step, hash) most servers report, policy::reported_position;
+// no round starts until every server that registered has reported, or
+// settle_s passed); a round in flight when it died finishes among the servers
+// themselves. From its first round on, only rounds move a stage: a server
+// reporting a step no round made is one to reload, not the stage's position.
+//
+// The majority decides (policy::majority): a round moves its stage to the most
+// common result one step on. A member whose result differs from a strict
+// majority of its round's twice in a row is evicted (`server_evicted`): out of
+// its stage's rounds, and its coordinator drops it from membership.
 //
 // Elected (--control, actors/leadership.hpp): every order carries the term and
 // is sent only while the lease holds. Each stage's position and servers are
@@ -96,6 +103,8 @@ struct averager_state {
     bool reload_pending = false;  ///< ordered, and `reloads` has not moved since
     clock::time_point reload_sent{};
     uint64_t reload_step = 0;  ///< the stage's step the last order was for
+    int dissents = 0;          ///< rounds in a row its result differed from a strict majority
+    bool agreed = false;       ///< its last round result was the majority's: a reload source first
   };
   struct round {
     uint64_t id = 0;
@@ -122,12 +131,17 @@ struct averager_state {
     std::vector<std::string> resumed_members;  ///< the predecessor's servers: once all reported, no settle wait
     bool settled = false;                  ///< past its settle wait (settle_s, a fresh stage, or all resumed reported)
     std::optional<stage_record> recorded;  ///< what was last recorded in etcd
+    /// Set while the position comes from the servers' reports (at start, and
+    /// after the state was lost), from at or past this; unset once a round moved it.
+    std::optional<policy::stage_position> voting_from = policy::stage_position{};
   };
 
   averager_settings cfg;
   std::shared_ptr<metrics_sink> metrics;
   rebalancer_actor rebalancing;  ///< gets every progress report accepted here (its load figures)
   std::map<caf::actor_addr, server> servers;
+  std::set<caf::actor_addr> evicted;  ///< servers evicted for their results: never joined again
+  caf::actor coordinator;             ///< who sends joins (its own process): told of evictions
   std::vector<stage> stages;
   uint64_t next_round = 0;
   clock::time_point started;

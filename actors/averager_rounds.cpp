@@ -120,9 +120,14 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
   if (!may_order(st.cfg.leader))
     return;
   const auto& pos = st.stages[whom.stage].position;
-  for (const auto& [addr, s] : st.servers) {
-    if (s.stage != whom.stage || !s.view.reported || s.view.step != pos.step || s.view.hash != pos.hash)
-      continue;
+  std::vector<const averager_state::server*> sources;
+  for (const auto& [addr, s] : st.servers)
+    if (s.stage == whom.stage && s.view.reported && s.view.step == pos.step && s.view.hash == pos.hash)
+      sources.push_back(&s);
+  // The members whose round result made the majority first: a report alone may claim anything.
+  std::stable_partition(sources.begin(), sources.end(), [](const auto* s) { return s->agreed; });
+  for (const auto* source : sources) {
+    const auto& s = *source;
     whom.reload_sent = now;
     whom.reload_pending = true;
     whom.reload_step = pos.step;
@@ -130,6 +135,7 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
     order.set_stage(whom.stage);
     order.set_from_server_id(s.view.id);
     order.set_step(pos.step);
+    order.set_hash(pos.hash);
     order.set_from_endpoint(s.endpoint);
     order.set_term(term_of(st.cfg.leader));
     get_logger("averager")
@@ -170,35 +176,53 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
     if (!force && r.finished.count(m) == 0 && r.excluded.count(m) == 0)
       return;
   std::vector<policy::stage_position> results;
+  std::vector<caf::actor_addr> by;  // who gave each result
   int64_t applied = 0, taken = 0;
   for (const auto& m : r.members)  // rank order, for the tie-break
     if (auto it = r.results.find(m); it != r.results.end() && r.finished[m]) {
       results.push_back(it->second);
+      by.push_back(m);
       ++applied;
       taken += r.taken[m];
     }
-  const auto agreed = policy::majority(results);
-  const int64_t agreeing = std::count_if(results.begin(), results.end(), [&](const policy::stage_position& p) {
-    return p.step == agreed.step && p.hash == agreed.hash;
-  });
+  const auto agreed = policy::majority(results, r.step);
+  const int64_t agreeing = agreed ? std::count_if(results.begin(), results.end(),
+                                                  [&](const policy::stage_position& p) {
+                                                    return p.step == agreed->step && p.hash == agreed->hash;
+                                                  })
+                                  : 0;
   const double secs = seconds_since(r.started);
   get_logger("averager")
       ->debug("stage {}: round {} done in {:.2f} s: {} of {} applied, step {}", stage, r.number, secs, applied,
-              r.members.size(), agreed.step);
+              r.members.size(), agreed ? agreed->step : r.step);
   st.metrics->emit("round_end", {{"stage", int64_t{stage}},
                                  {"round", static_cast<int64_t>(r.id)},
-                                 {"step", static_cast<int64_t>(agreed.step)},
+                                 {"step", static_cast<int64_t>(agreed ? agreed->step : r.step)},
                                  {"peers", static_cast<int64_t>(r.members.size())},
                                  {"applied", applied},
                                  {"agreeing", agreeing},
                                  {"excluded", static_cast<int64_t>(r.excluded.size())},
                                  {"seconds", secs}});
-  if (applied > 0 && agreed.step >= sg.position.step)
-    sg.position = agreed;
+  if (agreed && agreed->step >= sg.position.step) {
+    sg.position = *agreed;
+    sg.voting_from.reset();  // from now on only rounds move the stage
+  }
+  const auto wrong = agreed ? policy::dissenters(results, *agreed) : std::vector<size_t>{};
+  std::vector<caf::actor_addr> to_evict;
+  for (size_t i = 0; i < by.size(); ++i)
+    if (auto it = st.servers.find(by[i]); it != st.servers.end()) {
+      const bool dissents = std::find(wrong.begin(), wrong.end(), i) != wrong.end();
+      it->second.agreed = agreed && !dissents;
+      it->second.dissents = dissents ? it->second.dissents + 1 : 0;
+      if (it->second.dissents >= policy::evict_after_dissents)
+        to_evict.push_back(by[i]);
+    }
   record_stage(self, stage);
   if (applied > 0)  // at most a batch is carried: a swarm slower than its rounds cannot pay back more
     sg.owed = std::clamp<int64_t>(sg.owed + taken - st.cfg.target_batch_size, 0, st.cfg.target_batch_size);
   sg.running.reset();
+  for (const auto& who : to_evict)
+    evict(self, who, stage);
   for (auto& [addr, s] : st.servers)
     if (s.stage == stage && s.view.reported && (s.view.step != sg.position.step || s.view.hash != sg.position.hash))
       order_reload(self, s, s.view.step < sg.position.step ? "behind" : "parameters differ");

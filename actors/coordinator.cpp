@@ -72,6 +72,9 @@ caf::result<encoded<proto::register_reply>> on_register(self_ptr self, const enc
   }
   if (!server)
     return make_error(errc::BAD_REQUEST, "register_server without a server handle");
+  if (self->state.evicted.count(server.address()) > 0)
+    return make_error(errc::BAD_REQUEST, "server " + reg->server_id() +
+                                             " was evicted: its round results disagreed with its stage's majority");
   if (server.node() == self->node())
     return admit(self, *reg, bytes, server, round_peer);  // in this process: no address to check
   // Dial the address it gave, as a trainer would: it must lead to the very
@@ -135,6 +138,8 @@ caf::result<std::string> on_subscribe(self_ptr self, const encoded<proto::subscr
 void on_down(self_ptr self, const caf::down_msg& msg) {
   auto& st = self->state;
   st.subscribers.erase(msg.source);
+  for (auto t = st.trainers.begin(); t != st.trainers.end();)
+    t = t->second == msg.source ? st.trainers.erase(t) : std::next(t);
   auto it = st.servers.find(msg.source);
   if (it == st.servers.end())
     return;
@@ -151,6 +156,20 @@ void on_down(self_ptr self, const caf::down_msg& msg) {
         {{"stage", int64_t{reg.stage()}}, {"server", reg.server_id()}, {"reason", caf::to_string(msg.reason)}});
   }
   notify(self, reg, proto::membership_update::DOWN);
+}
+
+/// The averager evicted `server`: trainers stop sending it work, and it is not admitted again.
+void on_evict(self_ptr self, const caf::actor& server) {
+  if (!server || !sent_from(self, self->node(), "coordinator", "averager", "eviction"))
+    return;
+  auto& st = self->state;
+  st.evicted.insert(server.address());
+  auto it = st.servers.find(server.address());
+  if (it == st.servers.end())
+    return;
+  const auto reg = it->second;
+  st.servers.erase(it);
+  notify(self, reg, proto::membership_update::LEAVE);
 }
 
 /// A server leaves its stage for another: no new work for it there.
@@ -174,17 +193,37 @@ caf::result<encoded<proto::placement>> on_place(self_ptr self, const encoded<pro
     return req.error();
   if (req->config_hash() != self->state.cfg.config_hash)
     return model_mismatch("server " + req->server_id(), req->tokenizer(), self->state.cfg.tokenizer);
-  auto promise = self->make_response_promise<encoded<proto::placement>>();
-  self->request(self->state.rebalancing, std::chrono::seconds(10), place_atom::value, bytes)
-      .then([promise](encoded<proto::placement>& answer) mutable { promise.deliver(std::move(answer)); },
-            [promise](caf::error& err) mutable { promise.deliver(std::move(err)); });
-  return promise;
+  // Delegated: the rebalancer sees which process asks (one hold each).
+  return self->delegate(self->state.rebalancing, place_atom::value, bytes);
+}
+
+/// Whether the sender may report as trainer `id`: the id is its own (its first
+/// report claimed it, and it has not gone down since) and the board has room.
+bool claim_trainer(self_ptr self, const std::string& id) {
+  auto& trainers = self->state.trainers;
+  const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto it = trainers.find(id);
+  if (it != trainers.end())
+    return it->second == sender;
+  const bool holds_other =
+      std::any_of(trainers.begin(), trainers.end(), [&](const auto& t) { return t.second == sender; });
+  if (!sender || holds_other || trainers.size() >= coordinator_state::max_trainers) {
+    static std::atomic<uint64_t> refused{0};
+    if (const uint64_t n = worth_logging(refused))
+      get_logger("coordinator")
+          ->warn("refused a trainer report as '{}' from {}: {} [{} refused]", id, caf::to_string(sender),
+                 holds_other ? "it reports under another id" : "too many trainers on the board", n);
+    return false;
+  }
+  self->monitor(sender);
+  trainers.emplace(id, sender);
+  return true;
 }
 
 /// A trainer's report: for the status board only (it is the board's observer).
 void on_report(self_ptr self, const encoded<proto::trainer_report>& bytes) {
   auto rep = decode(bytes);
-  if (!rep || rep->trainer_id().empty())
+  if (!rep || rep->trainer_id().empty() || !claim_trainer(self, rep->trainer_id()))
     return;
   self->state.metrics->note("trainer_report", {{"trainer", rep->trainer_id()},
                                                {"step", rep->step()},
@@ -253,6 +292,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
       [self](leave_atom, const encoded<proto::leave_notice>& bytes) { on_leave(self, bytes); },
       [self](place_atom, const encoded<proto::placement_request>& bytes) { return on_place(self, bytes); },
       [self](report_atom, const encoded<proto::trainer_report>& bytes) { on_report(self, bytes); },
+      [self](evict_atom, const caf::actor& server) { on_evict(self, server); },
       [self](status_atom, const std::string& format) -> std::string {
         const auto& board = self->state.cfg.board;
         const double now = unix_seconds();

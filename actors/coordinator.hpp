@@ -51,8 +51,13 @@ struct coordinator_state {
   std::shared_ptr<metrics_sink> metrics;
   std::map<caf::actor_addr, proto::register_server> servers;               ///< live servers by actor
   std::map<caf::actor_addr, std::pair<caf::actor, uint32_t>> subscribers;  ///< load balancer -> stage
-  averager_actor averaging;      ///< spawned and linked: it lives and dies with this actor
-  rebalancer_actor rebalancing;  ///< spawned and linked, like the averager
+  /// Trainer id -> the actor that reports under it while it lives: a stranger
+  /// can neither speak for a trainer nor grow the status board without bound.
+  std::map<std::string, caf::actor_addr> trainers;
+  static constexpr size_t max_trainers = 256;
+  std::set<caf::actor_addr> evicted;  ///< servers its averager evicted: never admitted again
+  averager_actor averaging;           ///< spawned and linked: it lives and dies with this actor
+  rebalancer_actor rebalancing;       ///< spawned and linked, like the averager
 };
 
 [[nodiscard]] coordinator_actor::behavior_type coordinator(coordinator_actor::stateful_pointer<coordinator_state> self,

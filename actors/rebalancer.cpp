@@ -47,7 +47,7 @@ std::vector<policy::server_load> view(self_ptr self) {
     out.push_back({id, *s.moving_to, rate_on(st.cfg, s.rate, s.stage, *s.moving_to), s.move_sent});
   }
   for (const auto& [id, p] : st.placed)
-    out.push_back({id, p.first, std::nan(""), p.second});
+    out.push_back({id, p.stage, std::nan(""), p.when});
   return out;
 }
 
@@ -126,7 +126,7 @@ void forget_stale(self_ptr self) {
   auto& st = self->state;
   const double now = now_s(self);
   for (auto it = st.placed.begin(); it != st.placed.end();)
-    it = now - it->second.second > st.cfg.move_timeout_s ? st.placed.erase(it) : std::next(it);
+    it = now - it->second.when > st.cfg.move_timeout_s ? st.placed.erase(it) : std::next(it);
   for (auto& [id, s] : st.servers)
     if (s.moving_to && now - s.move_sent > st.cfg.move_timeout_s) {
       get_logger("rebalancer")
@@ -210,8 +210,13 @@ caf::result<encoded<proto::placement>> on_place(self_ptr self, const encoded<pro
     return make_error(errc::BAD_REQUEST, "placement_request without a server id");
   if (!may_order(st.cfg.leader))
     return make_error(errc::PEER_GONE, "this coordinator's lease ran out: ask the new leader");
+  // Delegated by the coordinator: the sender is the joining server's process.
+  const auto node = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
+  for (auto it = st.placed.begin(); it != st.placed.end();)
+    it = it->second.node == node ? st.placed.erase(it) : std::next(it);
   const auto p = policy::place_joiner(st.cfg.stage_cost, view(self), rule(st));
-  st.placed[req->server_id()] = {p.to, now_s(self)};
+  if (st.placed.size() < rebalancer_state::max_placed)
+    st.placed[req->server_id()] = {p.to, now_s(self), node};
   get_logger("rebalancer")
       ->info("placing new server {} on stage {}: slowest stage {:.1f} -> {:.1f} samples/s predicted", req->server_id(),
              p.to, p.bottleneck_before, p.bottleneck_after);
@@ -257,10 +262,15 @@ rebalancer_actor::behavior_type rebalancer(self_ptr self, rebalancer_settings cf
   });
   send_self(self, rebalancer_local::tick{});
   return {
+      // From its coordinator and averager, in this process (they checked the sender).
       [self](join_atom, const encoded<proto::register_server>& bytes, const caf::actor& handle) {
-        on_join(self, bytes, handle);
+        if (sent_from(self, self->node(), "rebalancer", "coordinator", "join"))
+          on_join(self, bytes, handle);
       },
-      [self](progress_atom, const encoded<proto::progress_report>& bytes) { on_progress(self, bytes); },
+      [self](progress_atom, const encoded<proto::progress_report>& bytes) {
+        if (sent_from(self, self->node(), "rebalancer", "averager", "progress report"))
+          on_progress(self, bytes);
+      },
       [self](place_atom, const encoded<proto::placement_request>& bytes) { return on_place(self, bytes); },
   };
 }

@@ -81,10 +81,20 @@ struct rebalancer_state {
     double move_sent = 0;
   };
 
+  /// A server placed on a stage that has not registered yet; `node` asked for
+  /// it (one hold per process: a stranger's made-up ids replace each other).
+  struct hold {
+    int stage = 0;
+    double when = 0;
+    caf::node_id node;
+  };
+  /// Holds at most: joiners arriving at once, not a stranger's flood of ids.
+  static constexpr size_t max_placed = 64;
+
   rebalancer_settings cfg;
   std::shared_ptr<metrics_sink> metrics;
-  std::map<std::string, server> servers;                 ///< live servers by id
-  std::map<std::string, std::pair<int, double>> placed;  ///< id -> (stage, when): placed, not registered yet
+  std::map<std::string, server> servers;  ///< live servers by id
+  std::map<std::string, hold> placed;     ///< by id: placed, not registered yet
   clock::time_point started;
   double last_load_check = 0;  ///< when load moves were last considered
   double started_unix = 0;     ///< `started` as unix seconds: records hold unix times

@@ -383,13 +383,15 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         return serve_state(self, transfer_id, tail);
       },
       [self](round_atom, const encoded<proto::round_begin>& bytes, const std::vector<caf::actor>& members) {
-        averaging::on_round_begin(self, bytes, members);
+        if (moving::from_coordinator(self, "round order"))
+          averaging::on_round_begin(self, bytes, members);
       },
       [self](done_atom, const encoded<proto::round_outcome>& bytes, const std::vector<float>& mean) {
         averaging::on_outcome(self, bytes, mean);
       },
       [self](reload_atom, const encoded<proto::reload_order>& bytes, const caf::actor& peer) {
-        averaging::on_reload(self, bytes, peer);
+        if (moving::from_coordinator(self, "reload order"))
+          averaging::on_reload(self, bytes, peer);
       },
       [self](register_atom, const encoded<proto::register_server>& bytes, const caf::actor& coordinator) {
         return moving::on_register(self, bytes, coordinator);

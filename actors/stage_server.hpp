@@ -304,10 +304,13 @@ void release_deferred(stage_actor::stateful_pointer<stage_server_state> self);
 /// Imports a peer's state (`reply`: a reassembled state_reply) into `worker`
 /// and checks that the parameters then hash as the peer said; on success logs
 /// and writes `state_download` (from `from`, timed since `started`). Used by a
-/// joining server and by a reload.
+/// joining server and by a reload. A reload names the (step, hash) its
+/// stage's majority holds (`expected`): a state that claims another is refused
+/// before it touches the parameters.
 [[nodiscard]] caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& reply,
                                      const std::string& server_id, const std::string& from,
-                                     std::chrono::steady_clock::time_point started, metrics_sink& metrics);
+                                     std::chrono::steady_clock::time_point started, metrics_sink& metrics,
+                                     std::optional<std::pair<uint64_t, uint64_t>> expected = std::nullopt);
 
 }  // namespace swarm
 

@@ -15,12 +15,18 @@
 namespace swarm {
 
 caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& reply, const std::string& server_id,
-                       const std::string& from, std::chrono::steady_clock::time_point started, metrics_sink& metrics) {
+                       const std::string& from, std::chrono::steady_clock::time_point started, metrics_sink& metrics,
+                       std::optional<std::pair<uint64_t, uint64_t>> expected) {
   if (!reply)
     return reply.error();
   auto rep = decode<proto::state_reply>(*reply, "state_reply");
   if (!rep)
     return rep.error();
+  if (expected && (rep->step() != expected->first || rep->parameter_hash() != expected->second))
+    return make_error(errc::BAD_REQUEST, from + " sent the state of step " + std::to_string(rep->step()) + " (hash " +
+                                             std::to_string(rep->parameter_hash()) + "), not its stage's step " +
+                                             std::to_string(expected->first) + " (hash " +
+                                             std::to_string(expected->second) + "): not adopted");
   if (auto err = worker.import_state(rep->state()))
     return to_caf(err);
   if (worker.parameter_hash() != rep->parameter_hash())
@@ -201,8 +207,7 @@ caf::result<std::string> on_register(server_ptr self, const encoded<proto::regis
                                      const caf::actor& coordinator) {
   // Its node registers it (apps/, through a scoped actor of this process): from
   // elsewhere this would hand the server to another coordinator.
-  const auto& sender = self->current_sender();
-  if (!sender || sender->node() != self->node())
+  if (!sent_from(self, self->node(), self->state.cfg.server_id, "own process", "register"))
     return make_error(errc::BAD_REQUEST, "register comes only from the server's own process");
   auto reg = decode(bytes);
   if (!reg)
@@ -229,6 +234,11 @@ bool enter(server_ptr self, phase_event event) {
   return true;
 }
 
+bool from_coordinator(server_ptr self, const char* what) {
+  const auto& coordinator = self->state.member.coordinator;
+  return coordinator && sent_from(self, coordinator.node(), self->state.cfg.server_id, "coordinator's process", what);
+}
+
 bool accept_term(server_ptr self, int64_t term, const char* what) {
   auto& st = self->state;
   if (term >= st.member.newest_term) {
@@ -248,15 +258,8 @@ bool accept_term(server_ptr self, int64_t term, const char* what) {
 
 void on_move(server_ptr self, const encoded<proto::move_order>& bytes) {
   // The rebalancer runs in the coordinator's process: a move from anywhere else is refused.
-  const auto& coordinator = self->state.member.coordinator;
-  const auto& sender = self->current_sender();
-  if (!coordinator || !sender || sender->node() != coordinator.node()) {
-    get_logger("stage_server")
-        ->warn("stage {}: refused a move order from {}: only its coordinator's process orders moves", stage_of(self),
-               caf::to_string(sender));
-    return;
-  }
-  resume_move(self, bytes);
+  if (from_coordinator(self, "move order"))
+    resume_move(self, bytes);
 }
 
 void resume_move(server_ptr self, const encoded<proto::move_order>& bytes) {

@@ -31,6 +31,10 @@ void resume_move(server_ptr self, const encoded<proto::move_order>& bytes);
 /// The phase `event` leads to (actors/stage_server_phase.hpp); false, and the
 /// phase kept, when that event cannot happen in the phase it is in.
 bool enter(server_ptr self, phase_event event);
+/// Whether the message handled now comes from the process of the coordinator
+/// the server registered with (its averager and rebalancer live there: their
+/// orders from anywhere else are refused, logged as a refused `what`).
+bool from_coordinator(server_ptr self, const char* what);
 /// Fencing: whether an order (`what`: round, reload, move) of coordinator term
 /// `term` may be carried out. A term older than the newest this server saw
 /// (on an order, or registering) comes from a deposed leader: refused, logged

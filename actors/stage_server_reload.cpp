@@ -52,12 +52,12 @@ void on_reload(server_ptr self, const encoded<proto::reload_order>& bytes, const
   req.set_server_id(st.cfg.server_id);
   // Dialed first: the averager's handle may carry a route through a coordinator that died.
   dial_then(self, "stage " + std::to_string(stage(self)), order->from_endpoint(),
-            [self, req, from = order->from_server_id(), peer] {
+            [self, req, from = order->from_server_id(), peer, expected = std::make_pair(order->step(), order->hash())] {
               const auto started = std::chrono::steady_clock::now();
               auto handle = caf::actor_cast<stage_actor>(peer);
               self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, wrap(req))
                   .then(
-                      [self, handle, from, started](uint64_t transfer_id, encoded<proto::state_reply>& tail) {
+                      [self, handle, from, started, expected](uint64_t transfer_id, encoded<proto::state_reply>& tail) {
                         auto& st = self->state;
                         st.avg.reloading = false;
                         ++st.avg.reloads;
@@ -66,7 +66,7 @@ void on_reload(server_ptr self, const encoded<proto::reload_order>& bytes, const
                         auto carried = st.worker->take_gradient();
                         auto err = adopt_state(*st.worker,
                                                st.chunks.finish(handle.address(), transfer_id, std::move(tail.bytes)),
-                                               st.cfg.server_id, from, started, *st.metrics);
+                                               st.cfg.server_id, from, started, *st.metrics, expected);
                         carry_over(self, std::move(carried), before, "reload");
                         st.avg.hash = st.worker->parameter_hash();
                         if (err)

@@ -134,6 +134,10 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "server holding a "
        "trained stage's state died (a clean stop writes none); the next server of the stage loads the "
        "stage's newest checkpoint, or starts from initial parameters without one"},
+      {"server_evicted", "coordinator",
+       "`stage`, `server`, `dissents`: the server's round results differed from a strict majority of its rounds' "
+       "this many rounds in a row (the majority decides, docs/deploy.md): out of its stage's rounds, dropped from "
+       "membership (trainers send it nothing) and never admitted again"},
       {"fault", "server",
        "`server`, `stage`, `op` (`forward`, `backward`, `round`, `state`, `fail-round`), `pid`: the `--fault` "
        "test hook now holds a request (or its shard of a round) and hangs until stopped; `fail-round`: it gave "

@@ -9,13 +9,19 @@
 
 namespace swarm {
 
-namespace {
-
-/// Counts one more refusal; its number when it is worth a log line, else 0: a
-/// flood of hostile messages must not become a flood of lines (the first 20, then every 1000th).
 uint64_t worth_logging(std::atomic<uint64_t>& count) {
   const uint64_t n = ++count;
   return n <= 20 || n % 1000 == 0 ? n : 0;
+}
+
+namespace {
+
+std::atomic<uint64_t> refused{0};
+
+void log_refusal(caf::scheduled_actor* self, const std::string& me, const char* who, const char* what) {
+  if (const uint64_t n = worth_logging(refused))
+    get_logger("actors")->warn("{}: refused a {} from {}: only its {} sends those [{} refused in this process]", me,
+                               what, caf::to_string(self->current_sender()), who, n);
 }
 
 }  // namespace
@@ -25,10 +31,16 @@ bool sent_by(caf::scheduled_actor* self, const caf::actor_addr& allowed, const s
   const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
   if (sender && sender == allowed)
     return true;
-  static std::atomic<uint64_t> refused{0};
-  if (const uint64_t n = worth_logging(refused))
-    get_logger("actors")->warn("{}: refused a {} from {}: only its {} sends those [{} refused in this process]", me,
-                               what, caf::to_string(sender), who, n);
+  log_refusal(self, me, who, what);
+  return false;
+}
+
+bool sent_from(caf::scheduled_actor* self, const caf::node_id& node, const std::string& me, const char* who,
+               const char* what) {
+  const auto& sender = self->current_sender();
+  if (sender && sender->node() == node)
+    return true;
+  log_refusal(self, me, who, what);
   return false;
 }
 

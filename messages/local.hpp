@@ -12,6 +12,7 @@
 // protocol, and what it does not match goes to the local handlers, then to a
 // logged drop (a request among the rest is answered with an error).
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -51,11 +52,21 @@ void send_self(Self* self, T what) {
   caf::anon_send(caf::actor_cast<caf::actor>(self), std::move(what));
 }
 
+/// Counts one more refusal; its number when it is worth a log line, else 0: a
+/// flood of hostile messages must not become a flood of lines (the first 20, then every 1000th).
+[[nodiscard]] uint64_t worth_logging(std::atomic<uint64_t>& count);
+
 /// Whether the message `self` handles now comes from `allowed`; else false,
 /// and a warning says that `me` refused `what` from its sender, which only its
 /// `who` sends (messages of a public interface that only one peer may send).
 [[nodiscard]] bool sent_by(caf::scheduled_actor* self, const caf::actor_addr& allowed, const std::string& me,
                            const char* who, const char* what);
+
+/// Whether the message `self` handles now comes from an actor of `node` (the
+/// process whose actors alone send `what`: a coordinator's averager and
+/// rebalancer, the server's own node); else false, and a warning as sent_by's.
+[[nodiscard]] bool sent_from(caf::scheduled_actor* self, const caf::node_id& node, const std::string& me,
+                             const char* who, const char* what);
 
 /// Logs a message no handler took (its sender, and its content cut short) and
 /// answers it with caf::sec::unexpected_message.

@@ -108,6 +108,8 @@ using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using place_atom = caf::atom_constant<caf::atom("place")>;
 using report_atom = caf::atom_constant<caf::atom("report")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
+/// The averager tells its coordinator that a server is evicted (its round results disagreed with the majority).
+using evict_atom = caf::atom_constant<caf::atom("evict")>;
 /// A stage server tells its round peer that it gave up a round (its coordinator link dropped).
 using abandon_atom = caf::atom_constant<caf::atom("abandon")>;
 /// A load balancer asks a stage server's door for room for one request
@@ -194,7 +196,8 @@ using round_peer_actor =
 /// leave: leave_notice from a server moving to another stage; place:
 /// placement_request -> placement (answered by the rebalancer); report:
 /// trainer_report (for the status page); status: "json" | "text" |
-/// "prometheus" -> the status board rendered so (swarm --role status).
+/// "prometheus" -> the status board rendered so (swarm --role status); evict: a
+/// server the averager evicted (from its own process only): out of membership, never admitted again.
 using coordinator_actor =
     caf::typed_actor<caf::replies_to<register_atom, encoded<proto::register_server>, stage_actor,
                                      caf::actor>::with<encoded<proto::register_reply>>,
@@ -204,6 +207,7 @@ using coordinator_actor =
                      caf::reacts_to<leave_atom, encoded<proto::leave_notice>>,
                      caf::replies_to<place_atom, encoded<proto::placement_request>>::with<encoded<proto::placement>>,
                      caf::reacts_to<report_atom, encoded<proto::trainer_report>>,
+                     caf::reacts_to<evict_atom, caf::actor>,
                      caf::replies_to<status_atom, std::string>::with<std::string>>;
 
 }  // namespace swarm

@@ -69,6 +69,13 @@ void status_board::on_server_progress(const metrics_event& e) {
 
 void status_board::on_trainer_report(const metrics_event& e) {
   const double t = e.t();
+  if (trainers_.size() >= max_trainers && trainers_.count(e.get_string("trainer")) == 0) {
+    // Full (trainers came and went, or someone made ids up): the longest silent one goes.
+    auto oldest = std::min_element(trainers_.begin(), trainers_.end(), [](const auto& a, const auto& b) {
+      return a.second.last_report < b.second.last_report;
+    });
+    trainers_.erase(oldest);
+  }
   auto& tr = trainers_[e.get_string("trainer")];
   tr.id = e.get_string("trainer");
   const int64_t reroutes_before = tr.reroutes;

@@ -50,6 +50,7 @@ public:
   [[nodiscard]] std::string summary_line();
 
   static constexpr size_t max_events = 50;
+  static constexpr size_t max_trainers = 256;  ///< then the longest silent one makes room
   static constexpr size_t max_history = 1000;  ///< points per trainer; halved (every other dropped) when full
 
 private:

@@ -31,13 +31,48 @@ round_plan plan_round(const std::vector<member_view>& servers, const stage_posit
   return plan;
 }
 
-stage_position majority(const std::vector<stage_position>& results) {
-  stage_position best{};
+namespace {
+
+size_t count_of(const std::vector<stage_position>& results, const stage_position& p) {
+  return static_cast<size_t>(std::count_if(
+      results.begin(), results.end(), [&](const stage_position& o) { return o.step == p.step && o.hash == p.hash; }));
+}
+
+}  // namespace
+
+std::optional<stage_position> majority(const std::vector<stage_position>& results, uint64_t round_step) {
+  std::optional<stage_position> best;
   size_t best_count = 0;
   for (const auto& r : results) {
-    const auto count = static_cast<size_t>(std::count_if(
-        results.begin(), results.end(), [&](const stage_position& o) { return o.step == r.step && o.hash == r.hash; }));
-    if (best_count == 0 || r.step > best.step || (r.step == best.step && count > best_count)) {
+    const size_t count = count_of(results, r);
+    if (r.step == round_step + 1 && count > best_count) {
+      best = r;
+      best_count = count;
+    }
+  }
+  return best;
+}
+
+std::vector<size_t> dissenters(const std::vector<stage_position>& results, const stage_position& agreed) {
+  std::vector<size_t> out;
+  if (2 * count_of(results, agreed) <= results.size())
+    return out;
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].step != agreed.step || results[i].hash != agreed.hash)
+      out.push_back(i);
+  return out;
+}
+
+stage_position reported_position(const std::vector<member_view>& servers, const stage_position& known) {
+  std::vector<stage_position> reports;
+  for (const auto& s : servers)
+    if (s.reported && s.step >= known.step)  // behind a recorded position: a server to reload, not a vote
+      reports.push_back({s.step, s.hash});
+  stage_position best = known;
+  size_t best_count = 0;
+  for (const auto& r : reports) {
+    const size_t count = count_of(reports, r);
+    if (count > best_count || (count == best_count && r.step > best.step)) {
       best = r;
       best_count = count;
     }

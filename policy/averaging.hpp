@@ -3,6 +3,7 @@
 // pure, over the servers' last reports, so it is tested without actors or clocks.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,9 @@ struct member_view {
 /// every 0.1 s and a reload takes 0.03-0.06 s (2026-12-06).
 constexpr double catch_up_wait_s = 2.0;
 
-/// The stage's position: the highest step any server reached, and the parameter
-/// hash servers at that step must have (the reference: a round's majority, or
-/// the first report at that step).
+/// The stage's position: the step its servers should be at, and the parameter
+/// hash they must have there (the majority of the last round's results, or of
+/// the servers' reports before a first round: see majority, reported_position).
 struct stage_position {
   uint64_t step = 0;
   uint64_t hash = 0;
@@ -63,10 +64,27 @@ struct round_plan {
 [[nodiscard]] round_plan plan_round(const std::vector<member_view>& servers, const stage_position& stage,
                                     int64_t target_batch_size);
 
-/// Among results (step, hash) of one round, the reference the stage moves to:
-/// the most common pair at the highest step; ties go to the earliest in the list
-/// (rank order). {0, 0} for an empty list.
-[[nodiscard]] stage_position majority(const std::vector<stage_position>& results);
+/// Among the results (step, hash) of one round that started at `round_step`,
+/// the reference the stage moves to: the most common pair at round_step + 1,
+/// the one step a round applies (any other step is a claim no round made);
+/// ties go to the earliest in the list (rank order). nullopt when none is at
+/// that step.
+[[nodiscard]] std::optional<stage_position> majority(const std::vector<stage_position>& results, uint64_t round_step);
+
+/// Indices of the results that differ from `agreed` when a strict majority of
+/// them has it (otherwise nobody can be told wrong: empty).
+[[nodiscard]] std::vector<size_t> dissenters(const std::vector<stage_position>& results, const stage_position& agreed);
+
+/// A member whose round result differs from a strict majority this many rounds
+/// in a row is evicted: one can be a fault caught mid-step, twice is a pattern.
+constexpr int evict_after_dissents = 2;
+
+/// Where a stage stands before this averager ran a round of it (it started, or
+/// took over from a leader, or the stage's state was lost): the (step, hash)
+/// most servers report at or past `known` (a predecessor's record, else
+/// {0, 0}); ties go to the higher step; `known` when nobody reported there.
+/// One server claiming a step far ahead does not carry the stage.
+[[nodiscard]] stage_position reported_position(const std::vector<member_view>& servers, const stage_position& known);
 
 /// Whether the stage's state at `position` survives among its live servers:
 /// one is at the position, has not reported yet, or is `awaited` (a member of

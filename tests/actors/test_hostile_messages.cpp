@@ -1,7 +1,8 @@
 // Tier (b): messages no honest peer sends, each refused without harm (issue
 // #46, "who may say what"): a move order that does not fit with a huge term, a
-// move order or a register from a stranger's process, a round begin at a round
-// peer from anyone but its own server, a door release from anyone but its server.
+// move order or a register from a stranger's process, a round
+// begin at a round peer from anyone but its own server, a door release from
+// anyone but its server, a round outcome from anyone but its round peer.
 // torch (through the stage server) before catch.hpp: glog's CHECK would otherwise replace Catch2's.
 #include <ATen/core/Tensor.h>
 

@@ -54,11 +54,33 @@ TEST_CASE("a member stopped on purpose with gradient starts a short round; only 
   CHECK(plan.stale == std::vector<size_t>{0});
 }
 
-TEST_CASE("the stage moves to the most common result at the highest step", "[averaging]") {
-  CHECK(majority({{4, 1}, {4, 2}, {4, 2}}).hash == 2);
-  CHECK(majority({{4, 1}, {4, 2}}).hash == 1);          // tie: rank order
-  CHECK(majority({{3, 5}, {3, 5}, {4, 6}}).step == 4);  // a step ahead beats a crowd behind
-  CHECK(majority({}).step == 0);
+TEST_CASE("a round moves its stage to the most common result one step on", "[averaging]") {
+  CHECK(majority({{4, 1}, {4, 2}, {4, 2}}, 3)->hash == 2);
+  CHECK(majority({{4, 1}, {4, 2}}, 3)->hash == 1);  // tie: rank order
+  // A step no round made is a claim, however high: it neither wins nor counts.
+  CHECK(majority({{4, 5}, {4, 5}, {1000000, 6}}, 3)->step == 4);
+  CHECK(majority({{1000000, 6}, {4, 5}}, 3)->hash == 5);
+  CHECK_FALSE(majority({{9, 6}}, 3));
+  CHECK_FALSE(majority({}, 3));
+}
+
+TEST_CASE("a result against a strict majority is a dissent; without one nobody is wrong", "[averaging]") {
+  CHECK(dissenters({{4, 2}, {4, 1}, {4, 2}}, {4, 2}) == std::vector<size_t>{1});
+  CHECK(dissenters({{4, 2}, {4, 2}, {9, 9}}, {4, 2}) == std::vector<size_t>{2});
+  CHECK(dissenters({{4, 2}, {4, 1}}, {4, 2}).empty());  // one against one: undecided
+  CHECK(dissenters({{4, 2}, {4, 2}}, {4, 2}).empty());
+}
+
+TEST_CASE("before its first round a stage stands where most servers say, not where one claims", "[averaging]") {
+  const member_view a{"a", true, 7, 0, 3}, b{"b", true, 7, 0, 3}, liar{"l", true, 1u << 30, 0, 9},
+      behind{"c", true, 5, 0, 4}, silent{"d", false, 0, 0, 0};
+  CHECK(reported_position({a, liar, b}, {}).step == 7);
+  CHECK(reported_position({a, liar, b}, {}).hash == 3);
+  CHECK(reported_position({a, behind}, {}).step == 7);   // one each: the higher step
+  CHECK(reported_position({silent}, {6, 1}).step == 6);  // nobody heard: the record stands
+  // A server behind the record is to be reloaded, not a vote for going back.
+  CHECK(reported_position({behind, behind}, {6, 1}).step == 6);
+  CHECK(reported_position({a, behind, behind}, {6, 1}).step == 7);  // the record lags a round
 }
 
 TEST_CASE("a stage's state survives while a live server is at its position or still owes a round result",
