@@ -235,3 +235,39 @@ TEST_CASE_METHOD(system_fixture, "a round outcome from anyone but the server's o
   self->send_exit(server, caf::exit_reason::kill);  // not user_shutdown: that waits up to 2 s for its round
   self->wait_for(server);
 }
+
+TEST_CASE_METHOD(system_fixture, "a trainer id belongs to its first reporter: nobody speaks for it or makes ids up",
+                 "[actors][hostile]") {
+  // Before, every report under a new id grew the status board, and anyone
+  // could overwrite a real trainer's row.
+  auto board = std::make_shared<status_board>(0);
+  auto sink = std::make_shared<metrics_sink>();
+  sink->observe(
+      [board](double t, const char* e, std::initializer_list<metrics_sink::field> f) { board->on_event(t, e, f); });
+  coordinator_settings cs{2, 42};
+  cs.board = board;
+  auto coord = sys->spawn(coordinator, cs, sink);
+  caf::scoped_actor trainer{*sys}, stranger{*sys};
+  auto report = [](const std::string& id, int64_t step) {
+    proto::trainer_report rep;
+    rep.set_trainer_id(id);
+    rep.set_step(step);
+    rep.set_loss(1.0);
+    return wrap(rep);
+  };
+  trainer->send(coord, report_atom::value, report("t1", 5));
+  stranger->send(coord, report_atom::value, report("t1", 999));  // speaks for t1
+  for (int i = 0; i < 50; ++i)                                   // makes ids up
+    stranger->send(coord, report_atom::value, report("made-up-" + std::to_string(i), 1));
+  std::string json;
+  trainer->request(coord, 5s, status_atom::value, std::string{"json"})
+      .receive([&](const std::string& s) { json = s; }, [](caf::error& err) { FAIL(describe(err)); });
+  CHECK_THAT(json, Catch::Contains("\"id\": \"t1\""));
+  CHECK_THAT(json, !Catch::Contains("999"));
+  size_t made_up = 0;
+  for (size_t pos = json.find("\"id\": \"made-up-"); pos != std::string::npos;
+       pos = json.find("\"id\": \"made-up-", pos + 1))
+    ++made_up;
+  CHECK(made_up == 1);  // its first free id is its own; the other 49 are refused
+  trainer->send_exit(coord, caf::exit_reason::user_shutdown);
+}

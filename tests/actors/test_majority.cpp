@@ -31,11 +31,11 @@ struct event_log : std::enable_shared_from_this<event_log> {
   std::vector<std::string> lines;
   std::shared_ptr<metrics_sink> sink() {
     auto s = std::make_shared<metrics_sink>();
-    s->observe([self = shared_from_this()](double t, const char* event,
-                                           std::initializer_list<metrics_sink::field> fields) {
-      std::lock_guard<std::mutex> lock(self->m);
-      self->lines.push_back(metrics_sink::format(t, "coordinator", event, fields));
-    });
+    s->observe(
+        [self = shared_from_this()](double t, const char* event, std::initializer_list<metrics_sink::field> fields) {
+          std::lock_guard<std::mutex> lock(self->m);
+          self->lines.push_back(metrics_sink::format(t, "coordinator", event, fields));
+        });
     return s;
   }
   size_t count(const std::string& a, const std::string& b = "") {

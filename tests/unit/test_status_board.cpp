@@ -166,6 +166,19 @@ TEST_CASE("the status board keeps a bounded history and event list", "[status]")
   CHECK(static_cast<size_t>(std::count(json.begin(), json.end(), '{')) < status_board::max_events + 10);
 }
 
+TEST_CASE("the status board holds at most max_trainers trainers: the longest silent makes room", "[status]") {
+  status_board b(0);
+  for (int i = 0; i < 1000; ++i)  // made-up ids, or trainers that came and went
+    b.on_event(i, "trainer_report", {{"trainer", "t" + std::to_string(i)}, {"step", int64_t{1}}, {"loss", 1.0}});
+  const auto json = b.json(1000);
+  size_t shown = 0;
+  for (size_t pos = json.find("\"id\": \"t"); pos != std::string::npos; pos = json.find("\"id\": \"t", pos + 1))
+    ++shown;
+  CHECK(shown == status_board::max_trainers);
+  CHECK_THAT(json, Catch::Contains("\"t999\""));  // the newest stays
+  CHECK_THAT(json, !Catch::Contains("\"t0\""));   // the longest silent went
+}
+
 TEST_CASE("the run summary reads a run's metrics file", "[status]") {
   const std::string path = "/tmp/swarm-test-summary.jsonl";
   {
