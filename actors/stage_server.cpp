@@ -61,10 +61,15 @@ std::pair<uint64_t, std::string> send_reply(self_ptr self, const caf::strong_act
 caf::error reject(self_ptr self, const caf::strong_actor_ptr& requester, const char* op, caf::error err) {
   ++self->state.counters->rejected;
   // Refusals while moving are expected (load balancers re-send them): not worth a warning each.
-  get_logger("stage_server")
-      ->log(code_of(err) == errc::LEAVING ? spdlog::level::debug : spdlog::level::warn,
-            "stage {}: rejected {} from {}: {}", self->state.worker->span().stage, op, caf::to_string(requester),
-            describe(err));
+  // Others are a peer's fault: warned about, but a flood of them is not a flood of lines.
+  static std::atomic<uint64_t> rejected{0};
+  const bool leaving = code_of(err) == errc::LEAVING;
+  const uint64_t n = leaving ? 0 : worth_logging(rejected);
+  if (leaving || n > 0)
+    get_logger("stage_server")
+        ->log(leaving ? spdlog::level::debug : spdlog::level::warn, "stage {}: rejected {} from {}: {}{}",
+              self->state.worker->span().stage, op, caf::to_string(requester), describe(err),
+              leaving ? std::string{} : " [" + std::to_string(n) + " rejected in this process]");
   return err;
 }
 

@@ -250,7 +250,19 @@ std::shared_ptr<bulk_endpoint> node::bulk() {
   bulk_ = *started;
   get_logger(who_)->info("bulk connections on {}:{} (frames up to {} MiB, {} MiB being received at once)", opts.host,
                          bulk_->port(), opts.max_frame >> 20, opts.max_pending >> 20);
+  if (!opts.tls)
+    warn_if_open("its bulk port", opts.host, bulk_->port());
   return bulk_;
+}
+
+void node::warn_if_open(const char* what, const std::string& host, uint16_t port) const {
+  if (host.rfind("127.", 0) == 0 || host == "localhost" || host == "::1")
+    return;
+  get_logger(who_)->warn(
+      "{} listens on {}:{} without TLS: anyone who reaches that address can send it every message of the swarm's "
+      "protocol (docs/deploy.md, \"Threat model\"). Across machines you do not all control, start every process "
+      "with --tls-ca, --tls-cert and --tls-key",
+      what, host, port);
 }
 
 std::unique_ptr<basp_guard> node::guard(const caf::expected<uint16_t>& local, int port, bool tls) {
@@ -259,7 +271,10 @@ std::unique_ptr<basp_guard> node::guard(const caf::expected<uint16_t>& local, in
     return nullptr;
   }
   guard_options opts;
-  opts.host.clear();
+  // Plain means local: without TLS anyone who reaches the port speaks the
+  // swarm's protocol, so it listens on --host (127.0.0.1 unless given) only.
+  // With TLS only certificate holders get through: every interface.
+  opts.host = tls ? std::string{} : cfg_.server.host;
   opts.port = static_cast<uint16_t>(port);
   opts.backend_port = *local;
   opts.tls = tls;
@@ -269,6 +284,8 @@ std::unique_ptr<basp_guard> node::guard(const caf::expected<uint16_t>& local, in
     std::cerr << "swarm: " << who_ << " cannot listen on port " << port << ": " << describe(guard.error()) << "\n";
     return nullptr;
   }
+  if (!tls)
+    warn_if_open("its actors' port", opts.host, (*guard)->port());
   return std::move(*guard);
 }
 

@@ -123,6 +123,8 @@ private:
   caf::expected<std::string> leader_address();
 
   std::unique_ptr<basp_guard> guard(const caf::expected<uint16_t>& local, int port, bool tls);
+  /// Warns that plain port `port` on `host` (not a loopback address) is open to whoever reaches it.
+  void warn_if_open(const char* what, const std::string& host, uint16_t port) const;
 
   const app_config& cfg_;
   const char* who_;

@@ -203,7 +203,9 @@ const std::vector<keys::row>& swarm_keys() {
       keys::text_key<server>("stage", stage_text, set_stage, {},
                              "server: pipeline stage to serve, 0-based, or auto: where the coordinator needs it", own),
       key("host", &server::host, "", {},
-          "server, trainer: address peers use to reach this process (its actors and its bulk connection)", own),
+          "server, trainer, coordinator: address peers use to reach this process (its actors and its bulk "
+          "connection); without TLS its ports listen on this address only (127.0.0.1 unless given)",
+          own),
       key("server-port", &server::port, "", range("[0, 65535]"), "server: TCP port to listen on; 0 = any free port",
           own),
       key("bulk-port", &server::bulk_port, "", range("[0, 65535]"),

@@ -1,0 +1,103 @@
+// Tier (c): a hostile peer in a running swarm (issue #46). While a trainer
+// trains config/tiny on 2 stages x 2 servers, swarm-hostile (its own process,
+// tests/hostile/) joins as a stranger (plain) or as a member holding a valid
+// certificate (TLS) and sends every message of every interface it can reach
+// with forged senders, out-of-range and malformed fields, huge terms and
+// replays (tests/hostile/hostile_cases.cpp). Passing means: no process dies,
+// no forged order is obeyed (the hostile peer's bait catches nothing), no
+// stage goes longer than the round timeout without an applied round, the two
+// stages apply rounds at the same pace (within 10%), 0 microbatches dropped,
+// and no (stage, step) with two parameter hashes.
+#include <catch2/catch.hpp>
+
+#include "base/clock.hpp"
+#include "process_util.hpp"
+
+namespace {
+
+using namespace swarm::test;
+
+constexpr double round_timeout_s = 10;
+
+/// Applied rounds of `stage`: their times, in order.
+std::vector<double> applied_rounds(const std::string& metrics, int stage) {
+  std::vector<double> at;
+  for (const auto& e : events(metrics, "round_end"))
+    if (number(e, "stage") == stage && number(e, "applied") > 0)
+      at.push_back(number(e, "t"));
+  return at;
+}
+
+/// The longest time `stage` went without an applied round between `from` and `to`.
+double longest_gap(const std::vector<double>& at, double from, double to) {
+  double gap = 0, last = from;
+  for (double t : at)
+    if (t > from && t < to) {
+      gap = std::max(gap, t - last);
+      last = t;
+    }
+  return std::max(gap, to - last);
+}
+
+void hostile_run(std::vector<std::string> flags, const std::vector<std::string>& hostile_tls) {
+  flags.insert(flags.end(), {"--averaging-timeout", std::to_string(round_timeout_s), "--rebalance", "off"});
+  manual_swarm swarm(flags, "hostile");
+  REQUIRE_FALSE(swarm.address.empty());
+  for (int stage : {0, 0, 1, 1})
+    swarm.server(stage);
+  const int steps = test_size(400, 1500);  // outlasts the attack
+  const pid_t trainer = swarm.trainer({"--max-steps", std::to_string(steps)});
+  REQUIRE(swarm.public_ports(4).size() == 5);
+  REQUIRE(wait_for_metrics(
+      swarm.metrics, [](const std::vector<std::string>& lines) { return steps_after(lines, 0) >= 5; }, 120));
+
+  const std::string out = swarm.metrics + ".hostile";
+  std::vector<std::string> args{SWARM_HOSTILE, swarm.address, std::to_string(test_size(15, 60)), "46", tiny};
+  args.insert(args.end(), hostile_tls.begin(), hostile_tls.end());
+  const double from = swarm::unix_seconds();
+  const pid_t hostile = spawn_command(args, out);
+  const auto hostile_code = wait_exit(hostile, 180);
+  const double to = swarm::unix_seconds();
+  for (const auto& l : read_lines(out))
+    if (l.rfind("hostile:", 0) == 0 || l.rfind("swarm-hostile:", 0) == 0)
+      std::printf("%s\n", l.c_str());
+  std::remove(out.c_str());
+  CHECK(hostile_code == std::optional<int>{0});  // the bait caught nothing, the coordinator answers
+  const bool trained = wait_exit(trainer, 300) == std::optional<int>{0};
+  CHECK(kill(swarm.coordinator, 0) == 0);
+  for (pid_t pid : swarm.servers)
+    CHECK(kill(pid, 0) == 0);
+  swarm.shutdown();
+  REQUIRE(trained);
+
+  const auto exits = events(swarm.metrics, "trainer_exit");
+  REQUIRE(exits.size() == 1);
+  const double end = std::min(to, number(exits.front(), "t"));  // no rounds are due once training ended
+  const auto stage0 = applied_rounds(swarm.metrics, 0), stage1 = applied_rounds(swarm.metrics, 1);
+  const double gap0 = longest_gap(stage0, from, end), gap1 = longest_gap(stage1, from, end);
+  const auto during = [&](const std::vector<double>& at) {
+    return static_cast<double>(std::count_if(at.begin(), at.end(), [&](double t) { return t > from && t < end; }));
+  };
+  std::printf(
+      "applied rounds in %.1f s under attack: stage 0 %.0f, stage 1 %.0f; longest gap %.1f s and %.1f s (timeout %.0f "
+      "s)\n",
+      end - from, during(stage0), during(stage1), gap0, gap1, round_timeout_s);
+  CHECK(end - from > 5);
+  CHECK(gap0 <= round_timeout_s);
+  CHECK(gap1 <= round_timeout_s);
+  CHECK(std::abs(during(stage0) - during(stage1)) <= 0.1 * std::max(during(stage0), during(stage1)) + 1);
+  CHECK(number(exits.front(), "dropped") == 0);
+  CHECK(params_disagreements(swarm.metrics).empty());
+  CHECK(events(swarm.metrics, "server_evicted").empty());  // every server honest: nobody evicted
+}
+
+}  // namespace
+
+TEST_CASE("a stranger sending every message of every interface changes nothing", "[hostile]") {
+  hostile_run({}, {});
+}
+
+TEST_CASE("a member holding a valid certificate sending every message changes nothing", "[hostile][tls]") {
+  const test_certs certs;
+  hostile_run(certs.flags(), {certs.ca, certs.cert, certs.key});
+}
