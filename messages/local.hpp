@@ -13,6 +13,7 @@
 // logged drop (a request among the rest is answered with an error).
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ namespace swarm {
 struct bulk_delivery {
   uint64_t key = 0;
   std::vector<std::string> parts;
+  /// Keeps the bytes counted in the bulk endpoint's budget until the message
+  /// is gone (its receiver took it, or died): frames waiting in a busy
+  /// actor's mailbox are memory a sender made this process hold.
+  std::shared_ptr<const void> held;
 };
 
 /// The receiver's own timer: its claim on the bytes of `key` is late.

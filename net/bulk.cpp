@@ -177,7 +177,8 @@ void bulk_endpoint::impl::write_loop(const caf::node_id node, peer_link* link) {
 }
 
 caf::expected<std::shared_ptr<bulk_endpoint>> bulk_endpoint::start(caf::actor_system& sys, bulk_options opts) {
-  auto p = std::make_unique<impl>(sys, std::move(opts));
+  auto p = std::make_shared<impl>(sys, std::move(opts));
+  p->weak_self = p;
   auto listening = listen_tcp(p->opts.host, p->opts.port, "bulk endpoint");
   if (!listening)
     return listening.error();
@@ -197,7 +198,7 @@ caf::expected<std::shared_ptr<bulk_endpoint>> bulk_endpoint::start(caf::actor_sy
   return std::shared_ptr<bulk_endpoint>(new bulk_endpoint(std::move(p)));
 }
 
-bulk_endpoint::bulk_endpoint(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+bulk_endpoint::bulk_endpoint(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
 
 bulk_endpoint::~bulk_endpoint() {
   auto& p = *impl_;

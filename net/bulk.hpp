@@ -88,8 +88,9 @@ struct bulk_options {
   /// Larger frames close the connection at their header. A node sets it to
   /// the largest payload its model can produce (models/shape: largest_payload_bytes).
   uint64_t max_frame = uint64_t{4} << 30;
-  /// Bytes of frames being received, all connections together (the memory a
-  /// stranger can make this process hold): a frame whose header would pass it
+  /// Bytes of frames being received or delivered but not yet taken by their
+  /// actor (a busy one's mailbox), all connections together: the memory
+  /// peers can make this process hold. A frame whose header would pass it
   /// waits for room, up to read_timeout, else its connection closes.
   uint64_t max_pending = uint64_t{1} << 30;
   /// A frame once begun must keep coming: a connection that sends nothing for
@@ -152,8 +153,8 @@ public:
   struct impl;
 
 private:
-  explicit bulk_endpoint(std::unique_ptr<impl> p);
-  std::unique_ptr<impl> impl_;
+  explicit bulk_endpoint(std::shared_ptr<impl> p);
+  std::shared_ptr<impl> impl_;  ///< shared: a delivered frame's hold releases its budget through it (bulk_delivery)
 };
 
 /// Pairs bytes that arrived (a bulk_delivery) with the message that

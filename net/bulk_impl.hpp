@@ -52,6 +52,7 @@ struct peer_link {
 struct bulk_endpoint::impl {
   caf::actor_system& sys;
   bulk_options opts;
+  std::weak_ptr<impl> weak_self;  ///< for holds on the budget that outlive the endpoint (hold())
   int listen_fd = -1;
   uint16_t port = 0;
   bulk_token token;  ///< what a peer's hello must name (bulk_frame.hpp)
@@ -81,7 +82,11 @@ struct bulk_endpoint::impl {
   /// out of `links` for the caller to join; looked for at most once a second.
   std::vector<std::unique_ptr<peer_link>> sweep_ended();
 
-  void deliver(caf::actor_id dest, uint64_t key, bulk_parts parts);
+  /// Hands `parts` to `dest`; `held` keeps their bytes in the budget until the message is gone.
+  void deliver(caf::actor_id dest, uint64_t key, bulk_parts parts, std::shared_ptr<const void> held);
+
+  /// A hold on `n` bytes of the budget: released when the last copy goes, if the endpoint still exists.
+  std::shared_ptr<const void> hold(uint64_t n);
 
   /// The node's lookup entry, or null after opts.connect_timeout or once the
   /// link is stopped. What middleman::remote_lookup does, but that one waits

@@ -16,7 +16,15 @@
 
 namespace swarm {
 
-void bulk_endpoint::impl::deliver(caf::actor_id dest, uint64_t key, bulk_parts parts) {
+std::shared_ptr<const void> bulk_endpoint::impl::hold(uint64_t n) {
+  return {nullptr, [weak = weak_self, n](const void*) {
+            if (auto p = weak.lock())
+              p->release(n);
+          }};
+}
+
+void bulk_endpoint::impl::deliver(caf::actor_id dest, uint64_t key, bulk_parts parts,
+                                  std::shared_ptr<const void> held) {
   caf::actor target;
   {
     std::lock_guard<std::mutex> lock(m);
@@ -26,7 +34,7 @@ void bulk_endpoint::impl::deliver(caf::actor_id dest, uint64_t key, bulk_parts p
       ++stats.undeliverable;
   }
   if (target)
-    caf::anon_send(target, bulk_delivery{key, std::move(parts)});
+    caf::anon_send(target, bulk_delivery{key, std::move(parts), std::move(held)});
 }
 
 bool bulk_endpoint::impl::reserve(uint64_t n, const std::string& who) {
@@ -134,16 +142,17 @@ void bulk_endpoint::impl::read_loop(int fd, const std::string& who) {
     if (!reserve(h.size, who))
       break;
     bulk_parts parts(h.parts);
-    const bool whole = read_parts(*in, h, parts, who);
-    release(h.size);  // delivered bytes are the receiver's inbox's to bound (bulk_inbox)
-    if (!whole)
+    if (!read_parts(*in, h, parts, who)) {
+      release(h.size);
       break;  // half a frame: dropped, never delivered
+    }
     {
       std::lock_guard<std::mutex> lock(m);
       ++stats.frames_received;
       stats.bytes_received += h.size;
     }
-    deliver(h.dest, h.key, std::move(parts));
+    // Counted until its actor takes it; from then on its inbox bounds it (bulk_inbox).
+    deliver(h.dest, h.key, std::move(parts), hold(h.size));
   }
   in.reset();
   std::lock_guard<std::mutex> lock(m);

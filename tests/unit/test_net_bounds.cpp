@@ -111,8 +111,8 @@ TEST_CASE("chunk reassembly holds at most its limits per sender and in all, and 
   auto over = a.add(one, 1, std::string(50, 'x'), t0);  // 110 > 100 from one sender
   REQUIRE(over);
   CHECK(code_of(over) == errc::BAD_REQUEST);
-  CHECK(a.held_bytes() == 0);                           // the refused transfer's bytes are freed at once
-  CHECK(a.add(one, 1, "y", t0));                        // and its later pieces refused: no payload with a hole
+  CHECK(a.held_bytes() == 0);     // the refused transfer's bytes are freed at once
+  CHECK(a.add(one, 1, "y", t0));  // and its later pieces refused: no payload with a hole
   CHECK_FALSE(a.finish(one, 1, "tail"));
   CHECK(a.pending() == 0);
 
@@ -146,9 +146,9 @@ void note_signal(int) { interrupted = interrupted + 1; }
 /// call returns EINTR, as under a profiler or a runtime that uses signals),
 /// for the life of the object.
 struct interrupting_signal {
-  struct sigaction old{};
+  struct sigaction old {};
   interrupting_signal() {
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = note_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0;
