@@ -176,8 +176,6 @@ struct basp_guard::impl {
       }
       // BASP: the first frame is the handshake. TLS 1.3: the client's first
       // encrypted record carries the end of its handshake.
-      if (!shook && (!opts.tls || h[0] == 23))
-        greeted_or_gone(*l);
       shook = !opts.tls || h[0] == 23;
       if (first && opts.tls && !open_backend(l, who))
         break;
@@ -192,6 +190,8 @@ struct basp_guard::impl {
         break;
       std::lock_guard<std::mutex> lock(m);
       ++stats.frames_passed;
+      if (shook)
+        strangers.done(l->peer);  // only once its handshake frame passed whole: a trickled payload still counts
     }
     greeted_or_gone(*l);  // before `l` closes: its descriptor's number names it among the strangers
     l->cut();
