@@ -392,7 +392,8 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
       // those still connected here are kept as they are.
       [self](subscribe_atom, const coordinator_actor& coordinator) { subscribe(self, coordinator); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
-        self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id, piece);
+        (void)self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id, piece,
+                                     clock_type::now());  // a refusal fails the reply's finish()
       },
       // Local messages (messages/local.hpp): no peer can send these.
       [self](bulk_delivery& d) { self->state.inbox.arrived(d.key, std::move(d.parts), clock_type::now()); },

@@ -358,7 +358,8 @@ void add_chunk(self_ptr self, uint64_t transfer_id, const std::string& piece) {
   auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
   if (self->state.chunk_senders.insert(from).second)
     self->monitor(from);
-  self->state.chunks.add(from, transfer_id, piece);
+  // A refused piece is logged there; the request it ends then fails (finish()).
+  (void)self->state.chunks.add(from, transfer_id, piece, std::chrono::steady_clock::now());
 }
 
 }  // namespace

@@ -131,9 +131,12 @@ caf::error download_from(caf::actor_system& sys, const proto::membership_update&
       .receive(
           [&](uint64_t transfer_id, encoded<proto::state_reply>& tail) {
             // A chunked reply's leading pieces came first and wait in the mailbox.
-            chunk_assembler chunks;
+            // Unbounded: the one peer this server asked, for a state of any size.
+            chunk_assembler chunks{chunk_limits::unbounded()};
             self->receive_while([&] { return self->mailbox().size() > 0; })(
-                [&](chunk_atom, uint64_t id, const std::string& piece) { chunks.add(handle.address(), id, piece); });
+                [&](chunk_atom, uint64_t id, const std::string& piece) {
+                  (void)chunks.add(handle.address(), id, piece, std::chrono::steady_clock::now());
+                });
             whole = chunks.finish(handle.address(), transfer_id, std::move(tail.bytes));
           },
           [&](caf::error& err) { whole = std::move(err); });

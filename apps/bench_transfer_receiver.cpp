@@ -53,7 +53,8 @@ caf::behavior receiver(caf::stateful_actor<receiver_state>* self, std::shared_pt
   self->state.bulk->attach(caf::actor_cast<caf::actor>(self));
   return {
       [self](chunk_atom, uint64_t id, const std::string& piece) {
-        self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), id, piece);
+        (void)self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), id, piece,
+                                     bulk_inbox::clock::now());
       },
       [self](bulk_delivery& d) { self->state.inbox.arrived(d.key, std::move(d.parts), bulk_inbox::clock::now()); },
       [self](transfer_atom, uint64_t id, std::string& tail) -> caf::result<int64_t> {

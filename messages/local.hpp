@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ namespace swarm {
 struct bulk_delivery {
   uint64_t key = 0;
   std::vector<std::string> parts;
+  /// Keeps the bytes counted in the bulk endpoint's budget until the message
+  /// is gone (its receiver took it, or died): frames waiting in a busy
+  /// actor's mailbox are memory a sender made this process hold.
+  std::shared_ptr<const void> held;
 };
 
 /// The receiver's own timer: its claim on the bytes of `key` is late.

@@ -1,6 +1,7 @@
 #include "net/basp_guard.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -18,6 +19,7 @@
 
 #include "base/log.hpp"
 #include "messages/errors.hpp"
+#include "net/greeting_slots.hpp"
 #include "net/tcp.hpp"
 #include "net/tls.hpp"
 
@@ -37,12 +39,17 @@ bool read_exact(int fd, char* p, size_t n, clock_type::time_point deadline, std:
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
     const auto wait = std::min(idle, left);
     pollfd pfd{fd, POLLIN, 0};
-    if (wait.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(wait.count())) != 1) {
+    const int ready = wait.count() <= 0 ? 0 : ::poll(&pfd, 1, static_cast<int>(wait.count()));
+    if (ready < 0 && errno == EINTR)
+      continue;  // a signal's handler ran: wait on, for what is left
+    if (ready != 1) {
       if (timed_out)
         *timed_out = true;
       return false;
     }
     const auto r = ::recv(fd, p, n, 0);
+    if (r < 0 && errno == EINTR)
+      continue;
     if (r <= 0)
       return false;
     p += r;
@@ -120,8 +127,16 @@ struct basp_guard::impl {
   int threads = 0;
   std::set<std::string> warned;  ///< peers whose refusal was logged: once each
   guard_stats stats;
+  greeting_slots strangers;  ///< connections before their handshake (net/greeting_slots.hpp)
 
-  explicit impl(guard_options o) : opts(std::move(o)) {}
+  explicit impl(guard_options o)
+      : opts(std::move(o)), strangers(opts.max_connections - opts.member_slots, opts.max_strangers_per_address) {}
+
+  /// Connection `l` is past its handshake, or ends before it.
+  void greeted_or_gone(const link& l) {
+    std::lock_guard<std::mutex> lock(m);
+    strangers.done(l.peer);
+  }
 
   void refuse(const std::string& peer, const std::string& why) {
     std::lock_guard<std::mutex> lock(m);
@@ -141,6 +156,7 @@ struct basp_guard::impl {
     // A BASP server speaks first; a TLS client does, so CAF is dialed only
     // once a first record passed and never starts a session for garbage.
     if (!opts.tls && !open_backend(l, who)) {
+      greeted_or_gone(*l);
       l->cut();
       return;
     }
@@ -174,7 +190,10 @@ struct basp_guard::impl {
         break;
       std::lock_guard<std::mutex> lock(m);
       ++stats.frames_passed;
+      if (shook)
+        strangers.done(l->peer);  // only once its handshake frame passed whole: a trickled payload still counts
     }
+    greeted_or_gone(*l);  // before `l` closes: its descriptor's number names it among the strangers
     l->cut();
   }
 
@@ -183,6 +202,8 @@ struct basp_guard::impl {
     std::vector<char> buf(64 << 10);
     for (;;) {
       const auto r = ::recv(l->backend, buf.data(), buf.size(), 0);
+      if (r < 0 && errno == EINTR)
+        continue;
       if (r <= 0 || !write_all(l->peer, buf.data(), static_cast<size_t>(r)))
         break;
     }
@@ -231,6 +252,16 @@ struct basp_guard::impl {
         ++stats.refused;
         return;  // `l` closes it
       }
+      const std::string who = peer_name(fd);
+      const auto door = strangers.arrive(fd, who, clock_type::now());
+      if (!door.admitted || door.evict >= 0)
+        crowded(who, door.admitted);
+      if (door.evict >= 0)
+        for (const auto& other : links)
+          if (other->peer == door.evict)
+            other->cut();  // its upstream thread sees the peer gone and ends
+      if (!door.admitted)
+        return;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       ++stats.accepted;
@@ -238,6 +269,17 @@ struct basp_guard::impl {
       ++threads;
       std::thread([this, l] { run(l, true); }).detach();
     });
+  }
+
+  /// Too many strangers wait at the door (`m` held): the newcomer from `who`
+  /// was refused, or (`admitted`) took the slot of the one waiting longest.
+  void crowded(const std::string& who, bool admitted) {
+    ++stats.refused;
+    if (warned.size() < 1024 && warned.insert(who).second)
+      get_logger("guard")->warn(
+          "{} a connection from {}: too many connections wait for their handshake (further "
+          "ones from it are not logged)",
+          admitted ? "cut the longest-waiting stranger for" : "refused", who);
   }
 };
 

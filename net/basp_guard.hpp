@@ -20,8 +20,10 @@
 // Threads: an acceptor, and two per connection (one each way; the second once
 // CAF is dialed), so a slow or
 // stalled peer holds only its own; a connection that moves nothing for
-// idle_timeout, or whose first frame is not complete within handshake_timeout,
-// is closed.
+// idle_timeout, or whose handshake is not complete within handshake_timeout
+// (one deadline for all its reads, however slowly its bytes come), is closed.
+// Connections still before their handshake are capped per address and in all
+// (net/greeting_slots.hpp).
 
 #include <chrono>
 #include <cstdint>
@@ -67,6 +69,11 @@ struct guard_options {
   std::chrono::seconds handshake_timeout{10};
   std::chrono::seconds idle_timeout{120};  ///< well above the heartbeat interval
   int max_connections = 256;
+  /// Connections from one address still before their handshake; more are
+  /// refused at once (net/greeting_slots.hpp): one host cannot hold the door.
+  int max_strangers_per_address = 16;
+  /// Of max_connections, slots no connection before its handshake may hold.
+  int member_slots = 16;
 };
 
 struct guard_stats {

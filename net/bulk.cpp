@@ -98,12 +98,13 @@ bool bulk_endpoint::impl::write_frame(tls_link& out, const bulk_job& j, bulk_fra
   return true;
 }
 
-std::unique_ptr<tls_link> bulk_endpoint::impl::secure(int fd, bool server) const {
+std::unique_ptr<tls_link> bulk_endpoint::impl::secure(int fd, bool server,
+                                                      std::chrono::steady_clock::time_point deadline) const {
   if (fd < 0)
     return nullptr;
   if (!opts.tls)
     return std::make_unique<tls_link>(fd);
-  return tls_link::handshake(*opts.tls, fd, server, static_cast<int>(opts.connect_timeout.count()));
+  return tls_link::handshake(*opts.tls, fd, server, deadline);
 }
 
 void bulk_endpoint::impl::write_loop(const caf::node_id node, peer_link* link) {
@@ -131,7 +132,7 @@ void bulk_endpoint::impl::write_loop(const caf::node_id node, peer_link* link) {
         std::lock_guard<std::mutex> lock(link->m);
         link->fd = fd;
       }
-      out = secure(fd, false);
+      out = secure(fd, false, std::chrono::steady_clock::now() + opts.connect_timeout);
       if (out && !out->write_all(reinterpret_cast<const char*>(&hello), sizeof hello, true))
         out.reset();
     }
@@ -176,7 +177,8 @@ void bulk_endpoint::impl::write_loop(const caf::node_id node, peer_link* link) {
 }
 
 caf::expected<std::shared_ptr<bulk_endpoint>> bulk_endpoint::start(caf::actor_system& sys, bulk_options opts) {
-  auto p = std::make_unique<impl>(sys, std::move(opts));
+  auto p = std::make_shared<impl>(sys, std::move(opts));
+  p->weak_self = p;
   auto listening = listen_tcp(p->opts.host, p->opts.port, "bulk endpoint");
   if (!listening)
     return listening.error();
@@ -196,7 +198,7 @@ caf::expected<std::shared_ptr<bulk_endpoint>> bulk_endpoint::start(caf::actor_sy
   return std::shared_ptr<bulk_endpoint>(new bulk_endpoint(std::move(p)));
 }
 
-bulk_endpoint::bulk_endpoint(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+bulk_endpoint::bulk_endpoint(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
 
 bulk_endpoint::~bulk_endpoint() {
   auto& p = *impl_;

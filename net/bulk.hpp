@@ -27,8 +27,11 @@
 // are dropped, never delivered, and the waiting side fails the request after its
 // deadline with a retryable error (PEER_GONE), as if the peer had died. Bad
 // magic or an oversized frame closes the connection (garbage resistance), and
-// so does a missing or wrong hello within connect_timeout: a stranger on the
-// bulk port holds a reader thread for at most that long, and no frame room.
+// so does a missing or wrong hello within connect_timeout (one deadline for the
+// TLS handshake and the hello together, however slowly their bytes come): a
+// stranger on the bulk port holds a reader thread for at most that long, and
+// no frame room; and strangers waiting at once are capped per address and in
+// all (net/greeting_slots.hpp).
 //
 // With a TLS context every connection is mutual TLS (net/tls.hpp); a
 // handshake is bounded by connect_timeout on both ends.
@@ -85,15 +88,23 @@ struct bulk_options {
   /// Larger frames close the connection at their header. A node sets it to
   /// the largest payload its model can produce (models/shape: largest_payload_bytes).
   uint64_t max_frame = uint64_t{4} << 30;
-  /// Bytes of frames being received, all connections together (the memory a
-  /// stranger can make this process hold): a frame whose header would pass it
+  /// Bytes of frames being received or delivered but not yet taken by their
+  /// actor (a busy one's mailbox), all connections together: the memory
+  /// peers can make this process hold. A frame whose header would pass it
   /// waits for room, up to read_timeout, else its connection closes.
   uint64_t max_pending = uint64_t{1} << 30;
   /// A frame once begun must keep coming: a connection that sends nothing for
   /// this long mid-frame closes (its frame dropped, its room freed). Between
   /// frames a connection may idle for ever.
   std::chrono::seconds read_timeout{30};
-  int max_connections = 256;                 ///< accepted connections at once; more are refused
+  int max_connections = 256;  ///< accepted connections at once; more are refused
+  /// Connections from one address still before their hello; more are refused
+  /// at once (net/greeting_slots.hpp). Honest peers greet in milliseconds:
+  /// even a host running many nodes rarely has two waiting at once.
+  int max_strangers_per_address = 16;
+  /// Of max_connections, slots no connection before its hello may hold: a
+  /// flood of strangers leaves them to connections that said who they are.
+  int member_slots = 16;
   std::chrono::seconds connect_timeout{10};  ///< lookup and connect to a peer, each
   std::chrono::seconds write_timeout{60};    ///< a write that moves nothing this long breaks the connection
   std::shared_ptr<const tls_context> tls;    ///< mutual TLS on every connection, both ways; null = plain TCP
@@ -105,6 +116,7 @@ struct bulk_stats {
   uint64_t send_failures = 0;  ///< frames dropped because the peer could not be reached or the write failed
   uint64_t bad_frames = 0;     ///< connections closed for garbage
   uint64_t strangers = 0;      ///< connections closed before a hello naming this endpoint's token
+  uint64_t crowded = 0;  ///< connections refused or cut at the door: too many strangers waiting (per address or all)
   uint64_t undeliverable = 0;  ///< frames for an actor not attached here (gone)
   uint64_t frames_waited = 0;  ///< frames that waited for room under max_pending
   uint64_t stalled = 0;        ///< connections closed mid-frame (no room in time, or no bytes)
@@ -141,8 +153,8 @@ public:
   struct impl;
 
 private:
-  explicit bulk_endpoint(std::unique_ptr<impl> p);
-  std::unique_ptr<impl> impl_;
+  explicit bulk_endpoint(std::shared_ptr<impl> p);
+  std::shared_ptr<impl> impl_;  ///< shared: a delivered frame's hold releases its budget through it (bulk_delivery)
 };
 
 /// Pairs bytes that arrived (a bulk_delivery) with the message that

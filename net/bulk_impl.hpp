@@ -20,6 +20,7 @@
 
 #include "net/bulk.hpp"
 #include "net/bulk_frame.hpp"
+#include "net/greeting_slots.hpp"
 #include "net/tls.hpp"
 
 namespace swarm {
@@ -51,6 +52,7 @@ struct peer_link {
 struct bulk_endpoint::impl {
   caf::actor_system& sys;
   bulk_options opts;
+  std::weak_ptr<impl> weak_self;  ///< for holds on the budget that outlive the endpoint (hold())
   int listen_fd = -1;
   uint16_t port = 0;
   bulk_token token;  ///< what a peer's hello must name (bulk_frame.hpp)
@@ -62,6 +64,7 @@ struct bulk_endpoint::impl {
   std::map<caf::actor_id, caf::actor_addr> receivers;
   std::map<caf::node_id, std::unique_ptr<peer_link>> links;
   std::set<int> reader_fds;
+  greeting_slots strangers;      ///< connections before their hello (net/greeting_slots.hpp)
   std::set<std::string> warned;  ///< hosts whose missing or wrong hello was logged: once each
   std::condition_variable readers_done;
   std::mt19937_64 rng{std::random_device{}()};
@@ -71,13 +74,19 @@ struct bulk_endpoint::impl {
 
   std::chrono::steady_clock::time_point last_sweep{};
 
-  impl(caf::actor_system& s, bulk_options o) : sys(s), opts(std::move(o)) {}
+  impl(caf::actor_system& s, bulk_options o)
+      : sys(s), opts(std::move(o)),
+        strangers(opts.max_connections - opts.member_slots, opts.max_strangers_per_address) {}
 
   /// Links whose writer ended (its peer hung up or could not be reached), taken
   /// out of `links` for the caller to join; looked for at most once a second.
   std::vector<std::unique_ptr<peer_link>> sweep_ended();
 
-  void deliver(caf::actor_id dest, uint64_t key, bulk_parts parts);
+  /// Hands `parts` to `dest`; `held` keeps their bytes in the budget until the message is gone.
+  void deliver(caf::actor_id dest, uint64_t key, bulk_parts parts, std::shared_ptr<const void> held);
+
+  /// A hold on `n` bytes of the budget: released when the last copy goes, if the endpoint still exists.
+  std::shared_ptr<const void> hold(uint64_t n);
 
   /// The node's lookup entry, or null after opts.connect_timeout or once the
   /// link is stopped. What middleman::remote_lookup does, but that one waits
@@ -91,8 +100,9 @@ struct bulk_endpoint::impl {
 
   static bool write_frame(tls_link& out, const bulk_job& j, bulk_frame_header& h);
 
-  /// The connection on `fd` as a stream: plain, or after a TLS handshake (null when it fails).
-  std::unique_ptr<tls_link> secure(int fd, bool server) const;
+  /// The connection on `fd` as a stream: plain, or after a TLS handshake
+  /// done by `deadline` (null when it fails).
+  std::unique_ptr<tls_link> secure(int fd, bool server, std::chrono::steady_clock::time_point deadline) const;
 
   /// Sends the link's frames in order until stopped, or until the peer cannot
   /// be reached or its connection breaks: then the frames queued for it are
@@ -111,11 +121,11 @@ struct bulk_endpoint::impl {
   /// broke or stalled mid-frame (said in the log), the half frame dropped.
   bool read_parts(tls_link& in, const bulk_frame_header& h, bulk_parts& parts, const std::string& who);
 
-  /// Closes a connection that has not shown this endpoint's token in time:
-  /// false, said in the log once per peer address.
-  bool greeted(tls_link& in, int fd, const std::string& who);
+  /// Closes a connection that has not shown this endpoint's token by
+  /// `deadline`: false, said in the log once per peer address.
+  bool greeted(tls_link& in, const std::string& who, std::chrono::steady_clock::time_point deadline);
 
-  void read_loop(int fd);
+  void read_loop(int fd, const std::string& who);
 
   void accept_loop();
 };

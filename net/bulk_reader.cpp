@@ -16,7 +16,15 @@
 
 namespace swarm {
 
-void bulk_endpoint::impl::deliver(caf::actor_id dest, uint64_t key, bulk_parts parts) {
+std::shared_ptr<const void> bulk_endpoint::impl::hold(uint64_t n) {
+  return {nullptr, [weak = weak_self, n](const void*) {
+            if (auto p = weak.lock())
+              p->release(n);
+          }};
+}
+
+void bulk_endpoint::impl::deliver(caf::actor_id dest, uint64_t key, bulk_parts parts,
+                                  std::shared_ptr<const void> held) {
   caf::actor target;
   {
     std::lock_guard<std::mutex> lock(m);
@@ -26,7 +34,7 @@ void bulk_endpoint::impl::deliver(caf::actor_id dest, uint64_t key, bulk_parts p
       ++stats.undeliverable;
   }
   if (target)
-    caf::anon_send(target, bulk_delivery{key, std::move(parts)});
+    caf::anon_send(target, bulk_delivery{key, std::move(parts), std::move(held)});
 }
 
 bool bulk_endpoint::impl::reserve(uint64_t n, const std::string& who) {
@@ -82,16 +90,15 @@ bool bulk_endpoint::impl::read_parts(tls_link& in, const bulk_frame_header& h, b
   return true;
 }
 
-bool bulk_endpoint::impl::greeted(tls_link& in, int fd, const std::string& who) {
+bool bulk_endpoint::impl::greeted(tls_link& in, const std::string& who,
+                                  std::chrono::steady_clock::time_point deadline) {
   bulk_hello h;
   h.magic = 0;
-  set_receive_timeout(fd, opts.connect_timeout);
   errno = 0;
   std::string why;
-  if (!in.read_all(reinterpret_cast<char*>(&h), sizeof h))
-    why = errno == EAGAIN || errno == EWOULDBLOCK
-              ? "no hello within " + std::to_string(opts.connect_timeout.count()) + " s"
-              : "it closed before its hello";
+  if (!in.read_all_by(reinterpret_cast<char*>(&h), sizeof h, deadline))
+    why = errno == ETIMEDOUT ? "no hello within " + std::to_string(opts.connect_timeout.count()) + " s"
+                             : "it closed before its hello";
   else
     why = judge_hello(h, token);
   if (why.empty())
@@ -103,11 +110,17 @@ bool bulk_endpoint::impl::greeted(tls_link& in, int fd, const std::string& who) 
   return false;
 }
 
-void bulk_endpoint::impl::read_loop(int fd) {
-  const std::string who = peer_name(fd);
-  auto in = secure(fd, true);  // a refused handshake is logged where it fails (net/tls.cpp)
-  if (in && !greeted(*in, fd, who))
+void bulk_endpoint::impl::read_loop(int fd, const std::string& who) {
+  // One deadline for the TLS handshake and the hello together: a stranger
+  // trickling a byte at a time holds its slot no longer than a silent one.
+  const auto deadline = std::chrono::steady_clock::now() + opts.connect_timeout;
+  auto in = secure(fd, true, deadline);  // a refused handshake is logged where it fails (net/tls.cpp)
+  if (in && !greeted(*in, who, deadline))
     in.reset();
+  {
+    std::lock_guard<std::mutex> lock(m);
+    strangers.done(fd);
+  }
   while (in) {
     bulk_frame_header h;
     set_receive_timeout(fd, std::chrono::seconds(0));  // between frames a peer keeps its connection idle
@@ -129,32 +142,51 @@ void bulk_endpoint::impl::read_loop(int fd) {
     if (!reserve(h.size, who))
       break;
     bulk_parts parts(h.parts);
-    const bool whole = read_parts(*in, h, parts, who);
-    release(h.size);  // delivered bytes are the receiver's inbox's to bound (bulk_inbox)
-    if (!whole)
+    if (!read_parts(*in, h, parts, who)) {
+      release(h.size);
       break;  // half a frame: dropped, never delivered
+    }
     {
       std::lock_guard<std::mutex> lock(m);
       ++stats.frames_received;
       stats.bytes_received += h.size;
     }
-    deliver(h.dest, h.key, std::move(parts));
+    // Counted until its actor takes it; from then on its inbox bounds it (bulk_inbox).
+    deliver(h.dest, h.key, std::move(parts), hold(h.size));
   }
   in.reset();
-  ::close(fd);
   std::lock_guard<std::mutex> lock(m);
+  // Forgotten before it is closed, under the lock the acceptor admits with:
+  // closed first, its number could come back from accept() and be admitted
+  // (a no-op insert) just before this erase made the new connection untracked
+  // (uncounted, and never shut down when the endpoint stops).
   reader_fds.erase(fd);
+  ::close(fd);
   readers_done.notify_all();
 }
 
 void bulk_endpoint::impl::accept_loop() {
   accept_until_stopped(listen_fd, m, stopping, [this](int fd) {
-    if (static_cast<int>(reader_fds.size()) >= opts.max_connections) {
+    const std::string who = peer_name(fd);
+    const auto door = static_cast<int>(reader_fds.size()) < opts.max_connections
+                          ? strangers.arrive(fd, who, std::chrono::steady_clock::now())
+                          : greeting_slots::outcome{};
+    if (!door.admitted || door.evict >= 0) {
+      ++stats.crowded;
+      if (warned.size() < 1024 && warned.insert(who).second)
+        get_logger("bulk")->warn(
+            "{} a bulk connection from {}: too many connections wait for their hello (further "
+            "ones from it are not logged)",
+            door.admitted ? "cut the longest-waiting stranger for" : "refused", who);
+    }
+    if (door.evict >= 0)
+      ::shutdown(door.evict, SHUT_RDWR);  // its reader fails its hello, forgets and closes it
+    if (!door.admitted) {
       ::close(fd);
       return;
     }
     reader_fds.insert(fd);
-    std::thread([this, fd] { read_loop(fd); }).detach();
+    std::thread([this, fd, who] { read_loop(fd, who); }).detach();
   });
 }
 

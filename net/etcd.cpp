@@ -112,6 +112,12 @@ namespace {
 std::mutex last_good_mutex;
 std::string last_good;
 
+/// The most bytes of one reply read from a member (Content-Length or chunks
+/// alike): etcd refuses requests over 1.5 MiB by default, and the replies
+/// read here (a key, a prefix of members' keys, a lease) are far smaller, so
+/// a longer one is not etcd's and must not grow this process without bound.
+constexpr size_t max_reply_bytes = size_t{8} << 20;
+
 /// The key just past every key that starts with `prefix` (etcd's range_end).
 std::string prefix_end(std::string prefix) {
   while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff)
@@ -216,13 +222,20 @@ struct etcd_client::impl {
       // error after the whole body came); the body is what counts.
       auto req = post(path, text);
       std::string got;
-      req.content_receiver = [&got](const char* data, size_t n, uint64_t, uint64_t) {
-        got.append(data, n);
-        return true;
+      bool too_long = false;
+      req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t announced) {
+        // announced: its Content-Length (0 when chunked); either way no more than the cap is held.
+        too_long = announced > max_reply_bytes || got.size() + n > max_reply_bytes;
+        if (!too_long)
+          got.append(data, n);
+        return !too_long;
       };
       httplib::Response res;
       httplib::Error error = httplib::Error::Success;
       const bool sent = http.send(req, res, error);
+      if (too_long)
+        return make_error(errc::INTERNAL, "etcd " + who + " " + path + ": a reply over " +
+                                              std::to_string(max_reply_bytes) + " bytes (not etcd's)");
       json reply = json::parse(got, nullptr, false);
       if (!sent && (got.empty() || reply.is_discarded())) {
         silent = silent || error == httplib::Error::Read;

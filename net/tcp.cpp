@@ -1,6 +1,8 @@
 #include "net/tcp.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include <fcntl.h>
@@ -92,6 +94,8 @@ int connect_loopback(uint16_t port, const std::function<void(uint16_t)>& bound) 
 bool write_all(int fd, const char* p, size_t n, int flags) {
   while (n > 0) {
     const auto w = ::send(fd, p, n, MSG_NOSIGNAL | flags);
+    if (w < 0 && errno == EINTR)
+      continue;  // a signal's handler ran (one installed without SA_RESTART): not the peer's doing
     if (w <= 0)
       return false;
     p += w;
@@ -138,6 +142,22 @@ std::string peer_name(int fd) {
 bool peer_hung_up(int fd) {
   pollfd p{fd, POLLRDHUP, 0};
   return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+bool wait_ready(int fd, short events, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      errno = ETIMEDOUT;
+      return false;
+    }
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, INT_MAX)));
+    if (r > 0)
+      return true;  // ready, or hung up: the next read or write says which
+    if (r < 0 && errno != EINTR)
+      return false;
+  }
 }
 
 void set_receive_timeout(int fd, std::chrono::seconds timeout) {

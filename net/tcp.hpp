@@ -59,6 +59,12 @@ void accept_until_stopped(int listen_fd, std::mutex& m, const bool& stopping, Ad
 [[nodiscard]] int connect_to(const std::string& host, uint16_t port, std::chrono::seconds connect_timeout,
                              std::chrono::seconds write_timeout);
 
+/// Waits until `fd` is ready for `events` (POLLIN, POLLOUT) or has hung up;
+/// false (errno ETIMEDOUT) once `deadline` passed. A signal does not end the
+/// wait: a handshake's deadline is one time point for all its reads, however
+/// they are interrupted.
+[[nodiscard]] bool wait_ready(int fd, short events, std::chrono::steady_clock::time_point deadline);
+
 /// Reads on `fd` fail with EAGAIN after `timeout` without bytes; 0 = never.
 void set_receive_timeout(int fd, std::chrono::seconds timeout);
 
@@ -68,7 +74,8 @@ void set_receive_timeout(int fd, std::chrono::seconds timeout);
 /// Whether the other end of `fd` closed it (without reading: a writer's peer sends nothing).
 [[nodiscard]] bool peer_hung_up(int fd);
 
-/// Writes all `n` bytes; false when the peer is gone or a write timed out.
+/// Writes all `n` bytes, resuming after a signal (EINTR); false when the peer
+/// is gone or a write timed out.
 bool write_all(int fd, const char* p, size_t n, int flags = 0);
 
 }  // namespace swarm

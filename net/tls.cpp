@@ -1,6 +1,7 @@
 #include "net/tls.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <climits>
 #include <csignal>
@@ -11,6 +12,8 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -137,6 +140,39 @@ caf::error bad_file(const char* flag, const std::string& file, const std::string
                                           (reason.empty() ? std::string{} : " (" + reason + ")"));
 }
 
+/// What a TLS call that returned `r` waits for (POLLIN, POLLOUT), or 0 when it failed for good.
+short wanted(SSL* ssl, int r) {
+  const int e = SSL_get_error(ssl, r);
+  return e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+}
+
+/// O_NONBLOCK on a socket while it lives; its flags as they were afterwards.
+class nonblocking {
+public:
+  explicit nonblocking(int fd) : fd_(fd), flags_(::fcntl(fd, F_GETFL, 0)) { ::fcntl(fd, F_SETFL, flags_ | O_NONBLOCK); }
+  ~nonblocking() { ::fcntl(fd_, F_SETFL, flags_); }
+  nonblocking(const nonblocking&) = delete;
+  nonblocking& operator=(const nonblocking&) = delete;
+
+private:
+  int fd_, flags_;
+};
+
+/// A handshake that did not finish by its deadline: counted and logged like
+/// a refusal, once per peer address.
+void note_late(SSL* ssl, bool accepting) {
+  ++refusals;
+  auto* peer = static_cast<handshake_peer*>(SSL_get_ex_data(ssl, peer_slot()));
+  const std::string host = peer ? peer->host : "an unknown peer";
+  auto& b = book();
+  std::lock_guard<std::mutex> lock(b.m);
+  if (b.warned.size() < 1024 && b.warned.insert(host).second)
+    get_logger("tls")->warn(
+        "gave up a TLS handshake {} {}: not complete by its deadline (further ones from it are "
+        "not logged)",
+        accepting ? "from" : "with", peer ? peer->name : host);
+}
+
 /// No prompt for an encrypted key's passphrase: a node runs unattended.
 int no_passphrase(char*, int, int, void*) { return 0; }
 
@@ -188,23 +224,26 @@ caf::expected<std::shared_ptr<tls_context>> tls_context::load(const tls_files& f
 
 tls_context::~tls_context() { SSL_CTX_free(ctx_); }
 
-std::unique_ptr<tls_link> tls_link::handshake(const tls_context& ctx, int fd, bool server, int timeout_s) {
+std::unique_ptr<tls_link> tls_link::handshake(const tls_context& ctx, int fd, bool server,
+                                              std::chrono::steady_clock::time_point deadline) {
   SSL* ssl = SSL_new(ctx.native());
   if (!ssl || SSL_set_fd(ssl, fd) != 1) {
     SSL_free(ssl);
     return nullptr;
   }
-  timeval saved_rcv{}, saved_snd{};
-  socklen_t len = sizeof(timeval);
-  ::getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &saved_rcv, &len);
-  len = sizeof(timeval);
-  ::getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &saved_snd, &len);
-  timeval bound{timeout_s, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
-  const int r = server ? SSL_accept(ssl) : SSL_connect(ssl);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &saved_rcv, sizeof saved_rcv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &saved_snd, sizeof saved_snd);
+  int r = 0;
+  {
+    const nonblocking during(fd);  // each step returns when it would wait: the wait is ours, up to `deadline`
+    while ((r = server ? SSL_accept(ssl) : SSL_connect(ssl)) != 1) {
+      const short events = wanted(ssl, r);
+      if (events == 0)
+        break;  // refused: logged by the interposed call
+      if (!wait_ready(fd, events, deadline)) {
+        note_late(ssl, server);
+        break;
+      }
+    }
+  }
   if (r != 1) {
     SSL_free(ssl);
     return nullptr;
@@ -215,9 +254,12 @@ std::unique_ptr<tls_link> tls_link::handshake(const tls_context& ctx, int fd, bo
 tls_link::~tls_link() { SSL_free(ssl_); }
 
 long tls_link::read_some(char* p, size_t n) {
-  if (!ssl_)
-    return ::recv(fd_, p, n, 0);
-  return SSL_read(ssl_, p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+  for (;;) {
+    errno = 0;
+    const long r = ssl_ ? SSL_read(ssl_, p, static_cast<int>(std::min<size_t>(n, INT_MAX))) : ::recv(fd_, p, n, 0);
+    if (r > 0 || errno != EINTR || (ssl_ && wanted(ssl_, static_cast<int>(r)) == 0))
+      return r;  // a signal's handler ran (one without SA_RESTART): read on
+  }
 }
 
 bool tls_link::read_all(char* p, size_t n) {
@@ -231,13 +273,35 @@ bool tls_link::read_all(char* p, size_t n) {
   return true;
 }
 
+bool tls_link::read_all_by(char* p, size_t n, std::chrono::steady_clock::time_point deadline) {
+  const nonblocking during(fd_);
+  while (n > 0) {
+    errno = 0;
+    const long r = read_some(p, n);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+      continue;
+    }
+    const short events = ssl_ ? wanted(ssl_, static_cast<int>(r))
+                              : static_cast<short>(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? POLLIN : 0);
+    if (events == 0 || !wait_ready(fd_, events, deadline))
+      return false;
+  }
+  return true;
+}
+
 bool tls_link::write_all(const char* p, size_t n, bool more) {
   if (!ssl_)
     return swarm::write_all(fd_, p, n, more ? MSG_MORE : 0);
   while (n > 0) {
     // Without partial writes, SSL_write sends all it was given or fails.
     const int chunk = static_cast<int>(std::min<size_t>(n, size_t{1} << 20));
-    if (SSL_write(ssl_, p, chunk) != chunk)
+    errno = 0;
+    const int w = SSL_write(ssl_, p, chunk);
+    if (w != chunk && errno == EINTR && wanted(ssl_, w) != 0)
+      continue;  // interrupted by a signal: the same call again, as OpenSSL requires
+    if (w != chunk)
       return false;
     p += chunk;
     n -= static_cast<size_t>(chunk);

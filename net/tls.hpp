@@ -13,6 +13,7 @@
 // process, clearing the queue before each call, and logs each refused
 // handshake once per peer with OpenSSL's reason.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,16 +58,22 @@ class tls_link {
 public:
   /// Plain TCP on `fd`.
   explicit tls_link(int fd) : fd_(fd) {}
-  /// TLS on `fd` as server or client, the handshake bounded by `timeout_s`;
-  /// null when it fails (logged once per peer by the interposed calls).
-  static std::unique_ptr<tls_link> handshake(const tls_context& ctx, int fd, bool server, int timeout_s);
+  /// TLS on `fd` as server or client, the whole handshake done by `deadline`
+  /// (one time point, not a wait per read: a peer trickling a byte at a time
+  /// must not hold the connection longer); null when it fails (logged once
+  /// per peer by the interposed calls, or here when late).
+  static std::unique_ptr<tls_link> handshake(const tls_context& ctx, int fd, bool server,
+                                             std::chrono::steady_clock::time_point deadline);
   ~tls_link();
   tls_link(const tls_link&) = delete;
   tls_link& operator=(const tls_link&) = delete;
 
-  /// Up to `n` bytes; <= 0 when the peer is gone.
+  /// Up to `n` bytes; <= 0 when the peer is gone. Resumes after a signal (EINTR).
   long read_some(char* p, size_t n);
   bool read_all(char* p, size_t n);
+  /// All `n` bytes by `deadline`, however they trickle in; false when the
+  /// peer is gone or the deadline passed (errno ETIMEDOUT).
+  bool read_all_by(char* p, size_t n, std::chrono::steady_clock::time_point deadline);
   /// All `n` bytes; false when the peer is gone or a write timed out. `more`:
   /// more follows at once (plain TCP holds the segment back).
   bool write_all(const char* p, size_t n, bool more = false);

@@ -62,7 +62,9 @@ TEST_CASE_METHOD(system_fixture, "stage server answers bad requests with errors 
   CHECK(ok->first != 0);  // the reply came in chunks too
   chunk_assembler chunks;
   self->receive_while([&] { return self->mailbox().size() > 0; })(
-      [&](chunk_atom, uint64_t id, const std::string& bytes) { chunks.add(server.address(), id, bytes); });
+      [&](chunk_atom, uint64_t id, const std::string& bytes) {
+        (void)chunks.add(server.address(), id, bytes, std::chrono::steady_clock::now());
+      });
   auto whole = chunks.finish(server.address(), ok->first, ok->second);
   REQUIRE(whole);
   auto rep = decode<proto::forward_reply>(*whole, "forward_reply");

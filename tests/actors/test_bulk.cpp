@@ -288,6 +288,39 @@ TEST_CASE("frames being received stay within the budget; a stalled frame frees i
   ::close(peer);
 }
 
+TEST_CASE("frames delivered to a busy actor stay in the budget until it takes them", "[bulk]") {
+  bulk_options opts;
+  opts.max_pending = 200 << 10;
+  opts.read_timeout = 1s;
+  endpoint_fixture f(opts);
+  auto& bulk = f.bulk;
+  auto& self = *f.self;
+  const auto me = self->id();
+  const std::string payload(120 << 10, 'b');
+
+  // The actor is busy (takes nothing yet): the first frame waits in its
+  // mailbox and keeps its room, so the second's header finds none.
+  const int first = connect_member(*bulk);
+  send_all(first, frame(me, 1, payload));
+  CHECK(eventually([&] { return bulk->stats().frames_received == 1; }));
+  const int second = connect_member(*bulk);
+  send_all(second, frame(me, 2, payload).substr(0, 40));  // its header: room is reserved there
+  CHECK(eventually([&] { return bulk->stats().stalled == 1; }));
+  CHECK(bulk->stats().frames_waited == 1);  // uncounted in the mailbox, it would have had room at once
+
+  // Once the actor took the first, its room is free: a third gets through.
+  bulk_parts parts;
+  std::string bytes;
+  CHECK(next_frame(self, parts, bytes) == 1);
+  const int third = connect_member(*bulk);
+  send_all(third, frame(me, 3, payload));
+  CHECK(next_frame(self, parts, bytes) == 3);
+  CHECK(bytes == payload);
+  CHECK(bulk->stats().frames_waited == 1);
+  for (int fd : {first, second, third})
+    ::close(fd);
+}
+
 TEST_CASE("a connection gets no frame room until its hello names the endpoint's token; members' frames get through",
           "[bulk]") {
   bulk_options opts;

@@ -143,6 +143,7 @@ TEST_CASE("garbage at the guard never reaches the coordinator behind it", "[faul
   opts.backend_port = static_cast<uint16_t>(caf_port);
   opts.handshake_timeout = 1s;  // the many probes that stop short each wait for it
   opts.max_connections = 64;
+  opts.max_strangers_per_address = 64;  // the probes all come from 127.0.0.1: judged here, not capped
   auto guard = basp_guard::start(opts);
   REQUIRE(guard);
   const uint16_t port = (*guard)->port();

@@ -205,7 +205,7 @@ TEST_CASE("payloads are cut into chunks and reassembled in order", "[chunks]") {
     for (auto& piece : p.lead) {
       CHECK(piece.size() <= 1024);
       CHECK(piece.size() + 1 >= p.tail.size());  // equal pieces, no runt at the end
-      a.add(from, p.transfer_id, piece);
+      CHECK_FALSE(a.add(from, p.transfer_id, piece, chunk_assembler::clock::time_point{}));
     }
     auto whole = a.finish(from, p.transfer_id, p.tail);
     REQUIRE(whole);
@@ -219,7 +219,7 @@ TEST_CASE("a transfer finished without its chunks is an error", "[chunks]") {
   auto r = a.finish(caf::actor_addr{}, 5, "tail");
   REQUIRE_FALSE(r);
   CHECK(code_of(r.error()) == errc::BAD_REQUEST);
-  a.add(caf::actor_addr{}, 6, "x");
+  CHECK_FALSE(a.add(caf::actor_addr{}, 6, "x", chunk_assembler::clock::time_point{}));
   CHECK(a.pending() == 1);
   a.forget(caf::actor_addr{});
   CHECK(a.pending() == 0);
