@@ -104,6 +104,8 @@ bool supervisor::start_control(const std::string& dir) {
     else if (!http_flags_.empty())
       extra.insert(extra.end(), {"--http-port", std::to_string(free_tcp_port(cfg_.coordinator.http_host)),
                                  "--http-host", cfg_.coordinator.http_host});
+    if (i == 1 && !http_flags_.empty() && !cfg_.coordinator.http_token.empty())
+      extra.insert(extra.end(), {"--http-token", cfg_.coordinator.http_token});
     control_.push_back(
         {"coordinator " + std::string(1, static_cast<char>('A' + i)), args_for(role::coordinator, extra), false, port});
   }
