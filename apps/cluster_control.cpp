@@ -11,6 +11,7 @@
 #include "apps/node.hpp"
 #include "apps/roles.hpp"
 #include "apps/supervisor.hpp"
+#include "base/owned_folder.hpp"
 
 namespace swarm::supervising {
 
@@ -74,10 +75,11 @@ bool supervisor::start_control(const std::string& dir) {
   const std::string data = std::filesystem::path(cfg_.metrics).parent_path() / "etcd";
   // Afresh each run: members would rejoin an earlier run's cluster (its
   // ports, its quorum) and never elect anyone; and its records describe
-  // servers that are gone.
-  std::error_code ec;
-  std::filesystem::remove_all(data, ec);
-  std::filesystem::create_directories(data, ec);
+  // servers that are gone. Only a folder an earlier run made, though.
+  if (auto err = reset_owned_folder(data, ".swarm-etcd")) {
+    log_->error("--control-replicas keeps etcd's data in {}: {}", data, err.what());
+    return false;
+  }
   std::vector<int> client(n), peer(n);
   std::string initial, endpoints;
   for (int i = 0; i < n; ++i) {
