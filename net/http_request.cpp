@@ -51,8 +51,9 @@ bool authorized(const std::string& head, const std::string& lowered, const std::
     if (target.compare(at + 1, 6, "token=") != 0)
       continue;
     const auto end = target.find('&', at + 1);
-    if (same_secret(std::string_view(target).substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7),
-                    token))
+    if (same_secret(
+            std::string_view(target).substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7),
+            token))
       return true;
   }
   return false;
