@@ -156,7 +156,14 @@ void send_backward(self_ptr self, uint64_t id, int stage, proto::tensor output_g
 void launch(self_ptr self) {
   auto& st = self->state;
   while (!st.draining && static_cast<int>(st.live.size()) < st.cfg.train.in_flight) {
-    const auto tokens = sample_microbatch(*st.text, st.cfg.model.microbatch, st.cfg.model.seq_len, st.rng);
+    const auto drawn = sample_microbatch(*st.text, st.cfg.model.microbatch, st.cfg.model.seq_len, st.rng);
+    if (!drawn) {  // a shard changed under the trainer (data/shard.hpp): finish what is in flight, then stop
+      get_logger("trainer")->error("{}: no more microbatches", drawn.error().what());
+      st.draining = true;
+      maybe_finish(self);
+      return;
+    }
+    const auto& tokens = *drawn;
     const uint64_t id = ++st.next_id;
     auto& mb = st.live[id];
     mb.inputs.resize(static_cast<size_t>(st.cfg.num_stages));

@@ -79,7 +79,12 @@ int main(int argc, char** argv) {
     int64_t check = 0;
     const auto started = std::chrono::steady_clock::now();
     for (int i = 0; i < n; ++i)
-      check += sample_microbatch(*src, batch, seq, rng).inputs[0];
+      auto mb = sample_microbatch(*src, batch, seq, rng);
+    if (!mb) {
+      std::cerr << mb.error().what() << "\n";
+      return 2;
+    }
+    check += mb->inputs[0];
     const double secs = seconds_since(started);
     std::printf("sample source=%s tokens=%lld microbatch=%lldx%lld us_per_microbatch=%.2f (checksum %lld)\n", name,
                 static_cast<long long>(src->tokens()), static_cast<long long>(batch), static_cast<long long>(seq),

@@ -159,6 +159,8 @@ bool supervisor::start() {
     log_->warn("no status page: no free port on --http-host {}", cfg_.coordinator.http_host);
   if (http_port > 0)
     http_flags_ = {"--http-port", std::to_string(http_port), "--http-host", cfg_.coordinator.http_host};
+  if (http_port > 0 && !cfg_.coordinator.http_token.empty())
+    http_flags_.insert(http_flags_.end(), {"--http-token", cfg_.coordinator.http_token});
   char dir_template[] = "/tmp/swarm-cluster-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
   if (cfg_.cluster.control_replicas > 0) {

@@ -11,6 +11,7 @@
 #include "apps/node.hpp"
 #include "apps/roles.hpp"
 #include "apps/supervisor.hpp"
+#include "base/owned_folder.hpp"
 
 namespace swarm::supervising {
 
@@ -74,10 +75,11 @@ bool supervisor::start_control(const std::string& dir) {
   const std::string data = std::filesystem::path(cfg_.metrics).parent_path() / "etcd";
   // Afresh each run: members would rejoin an earlier run's cluster (its
   // ports, its quorum) and never elect anyone; and its records describe
-  // servers that are gone.
-  std::error_code ec;
-  std::filesystem::remove_all(data, ec);
-  std::filesystem::create_directories(data, ec);
+  // servers that are gone. Only a folder an earlier run made, though.
+  if (auto err = reset_owned_folder(data, ".swarm-etcd")) {
+    log_->error("--control-replicas keeps etcd's data in {}: {}", data, err.what());
+    return false;
+  }
   std::vector<int> client(n), peer(n);
   std::string initial, endpoints;
   for (int i = 0; i < n; ++i) {
@@ -104,6 +106,8 @@ bool supervisor::start_control(const std::string& dir) {
     else if (!http_flags_.empty())
       extra.insert(extra.end(), {"--http-port", std::to_string(free_tcp_port(cfg_.coordinator.http_host)),
                                  "--http-host", cfg_.coordinator.http_host});
+    if (i == 1 && !http_flags_.empty() && !cfg_.coordinator.http_token.empty())
+      extra.insert(extra.end(), {"--http-token", cfg_.coordinator.http_token});
     control_.push_back(
         {"coordinator " + std::string(1, static_cast<char>('A' + i)), args_for(role::coordinator, extra), false, port});
   }

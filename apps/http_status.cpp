@@ -4,7 +4,7 @@
 
 namespace swarm {
 
-std::unique_ptr<http_status> http_status::start(const std::string& host, uint16_t port,
+std::unique_ptr<http_status> http_status::start(const std::string& host, uint16_t port, const std::string& token,
                                                 std::shared_ptr<const status_board> board, std::string& error) {
   auto route = [board](const std::string& path) {
     http_response r;
@@ -24,7 +24,9 @@ std::unique_ptr<http_status> http_status::start(const std::string& host, uint16_
     }
     return r;
   };
-  auto server = http_server::start(host, port, route);
+  http_options options;
+  options.token = token;
+  auto server = http_server::start(host, port, route, options);
   if (!server) {
     error = "cannot listen for HTTP on " + host + ":" + std::to_string(port) + " (in use, or not an address here)";
     return nullptr;

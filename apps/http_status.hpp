@@ -14,9 +14,10 @@ namespace swarm {
 
 class http_status {
 public:
-  /// Listens on host:port (0: any free port) and serves from another thread;
+  /// Listens on host:port (0: any free port) and serves from another thread,
+  /// to requests carrying `token` only when it is not empty (--http-token);
   /// null with `error` set when the port cannot be bound.
-  static std::unique_ptr<http_status> start(const std::string& host, uint16_t port,
+  static std::unique_ptr<http_status> start(const std::string& host, uint16_t port, const std::string& token,
                                             std::shared_ptr<const status_board> board, std::string& error);
   http_status(const http_status&) = delete;
   http_status& operator=(const http_status&) = delete;

@@ -121,12 +121,16 @@ bool load_initial(const app_config& cfg, stage_worker& worker) {
 }
 
 /// One optimizer step over `microbatches` sampled microbatches, gradients
-/// accumulated as a stage server does; their mean loss.
-double train_step(stage_worker& worker, const token_source& text, int64_t microbatches, const model_config& m,
-                  std::mt19937_64& rng) {
+/// accumulated as a stage server does; their mean loss, or why the data
+/// could not be read.
+result<double> train_step(stage_worker& worker, const token_source& text, int64_t microbatches, const model_config& m,
+                          std::mt19937_64& rng) {
   double loss_sum = 0;
   for (int64_t i = 0; i < microbatches; ++i) {
-    auto mb = sample_microbatch(text, m.microbatch, m.seq_len, rng);
+    auto drawn = sample_microbatch(text, m.microbatch, m.seq_len, rng);
+    if (!drawn)
+      return drawn.error();
+    const auto& mb = *drawn;
     const auto targets = to_tensor(mb.targets, mb.batch, mb.seq_len);
     auto result = worker.forward(to_tensor(mb.inputs, mb.batch, mb.seq_len), &targets);
     if (!result) {
@@ -215,7 +219,12 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
       std::cerr << "local: validation: " << val.error().what() << "\n";
       return 2;
     }
-    eval_set = eval_batches(**val, m.seq_len, cfg.trainer.eval_tokens, m.microbatch);
+    auto batches = eval_batches(**val, m.seq_len, cfg.trainer.eval_tokens, m.microbatch);
+    if (!batches) {
+      std::cerr << "local: validation: " << batches.error().what() << "\n";
+      return 2;
+    }
+    eval_set = std::move(*batches);
   }
   auto evaluate = [&] {
     if (!eval_set.empty() && step % cfg.trainer.eval_every == 0)
@@ -226,7 +235,12 @@ int run_local(const app_config& cfg, metrics_sink& metrics, const std::atomic<bo
   const auto start = clock_type::now();
   while ((cfg.trainer.max_steps == 0 || step < cfg.trainer.max_steps) && !stop_requested) {
     const auto step_start = clock_type::now();
-    const double loss = train_step(*worker, **text, microbatches, m, rng);
+    const auto trained = train_step(*worker, **text, microbatches, m, rng);
+    if (!trained) {
+      std::cerr << "local: " << trained.error().what() << "\n";
+      return 2;
+    }
+    const double loss = *trained;
     step = worker->steps();
     const double step_s = seconds_since(step_start);
     samples += samples_per_step;

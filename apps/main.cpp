@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   auto cfg = *parsed.config;
+  for (const auto& w : parsed.warnings)
+    std::cerr << "swarm: warning: " << w << "\n";
   if (!cfg.net.tls_ca.empty()) {
     // A bad certificate or key must stop a node here, not at its first connection.
     auto tls = swarm::tls_context::load({cfg.net.tls_ca, cfg.net.tls_cert, cfg.net.tls_key});

@@ -57,7 +57,7 @@ std::unique_ptr<http_status> start_status_page(node& n, const app_config& cfg, c
     return nullptr;
   std::string error;
   auto http = http_status::start(cfg.coordinator.http_host, static_cast<uint16_t>(cfg.coordinator.http_port),
-                                 settings.board, error);
+                                 cfg.coordinator.http_token, settings.board, error);
   if (!http) {
     std::cerr << "swarm: coordinator: " << error << " (--http-port, --http-host)\n";
     n.end(2);

@@ -98,7 +98,12 @@ int run_trainer(const app_config& cfg) {
       std::cerr << "swarm: trainer: validation: " << val.error().what() << "\n";
       return 2;
     }
-    tcfg.eval_set = eval_batches(**val, cfg.model.seq_len, cfg.trainer.eval_tokens, cfg.model.microbatch);
+    auto batches = eval_batches(**val, cfg.model.seq_len, cfg.trainer.eval_tokens, cfg.model.microbatch);
+    if (!batches) {
+      std::cerr << "swarm: trainer: validation: " << batches.error().what() << "\n";
+      return 2;
+    }
+    tcfg.eval_set = std::move(*batches);
   }
   if (cfg.trainer.slot >= 0)
     tcfg.slot = cfg.trainer.slot;

@@ -300,8 +300,27 @@ parse_result parse_config(int argc, const char* const* argv) {
     result.exit_code = 2;
     return result;
   }
+  result.warnings = config_warnings(c);
   result.config = std::move(c);
   return result;
+}
+
+std::vector<std::string> config_warnings(const app_config& c) {
+  std::vector<std::string> out;
+  std::string why;
+  const auto members = c.net.control.empty() ? std::nullopt : parse_control(c.net.control, why);
+  const auto loopback = [](const std::pair<std::string, uint16_t>& m) {
+    return m.first == "localhost" || m.first == "::1" || m.first.rfind("127.", 0) == 0;
+  };
+  // Whoever can answer for etcd names the leader every node follows: TLS on
+  // the swarm's links is worth little if that answer travels in the clear.
+  if (members && !c.net.tls_ca.empty() && c.net.control_ca.empty() &&
+      !std::all_of(members->begin(), members->end(), loopback))
+    out.push_back("--control " + c.net.control +
+                  " is plain HTTP while this swarm uses TLS (--tls-ca): anyone on the path can read and forge etcd's "
+                  "answers, who leads included. Give etcd TLS (--control-ca, --control-cert, --control-key; "
+                  "docs/deploy.md) or keep it on this machine.");
+  return out;
 }
 
 std::vector<std::string> to_flags(const app_config& c, bool every_key) {

@@ -136,6 +136,9 @@ struct coordinator_config {
   std::string port_file;                ///< write the bound port here once listening (for scripts)
   int http_port = 0;                    ///< status page, /api/status and /metrics; 0 = none
   std::string http_host = "127.0.0.1";  ///< address the HTTP port binds to
+  /// When not empty, the HTTP port answers only requests carrying it
+  /// (`Authorization: Bearer TOKEN` or `?token=TOKEN`); others get 401.
+  std::string http_token;
   /// No round outlives this, seconds; its clock's multiples are policy::round_clock.
   double averaging_timeout_s = 30.0;
   std::string rebalance = "on";  ///< on: move servers between stages; off: servers stay where they started
@@ -295,6 +298,8 @@ struct parse_result {
   std::optional<app_config> config;
   int exit_code = 0;
   std::string message;
+  /// What is allowed but probably not meant (config_warnings); main prints them.
+  std::vector<std::string> warnings;
 };
 
 /// Parses flags and the optional --config file; validates every value.
@@ -302,6 +307,10 @@ struct parse_result {
 
 /// Checks ranges and cross-field rules; returns an empty string when valid.
 [[nodiscard]] std::string validate(const app_config& cfg);
+
+/// Settings that are valid but weaken the swarm, one sentence each saying
+/// how to fix it: etcd over plain HTTP off this machine beside a TLS swarm.
+[[nodiscard]] std::vector<std::string> config_warnings(const app_config& cfg);
 
 /// Renders a config back to flags: for the cluster launcher's children the keys
 /// every process of a swarm shares; with `every_key`, every key (--role too).

@@ -12,6 +12,13 @@ using namespace key_words;  // the word keys' text and help
 
 namespace {
 
+constexpr const char* http_token_rule = "may hold only letters, digits and - . _ ~ (it travels in URLs)";
+
+bool valid_http_token(const std::string& t) {
+  // It travels in URLs (?token=) unescaped: the characters a URL keeps as they are.
+  return t.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~") == std::string::npos;
+}
+
 bool valid_interval(const std::string& every) {
   const auto [steps, seconds] = checkpoint_interval(every);
   return steps > 0 || seconds > 0;
@@ -188,6 +195,11 @@ const std::vector<keys::row>& swarm_keys() {
           own),
       key("http-host", &coord::http_host, "", {},
           "coordinator: address the HTTP port binds to (127.0.0.1: this machine only; 0.0.0.0: every interface)", own),
+      key("http-token", &coord::http_token, "", check::custom(valid_http_token, http_token_rule),
+          "coordinator: the status page, /api/status and /metrics answer only requests carrying this token "
+          "(Authorization: Bearer TOKEN, or ?token=TOKEN in a browser), 401 otherwise; empty = anyone who reaches "
+          "the port. Seen by ps on this machine: prefer the config file",
+          own),
       key("averaging-timeout", &coord::averaging_timeout_s, "seconds", range("> 0"), averaging_timeout_help()),
       key("rebalance", &coord::rebalance, "", one_of({"on", "off"}),
           "coordinator: on | off (servers stay on their stage; cluster restarts go back to theirs)"),

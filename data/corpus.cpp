@@ -54,13 +54,15 @@ corpus corpus::load(const std::string& path, int64_t min_bytes) {
   return corpus{std::move(text)};
 }
 
-void corpus::copy(int64_t index, int64_t len, int64_t* out) const {
+error corpus::copy(int64_t index, int64_t len, int64_t* out) const {
   const auto* bytes = reinterpret_cast<const unsigned char*>(bytes_.data()) + index;
   for (int64_t t = 0; t < len; ++t)
     out[t] = bytes[t];
+  return {};
 }
 
-microbatch_tokens gather_windows(const token_source& text, const std::vector<int64_t>& indices, int64_t seq_len) {
+result<microbatch_tokens> gather_windows(const token_source& text, const std::vector<int64_t>& indices,
+                                         int64_t seq_len) {
   microbatch_tokens mb;
   mb.batch = static_cast<int64_t>(indices.size());
   mb.seq_len = seq_len;
@@ -68,7 +70,8 @@ microbatch_tokens gather_windows(const token_source& text, const std::vector<int
   mb.targets.resize(mb.inputs.size());
   std::vector<int64_t> window(static_cast<size_t>(seq_len + 1));
   for (int64_t b = 0; b < mb.batch; ++b) {
-    text.copy(indices[static_cast<size_t>(b)], seq_len + 1, window.data());
+    if (auto err = text.copy(indices[static_cast<size_t>(b)], seq_len + 1, window.data()))
+      return err;
     std::copy(window.begin(), window.end() - 1, mb.inputs.begin() + b * seq_len);
     std::copy(window.begin() + 1, window.end(), mb.targets.begin() + b * seq_len);
   }
@@ -79,7 +82,8 @@ uint64_t sampler_seed(uint64_t model_seed, uint64_t who) {
   return splitmix64_finish(model_seed * 0x9e3779b97f4a7c15ULL + who + 0x632be59bd9b4e019ULL);
 }
 
-microbatch_tokens sample_microbatch(const token_source& text, int64_t batch, int64_t seq_len, std::mt19937_64& rng) {
+result<microbatch_tokens> sample_microbatch(const token_source& text, int64_t batch, int64_t seq_len,
+                                            std::mt19937_64& rng) {
   std::uniform_int_distribution<int64_t> start(0, text.windows(seq_len + 1) - 1);
   std::vector<int64_t> indices(static_cast<size_t>(batch));
   for (auto& i : indices)
@@ -100,15 +104,18 @@ std::vector<int64_t> eval_windows(const token_source& text, int64_t seq_len, int
   return out;
 }
 
-std::vector<microbatch_tokens> eval_batches(const token_source& text, int64_t seq_len, int64_t tokens,
-                                            int64_t microbatch) {
+result<std::vector<microbatch_tokens>> eval_batches(const token_source& text, int64_t seq_len, int64_t tokens,
+                                                    int64_t microbatch) {
   const auto windows = eval_windows(text, seq_len, (tokens + seq_len - 1) / seq_len);
   std::vector<microbatch_tokens> out;
   for (size_t at = 0; at < windows.size(); at += static_cast<size_t>(microbatch)) {
     const auto end = std::min(windows.size(), at + static_cast<size_t>(microbatch));
-    out.push_back(gather_windows(
+    auto batch = gather_windows(
         text, {windows.begin() + static_cast<std::ptrdiff_t>(at), windows.begin() + static_cast<std::ptrdiff_t>(end)},
-        seq_len));
+        seq_len);
+    if (!batch)
+      return batch.error();
+    out.push_back(std::move(*batch));
   }
   return out;
 }

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
+
 namespace swarm {
 
 class token_source {
@@ -18,8 +20,9 @@ public:
   virtual ~token_source() = default;
   /// How many windows of `len` tokens there are (0 when none fits).
   [[nodiscard]] virtual int64_t windows(int64_t len) const = 0;
-  /// Copies window `index` (0 <= index < windows(len)) of `len` tokens to `out`.
-  virtual void copy(int64_t index, int64_t len, int64_t* out) const = 0;
+  /// Copies window `index` (0 <= index < windows(len)) of `len` tokens to
+  /// `out`; an error when the source changed under the process (data/shard.hpp).
+  [[nodiscard]] virtual error copy(int64_t index, int64_t len, int64_t* out) const = 0;
   /// Tokens in all, for logs.
   [[nodiscard]] virtual int64_t tokens() const = 0;
 };
@@ -38,7 +41,7 @@ public:
   [[nodiscard]] int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
 
   [[nodiscard]] int64_t windows(int64_t len) const override { return std::max<int64_t>(0, size() - len + 1); }
-  void copy(int64_t index, int64_t len, int64_t* out) const override;
+  [[nodiscard]] error copy(int64_t index, int64_t len, int64_t* out) const override;
   [[nodiscard]] int64_t tokens() const override { return size(); }
 
 private:
@@ -56,8 +59,8 @@ struct microbatch_tokens {
 /// Draws `batch` windows of seq_len + 1 tokens, uniformly over every window
 /// of the source (for a byte corpus: the same draws as before sources
 /// existed, so checkpointed generators continue the same sequence).
-[[nodiscard]] microbatch_tokens sample_microbatch(const token_source& text, int64_t batch, int64_t seq_len,
-                                                  std::mt19937_64& rng);
+[[nodiscard]] result<microbatch_tokens> sample_microbatch(const token_source& text, int64_t batch, int64_t seq_len,
+                                                          std::mt19937_64& rng);
 
 /// The seed of trainer `who`'s sampler (its --trainer-slot, or its process id
 /// when it has none): the same pair draws the same windows in every run, and
@@ -66,8 +69,8 @@ struct microbatch_tokens {
 [[nodiscard]] uint64_t sampler_seed(uint64_t model_seed, uint64_t who);
 
 /// Windows `indices` (of seq_len + 1 tokens each) as one microbatch.
-[[nodiscard]] microbatch_tokens gather_windows(const token_source& text, const std::vector<int64_t>& indices,
-                                               int64_t seq_len);
+[[nodiscard]] result<microbatch_tokens> gather_windows(const token_source& text, const std::vector<int64_t>& indices,
+                                                       int64_t seq_len);
 
 /// The fixed evaluation set: the first `count` windows of seq_len + 1 tokens
 /// laid end to end (overlapping only where the source is too short for that).
@@ -76,7 +79,7 @@ struct microbatch_tokens {
 
 /// The evaluation set of `tokens` tokens (rounded up to whole windows) as
 /// microbatches of `microbatch` windows (the last may be smaller).
-[[nodiscard]] std::vector<microbatch_tokens> eval_batches(const token_source& text, int64_t seq_len, int64_t tokens,
-                                                          int64_t microbatch);
+[[nodiscard]] result<std::vector<microbatch_tokens>> eval_batches(const token_source& text, int64_t seq_len,
+                                                                  int64_t tokens, int64_t microbatch);
 
 }  // namespace swarm

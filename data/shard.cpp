@@ -1,7 +1,6 @@
 #include "data/shard.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -179,18 +178,45 @@ result<std::shared_ptr<const shard>> shard::open(const std::string& path, uint64
   std::shared_ptr<shard> s(new shard());
   s->path_ = path;
   s->header_ = *h;
-  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (map == MAP_FAILED)
-    return bad(path, std::string{"mmap: "} + std::strerror(errno));
-  madvise(map, size, MADV_RANDOM);  // windows are drawn at random: no read-ahead
-  s->base_ = static_cast<const unsigned char*>(map);
-  s->mapped_ = size;
+  s->fd_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (s->fd_ < 0)
+    return bad(path, std::string{"fcntl: "} + std::strerror(errno));
+  s->inode_ = static_cast<uint64_t>(st.st_ino);
+  s->bytes_ = size;
+  s->mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
   return std::shared_ptr<const shard>(std::move(s));
 }
 
+error shard::read(int64_t from, int64_t n, int64_t* out) const {
+  struct stat st {};
+  const int64_t mtime_ns =
+      fstat(fd_, &st) != 0 ? -1 : static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  if (mtime_ns != mtime_ns_ || static_cast<uint64_t>(st.st_size) != bytes_ ||
+      static_cast<uint64_t>(st.st_ino) != inode_)
+    return bad(path_,
+               "changed since it was checked (rewritten in place while this process reads it?): restart to "
+               "check it again; prepare writes new shards aside and renames them in, which is safe");
+  const size_t w = header_.width, bytes = static_cast<size_t>(n) * w;
+  std::vector<unsigned char> buf(bytes);
+  const auto got =
+      pread(fd_, buf.data(), bytes, static_cast<off_t>(shard_header_bytes + static_cast<size_t>(from) * w));
+  if (got != static_cast<ssize_t>(bytes))
+    return bad(path_, got < 0 ? std::strerror(errno) : "ends early: changed since it was checked?");
+  for (int64_t t = 0; t < n; ++t) {
+    const auto* p = &buf[static_cast<size_t>(t) * w];
+    const uint32_t token = w == 2 ? get<uint16_t>(p) : get<uint32_t>(p);
+    if (token >= header_.vocab)
+      return bad(path_, "token " + std::to_string(token) + " at " + std::to_string(from + t) +
+                            " is outside its vocabulary of " + std::to_string(header_.vocab) +
+                            ": changed since it was checked?");
+    out[t] = token;
+  }
+  return {};
+}
+
 shard::~shard() {
-  if (base_)
-    munmap(const_cast<unsigned char*>(base_), mapped_);
+  if (fd_ >= 0)
+    ::close(fd_);
 }
 
 }  // namespace swarm

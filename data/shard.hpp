@@ -18,9 +18,12 @@
 //       60    4  CRC-32 (zlib) of bytes 0..59
 //
 // Checksums are checked once when a shard is opened (streamed through a small
-// buffer, so the check does not map the whole file into the process); the
-// tokens are then read through a read-only mmap, which the page cache backs:
-// a trainer's own memory does not grow with the corpus.
+// buffer, so the check does not map the whole file into the process); each
+// window is then read with pread, which the page cache backs: a trainer's own
+// memory does not grow with the corpus. Not mmap: a file truncated in place
+// after its checks would kill the trainer with SIGBUS on the next read, and
+// one rewritten in place would hand it tokens nothing checked; a read checks
+// the file again instead (a stat and a pread, about a microsecond a window).
 
 #include <cstdint>
 #include <memory>
@@ -72,19 +75,21 @@ public:
   [[nodiscard]] const shard_header& header() const { return header_; }
   [[nodiscard]] const std::string& path() const { return path_; }
   [[nodiscard]] int64_t size() const { return static_cast<int64_t>(header_.tokens); }
-  /// Token `i` (0 <= i < size()).
-  [[nodiscard]] uint32_t at(int64_t i) const {
-    const auto* p = base_ + shard_header_bytes + static_cast<size_t>(i) * header_.width;
-    return header_.width == 2 ? static_cast<uint32_t>(p[0] | (p[1] << 8))
-                              : static_cast<uint32_t>(p[0] | (p[1] << 8) | (p[2] << 16)) | (uint32_t{p[3]} << 24);
-  }
+  /// Copies tokens [from, from + n) to `out` (0 <= from, from + n <= size()).
+  /// Each read checks that the file is still the one checked at open (same
+  /// inode, size and modification time), that it gave every byte, and that
+  /// every token is below the vocabulary: a shard rewritten in place after
+  /// its checks is an error naming it, never a SIGBUS or a token the model
+  /// cannot embed.
+  [[nodiscard]] error read(int64_t from, int64_t n, int64_t* out) const;
 
 private:
   shard() = default;
   std::string path_;
   shard_header header_;
-  const unsigned char* base_ = nullptr;
-  size_t mapped_ = 0;
+  int fd_ = -1;  ///< kept open: the file as it was checked, read with pread
+  uint64_t inode_ = 0, bytes_ = 0;
+  int64_t mtime_ns_ = 0;
 };
 
 }  // namespace swarm

@@ -50,16 +50,14 @@ int64_t shard_set::windows(int64_t len) const {
   return n;
 }
 
-void shard_set::copy(int64_t index, int64_t len, int64_t* out) const {
+error shard_set::copy(int64_t index, int64_t len, int64_t* out) const {
   for (const auto& s : shards_) {
     const int64_t here = std::max<int64_t>(0, s->size() - len + 1);
-    if (index < here) {
-      for (int64_t t = 0; t < len; ++t)
-        out[t] = s->at(index + t);
-      return;
-    }
+    if (index < here)
+      return s->read(index, len, out);
     index -= here;
   }
+  return {errc::INTERNAL, "window " + std::to_string(index) + " is past the last shard"};
 }
 
 }  // namespace swarm

@@ -27,7 +27,7 @@ public:
                                                                      uint64_t tokenizer_hash, int64_t window);
 
   [[nodiscard]] int64_t windows(int64_t len) const override;
-  void copy(int64_t index, int64_t len, int64_t* out) const override;
+  [[nodiscard]] error copy(int64_t index, int64_t len, int64_t* out) const override;
   [[nodiscard]] int64_t tokens() const override { return tokens_; }
   [[nodiscard]] const std::vector<std::shared_ptr<const shard>>& shards() const { return shards_; }
 

@@ -14,8 +14,25 @@ using json = nlohmann::json;
 
 constexpr uint64_t max_header_bytes = 100'000'000;  // the reference implementation's cap
 constexpr const char* metadata_key = "__metadata__";
+// A real header nests 3 deep (file, tensor, shape). Deeper is refused while
+// parsing (nlohmann's parser keeps its own stack), before anything that
+// recurses per level, dump() and copies, can meet 200,000 nested brackets.
+constexpr int max_header_depth = 8;
 
 error bad(const std::string& what) { return error{errc::BAD_REQUEST, "safetensors: " + what}; }
+
+/// An untrusted value for an error message: itself when it is a scalar or a
+/// short flat array, else its kind and size; never more than 64 characters.
+std::string brief(const json& v) {
+  if (v.is_structured()) {
+    const bool flat = v.size() <= 8 && std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_primitive(); });
+    if (!flat)
+      return std::string(v.is_array() ? "an array of " : "an object of ") + std::to_string(v.size()) +
+             (v.is_array() ? " values" : " keys");
+  }
+  const std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);  // flat: one level of recursion
+  return s.size() > 64 ? s.substr(0, 61) + "..." : s;
+}
 
 /// Elements of `shape` times `size` bytes, or false on overflow or a negative dimension.
 bool byte_count(const std::vector<int64_t>& shape, int size, uint64_t& out) {
@@ -44,7 +61,7 @@ result<safetensor> parse_entry(const std::string& name, const json& entry, std::
   if (dtype == entry.end() || shape == entry.end() || offsets == entry.end())
     return bad(where + "needs dtype, shape and data_offsets");
   if (!dtype->is_string() || safetensors_dtype_size(dtype->get<std::string>()) == 0)
-    return bad(where + "dtype " + dtype->dump() + " is not one of F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL");
+    return bad(where + "dtype " + brief(*dtype) + " is not one of F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL");
   safetensor t;
   t.name = name;
   t.dtype = dtype->get<std::string>();
@@ -52,12 +69,12 @@ result<safetensor> parse_entry(const std::string& name, const json& entry, std::
     return bad(where + "shape is not an array");
   for (const auto& d : *shape) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-      return bad(where + "shape " + shape->dump() + " holds a value that is not a dimension");
+      return bad(where + "shape " + brief(*shape) + " holds a value that is not a dimension");
     t.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
   }
   if (!offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
       !(*offsets)[1].is_number_unsigned())
-    return bad(where + "data_offsets " + offsets->dump() + " is not [begin, end]");
+    return bad(where + "data_offsets " + brief(*offsets) + " is not [begin, end]");
   begin = (*offsets)[0].get<uint64_t>();
   end = (*offsets)[1].get<uint64_t>();
   if (begin > end || end > data.size())
@@ -65,7 +82,7 @@ result<safetensor> parse_entry(const std::string& name, const json& entry, std::
                std::to_string(data.size()) + " bytes of data");
   uint64_t bytes = 0;
   if (!byte_count(t.shape, safetensors_dtype_size(t.dtype), bytes) || bytes != end - begin)
-    return bad(where + "shape " + shape->dump() + " of " + t.dtype + " does not fill its " +
+    return bad(where + "shape " + brief(*shape) + " of " + t.dtype + " does not fill its " +
                std::to_string(end - begin) + " bytes");
   t.data = data.substr(begin, end - begin);
   return t;
@@ -98,7 +115,14 @@ result<safetensors_file> parse_safetensors(std::string_view file) {
   if (n > file.size() - 8)
     return bad("header of " + std::to_string(n) + " bytes in a file of " + std::to_string(file.size()) +
                " (truncated?)");
-  const auto header = json::parse(file.substr(8, n), nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  const auto depth_check = [&too_deep](int depth, json::parse_event_t, json&) {
+    too_deep = too_deep || depth > max_header_depth;
+    return !too_deep;  // false discards the value: nothing deep is ever built
+  };
+  const auto header = json::parse(file.substr(8, n), depth_check, /*allow_exceptions=*/false);
+  if (too_deep)
+    return bad("the header nests deeper than " + std::to_string(max_header_depth) + " levels");
   if (header.is_discarded() || !header.is_object())
     return bad("the header is not a JSON object");
   const std::string_view data = file.substr(8 + n);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/log.hpp"
+#include "net/http_request.hpp"
 #include "net/tcp.hpp"
 
 namespace swarm {
@@ -22,93 +23,6 @@ namespace swarm {
 namespace {
 
 using clock = std::chrono::steady_clock;
-
-const char* reason(int status) {
-  switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 505: return "HTTP Version Not Supported";
-    default: return status >= 500 ? "Internal Server Error" : "Error";
-  }
-}
-
-http_response plain(int status, const std::string& why) {
-  http_response r;
-  r.status = status;
-  r.body = "HTTP " + std::to_string(status) + ": " + why + "\n";
-  return r;
-}
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
-/// What one complete request head asks for: the answer and whether the
-/// connection stays open after it.
-struct parsed {
-  http_response response;
-  bool head_only = false;
-  bool keep_alive = false;
-};
-
-parsed answer(const std::string& head, const http_handler& handler) {
-  parsed p;
-  const auto line_end = head.find_first_of("\r\n");
-  const std::string line = head.substr(0, line_end);
-  const auto sp1 = line.find(' ');
-  const auto sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (sp2 == std::string::npos || line.find(' ', sp2 + 1) != std::string::npos) {
-    p.response = plain(400, "not an HTTP request line");
-    return p;
-  }
-  const std::string method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1),
-                    version = line.substr(sp2 + 1);
-  if (version != "HTTP/1.1" && version != "HTTP/1.0") {
-    p.response = plain(version.rfind("HTTP/", 0) == 0 ? 505 : 400, "only HTTP/1.0 and 1.1 are spoken here");
-    return p;
-  }
-  const std::string headers = lower(head.substr(line_end == std::string::npos ? head.size() : line_end));
-  // A body is never expected: refusing it beats reading and discarding it.
-  const auto length = headers.find("\ncontent-length:");
-  const bool has_body = headers.find("\ntransfer-encoding:") != std::string::npos ||
-                        (length != std::string::npos && std::atoll(headers.c_str() + length + 16) != 0);
-  if (has_body) {
-    p.response = plain(413, "requests here carry no body");
-    return p;
-  }
-  if (method != "GET" && method != "HEAD") {
-    p.response = plain(405, "only GET and HEAD");
-    p.response.headers.emplace_back("Allow", "GET, HEAD");
-    return p;
-  }
-  p.head_only = method == "HEAD";
-  p.keep_alive = version == "HTTP/1.1" ? headers.find("\nconnection: close") == std::string::npos
-                                       : headers.find("\nconnection: keep-alive") != std::string::npos;
-  try {
-    p.response = handler(target.substr(0, target.find('?')));
-  } catch (const std::exception& e) {
-    p.response = plain(500, "internal error");
-  }
-  return p;
-}
-
-std::string encode(const parsed& p) {
-  const auto& r = p.response;
-  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + reason(r.status) + "\r\n";
-  out += "Content-Type: " + r.content_type + "\r\nContent-Length: " + std::to_string(r.body.size()) + "\r\n";
-  out += p.keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
-  for (const auto& [k, v] : r.headers)
-    out += k + ": " + v + "\r\n";
-  out += "\r\n";
-  if (!p.head_only)
-    out += r.body;
-  return out;
-}
 
 }  // namespace
 
@@ -119,6 +33,15 @@ struct http_server::impl {
     bool close_after = false;
     clock::time_point deadline;
     uint64_t order = 0;  ///< key in `oldest`: when it last started waiting for a request
+    /// The client shut its side: what it sent is answered, then the
+    /// connection closes (and is never watched for reading again: a
+    /// half-closed socket is always readable, so epoll would wake the loop
+    /// at once, forever).
+    bool peer_done = false;
+  };
+  struct reused {
+    clock::time_point until;
+    http_response response;
   };
 
   http_handler handler;
@@ -127,6 +50,7 @@ struct http_server::impl {
   uint16_t port = 0;
   std::unordered_map<int, conn> conns;
   std::map<uint64_t, int> oldest;
+  std::map<std::string, reused> recent;  ///< 2xx answers by path, reused for opt.reuse_for
   uint64_t next_order = 0;
   clock::time_point last_eviction_log{};
   mutable std::mutex stats_mutex;
@@ -154,6 +78,23 @@ struct http_server::impl {
       stats.open = conns.size();
     }
     ::close(fd);
+  }
+
+  /// The handler's answer for `path`, or the one it gave less than
+  /// opt.reuse_for ago: a client pipelining hundreds of requests (or many
+  /// clients at once) costs one render, not one each.
+  http_response render(const std::string& path) {
+    const auto now = clock::now();
+    if (const auto it = recent.find(path); it != recent.end() && now < it->second.until)
+      return it->second.response;
+    auto r = handler(path);
+    count(&http_stats::rendered);
+    if (opt.reuse_for.count() > 0 && r.status >= 200 && r.status < 300) {
+      if (recent.size() >= 16)  // paths that answer 2xx are few; never grows with what clients send
+        recent.clear();
+      recent[path] = {now + opt.reuse_for, r};
+    }
+    return r;
   }
 
   void waiting_for_request(int fd, conn& c) {
@@ -220,7 +161,7 @@ struct http_server::impl {
         continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         epoll_event ev{};
-        ev.events = EPOLLOUT | EPOLLRDHUP;
+        ev.events = c.peer_done ? EPOLLOUT : EPOLLOUT | EPOLLRDHUP;
         ev.data.fd = fd;
         ::epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd, &ev);
         c.deadline = clock::now() + opt.write_timeout;
@@ -235,6 +176,8 @@ struct http_server::impl {
       close_conn(fd);
       return false;
     }
+    if (c.peer_done)
+      return true;  // serve() answers what is left, then closes
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
@@ -250,17 +193,20 @@ struct http_server::impl {
       size_t skip = 4;
       if (end == std::string::npos && (end = c.in.find("\n\n")) != std::string::npos)
         skip = 2;
-      parsed p;
+      http_answer p;
       if (end == std::string::npos || end > opt.max_request_bytes) {
-        if (c.in.size() <= opt.max_request_bytes)
-          return;  // more to come
-        p.response = plain(431, "request headers over " + std::to_string(opt.max_request_bytes) + " bytes");
+        if (c.in.size() <= opt.max_request_bytes) {
+          if (c.peer_done)
+            close_conn(fd);  // no more is coming
+          return;            // more to come
+        }
+        p.response = http_plain(431, "request headers over " + std::to_string(opt.max_request_bytes) + " bytes");
       } else {
-        p = answer(c.in.substr(0, end), handler);
+        p = answer_request(c.in.substr(0, end), opt.token, [this](const std::string& path) { return render(path); });
         c.in.erase(0, end + skip);
       }
       c.close_after = !p.keep_alive;
-      c.out = encode(p);
+      c.out = encode_answer(p);
       count(p.response.status < 400 ? &http_stats::answered : &http_stats::refused);
       if (!flush(fd, c))
         return;
@@ -273,9 +219,18 @@ struct http_server::impl {
       return;
     auto& c = it->second;
     if (!c.out.empty()) {
-      if (events & (EPOLLERR | EPOLLHUP))
+      if (events & (EPOLLERR | EPOLLHUP)) {
         close_conn(fd);
-      else if (events & EPOLLOUT && flush(fd, c))
+        return;
+      }
+      if (events & EPOLLRDHUP) {
+        c.peer_done = true;  // it may still read its answers: watch for room only
+        epoll_event ev{};
+        ev.events = EPOLLOUT;
+        ev.data.fd = fd;
+        ::epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd, &ev);
+      }
+      if (events & EPOLLOUT && flush(fd, c))
         serve(fd, c);
       return;
     }
@@ -292,8 +247,12 @@ struct http_server::impl {
         continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         break;
-      close_conn(fd);  // closed by the client, or an error
-      return;
+      if (n < 0) {
+        close_conn(fd);  // an error
+        return;
+      }
+      c.peer_done = true;  // the client shut its side: answer what it sent
+      break;
     }
     serve(fd, c);
   }
@@ -313,6 +272,10 @@ struct http_server::impl {
     auto last_scan = clock::now();
     for (;;) {
       const int n = ::epoll_wait(epoll_fd, events, 256, 250);
+      if (n > 0) {
+        std::lock_guard<std::mutex> lock(stats_mutex);
+        stats.events += static_cast<uint64_t>(n);
+      }
       for (int i = 0; i < n; ++i) {
         const int fd = events[i].data.fd;
         if (fd == wake_fd)

@@ -39,10 +39,19 @@ struct http_options {
   /// complete request, and for an answer to be taken by a slow reader.
   std::chrono::milliseconds request_timeout{5000};
   std::chrono::milliseconds write_timeout{5000};
+  /// A 2xx answer is given again to requests for the same path for this long
+  /// (0: never): renders take the status board's lock, and a client that
+  /// pipelines 400 small requests must not cost 400 of them.
+  std::chrono::milliseconds reuse_for{500};
+  /// When not empty, every request must carry it (`Authorization: Bearer
+  /// TOKEN`, or `?token=TOKEN` for a browser); others get 401.
+  std::string token;
 };
 
 struct http_stats {
   uint64_t accepted = 0, answered = 0, timed_out = 0, evicted = 0, refused = 0;
+  uint64_t rendered = 0;  ///< calls of the handler (answers not reused)
+  uint64_t events = 0;    ///< epoll events handled: a loop that spins shows here
   size_t open = 0;
 };
 

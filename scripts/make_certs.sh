@@ -26,6 +26,16 @@ trap 'rm -f "$ext"' EXIT
 printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n' >"$ext"
 if [ -n "${SAN:-}" ]; then printf 'subjectAltName=%s\n' "$SAN" >>"$ext"; fi
 
+# A NAME is one plain file name in DIR: no '/', no leading '.', and not the
+# CA's own (signing ca.csr would overwrite ca.crt; node ca, ca.key).
+check_name() {
+  case $1 in
+    ca) echo "make_certs: NAME 'ca' is the CA's own file name; pick another (e.g. the node's host name)" >&2; exit 2 ;;
+    .*|*/*|'') echo "make_certs: NAME '$1' must be a plain file name in $dir (no '/', no leading '.')" >&2; exit 2 ;;
+  esac
+  [[ $1 =~ ^[A-Za-z0-9._-]+$ ]] || { echo "make_certs: NAME '$1' may hold only letters, digits, '.', '_' and '-'" >&2; exit 2; }
+}
+
 sign() {  # sign REQUEST NAME
   [ -f "$dir/ca.crt" ] && [ -f "$dir/ca.key" ] || { echo "make_certs: no CA in $dir (run: $0 ca $dir)" >&2; exit 2; }
   openssl x509 -req -in "$1" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days "$days" \
@@ -46,6 +56,7 @@ case $cmd in
   node|csr)
     [ $# -eq 3 ] || usage
     name=$3
+    check_name "$name"
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$name" \
       -keyout "$dir/$name.key" -out "$dir/$name.csr" 2>/dev/null
     if [ "$cmd" = node ]; then
@@ -58,6 +69,7 @@ case $cmd in
   sign)
     [ $# -eq 3 ] || usage
     name=$(basename "$3" .csr)
+    check_name "$name"
     sign "$3" "$name"
     ;;
   *) usage ;;

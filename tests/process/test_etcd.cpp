@@ -288,6 +288,20 @@ TEST_CASE("etcd: --control values", "[etcd]") {
   }
 }
 
+TEST_CASE("etcd: plain HTTP off this machine beside a TLS swarm is said at start", "[etcd]") {
+  // The TLS files need not exist: the warning comes before they are read.
+  const std::vector<std::string> tls{"--tls-ca",           "/nonexistent/ca.crt", "--tls-cert",
+                                     "/nonexistent/n.crt", "--tls-key",           "/nonexistent/n.key"};
+  auto args = std::vector<std::string>{"--role", "status", "--control", "etcd://10.0.0.1:2379"};
+  args.insert(args.end(), tls.begin(), tls.end());
+  const auto [code, out] = run_swarm_output(args, 30);
+  CHECK(code == 2);  // then the missing TLS files
+  CHECK_THAT(out, Catch::Contains("swarm: warning: --control etcd://10.0.0.1:2379 is plain HTTP while this swarm "
+                                  "uses TLS"));
+  args[3] = "etcd://127.0.0.1:2379";
+  CHECK_THAT(run_swarm_output(args, 30).second, !Catch::Contains("warning"));
+}
+
 TEST_CASE("etcd: an answer that is not etcd's is an error, never a crash", "[etcd]") {
   // A stand-in on the member's port answering each path with something wrong.
   httplib::Server fake;

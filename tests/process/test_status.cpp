@@ -222,6 +222,27 @@ void check_run_summary(const std::string& output, const std::string& metrics, co
 
 }  // namespace
 
+TEST_CASE("--http-token: a coordinator's HTTP port answers only requests carrying it", "[status]") {
+  const int http = free_port();
+  const pid_t coordinator = spawn_swarm({"--role", "coordinator", "--config", tiny, "--port", "0", "--http-port",
+                                         std::to_string(http), "--http-token", "t0k-en", "--log-level", "warn"});
+  httplib::Client client("127.0.0.1", http);
+  client.set_read_timeout(5, 0);
+  auto r = client.Get("/metrics");
+  for (int i = 0; i < 200 && !r; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    r = client.Get("/metrics");
+  }
+  REQUIRE(r);
+  CHECK(r->status == 401);
+  CHECK(client.Get("/api/status")->status == 401);
+  CHECK(client.Get("/api/status?token=t0k-e")->status == 401);
+  CHECK(client.Get("/", {{"Authorization", "Bearer t0k-en"}})->status == 200);
+  CHECK(client.Get("/metrics?token=t0k-en")->status == 200);
+  CHECK(client.Get("/api/status", {{"Authorization", "Bearer t0k-en"}})->status == 200);
+  CHECK(stop(coordinator) == 0);
+}
+
 TEST_CASE("the status page, /api/status and /metrics of a training cluster", "[status]") {
   const std::string base = "/tmp/swarm-test-status-" + std::to_string(getpid());
   const auto metrics = base + ".jsonl", output = base + ".out";

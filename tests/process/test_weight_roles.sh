@@ -86,6 +86,15 @@ expect 2 "exactly one source" -- "$swarm" --role export "${model[@]}" --out "$wo
 expect 2 "exactly one model" -- "$swarm" --role generate "${model[@]}" --checkpoint-dir "$work/ckpt" \
   --init-from "$work/hf/model.safetensors"
 expect 2 "config hash" -- "$swarm" --role export "${model[@]}" --d-model 32 --checkpoint-dir "$work/ckpt" --out "$work/x"
+# 200,000 nested brackets where a dtype goes (400 KB): dump() in the error message overflowed the stack.
+python3 -c '
+import struct, sys
+d = 200000
+h = "{\"a\":{\"dtype\":" + "[" * d + "]" * d + ",\"shape\":[1],\"data_offsets\":[0,4]}}"
+sys.stdout.buffer.write(struct.pack("<Q", len(h)) + h.encode() + bytes(4))' >"$work/deep.safetensors"
+expect 2 "nests deeper than 8 levels" -- "$swarm" --role export "${model[@]}" --init-from "$work/deep.safetensors" \
+  --out "$work/x"
+expect 2 "nests deeper than 8 levels" -- "$swarm" --role generate "${model[@]}" --init-from "$work/deep.safetensors"
 mkdir "$work/empty"
 expect 2 "holds no stage checkpoints" -- "$swarm" --role generate "${model[@]}" --checkpoint-dir "$work/empty"
 

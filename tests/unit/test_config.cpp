@@ -337,3 +337,31 @@ TEST_CASE("model hash changes with any model field", "[config]") {
   same.n_kv_heads = l.n_heads;
   CHECK(same.hash() == l.hash());
 }
+
+TEST_CASE("plain-HTTP etcd off this machine beside a TLS swarm is warned about", "[config]") {
+  const std::vector<std::string> tls{"--tls-ca", "ca.crt", "--tls-cert", "n.crt", "--tls-key", "n.key"};
+  const auto warnings = [&](std::vector<std::string> args, bool with_tls) {
+    args.insert(args.begin(), {"--role", "trainer"});
+    if (with_tls)
+      args.insert(args.end(), tls.begin(), tls.end());
+    const auto r = parse(args);
+    REQUIRE(r.config);
+    return r.warnings;
+  };
+  const auto w = warnings({"--control", "etcd://10.0.0.1:2379,127.0.0.1:2379"}, true);
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0], Catch::Contains("plain HTTP while this swarm uses TLS") && Catch::Contains("--control-ca"));
+  CHECK(warnings({"--control", "etcd://10.0.0.1:2379"}, false).empty());  // no TLS anywhere: nothing promised
+  CHECK(warnings({"--control", "etcd://127.0.0.1:2379,localhost:2380"}, true).empty());  // this machine only
+  CHECK(warnings({"--control", "etcd://10.0.0.1:2379", "--control-ca", "etcd-ca.crt"}, true).empty());
+  CHECK(warnings({"--coordinator", "10.0.0.1:7000"}, true).empty());
+}
+
+TEST_CASE("--http-token: URL-safe characters only", "[config]") {
+  const auto ok = parse({"--role", "coordinator", "--http-token", "Abc-1._~z"});
+  REQUIRE(ok.config);
+  CHECK(ok.config->coordinator.http_token == "Abc-1._~z");
+  const auto bad = parse({"--role", "coordinator", "--http-token", "a b&c"});
+  CHECK_FALSE(bad.config);
+  CHECK_THAT(bad.message, Catch::Contains("--http-token") && Catch::Contains("travels in URLs"));
+}

@@ -2,9 +2,12 @@
 // samplers, the tokenizer and --role prepare's pipeline. No torch, no CAF.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -119,8 +122,11 @@ TEST_CASE("a shard reads back what was written, in either token width", "[data][
     CHECK(h.tokens == tokens.size());
     CHECK(h.documents == 17);
     CHECK(h.vocab == vocab);
-    for (size_t i = 0; i < tokens.size(); ++i)
-      REQUIRE((*s)->at(static_cast<int64_t>(i)) == tokens[i]);
+    std::vector<int64_t> back(tokens.size());
+    REQUIRE_FALSE((*s)->read(0, static_cast<int64_t>(tokens.size()), back.data()));
+    CHECK(std::equal(back.begin(), back.end(), tokens.begin()));
+    REQUIRE_FALSE((*s)->read(7, 3, back.data()));
+    CHECK(back[0] == tokens[7]);
   }
   CHECK(write_shard(dir / "bad.bin", {5, 600}, 1, 1, 600).code() == errc::INTERNAL);  // 600 is outside [0, 600)
 }
@@ -196,7 +202,7 @@ TEST_CASE("a shard set reads its split only, never across a shard's end, and ref
   std::vector<int64_t> window(11);
   std::set<int64_t> seen;
   for (int64_t i = 0; i < (*train)->windows(11); ++i) {
-    (*train)->copy(i, 11, window.data());
+    REQUIRE_FALSE((*train)->copy(i, 11, window.data()));
     CHECK(std::set<int64_t>(window.begin(), window.end()).size() == 1);  // one shard's tokens only
     seen.insert(window[0]);
   }
@@ -215,6 +221,44 @@ TEST_CASE("a shard set reads its split only, never across a shard's end, and ref
              Catch::Contains("train-00001.bin") && Catch::Contains("truncated"));
 }
 
+TEST_CASE("a shard rewritten in place after its checks is an error on read, never a crash", "[data][shard]") {
+  temp_dir dir("rewritten");
+  const auto path = dir / "train-00000.bin";
+  // 20 KB: pages past the end of a truncated file are what a mapping turned into SIGBUS.
+  const auto write = [&] { REQUIRE_FALSE(write_shard(path, std::vector<uint32_t>(10'000, 1), 1, 9, 600)); };
+  std::vector<int64_t> window(11);
+  // Truncated in place: through a mapping the next read was SIGBUS.
+  write();
+  auto set = shard_set::open(dir.path.string(), "train", 9, 11);
+  REQUIRE(set);
+  REQUIRE_FALSE((*set)->copy(9000, 11, window.data()));
+  fs::resize_file(path, shard_header_bytes + 20);
+  CHECK_THAT((*set)->copy(9000, 11, window.data()).what(),
+             Catch::Contains("train-00000.bin") && Catch::Contains("changed since it was checked"));
+  std::mt19937_64 rng(1);
+  auto batch = sample_microbatch(**set, 2, 10, rng);
+  REQUIRE_FALSE(batch);
+  CHECK_THAT(batch.error().what(), Catch::Contains("changed since it was checked"));
+  // Overwritten in place with tokens outside the vocabulary, even with its
+  // modification time put back: refused, never handed to the model.
+  fs::remove(path);
+  write();
+  set = shard_set::open(dir.path.string(), "train", 9, 11);
+  REQUIRE(set);
+  struct stat before {};
+  REQUIRE(::stat(path.c_str(), &before) == 0);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(shard_header_bytes + 2 * 50));
+    f.write("\xff\xff", 2);
+  }
+  CHECK_THAT((*set)->copy(45, 11, window.data()).what(), Catch::Contains("changed since it was checked"));
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+  CHECK_THAT((*set)->copy(45, 11, window.data()).what(), Catch::Contains("token 65535 at 50 is outside"));
+  REQUIRE_FALSE((*set)->copy(0, 11, window.data()));  // the windows that did not change still read
+}
+
 TEST_CASE("the sampler is deterministic by seed, differs between seeds, and draws bytes as it always did",
           "[data][sampler]") {
   std::string bytes;
@@ -222,9 +266,9 @@ TEST_CASE("the sampler is deterministic by seed, differs between seeds, and draw
     bytes += static_cast<char>('a' + (i * 31) % 26);
   const corpus text(bytes);
   std::mt19937_64 a(7), b(7), c(8);
-  const auto ma = sample_microbatch(text, 4, 16, a);
-  CHECK(ma.inputs == sample_microbatch(text, 4, 16, b).inputs);
-  CHECK(ma.inputs != sample_microbatch(text, 4, 16, c).inputs);
+  const auto ma = *sample_microbatch(text, 4, 16, a);
+  CHECK(ma.inputs == sample_microbatch(text, 4, 16, b)->inputs);
+  CHECK(ma.inputs != sample_microbatch(text, 4, 16, c)->inputs);
   // The draws of the byte sampler before token sources existed: one uniform
   // start in [0, size - seq_len - 1] per sample. Checkpointed generators rely on it.
   std::mt19937_64 old(7);
@@ -250,7 +294,7 @@ TEST_CASE("trainer slots seed their samplers: the same slot repeats its windows,
   const corpus text(bytes);
   const auto draw = [&](uint64_t seed) {
     std::mt19937_64 rng(seed);
-    return sample_microbatch(text, 8, 16, rng).inputs;
+    return sample_microbatch(text, 8, 16, rng)->inputs;
   };
   CHECK(sampler_seed(1, 0) == sampler_seed(1, 0));
   CHECK(draw(sampler_seed(1, 0)) == draw(sampler_seed(1, 0)));
@@ -380,9 +424,10 @@ TEST_CASE(
   int64_t eos = 0, tokens = 0;
   for (const auto& sh : (*train)->shards()) {
     tokens += sh->size();
-    for (int64_t i = 0; i < sh->size(); ++i)
-      eos += sh->at(i) == 2;
-    CHECK(sh->at(sh->size() - 1) == 2);
+    std::vector<int64_t> ids(static_cast<size_t>(sh->size()));
+    REQUIRE_FALSE(sh->read(0, sh->size(), ids.data()));
+    eos += std::count(ids.begin(), ids.end(), 2);
+    CHECK(ids.back() == 2);
   }
   CHECK(tokens == one->tokens);
   CHECK(eos == one->documents);

@@ -1,5 +1,6 @@
 // net/http_server on loopback: what it answers, what it refuses, and that
 // idle clients can neither hold a thread nor keep a new client out.
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -12,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "net/http_request.hpp"
 #include "net/http_server.hpp"
 #include "net/tcp.hpp"
 
@@ -53,15 +55,17 @@ size_t count_of(const std::string& s, const std::string& what) {
   return n;
 }
 
-std::unique_ptr<swarm::http_server> serve(swarm::http_options opt = {}) {
+std::unique_ptr<swarm::http_server> serve(swarm::http_options opt = {}, std::atomic<int>* renders = nullptr) {
   auto s = swarm::http_server::start(
       "127.0.0.1", 0,
-      [](const std::string& path) {
+      [renders](const std::string& path) {
+        if (renders)
+          ++*renders;
         swarm::http_response r;
         if (path == "/boom")
           throw std::runtime_error("boom");
-        r.status = path == "/" ? 200 : 404;
-        r.body = "path " + path;
+        r.status = path == "/" || path == "/big" ? 200 : 404;
+        r.body = path == "/big" ? std::string(32 << 20, 'b') : "path " + path;
         return r;
       },
       opt);
@@ -146,4 +150,103 @@ TEST_CASE("idle HTTP clients are cut off and cannot keep a new client out", "[ht
   ::close(fresh);
   CHECK(server->stats().timed_out == 8);
   CHECK(server->stats().open == 0);
+}
+
+TEST_CASE("a client that half-closes while its answer is pending is answered without spinning the loop", "[http]") {
+  auto server = serve();
+  const int fd = dial(server->port());
+  // 32 MiB cannot fit in loopback's socket buffers: the answer waits on the client.
+  const std::string request = "GET /big HTTP/1.1\r\n\r\n";
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ::shutdown(fd, SHUT_WR);
+  const auto before = server->stats().events;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // A half-closed socket is readable at once, forever: watched for that, the
+  // loop woke tens of thousands of times here.
+  CHECK(server->stats().events - before < 20);
+  bool closed = false;
+  const auto got = exchange(fd, "", 5000, &closed);
+  CHECK(got.size() > (32u << 20));  // the whole answer still arrives
+  CHECK(got.rfind("HTTP/1.1 200 OK", 0) == 0);
+  CHECK(closed);
+  ::close(fd);
+}
+
+TEST_CASE("a client that sends its request and half-closes at once still gets the answer", "[http]") {
+  auto server = serve();
+  const int fd = dial(server->port());
+  const std::string request = "GET / HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\n\r\n";
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  ::shutdown(fd, SHUT_WR);
+  bool closed = false;
+  const auto got = exchange(fd, "", 2000, &closed);
+  CHECK(count_of(got, "HTTP/1.1 200 OK") == 1);
+  CHECK(count_of(got, "HTTP/1.1 404") == 1);
+  CHECK(closed);
+  ::close(fd);
+}
+
+TEST_CASE("400 pipelined requests on one connection cost one render, not 400", "[http]") {
+  for (const int reuse_ms : {500, 0}) {
+    std::atomic<int> renders{0};
+    swarm::http_options opt;
+    opt.reuse_for = std::chrono::milliseconds(reuse_ms);
+    auto server = serve(opt, &renders);
+    const int fd = dial(server->port());
+    std::string burst;
+    for (int i = 0; i < 400; ++i)
+      burst += "GET / HTTP/1.1\r\nX-Pad: " + std::string(7000, 'p') + "\r\n\r\n";
+    const auto start = std::chrono::steady_clock::now();
+    std::string got = exchange(fd, burst, 200);
+    while (count_of(got, "HTTP/1.1 200 OK") < 400 &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(10))
+      got += exchange(fd, "", 200);
+    const auto took =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    INFO("reuse " << reuse_ms << " ms; 400 answers took " << took << " ms, " << renders << " renders");
+    CHECK(count_of(got, "HTTP/1.1 200 OK") == 400);
+    if (reuse_ms > 0)
+      CHECK(renders <= 1 + took / reuse_ms);  // one per reuse period, however many requests
+    else
+      CHECK(renders == 400);
+    CHECK(server->stats().rendered == static_cast<uint64_t>(renders.load()));
+    ::close(fd);
+  }
+}
+
+TEST_CASE("with a token, every path needs it, as a bearer header or ?token=", "[http]") {
+  swarm::http_options opt;
+  opt.token = "s3cret-Token_1";
+  opt.reuse_for = std::chrono::milliseconds(0);
+  std::atomic<int> renders{0};
+  auto server = serve(opt, &renders);
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 401 Unauthorized"},
+      {"GET /metrics HTTP/1.1\r\n\r\n", "HTTP/1.1 401"},
+      {"GET /?token=s3cret-Token_ HTTP/1.1\r\n\r\n", "HTTP/1.1 401"},
+      {"GET /?token=s3cret-Token_12 HTTP/1.1\r\n\r\n", "HTTP/1.1 401"},
+      {"GET / HTTP/1.1\r\nAuthorization: Bearer s3cret-token_1\r\n\r\n", "HTTP/1.1 401"},
+      {"GET / HTTP/1.1\r\nAuthorization: Basic s3cret-Token_1\r\n\r\n", "HTTP/1.1 401"},
+      {"GET / HTTP/1.1\r\nAuthorization: Bearer s3cret-Token_1\r\n\r\n", "HTTP/1.1 200"},
+      {"GET / HTTP/1.1\r\nauthorization:  bearer s3cret-Token_1 \r\n\r\n", "HTTP/1.1 200"},
+      {"GET /?token=s3cret-Token_1 HTTP/1.1\r\n\r\n", "HTTP/1.1 200"},
+      {"GET /metrics?a=1&token=s3cret-Token_1&b=2 HTTP/1.1\r\n\r\n",
+       "HTTP/1.1 404"},  // past the token: the route's own answer
+  };
+  for (const auto& [request, status] : cases) {
+    const int c = dial(server->port());
+    INFO(request);
+    const auto got = exchange(c, request, 500);
+    CHECK(got.rfind(status, 0) == 0);
+    if (status == "HTTP/1.1 401 Unauthorized")
+      CHECK(got.find("WWW-Authenticate: Bearer") != std::string::npos);
+    ::close(c);
+  }
+  CHECK(renders == 4);  // the refused never reach the handler
+  CHECK(swarm::same_secret("abc", "abc"));
+  CHECK_FALSE(swarm::same_secret("abd", "abc"));
+  CHECK_FALSE(swarm::same_secret("ab", "abc"));
+  CHECK_FALSE(swarm::same_secret("abcd", "abc"));
+  CHECK_FALSE(swarm::same_secret("", "abc"));
 }

@@ -151,6 +151,8 @@ const std::vector<std::string> every_key_set = {"--role",
                                                 "8080",
                                                 "--http-host",
                                                 "0.0.0.0",
+                                                "--http-token",
+                                                "t0ken",
                                                 "--averaging-timeout",
                                                 "12.5",
                                                 "--rebalance",
@@ -306,14 +308,30 @@ TEST_CASE("every key round-trips through to_flags and the parser", "[config][key
   // A cluster's child gets exactly the keys that reach the whole swarm: not the
   // launcher's own, nor one process's port, address, stage or test hook.
   auto common = to_flags(*set.config);
-  for (const char* own : {"--role",         "--out",           "--port",
-                          "--port-file",    "--http-port",     "--http-host",
-                          "--coordinator",  "--stage",         "--host",
-                          "--server-port",  "--slowdown",      "--fault",
-                          "--fault-after",  "--trainers",      "--servers-per-stage",
-                          "--chaos",        "--stage-servers", "--server-slowdowns",
-                          "--input",        "--vocab-size",    "--encode",
-                          "--val-fraction", "--shard-tokens"}) {
+  for (const char* own : {"--role",
+                          "--out",
+                          "--port",
+                          "--port-file",
+                          "--http-port",
+                          "--http-host",
+                          "--http-token",
+                          "--coordinator",
+                          "--stage",
+                          "--host",
+                          "--server-port",
+                          "--slowdown",
+                          "--fault",
+                          "--fault-after",
+                          "--trainers",
+                          "--servers-per-stage",
+                          "--chaos",
+                          "--stage-servers",
+                          "--server-slowdowns",
+                          "--input",
+                          "--vocab-size",
+                          "--encode",
+                          "--val-fraction",
+                          "--shard-tokens"}) {
     INFO(own);
     CHECK(std::find(common.begin(), common.end(), own) == common.end());
   }

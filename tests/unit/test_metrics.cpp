@@ -100,7 +100,7 @@ TEST_CASE("a missing or too small corpus is a clear error", "[corpus]") {
   std::ofstream(path) << "hello world, hello swarm";
   auto text = swarm::corpus::load(path, 10);
   std::mt19937_64 rng(1);
-  auto mb = swarm::sample_microbatch(text, 3, 5, rng);
+  auto mb = *swarm::sample_microbatch(text, 3, 5, rng);
   REQUIRE(mb.inputs.size() == 15);
   for (size_t i = 0; i < 15; ++i) {
     // targets are the inputs shifted by one byte within each window

@@ -113,3 +113,27 @@ TEST_CASE("safetensors: hostile files are refused before any data is read", "[sa
                                     R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
                                     data)));
 }
+
+TEST_CASE("safetensors: a deeply nested or huge header value is refused in a short message, never a crash",
+          "[safetensors]") {
+  // 200,000 nested brackets (400 KB) where a dtype or a shape goes: printing
+  // such a value for the error recursed once per level and overflowed the stack.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  for (const auto& header : {R"({"a":{"dtype":)" + deep + R"(,"shape":[1],"data_offsets":[0,4]}})",
+                             R"({"a":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,4]}})",
+                             R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":)" + deep + "}", deep}) {
+    const auto why = refusal(raw(header, std::string(4, '\0')));
+    CHECK_THAT(why, Catch::Contains("nests deeper than 8 levels"));
+    CHECK(why.size() < 200);
+  }
+  // A wide value is described by its size, not printed whole.
+  std::string wide = "[";
+  for (int i = 0; i < 100000; ++i)
+    wide += (i ? ",\"x\"" : "\"x\"");
+  wide += "]";
+  const auto why = refusal(raw(R"({"a":{"dtype":"F32","shape":)" + wide + R"(,"data_offsets":[0,4]}})", "abcd"));
+  CHECK_THAT(why, Catch::Contains("shape an array of 100000 values"));
+  CHECK(why.size() < 200);
+  // Real headers, three levels deep, still parse.
+  CHECK(parse_safetensors(raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", "abcd")));
+}
