@@ -78,13 +78,14 @@ int main(int argc, char** argv) {
     const int n = 20000;
     int64_t check = 0;
     const auto started = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; ++i)
+    for (int i = 0; i < n; ++i) {
       auto mb = sample_microbatch(*src, batch, seq, rng);
-    if (!mb) {
-      std::cerr << mb.error().what() << "\n";
-      return 2;
+      if (!mb) {
+        std::cerr << mb.error().what() << "\n";
+        return 2;
+      }
+      check += mb->inputs[0];
     }
-    check += mb->inputs[0];
     const double secs = seconds_since(started);
     std::printf("sample source=%s tokens=%lld microbatch=%lldx%lld us_per_microbatch=%.2f (checksum %lld)\n", name,
                 static_cast<long long>(src->tokens()), static_cast<long long>(batch), static_cast<long long>(seq),

@@ -101,6 +101,18 @@ std::string judge_basp_header(const unsigned char* h, bool first, const basp_lim
   return {};
 }
 
+std::string judge_routed_source(const unsigned char* header, const char* payload, size_t n, const std::string& node) {
+  constexpr unsigned routed_message = 3;
+  if (header[0] != routed_message)
+    return {};
+  // Its payload begins with the source node, serialized as the handshake
+  // serialized the peer's own: another node there is a forged sender (CAF
+  // 0.17 would deliver it as that node's, even as one of this node's actors).
+  if (node.empty() || n < node.size() || std::memcmp(payload, node.data(), node.size()) != 0)
+    return "a routed message naming another node as its sender";
+  return {};
+}
+
 std::string judge_tls_header(const unsigned char* h, bool first) {
   enum : unsigned { change_cipher_spec = 20, alert = 21, handshake = 22, application_data = 23 };
   const unsigned type = h[0];
@@ -160,6 +172,7 @@ struct basp_guard::impl {
       l->cut();
       return;
     }
+    std::string node;  // plain: the peer's node id, as its client handshake serialized it
     for (bool first = true, shook = false;; first = false) {
       if (shook)
         deadline = clock_type::time_point::max();
@@ -180,10 +193,21 @@ struct basp_guard::impl {
       if (first && opts.tls && !open_backend(l, who))
         break;
       size_t left = opts.tls ? tls_record_size(h) : basp_payload_size(h);
-      bool ok = write_all(l->backend, reinterpret_cast<const char*>(h), header_size);
-      while (ok && left > 0) {
+      // The header goes on with the payload's first piece, once that was judged; a heartbeat alone.
+      bool ok = left > 0 || write_all(l->backend, reinterpret_cast<const char*>(h), header_size);
+      for (bool head = true; ok && left > 0; head = false) {
         const size_t n = std::min(left, buf.size());
-        ok = read_exact(l->peer, buf.data(), n, deadline, idle) && write_all(l->backend, buf.data(), n);
+        ok = read_exact(l->peer, buf.data(), n, deadline, idle);
+        if (ok && head && !opts.tls) {
+          if (first)  // the handshake (<= max_handshake) comes whole in one piece
+            node.assign(buf.data(), n);
+          if (auto forged = judge_routed_source(h, buf.data(), n, node); !forged.empty()) {
+            refuse(who, forged);
+            ok = false;
+          }
+        }
+        ok = ok && (!head || write_all(l->backend, reinterpret_cast<const char*>(h), header_size)) &&
+             write_all(l->backend, buf.data(), n);
         left -= n;
       }
       if (!ok)

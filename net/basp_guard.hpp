@@ -47,6 +47,12 @@ struct basp_limits {
 /// `first`: the connection's first frame, which must be a client handshake.
 [[nodiscard]] std::string judge_basp_header(const unsigned char* header, bool first, const basp_limits& limits);
 
+/// Why a frame is refused for the sender it claims, or empty: a routed message
+/// (operation 3) must name the connection's own node, `node` (the payload of its
+/// client handshake), as its source; `payload` holds the frame's first `n` bytes.
+[[nodiscard]] std::string judge_routed_source(const unsigned char* header, const char* payload, size_t n,
+                                              const std::string& node);
+
 /// The payload length a header announces.
 [[nodiscard]] uint32_t basp_payload_size(const unsigned char* header);
 

@@ -20,13 +20,13 @@ namespace swarm::hostile {
 struct targets {
   caf::actor coordinator;
   caf::actor averager;
-  std::vector<caf::actor> servers;          ///< stage servers, with their stage and id below
-  std::vector<uint32_t> server_stages;      ///< parallel to servers
-  std::vector<std::string> server_ids;      ///< parallel to servers
-  std::vector<caf::actor> doors;            ///< one per server (may be null)
-  caf::actor bait;                          ///< the stranger's own actor: named as reload source, round member, coordinator
-  std::string bait_endpoint;                ///< "host:port" where bait is published
-  uint64_t config_hash = 0;                 ///< the swarm's (so some messages pass the first check)
+  std::vector<caf::actor> servers;      ///< stage servers, with their stage and id below
+  std::vector<uint32_t> server_stages;  ///< parallel to servers
+  std::vector<std::string> server_ids;  ///< parallel to servers
+  std::vector<caf::actor> doors;        ///< one per server (may be null)
+  caf::actor bait;                      ///< the stranger's own actor: named as reload source, round member, coordinator
+  std::string bait_endpoint;            ///< "host:port" where bait is published
+  uint64_t config_hash = 0;             ///< the swarm's (so some messages pass the first check)
 };
 
 struct message_case {

@@ -154,7 +154,8 @@ int main(int argc, char** argv) {
     }
     std::this_thread::sleep_for(100ms);
     for (bool more = true; more;)
-      self->receive([](caf::message&) {}, [](caf::error&) {}, caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+      self->receive([](caf::message&) {}, [](caf::error&) {},
+                    caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
   }
   for (const auto& [interface, what] : kinds)
     std::printf("hostile: %s: %zu kinds of message, %d sent\n", interface.c_str(), what.size(), sent[interface]);

@@ -93,9 +93,7 @@ void hostile_run(std::vector<std::string> flags, const std::vector<std::string>&
 
 }  // namespace
 
-TEST_CASE("a stranger sending every message of every interface changes nothing", "[hostile]") {
-  hostile_run({}, {});
-}
+TEST_CASE("a stranger sending every message of every interface changes nothing", "[hostile]") { hostile_run({}, {}); }
 
 TEST_CASE("a member holding a valid certificate sending every message changes nothing", "[hostile][tls]") {
   const test_certs certs;

@@ -351,6 +351,19 @@ TEST_CASE("the CAF port's guard passes BASP frames and refuses what crashes or s
     CHECK_FALSE(judge(op, 32, false).empty());
 }
 
+TEST_CASE("the guard refuses a routed message that names another node as its sender", "[wire][guard]") {
+  // CAF 0.17 delivers a routed message as its claimed source node's, and as
+  // one of this node's own actors when it names this node: every sender check forged.
+  const std::string node = "\x01peer-node-id-as-serialized";  // a client handshake's payload
+  unsigned char routed[basp_header_size] = {3}, direct[basp_header_size] = {2};
+  const std::string own = node + "\x01dest", other = "\x01this-node-id-as-serialized" + std::string("\x01dest");
+  CHECK(judge_routed_source(routed, own.data(), own.size(), node).empty());
+  CHECK_FALSE(judge_routed_source(routed, other.data(), other.size(), node).empty());
+  CHECK_FALSE(judge_routed_source(routed, own.data(), node.size() - 1, node).empty());  // cut short
+  CHECK_FALSE(judge_routed_source(routed, own.data(), own.size(), "").empty());         // before any handshake
+  CHECK(judge_routed_source(direct, other.data(), other.size(), node).empty());  // its sender is the connection's
+}
+
 TEST_CASE("the guard of a TLS port passes TLS records and nothing else", "[wire][guard]") {
   auto judge = [](unsigned type, unsigned major, uint32_t size, bool first) {
     const unsigned char h[tls_header_size] = {static_cast<unsigned char>(type), static_cast<unsigned char>(major), 3,
