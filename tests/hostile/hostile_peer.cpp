@@ -5,6 +5,8 @@
 //
 //   swarm-hostile HOST:PORT SECONDS SEED CONFIG [CA CERT KEY]
 //
+// SEED "probes": only the two probes (see probe()), then SECONDS of watching.
+//
 // CONFIG: the swarm's --config file (its model hash lets some messages past
 // the first check, as a stranger who read the swarm's config would).
 //
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -98,6 +101,29 @@ bool coordinator_answers(caf::actor_system& sys, const caf::actor& coordinator) 
   return ok;
 }
 
+/// The two probes, once each: a `deadline` for stage 1,000,000 at the
+/// averager (it killed the coordinator) and a move order for a stage the
+/// first server does not serve with term 2^63-1 (it fenced that server off);
+/// then `seconds` of watching. Exit as main's.
+int probe(caf::actor_system& sys, const hostile::targets& t, double seconds) {
+  using old_deadline = caf::atom_constant<caf::atom("deadline")>;
+  caf::scoped_actor self{sys};
+  self->send(t.averager, old_deadline::value, uint32_t{1000000}, uint64_t{0}, uint64_t{0});
+  proto::move_order move;
+  move.set_stage(t.server_stages.front() == 0 ? 1 : 0);
+  move.set_to_stage(t.server_stages.front());
+  move.set_reason("load");
+  move.set_term(std::numeric_limits<int64_t>::max());
+  self->send(t.servers.front(), move_atom::value, wrap(move));
+  std::printf("hostile: probes sent to the averager and to server %s\n", t.server_ids.front().c_str());
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const bool alive = coordinator_answers(sys, t.coordinator);
+  std::printf("hostile: coordinator answers: %s\n", alive ? "yes" : "no");
+  std::fflush(stdout);
+  sys.middleman().stop();
+  std::_Exit(alive ? 0 : 1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,7 +136,8 @@ int main(int argc, char** argv) {
   const std::string host = address.substr(0, colon);
   const auto port = static_cast<uint16_t>(std::stoi(address.substr(colon + 1)));
   const double seconds = std::stod(argv[2]);
-  std::mt19937_64 rng(std::stoull(argv[3]));
+  const bool probes_only = std::string{argv[3]} == "probes";
+  std::mt19937_64 rng(probes_only ? 0 : std::stoull(argv[3]));
   caf::actor_system_config cfg;
   cfg.load<caf::io::middleman>();
   if (argc == 8) {
@@ -140,6 +167,8 @@ int main(int argc, char** argv) {
   }
   t.bait_endpoint = "127.0.0.1:" + std::to_string(*published);
 
+  if (probes_only)
+    return probe(sys, t, seconds);
   // Every case, reshuffled with fresh fields, until the time is up; a request
   // among them is answered to this scoped actor, whose mailbox is emptied as it goes.
   std::map<std::string, std::set<std::string>> kinds;
