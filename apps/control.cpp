@@ -201,6 +201,7 @@ recorder::recorder(endpoints where, etcd_leadership won) : won_(std::move(won)) 
 }
 
 recorder::~recorder() {
+  (void)flush(flush_wait);
   {
     std::lock_guard<std::mutex> lock(m_);
     stop_ = true;
@@ -208,6 +209,13 @@ recorder::~recorder() {
   cv_.notify_one();
   if (thread_.joinable())
     thread_.join();
+}
+
+bool recorder::flush(std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(m_);
+  // A write failed (etcd unreachable) waits 200 ms and is tried again: within `wait`.
+  drained_.wait_for(lock, wait, [&] { return gone_ || (pending_.empty() && !writing_); });
+  return !gone_ && pending_.empty() && !writing_;
 }
 
 void recorder::put(const std::string& key, const std::string& value) {
@@ -225,15 +233,21 @@ void recorder::run(endpoints where) {
     std::map<std::string, std::string> batch;
     {
       std::unique_lock<std::mutex> lock(m_);
+      writing_ = false;
+      drained_.notify_all();
       cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
       if (stop_)
         return;
       batch.swap(pending_);
+      writing_ = true;
     }
     for (const auto& [key, value] : batch) {
       auto ok = client.put_if_leader(won_, state_prefix + key, value);
       if (ok && !*ok) {
         log->warn("etcd: not recording {}: this coordinator no longer leads (term {})", key, won_.term);
+        std::lock_guard<std::mutex> lock(m_);
+        gone_ = true;
+        drained_.notify_all();
         return;
       }
       if (!ok) {  // kept for the next round of writes: the newest value wins

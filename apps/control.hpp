@@ -108,23 +108,34 @@ private:
 };
 
 /// Writes records for a leader, the newest value of each key, in a thread of
-/// its own (put_if_leader: nothing once it no longer leads).
+/// its own (put_if_leader: nothing once it no longer leads). A leader that
+/// steps down flushes first: what it recorded last is what its successor
+/// resumes from.
 class recorder {
 public:
+  /// How long the destructor waits for queued records to be written.
+  static constexpr std::chrono::milliseconds flush_wait{2000};
+
   recorder(endpoints where, etcd_leadership won);
+  /// Flushes (at most flush_wait), then stops.
   ~recorder();
   recorder(const recorder&) = delete;
   recorder& operator=(const recorder&) = delete;
 
   void put(const std::string& key, const std::string& value);
+  /// Waits up to `wait` until every record put so far is written; whether
+  /// they are (false too once etcd said this process no longer leads).
+  [[nodiscard]] bool flush(std::chrono::milliseconds wait);
 
 private:
   void run(endpoints where);
   etcd_leadership won_;
   std::mutex m_;
-  std::condition_variable cv_;
+  std::condition_variable cv_, drained_;  ///< cv_: records to write; drained_: a batch written
   std::map<std::string, std::string> pending_;
   bool stop_ = false;
+  bool writing_ = true;  ///< a batch taken from pending_ not written yet (and before the thread's first wait)
+  bool gone_ = false;    ///< no longer leads: nothing more will be written
   std::thread thread_;
 };
 
