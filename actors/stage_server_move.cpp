@@ -31,8 +31,26 @@ int stage_of(server_ptr self) { return self->state.worker->span().stage; }
 /// The node has not seen the coordinator's connection drop (always, without a node).
 bool coordinator_up(const stage_server_state& st) { return !st.cfg.coordinator_up || *st.cfg.coordinator_up; }
 
+/// A registration's term: `adopt` for the node's (it registers only with the
+/// leader etcd names now, so even an older term becomes the newest: etcd
+/// restored from an older snapshot); `fence` for a moved server's own, with
+/// the coordinator it had, which may have been deposed since.
+enum class term_rule { adopt, fence };
+
+bool take_term(server_ptr self, int64_t term, term_rule rule) {
+  auto& newest = self->state.member.newest_term;
+  if (rule == term_rule::fence)
+    return accept_term(self, term, "registration");
+  if (term < newest)
+    get_logger("stage_server")
+        ->warn("stage {}: the leader etcd names has term {}, below the {} seen before (etcd restored?): following it",
+               stage_of(self), term, newest);
+  newest = term;
+  return true;
+}
+
 /// Registers as the stage served now and fetches the averager; the refusal, if any.
-caf::error register_now(server_ptr self) {
+caf::error register_now(server_ptr self, term_rule rule) {
   auto& st = self->state;
   st.member.registration.set_stage(static_cast<uint32_t>(stage_of(self)));
   caf::error refused;
@@ -47,7 +65,7 @@ caf::error register_now(server_ptr self) {
               term = rep->term();
           },
           [&](caf::error& err) { refused = std::move(err); });
-  if (!refused && !accept_term(self, term, "registration"))
+  if (!refused && !take_term(self, term, rule))
     refused = make_error(errc::PEER_GONE, "the coordinator's term " + std::to_string(term) +
                                               " is older than one this server saw: it no longer leads");
   if (refused)
@@ -109,7 +127,7 @@ void move_now(server_ptr self) {
   st.member.hand_in_timer = false;
   enter(self, phase_event::moved);
   if (reachable)
-    if (auto err = register_now(self))
+    if (auto err = register_now(self, term_rule::fence))
       log->warn("stage {}: registering failed: {}; its node registers it when the coordinator is back", to,
                 describe(err));
   const double secs = seconds_since(st.member.move_ordered);
@@ -141,7 +159,7 @@ caf::result<std::string> on_register(server_ptr self, const encoded<proto::regis
   self->state.member.registration = std::move(*reg);
   self->state.member.coordinator = caf::actor_cast<coordinator_actor>(coordinator);
   averaging::abandon_round(self);
-  if (auto err = register_now(self))
+  if (auto err = register_now(self, term_rule::adopt))
     return err;
   return std::string{};
 }

@@ -76,8 +76,11 @@ std::shared_ptr<const std::atomic<int64_t>> start_leader_watch(endpoints where) 
   auto newest = std::make_shared<std::atomic<int64_t>>(0);
   std::thread([where = std::move(where), newest] {
     etcd_client client(where.members, std::chrono::milliseconds(500), where.tls);
+    // The leader's term as etcd names it now, not the highest seen: after etcd
+    // was restored from an older snapshot its leaders have lower terms, and a
+    // node must follow them (apps/node.cpp).
     const auto look = [&] {
-      if (auto found = find_leader(client); found && *found && (*found)->term > newest->load())
+      if (auto found = find_leader(client); found && *found)
         *newest = (*found)->term;
       return true;
     };

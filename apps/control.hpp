@@ -65,9 +65,10 @@ struct resume_state {
 [[nodiscard]] caf::expected<resume_state> load_resume(etcd_client& client, int stages);
 
 /// Follows the election with etcd's watch, in a thread of its own that lives
-/// as long as the process: the newest leader term etcd named (0 until the
-/// first answer), read again whenever the election's keys change (and at
-/// least every 5 s, when the watch is quiet or has to be made again).
+/// as long as the process: the term of the leader etcd names now (0 until the
+/// first answer; the last one while none leads), read again whenever the
+/// election's keys change (and at least every 5 s, when the watch is quiet or
+/// has to be made again).
 [[nodiscard]] std::shared_ptr<const std::atomic<int64_t>> start_leader_watch(endpoints where);
 
 /// A thread that every 2 s tells `metrics`' observers (the status board; not

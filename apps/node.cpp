@@ -14,6 +14,7 @@
 
 #include "actors/coordinator_client.hpp"
 #include "apps/control.hpp"
+#include "policy/following.hpp"
 #include "messages/errors.hpp"
 #include "models/shape/cost_model.hpp"
 #include "messages/types.hpp"
@@ -181,7 +182,7 @@ caf::expected<coordinator_actor> node::dial_coordinator(const std::string& fixed
     // etcd still naming the lost leader: it may live on (only the link
     // dropped), or be dead until its lease expires, its machine maybe gone:
     // a short try each time, so that its successor is not kept waiting.
-    const bool lost_one = etcd_ && lost && found_term_ <= lost_term;
+    const bool lost_one = etcd_ && lost && found_term_ == lost_term;
     if (!address)
       handle = std::move(address.error());
     else if (!hp)
@@ -298,7 +299,7 @@ node::wait_result node::wait_for(const caf::actor& whom, const caf::actor& watch
   for (;;) {
     // --control: a newer leader can be elected while the old one's link still
     // looks alive (it was stopped, or cut off from etcd): follow etcd's word.
-    if (newest_term_ && watched && newest_term_->load() > term_)
+    if (watched && leader_changed())
       return {true, {}};
     if (stop_requested && !asked) {
       self->send_exit(whom, caf::exit_reason::user_shutdown);
@@ -315,6 +316,21 @@ node::wait_result node::wait_for(const caf::actor& whom, const caf::actor& watch
 }
 
 caf::error node::wait_for(const caf::actor& whom) { return wait_for(whom, caf::actor{}).reason; }
+
+bool node::leader_changed() {
+  if (!newest_term_)
+    return false;
+  const auto next = policy::follow_leader(newest_term_->load(), term_);
+  if (next != policy::follow::confirm)
+    return next == policy::follow::rejoin;
+  // Asked at most once a second: a watch that lags behind catches up within milliseconds.
+  const auto now = std::chrono::steady_clock::now();
+  if (now - lower_checked_ < std::chrono::seconds(1))
+    return false;
+  lower_checked_ = now;
+  auto found = control::find_leader(*etcd_);
+  return found && *found && (*found)->term != term_;
+}
 
 caf::error node::run_with_coordinator(const caf::actor& whom, coordinator_actor coord, const std::string& address,
                                       const std::function<bool(const coordinator_actor&)>& rejoin,

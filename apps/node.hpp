@@ -93,7 +93,7 @@ public:
 
   /// Waits until `whom` terminates and returns its exit reason; a signal asks
   /// it to exit. Whenever the coordinator goes down meanwhile (with
-  /// --control: or etcd names a leader of a newer term), connects to its
+  /// --control: or etcd names another leader), connects to its
   /// successor at `address` (or etcd's leader) and calls `rejoin(new
   /// coordinator)` until that returns true; `coordinator_up`, if given, says
   /// whether one is joined.
@@ -119,6 +119,9 @@ private:
   };
   wait_result wait_for(const caf::actor& whom, const caf::actor& watched);
   caf::expected<coordinator_actor> dial_coordinator(const std::string& address, const caf::actor_addr& lost);
+  /// --control: whether etcd names a leader other than the one joined (a lower
+  /// term too: etcd's word is what a term means, even after a restore).
+  bool leader_changed();
   /// --control: the leader's address now (its term in found_term_); an error while none leads.
   caf::expected<std::string> leader_address();
 
@@ -133,9 +136,10 @@ private:
   std::unique_ptr<caf::actor_system> sys_;
   std::shared_ptr<bulk_endpoint> bulk_;
   std::unique_ptr<etcd_client> etcd_;                        ///< --control only
-  std::shared_ptr<const std::atomic<int64_t>> newest_term_;  ///< --control: etcd's newest leader term (its watch)
+  std::shared_ptr<const std::atomic<int64_t>> newest_term_;  ///< --control: the term of etcd's leader now (its watch)
   int64_t term_ = 0;                                         ///< --control: the joined leader's term
   int64_t found_term_ = 0;  ///< --control: the term of the leader leader_address found last
+  std::chrono::steady_clock::time_point lower_checked_;  ///< leader_changed() last asked etcd
 };
 
 }  // namespace swarm
