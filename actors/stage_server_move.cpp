@@ -12,56 +12,6 @@
 #include "net/tls.hpp"
 #include "messages/wire.hpp"
 
-namespace swarm {
-
-caf::error adopt_state(stage_worker& worker, const caf::expected<std::string>& reply, const std::string& server_id,
-                       const std::string& from, std::chrono::steady_clock::time_point started, metrics_sink& metrics,
-                       std::optional<std::pair<uint64_t, uint64_t>> expected) {
-  if (!reply)
-    return reply.error();
-  auto rep = decode<proto::state_reply>(*reply, "state_reply");
-  if (!rep)
-    return rep.error();
-  if (expected && (rep->step() != expected->first || rep->parameter_hash() != expected->second))
-    return make_error(errc::BAD_REQUEST, from + " sent the state of step " + std::to_string(rep->step()) + " (hash " +
-                                             std::to_string(rep->parameter_hash()) + "), not its stage's step " +
-                                             std::to_string(expected->first) + " (hash " +
-                                             std::to_string(expected->second) + "): not adopted");
-  if (auto err = worker.import_state(rep->state()))
-    return to_caf(err);
-  if (worker.parameter_hash() != rep->parameter_hash())
-    return make_error(errc::INTERNAL, "imported parameters hash differently from the peer's");
-  const double secs = seconds_since(started);
-  const int64_t stage = worker.span().stage;
-  get_logger("stage_server")
-      ->info("stage {}: copied the state at step {} from {} ({} bytes, {:.2f} s)", stage, rep->step(), from,
-             rep->state().size(), secs);
-  metrics.emit("state_download", {{"stage", stage},
-                                  {"server", server_id},
-                                  {"from", from},
-                                  {"step", static_cast<int64_t>(rep->step())},
-                                  {"bytes", static_cast<int64_t>(rep->state().size())},
-                                  {"seconds", secs},
-                                  {"hash", std::to_string(rep->parameter_hash())}});
-  return caf::none;
-}
-
-caf::expected<std::shared_ptr<stage_worker>> build_stage_worker(const stage_server_config& cfg, int stage) {
-  try {
-    auto worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.num_stages, cfg.device);
-    worker->set_activation_cache(cfg.server.activation_cache_mb << 20);
-    worker->set_bf16(cfg.bf16);
-    if (cfg.initial_weights)
-      if (auto err = worker->load_parameters(*cfg.initial_weights))
-        return make_error(errc::BAD_CONFIG, std::string{"--init-from: "} + err.what());
-    return worker;
-  } catch (const std::exception& e) {
-    return make_error(errc::BAD_CONFIG, "cannot build stage " + std::to_string(stage) + ": " + e.what());
-  }
-}
-
-}  // namespace swarm
-
 namespace swarm::moving {
 
 namespace {
@@ -81,8 +31,26 @@ int stage_of(server_ptr self) { return self->state.worker->span().stage; }
 /// The node has not seen the coordinator's connection drop (always, without a node).
 bool coordinator_up(const stage_server_state& st) { return !st.cfg.coordinator_up || *st.cfg.coordinator_up; }
 
+/// A registration's term: `adopt` for the node's (it registers only with the
+/// leader etcd names now, so even an older term becomes the newest: etcd
+/// restored from an older snapshot); `fence` for a moved server's own, with
+/// the coordinator it had, which may have been deposed since.
+enum class term_rule { adopt, fence };
+
+bool take_term(server_ptr self, int64_t term, term_rule rule) {
+  auto& newest = self->state.member.newest_term;
+  if (rule == term_rule::fence)
+    return accept_term(self, term, "registration");
+  if (term < newest)
+    get_logger("stage_server")
+        ->warn("stage {}: the leader etcd names has term {}, below the {} seen before (etcd restored?): following it",
+               stage_of(self), term, newest);
+  newest = term;
+  return true;
+}
+
 /// Registers as the stage served now and fetches the averager; the refusal, if any.
-caf::error register_now(server_ptr self) {
+caf::error register_now(server_ptr self, term_rule rule) {
   auto& st = self->state;
   st.member.registration.set_stage(static_cast<uint32_t>(stage_of(self)));
   caf::error refused;
@@ -97,7 +65,7 @@ caf::error register_now(server_ptr self) {
               term = rep->term();
           },
           [&](caf::error& err) { refused = std::move(err); });
-  if (!refused && !accept_term(self, term, "registration"))
+  if (!refused && !take_term(self, term, rule))
     refused = make_error(errc::PEER_GONE, "the coordinator's term " + std::to_string(term) +
                                               " is older than one this server saw: it no longer leads");
   if (refused)
@@ -112,35 +80,6 @@ caf::error register_now(server_ptr self) {
   enter(self, phase_event::registered);
   averaging::report_progress(self, true);
   return caf::none;
-}
-
-/// Asks `peer` for its state of `stage` and imports it; the error when that fails.
-caf::error download_from(caf::actor_system& sys, const proto::membership_update& peer, int stage,
-                         const std::string& server_id, stage_worker& worker, metrics_sink& metrics) {
-  auto found = dial(sys, peer.host(), static_cast<uint16_t>(peer.port()), std::chrono::seconds(10));
-  if (!found)
-    return found.error();
-  const auto handle = caf::actor_cast<stage_actor>(std::move(*found));
-  const auto started = clock_type::now();
-  proto::state_request req;
-  req.set_stage(static_cast<uint32_t>(stage));
-  req.set_server_id(server_id);
-  caf::scoped_actor self{sys};
-  caf::expected<std::string> whole{caf::error{}};
-  self->request(handle, std::chrono::seconds(120), state_atom::value, uint64_t{0}, wrap(req))
-      .receive(
-          [&](uint64_t transfer_id, encoded<proto::state_reply>& tail) {
-            // A chunked reply's leading pieces came first and wait in the mailbox.
-            // Unbounded: the one peer this server asked, for a state of any size.
-            chunk_assembler chunks{chunk_limits::unbounded()};
-            self->receive_while([&] { return self->mailbox().size() > 0; })(
-                [&](chunk_atom, uint64_t id, const std::string& piece) {
-                  (void)chunks.add(handle.address(), id, piece, std::chrono::steady_clock::now());
-                });
-            whole = chunks.finish(handle.address(), transfer_id, std::move(tail.bytes));
-          },
-          [&](caf::error& err) { whole = std::move(err); });
-  return adopt_state(worker, whole, server_id, peer.server_id(), started, metrics);
 }
 
 /// Leaves the stage served now for the ordered one (see the header); blocks until it serves it.
@@ -188,7 +127,7 @@ void move_now(server_ptr self) {
   st.member.hand_in_timer = false;
   enter(self, phase_event::moved);
   if (reachable)
-    if (auto err = register_now(self))
+    if (auto err = register_now(self, term_rule::fence))
       log->warn("stage {}: registering failed: {}; its node registers it when the coordinator is back", to,
                 describe(err));
   const double secs = seconds_since(st.member.move_ordered);
@@ -220,7 +159,7 @@ caf::result<std::string> on_register(server_ptr self, const encoded<proto::regis
   self->state.member.registration = std::move(*reg);
   self->state.member.coordinator = caf::actor_cast<coordinator_actor>(coordinator);
   averaging::abandon_round(self);
-  if (auto err = register_now(self))
+  if (auto err = register_now(self, term_rule::adopt))
     return err;
   return std::string{};
 }
@@ -399,50 +338,6 @@ void report_exit(server_ptr self, int moved_to) {
                                    {"cache_peak_mib", static_cast<double>(cache.peak_bytes) / (1 << 20)},
                                    {"hash", std::to_string(st.avg.hash)},
                                    {"moved_to", int64_t{moved_to}}});
-}
-
-const char* to_string(state_source s) {
-  switch (s) {
-    case state_source::peer: return "peer";
-    case state_source::checkpoint: return "checkpoint";
-    case state_source::initial: return "initial";
-  }
-  return "?";
-}
-
-state_source download_state(caf::actor_system& sys, const coordinator_actor& coord, int stage, uint64_t config_hash,
-                            const std::string& server_id, stage_worker& worker, metrics_sink& metrics,
-                            const checkpoint_settings& checkpoints, int num_stages) {
-  auto log = get_logger("stage_server");
-  proto::subscribe query;
-  query.set_stage(static_cast<uint32_t>(stage));
-  query.set_config_hash(config_hash);
-  caf::expected<proto::server_list> peers{make_error(errc::PEER_GONE, "the coordinator is not reachable")};
-  caf::scoped_actor self{sys};
-  if (coord)
-    self->request(coord, std::chrono::seconds(10), peers_atom::value, wrap(query))
-        .receive([&](const encoded<proto::server_list>& bytes) { peers = decode(bytes); },
-                 [&](caf::error& err) { peers = std::move(err); });
-  if (!peers)
-    log->warn("cannot list the peers of stage {} ({})", stage, describe(peers.error()));
-  else
-    for (const auto& peer : peers->servers()) {
-      auto err = download_from(sys, peer, stage, server_id, worker, metrics);
-      if (!err)
-        return state_source::peer;
-      log->warn("state download from {} failed: {}; trying the next peer", peer.server_id(), describe(err));
-    }
-  // No live peer holds the state (the stage is new, or was wiped out): the
-  // newest checkpoint loses at most one checkpoint interval.
-  auto loaded = checkpointing::load_newest(checkpoints, num_stages, config_hash, server_id, worker, metrics);
-  if (loaded && *loaded)
-    return state_source::checkpoint;
-  if (!loaded)
-    log->error("stage {}: {}; starting from initial parameters", stage, describe(loaded.error()));
-  else
-    log->info("no live peer of stage {} delivered state{}; starting from initial parameters", stage,
-              checkpoints.store ? " and it has no checkpoint" : "");
-  return state_source::initial;
 }
 
 }  // namespace swarm::moving

@@ -18,7 +18,9 @@ using server_ptr = stage_actor::stateful_pointer<stage_server_state>;
 
 /// (Re)registers with `coordinator` (the node's message: at start and after a
 /// coordinator restart) as a server of the stage it serves now, whatever stage
-/// the node's registration names; "" or the coordinator's refusal.
+/// the node's registration names; "" or the coordinator's refusal. The
+/// coordinator's term becomes the newest, even when older: its node registers
+/// it only with the leader etcd names now, and etcd's word is what a term means.
 [[nodiscard]] caf::result<std::string> on_register(server_ptr self, const encoded<proto::register_server>& bytes,
                                                    const caf::actor& coordinator);
 /// A move order (the rebalancer's): refused unless it comes from the
@@ -38,7 +40,8 @@ bool from_coordinator(server_ptr self, const char* what);
 /// Fencing: whether an order (`what`: round, reload, move) of coordinator term
 /// `term` may be carried out. A term older than the newest this server saw
 /// (on an order, or registering) comes from a deposed leader: refused, logged
-/// and counted (`stale_order`). A newer one becomes the newest.
+/// and counted (`stale_order`). A newer one becomes the newest. Registering
+/// through its node resets the newest (on_register).
 bool accept_term(server_ptr self, int64_t term, const char* what);
 /// A round or a reload ended: a move that waited for it goes on, a stop that
 /// waited for it ends.

@@ -76,8 +76,11 @@ std::shared_ptr<const std::atomic<int64_t>> start_leader_watch(endpoints where) 
   auto newest = std::make_shared<std::atomic<int64_t>>(0);
   std::thread([where = std::move(where), newest] {
     etcd_client client(where.members, std::chrono::milliseconds(500), where.tls);
+    // The leader's term as etcd names it now, not the highest seen: after etcd
+    // was restored from an older snapshot its leaders have lower terms, and a
+    // node must follow them (apps/node.cpp).
     const auto look = [&] {
-      if (auto found = find_leader(client); found && *found && (*found)->term > newest->load())
+      if (auto found = find_leader(client); found && *found)
         *newest = (*found)->term;
       return true;
     };
@@ -201,6 +204,7 @@ recorder::recorder(endpoints where, etcd_leadership won) : won_(std::move(won)) 
 }
 
 recorder::~recorder() {
+  (void)flush(flush_wait);
   {
     std::lock_guard<std::mutex> lock(m_);
     stop_ = true;
@@ -208,6 +212,13 @@ recorder::~recorder() {
   cv_.notify_one();
   if (thread_.joinable())
     thread_.join();
+}
+
+bool recorder::flush(std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(m_);
+  // A write failed (etcd unreachable) waits 200 ms and is tried again: within `wait`.
+  drained_.wait_for(lock, wait, [&] { return gone_ || (pending_.empty() && !writing_); });
+  return !gone_ && pending_.empty() && !writing_;
 }
 
 void recorder::put(const std::string& key, const std::string& value) {
@@ -225,15 +236,21 @@ void recorder::run(endpoints where) {
     std::map<std::string, std::string> batch;
     {
       std::unique_lock<std::mutex> lock(m_);
+      writing_ = false;
+      drained_.notify_all();
       cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
       if (stop_)
         return;
       batch.swap(pending_);
+      writing_ = true;
     }
     for (const auto& [key, value] : batch) {
       auto ok = client.put_if_leader(won_, state_prefix + key, value);
       if (ok && !*ok) {
         log->warn("etcd: not recording {}: this coordinator no longer leads (term {})", key, won_.term);
+        std::lock_guard<std::mutex> lock(m_);
+        gone_ = true;
+        drained_.notify_all();
         return;
       }
       if (!ok) {  // kept for the next round of writes: the newest value wins

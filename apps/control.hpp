@@ -65,9 +65,10 @@ struct resume_state {
 [[nodiscard]] caf::expected<resume_state> load_resume(etcd_client& client, int stages);
 
 /// Follows the election with etcd's watch, in a thread of its own that lives
-/// as long as the process: the newest leader term etcd named (0 until the
-/// first answer), read again whenever the election's keys change (and at
-/// least every 5 s, when the watch is quiet or has to be made again).
+/// as long as the process: the term of the leader etcd names now (0 until the
+/// first answer; the last one while none leads), read again whenever the
+/// election's keys change (and at least every 5 s, when the watch is quiet or
+/// has to be made again).
 [[nodiscard]] std::shared_ptr<const std::atomic<int64_t>> start_leader_watch(endpoints where);
 
 /// A thread that every 2 s tells `metrics`' observers (the status board; not
@@ -108,23 +109,34 @@ private:
 };
 
 /// Writes records for a leader, the newest value of each key, in a thread of
-/// its own (put_if_leader: nothing once it no longer leads).
+/// its own (put_if_leader: nothing once it no longer leads). A leader that
+/// steps down flushes first: what it recorded last is what its successor
+/// resumes from.
 class recorder {
 public:
+  /// How long the destructor waits for queued records to be written.
+  static constexpr std::chrono::milliseconds flush_wait{2000};
+
   recorder(endpoints where, etcd_leadership won);
+  /// Flushes (at most flush_wait), then stops.
   ~recorder();
   recorder(const recorder&) = delete;
   recorder& operator=(const recorder&) = delete;
 
   void put(const std::string& key, const std::string& value);
+  /// Waits up to `wait` until every record put so far is written; whether
+  /// they are (false too once etcd said this process no longer leads).
+  [[nodiscard]] bool flush(std::chrono::milliseconds wait);
 
 private:
   void run(endpoints where);
   etcd_leadership won_;
   std::mutex m_;
-  std::condition_variable cv_;
+  std::condition_variable cv_, drained_;  ///< cv_: records to write; drained_: a batch written
   std::map<std::string, std::string> pending_;
   bool stop_ = false;
+  bool writing_ = true;  ///< a batch taken from pending_ not written yet (and before the thread's first wait)
+  bool gone_ = false;    ///< no longer leads: nothing more will be written
   std::thread thread_;
 };
 

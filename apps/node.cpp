@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <iostream>
+#include <random>
 #include <thread>
 
 #include <sys/resource.h>
@@ -14,6 +15,8 @@
 
 #include "actors/coordinator_client.hpp"
 #include "apps/control.hpp"
+#include "policy/backoff.hpp"
+#include "policy/following.hpp"
 #include "messages/errors.hpp"
 #include "models/shape/cost_model.hpp"
 #include "messages/types.hpp"
@@ -181,7 +184,7 @@ caf::expected<coordinator_actor> node::dial_coordinator(const std::string& fixed
     // etcd still naming the lost leader: it may live on (only the link
     // dropped), or be dead until its lease expires, its machine maybe gone:
     // a short try each time, so that its successor is not kept waiting.
-    const bool lost_one = etcd_ && lost && found_term_ <= lost_term;
+    const bool lost_one = etcd_ && lost && found_term_ == lost_term;
     if (!address)
       handle = std::move(address.error());
     else if (!hp)
@@ -199,7 +202,9 @@ caf::expected<coordinator_actor> node::dial_coordinator(const std::string& fixed
       term_ = found_term_;
     const std::string address_text = etcd_ ? "(the leader through etcd at " + cfg_.net.control + ")" : fixed;
     const bool out_of_time = std::chrono::steady_clock::now() > deadline || stop_requested;
-    if (!handle && out_of_time && !stop_requested)  // a stop while dialing is no failure to report
+    // A stop while dialing is no failure to report; nor is a lost coordinator
+    // not back yet (run_with_coordinator says so, at most every few seconds).
+    if (!handle && out_of_time && !stop_requested && !lost)
       std::cerr << "swarm: " << who_ << " cannot reach coordinator " << address_text << ": " << describe(handle.error())
                 << tls_hint(describe(handle.error()), tls) << "\n";
     else if (!handle && !lost && !told) {
@@ -298,7 +303,7 @@ node::wait_result node::wait_for(const caf::actor& whom, const caf::actor& watch
   for (;;) {
     // --control: a newer leader can be elected while the old one's link still
     // looks alive (it was stopped, or cut off from etcd): follow etcd's word.
-    if (newest_term_ && watched && newest_term_->load() > term_)
+    if (watched && leader_changed())
       return {true, {}};
     if (stop_requested && !asked) {
       self->send_exit(whom, caf::exit_reason::user_shutdown);
@@ -316,8 +321,37 @@ node::wait_result node::wait_for(const caf::actor& whom, const caf::actor& watch
 
 caf::error node::wait_for(const caf::actor& whom) { return wait_for(whom, caf::actor{}).reason; }
 
+bool node::leader_changed() {
+  if (!newest_term_)
+    return false;
+  const auto next = policy::follow_leader(newest_term_->load(), term_);
+  if (next != policy::follow::confirm)
+    return next == policy::follow::rejoin;
+  // Asked at most once a second: a watch that lags behind catches up within milliseconds.
+  const auto now = std::chrono::steady_clock::now();
+  if (now - lower_checked_ < std::chrono::seconds(1))
+    return false;
+  lower_checked_ = now;
+  auto found = control::find_leader(*etcd_);
+  return found && *found && (*found)->term != term_;
+}
+
+void node::sleep_before_retry(int failures, const caf::error& why) {
+  const auto now = std::chrono::steady_clock::now();
+  if (failures == 1 || now - retry_logged_ >= retry_log_every) {
+    retry_logged_ = now;
+    get_logger(who_)->warn("cannot join the coordinator {}yet ({} tries failed in a row): {}; trying again",
+                           etcd_ ? "etcd names " : "", failures, describe(why));
+  }
+  const auto wait = policy::backoff_delay(policy::backoff_settings{}, failures,
+                                          std::uniform_real_distribution<double>(0.0, 1.0)(rng_));
+  const auto until = now + wait;
+  while (!stop_requested && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 caf::error node::run_with_coordinator(const caf::actor& whom, coordinator_actor coord, const std::string& address,
-                                      const std::function<bool(const coordinator_actor&)>& rejoin,
+                                      const std::function<caf::error(const coordinator_actor&)>& rejoin,
                                       std::atomic<bool>* coordinator_up) {
   for (;;) {
     auto waited = wait_for(whom, caf::actor_cast<caf::actor>(coord));
@@ -329,21 +363,23 @@ caf::error node::run_with_coordinator(const caf::actor& whom, coordinator_actor 
                                  : "lost the coordinator; joining it again when it is back",
                            term_);
     const auto lost = coord.address();
-    for (;;) {
+    for (int failures = 1;; ++failures) {
       auto fresh = dial_coordinator(address, lost);
       if (stop_requested)
         return wait_for(whom);
-      if (fresh && rejoin(*fresh)) {
+      auto refused = fresh ? rejoin(*fresh) : fresh.error();
+      if (!refused) {
         coord = *fresh;
-        if (coordinator_up)
-          *coordinator_up = true;
-        if (etcd_)
-          get_logger(who_)->info("joined the coordinator of term {}", term_);
-        else
-          get_logger(who_)->info("joined the coordinator again");
         break;
       }
+      sleep_before_retry(failures, refused);
     }
+    if (coordinator_up)
+      *coordinator_up = true;
+    if (etcd_)
+      get_logger(who_)->info("joined the coordinator of term {}", term_);
+    else
+      get_logger(who_)->info("joined the coordinator again");
   }
 }
 

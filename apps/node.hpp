@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 
 #include <caf/actor_system.hpp>
@@ -93,12 +94,13 @@ public:
 
   /// Waits until `whom` terminates and returns its exit reason; a signal asks
   /// it to exit. Whenever the coordinator goes down meanwhile (with
-  /// --control: or etcd names a leader of a newer term), connects to its
+  /// --control: or etcd names another leader), connects to its
   /// successor at `address` (or etcd's leader) and calls `rejoin(new
-  /// coordinator)` until that returns true; `coordinator_up`, if given, says
-  /// whether one is joined.
+  /// coordinator)` until that returns no error, waiting longer after each
+  /// failure in a row (policy/backoff.hpp), said at most every
+  /// retry_log_every; `coordinator_up`, if given, says whether one is joined.
   caf::error run_with_coordinator(const caf::actor& whom, coordinator_actor coord, const std::string& address,
-                                  const std::function<bool(const coordinator_actor&)>& rejoin,
+                                  const std::function<caf::error(const coordinator_actor&)>& rejoin,
                                   std::atomic<bool>* coordinator_up = nullptr);
 
   /// Waits until `whom` terminates (a signal asks it to exit) and returns its exit reason.
@@ -119,6 +121,13 @@ private:
   };
   wait_result wait_for(const caf::actor& whom, const caf::actor& watched);
   caf::expected<coordinator_actor> dial_coordinator(const std::string& address, const caf::actor_addr& lost);
+  /// --control: whether etcd names a leader other than the one joined (a lower
+  /// term too: etcd's word is what a term means, even after a restore).
+  bool leader_changed();
+  /// Waits before try `failures` + 1 to join a lost coordinator (policy/backoff.hpp); logs `why` now and then.
+  void sleep_before_retry(int failures, const caf::error& why);
+  /// While joining keeps failing, one log line per this much time.
+  static constexpr std::chrono::seconds retry_log_every{5};
   /// --control: the leader's address now (its term in found_term_); an error while none leads.
   caf::expected<std::string> leader_address();
 
@@ -133,9 +142,12 @@ private:
   std::unique_ptr<caf::actor_system> sys_;
   std::shared_ptr<bulk_endpoint> bulk_;
   std::unique_ptr<etcd_client> etcd_;                        ///< --control only
-  std::shared_ptr<const std::atomic<int64_t>> newest_term_;  ///< --control: etcd's newest leader term (its watch)
+  std::shared_ptr<const std::atomic<int64_t>> newest_term_;  ///< --control: the term of etcd's leader now (its watch)
   int64_t term_ = 0;                                         ///< --control: the joined leader's term
   int64_t found_term_ = 0;  ///< --control: the term of the leader leader_address found last
+  std::chrono::steady_clock::time_point lower_checked_;  ///< leader_changed() last asked etcd
+  std::chrono::steady_clock::time_point retry_logged_;   ///< sleep_before_retry() last logged
+  std::mt19937_64 rng_{std::random_device{}()};          ///< the backoff's jitter
 };
 
 }  // namespace swarm

@@ -173,8 +173,8 @@ void emit_leadership(node& n, const char* change, const etcd_leadership& won, co
 
 /// Coordinates until the coordinator actor ends (its exit code), the lease is
 /// lost (exit 3) or the process is asked to stop (resigning first: exit 0).
-[[noreturn]] void lead(node& n, etcd_client& client, const control::lease_keeper& keeper, const etcd_leadership& won,
-                       const std::string& address, const coordinator_actor& coord) {
+[[noreturn]] void lead(node& n, etcd_client& client, const control::lease_keeper& keeper, control::recorder& recorder,
+                       const etcd_leadership& won, const std::string& address, const coordinator_actor& coord) {
   auto log = get_logger("coordinator");
   caf::scoped_actor self{n.sys()};
   self->monitor(coord);
@@ -197,6 +197,11 @@ void emit_leadership(node& n, const char* change, const etcd_leadership& won, co
       n.end(3);
     }
     if (stop_requested) {
+      // Records still queued first (while it leads, they can be written):
+      // what the successor resumes from. Bounded: the stop watchdog's 5 s.
+      if (!recorder.flush(control::recorder::flush_wait))
+        log->warn("etcd: records not all written within {} ms; the successor resumes from older ones",
+                  control::recorder::flush_wait.count());
       (void)client.resign(won);  // a standby need not wait out the lease
       log->info("resigned leadership (term {})", won.term);
       caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
@@ -237,7 +242,7 @@ void emit_leadership(node& n, const char* change, const etcd_leadership& won, co
   log->info("leading as term {} at {} (stood by {:.1f} s)", won.term, address, waited);
   emit_leadership(n, "won", won, address, waited);
   n.phase("coordinating (elected)");
-  lead(n, *client, *keeper, won, address, coord);
+  lead(n, *client, *keeper, recorder, won, address, coord);
 }
 
 }  // namespace

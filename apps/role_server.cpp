@@ -171,12 +171,7 @@ int run_server(const app_config& cfg) {
   // its own server_exit when it stops.
   const auto reason = n.run_with_coordinator(
       caf::actor_cast<caf::actor>(server), coord, cfg.server.coordinator,
-      [&](const coordinator_actor& fresh) {
-        auto err = register_with(sys, fresh, reg, server);
-        if (err)
-          log->warn("registering again failed: {}; retrying", describe(err));
-        return !err;
-      },
+      [&](const coordinator_actor& fresh) { return register_with(sys, fresh, reg, server); },
       scfg.coordinator_up.get());
   // Let the middleman deliver the server's down notices (user_shutdown: a
   // server stopped on purpose, not a lost link) before the process ends.

@@ -142,7 +142,7 @@ int run_trainer(const app_config& cfg) {
                                                for (auto& lb : balancers)
                                                  caf::anon_send(lb, subscribe_atom::value, fresh);
                                                caf::anon_send(reporter, subscribe_atom::value, fresh);
-                                               return true;
+                                               return caf::error{};
                                              });
   for (auto& lb : balancers)
     caf::anon_send_exit(lb, caf::exit_reason::user_shutdown);

@@ -1,5 +1,6 @@
 // Tier (b): the coordinator's orders over a real middleman on loopback: a server
-// moved to another stage, placement of a new one, fencing by term; the control records.
+// moved to another stage, placement of a new one, fencing by term (and the term etcd
+// names taken on registering); the control records.
 // torch (through the stage server) before catch.hpp: glog's CHECK would otherwise replace Catch2's.
 #include <ATen/core/Tensor.h>
 
@@ -216,6 +217,81 @@ TEST_CASE_METHOD(system_fixture, "fencing: a server refuses orders of a term old
   }
   CHECK(refused_round == 1);
   CHECK(refused_move == 1);
+}
+
+TEST_CASE_METHOD(system_fixture,
+                 "fencing: registering through its node, a server follows the term etcd names, even a lower one",
+                 "[actors][control]") {
+  // etcd restored from an older snapshot names a leader of a lower term than
+  // the servers saw. Before, a server refused that leader's registration (and
+  // so every order) for as long as it ran.
+  const std::string path = "/tmp/swarm-test-term-reset-metrics.jsonl";
+  std::remove(path.c_str());
+  const auto hash = tiny_model().hash();
+  auto elected = [&](int64_t term) {
+    coordinator_settings cs{2, hash};
+    cs.rebalancing.coordinator.rebalance = "off";
+    cs.leader = std::make_shared<leadership>();
+    cs.leader->term = term;
+    return sys->spawn(coordinator, cs, std::make_shared<metrics_sink>());
+  };
+  auto server = spawn_stage0_server(*sys, "follower", path);
+  auto port = sys->middleman().publish(server, 0, "127.0.0.1");
+  REQUIRE(port);
+  caf::scoped_actor self{*sys}, watch{*sys};
+  auto register_with = [&](const coordinator_actor& coord) {
+    caf::error refused;
+    self->request(server, 10s, register_atom::value, wrap(registration("follower", 0, *port, hash)),
+                  caf::actor_cast<caf::actor>(coord))
+        .receive([](const std::string&) {}, [&](caf::error& err) { refused = std::move(err); });
+    return refused;
+  };
+  auto old_leader = elected(9);
+  REQUIRE_FALSE(register_with(old_leader));
+  self->send_exit(old_leader, caf::exit_reason::user_shutdown);
+  self->wait_for(old_leader);
+
+  auto restored = elected(3);  // the leader etcd names after the restore
+  proto::subscribe sub;
+  sub.set_stage(0);
+  sub.set_config_hash(hash);
+  watch->request(restored, 5s, subscribe_atom::value, wrap(sub))
+      .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
+  const auto refused = register_with(restored);
+  CHECK_FALSE(refused);
+  INFO("registering with term 3 after term 9: " << describe(refused));
+  auto next_update = [&](caf::duration wait) {
+    std::optional<proto::membership_update> up;
+    watch->receive(
+        [&](membership_atom, const encoded<proto::membership_update>& m) { up.emplace().ParseFromString(m.bytes); },
+        caf::after(wait) >> [] {});
+    return up;
+  };
+  CHECK(next_update(caf::duration{10s}));  // its JOIN
+  // Fencing still holds below the adopted term; the adopted term's move is carried out.
+  proto::move_order order;
+  order.set_stage(0);
+  order.set_to_stage(1);
+  order.set_reason("load");
+  order.set_term(2);
+  self->send(server, move_atom::value, wrap(order));
+  CHECK_FALSE(next_update(caf::duration{1500ms}));
+  order.set_term(3);
+  self->send(server, move_atom::value, wrap(order));
+  const auto left = next_update(caf::duration{10s});
+  CHECK((left && left->kind() == proto::membership_update::LEAVE));
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  self->send_exit(restored, caf::exit_reason::user_shutdown);
+  self->wait_for(server);
+
+  std::ifstream in(path);
+  int stale = 0;
+  for (std::string l; std::getline(in, l);)
+    if (l.find("\"event\": \"stale_order\"") != std::string::npos) {
+      ++stale;
+      CHECK(l.find("\"term\": 2, \"newest_term\": 3") != std::string::npos);
+    }
+  CHECK(stale == 1);
 }
 
 TEST_CASE("control records: what a leader keeps in etcd round-trips; wrong shapes are refused with why", "[control]") {

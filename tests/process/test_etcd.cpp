@@ -1,14 +1,17 @@
 // Tier (c): the etcd client (net/etcd.hpp) against a real etcd 3.4 process
 // (Debian's etcd-server) on loopback: keys, leases, the election and its
-// terms, a member that is gone, and bad --control values.
+// terms, a member that is gone, and bad --control values; and a leader's
+// recorder (apps/control.hpp) flushing before it steps down, against a slow stand-in.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <thread>
 
 #include <httplib.h>
 
+#include "apps/control.hpp"
 #include "messages/errors.hpp"
 #include "config/config.hpp"
 #include "net/etcd.hpp"
@@ -336,6 +339,45 @@ TEST_CASE("etcd: an answer that is not etcd's is an error, never a crash", "[etc
   CHECK(describe(revoke).find("HTTP 500") != std::string::npos);
   auto unknown = c.leader("x");  // 404 with a body that is not JSON
   REQUIRE_FALSE(unknown);
+  fake.stop();
+  server.join();
+}
+
+TEST_CASE("etcd: a leader stepping down writes its queued records first (a bounded wait)", "[etcd][control]") {
+  // A stand-in that takes 300 ms per write, so that records queue behind the
+  // one in flight. Before, a clean stop (SIGTERM) dropped what was queued: the
+  // successor resumed from older positions.
+  std::atomic<int> written{0};
+  httplib::Server fake;
+  fake.Post("/v3/kv/txn", [&](const httplib::Request&, httplib::Response& res) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ++written;
+    res.set_content(R"({"succeeded": true})", "application/json");
+  });
+  const int port = fake.bind_to_any_port("127.0.0.1");
+  std::thread server([&] { fake.listen_after_bind(); });
+  const control::endpoints where{{{"127.0.0.1", static_cast<uint16_t>(port)}}, {}};
+  const etcd_leadership won{"c", "swarm/leader/1", 5, 1};
+  const auto queue = [](control::recorder& rec, std::initializer_list<const char*> keys) {
+    for (const char* key : keys) {
+      rec.put(key, "{}");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the first is in flight, the rest queue
+    }
+  };
+  {
+    control::recorder rec(where, won);
+    queue(rec, {"state/stage/0", "state/stage/1", "state/rebalancer"});
+    const auto asked = std::chrono::steady_clock::now();
+    CHECK_FALSE(rec.flush(std::chrono::milliseconds(100)));  // bounded: two writes are still to come
+    CHECK(std::chrono::steady_clock::now() - asked < std::chrono::milliseconds(500));
+    CHECK(rec.flush(std::chrono::seconds(2)));
+    CHECK(written == 3);
+  }
+  {
+    control::recorder rec(where, won);
+    queue(rec, {"state/stage/0", "state/stage/1"});
+  }  // the destructor flushes too
+  CHECK(written == 5);
   fake.stop();
   server.join();
 }
