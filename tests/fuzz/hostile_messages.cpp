@@ -26,8 +26,9 @@ using namespace std::chrono_literals;
 /// Answers every message with an error, at once: what an order names as a
 /// source, a member or a coordinator (a dead end that does not stall anyone).
 caf::behavior bait(caf::event_based_actor* self) {
-  self->set_default_handler(
-      [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> { return caf::sec::unexpected_message; });
+  self->set_default_handler([](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
+    return caf::sec::unexpected_message;
+  });
   return {[](caf::ok_atom) {}};
 }
 
@@ -66,9 +67,9 @@ struct world {
   bool answers(const caf::actor& whom, const caf::message& msg) {
     caf::scoped_actor self{*sys};
     bool ok = false;
-    self->request(whom, 30s, msg).receive([&](caf::message&) { ok = true; }, [&](caf::error& e) {
-      ok = e != caf::make_error(caf::sec::request_timeout);
-    });
+    self->request(whom, 30s, msg)
+        .receive([&](caf::message&) { ok = true; },
+                 [&](caf::error& e) { ok = e != caf::make_error(caf::sec::request_timeout); });
     return ok;
   }
 };
