@@ -148,6 +148,8 @@ int main(int argc, char** argv) {
   }
   register_types(cfg);
   cfg.set("logger.console", caf::atom("none"));
+  // As every node: a link silent for 5 s is dropped (the probes' watch is silent).
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::seconds(1)});
   caf::actor_system sys{cfg};
 
   const char* config_args[] = {"swarm-hostile", "--role", "trainer", "--config", argv[4], "--coordinator", argv[1]};
