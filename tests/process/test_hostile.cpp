@@ -120,7 +120,13 @@ TEST_CASE("a stranger sending every message of every interface changes nothing",
   hostile_run({}, {}, true, test_size(8, 60));
 }
 
+// 16 s more: with it the README's test command took 607 s, over its 10
+// minutes. It runs in scripts/test_full.sh (SWARM_TEST_FULL=1) and by name.
 TEST_CASE("a member holding a valid certificate sending every message changes nothing", "[hostile][tls]") {
+  if (test_size(0, 1) == 0 && std::getenv("SWARM_TEST_HOSTILE_TLS") == nullptr) {
+    WARN("skipped: set SWARM_TEST_FULL=1 or SWARM_TEST_HOSTILE_TLS=1 to run it");
+    return;
+  }
   const test_certs certs;
   hostile_run(certs.flags(), {certs.ca, certs.cert, certs.key}, false, test_size(6, 60));
 }
