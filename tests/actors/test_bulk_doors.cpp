@@ -4,6 +4,8 @@
 // meanwhile. The deadlines here are 1 s, so each case takes a second or two.
 #include <catch2/catch.hpp>
 
+#include "socket_helpers.hpp"
+
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -24,30 +26,12 @@
 
 using namespace swarm;
 using namespace std::chrono_literals;
+using swarm::testing::closed_within;
+using swarm::testing::dial_from;
 
 namespace {
 
 using steady = std::chrono::steady_clock;
-
-/// A connection to 127.0.0.1:port from 127.0.0.`from` (all of 127/8 is this host).
-int dial_from(uint16_t port, int from) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(0x7f000000u | static_cast<uint32_t>(from));
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  return fd;
-}
-
-/// Whether the other end closed `fd` within `wait`.
-bool closed_within(int fd, std::chrono::milliseconds wait) {
-  pollfd p{fd, POLLIN, 0};
-  char c;
-  return ::poll(&p, 1, static_cast<int>(wait.count())) == 1 && ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
-}
 
 /// Sends `bytes` one every 200 ms until the other end closes; the seconds
 /// that took, or -1 when it had not closed after 4 s.
