@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,15 @@ inline stage_actor::behavior_type silent_server(stage_actor::pointer self) {
       [](move_atom, encoded<proto::move_order>&) {},
       [self](door_atom) -> caf::result<caf::actor> { return self->make_response_promise<caf::actor>(); },
   };
+}
+
+/// The next membership update `watch` (a subscriber) gets within `wait`; nullopt if none came.
+inline std::optional<proto::membership_update> next_update(caf::scoped_actor& watch, caf::timespan wait) {
+  std::optional<proto::membership_update> up;
+  watch->receive(
+      [&](membership_atom, const encoded<proto::membership_update>& m) { up.emplace().ParseFromString(m.bytes); },
+      caf::after(wait) >> [] {});
+  return up;
 }
 
 inline proto::register_server registration(const std::string& id, uint32_t stage, uint16_t port, uint64_t hash) {

@@ -171,14 +171,7 @@ TEST_CASE_METHOD(system_fixture, "fencing: a server refuses orders of a term old
   self->request(server, 10s, register_atom::value, wrap(registration("fenced", 0, *port, hash)),
                 caf::actor_cast<caf::actor>(coord))
       .receive([](const std::string&) {}, [](caf::error& err) { FAIL(describe(err)); });
-  auto next_update = [&](caf::duration wait) {
-    std::optional<proto::membership_update> up;
-    watch->receive(
-        [&](membership_atom, const encoded<proto::membership_update>& m) { up.emplace().ParseFromString(m.bytes); },
-        caf::after(wait) >> [] {});
-    return up;
-  };
-  CHECK(next_update(caf::duration{10s}));  // its JOIN
+  CHECK(next_update(watch, 10s));  // its JOIN
 
   // A deposed leader's (term 3) round and move: refused, the server stays.
   proto::round_begin begin;
@@ -196,11 +189,11 @@ TEST_CASE_METHOD(system_fixture, "fencing: a server refuses orders of a term old
   order.set_reason("load");
   order.set_term(3);
   self->send(server, move_atom::value, wrap(order));
-  CHECK_FALSE(next_update(caf::duration{1500ms}));  // no LEAVE
+  CHECK_FALSE(next_update(watch, 1500ms));  // no LEAVE
   // The same move of the current term is carried out.
   order.set_term(7);
   self->send(server, move_atom::value, wrap(order));
-  const auto left = next_update(caf::duration{10s});
+  const auto left = next_update(watch, 10s);
   CHECK((left && left->kind() == proto::membership_update::LEAVE));  // not REQUIRE: the server must be stopped below
   self->send_exit(server, caf::exit_reason::user_shutdown);
   self->send_exit(coord, caf::exit_reason::user_shutdown);
@@ -260,14 +253,7 @@ TEST_CASE_METHOD(system_fixture,
   const auto refused = register_with(restored);
   CHECK_FALSE(refused);
   INFO("registering with term 3 after term 9: " << describe(refused));
-  auto next_update = [&](caf::duration wait) {
-    std::optional<proto::membership_update> up;
-    watch->receive(
-        [&](membership_atom, const encoded<proto::membership_update>& m) { up.emplace().ParseFromString(m.bytes); },
-        caf::after(wait) >> [] {});
-    return up;
-  };
-  CHECK(next_update(caf::duration{10s}));  // its JOIN
+  CHECK(next_update(watch, 10s));  // its JOIN
   // Fencing still holds below the adopted term; the adopted term's move is carried out.
   proto::move_order order;
   order.set_stage(0);
@@ -275,10 +261,10 @@ TEST_CASE_METHOD(system_fixture,
   order.set_reason("load");
   order.set_term(2);
   self->send(server, move_atom::value, wrap(order));
-  CHECK_FALSE(next_update(caf::duration{1500ms}));
+  CHECK_FALSE(next_update(watch, 1500ms));
   order.set_term(3);
   self->send(server, move_atom::value, wrap(order));
-  const auto left = next_update(caf::duration{10s});
+  const auto left = next_update(watch, 10s);
   CHECK((left && left->kind() == proto::membership_update::LEAVE));
   self->send_exit(server, caf::exit_reason::user_shutdown);
   self->send_exit(restored, caf::exit_reason::user_shutdown);

@@ -62,11 +62,7 @@ struct registered_server : system_fixture {
   }
 
   std::optional<proto::membership_update> next_update(caf::timespan wait) {
-    std::optional<proto::membership_update> up;
-    watch->receive(
-        [&](membership_atom, const encoded<proto::membership_update>& m) { up.emplace().ParseFromString(m.bytes); },
-        caf::after(wait) >> [] {});
-    return up;
+    return swarm::testing::actor_helpers::next_update(watch, wait);
   }
 };
 
