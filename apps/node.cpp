@@ -261,7 +261,7 @@ std::shared_ptr<bulk_endpoint> node::bulk() {
 }
 
 void node::warn_if_open(const char* what, const std::string& host, uint16_t port) const {
-  if (host.rfind("127.", 0) == 0 || host == "localhost" || host == "::1")
+  if (is_loopback_host(host))
     return;
   get_logger(who_)->warn(
       "{} listens on {}:{} without TLS: anyone who reaches that address can send it every message of the swarm's "

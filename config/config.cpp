@@ -305,13 +305,15 @@ parse_result parse_config(int argc, const char* const* argv) {
   return result;
 }
 
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 std::vector<std::string> config_warnings(const app_config& c) {
   std::vector<std::string> out;
   std::string why;
   const auto members = c.net.control.empty() ? std::nullopt : parse_control(c.net.control, why);
-  const auto loopback = [](const std::pair<std::string, uint16_t>& m) {
-    return m.first == "localhost" || m.first == "::1" || m.first.rfind("127.", 0) == 0;
-  };
+  const auto loopback = [](const std::pair<std::string, uint16_t>& m) { return is_loopback_host(m.first); };
   // Whoever can answer for etcd names the leader every node follows: TLS on
   // the swarm's links is worth little if that answer travels in the clear.
   if (members && !c.net.tls_ca.empty() && c.net.control_ca.empty() &&

@@ -312,6 +312,10 @@ struct parse_result {
 /// how to fix it: etcd over plain HTTP off this machine beside a TLS swarm.
 [[nodiscard]] std::vector<std::string> config_warnings(const app_config& cfg);
 
+/// Whether `host` names this machine only (127.0.0.0/8, ::1, localhost): a
+/// plain port or a plain etcd there is not open to the network.
+[[nodiscard]] bool is_loopback_host(const std::string& host);
+
 /// Renders a config back to flags: for the cluster launcher's children the keys
 /// every process of a swarm shares; with `every_key`, every key (--role too).
 [[nodiscard]] std::vector<std::string> to_flags(const app_config& cfg, bool every_key = false);

@@ -19,12 +19,14 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "bulk_fixture.hpp"
 #include "net/bulk.hpp"
 #include "messages/errors.hpp"
 #include "net/tcp.hpp"
 
 using namespace swarm;
 using namespace std::chrono_literals;
+using swarm::testing::endpoint_fixture;
 
 namespace {
 
@@ -78,26 +80,6 @@ bool eventually(Cond cond) {
     std::this_thread::sleep_for(10ms);
   return cond();
 }
-
-/// An actor system with a bulk endpoint whose frames go to `self`.
-struct endpoint_fixture {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::shared_ptr<bulk_endpoint> bulk;
-  std::unique_ptr<caf::scoped_actor> self;
-
-  explicit endpoint_fixture(const bulk_options& opts = {}) {
-    cfg.load<caf::io::middleman>();
-    cfg.set("logger.console", caf::atom("none"));
-    sys = std::make_unique<caf::actor_system>(cfg);
-    auto started = bulk_endpoint::start(*sys, opts);
-    REQUIRE(started);
-    bulk = *started;
-    REQUIRE(bulk->port() != 0);
-    self = std::make_unique<caf::scoped_actor>(*sys);
-    bulk->attach(caf::actor_cast<caf::actor>(*self));
-  }
-};
 
 /// The next frame `self` receives within 5 s: its key (0: none came), its parts
 /// in `parts`, and its first part (or nothing) in `bytes`.

@@ -20,6 +20,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "bulk_fixture.hpp"
 #include "net/bulk.hpp"
 #include "net/tcp.hpp"
 #include "net/tls.hpp"
@@ -28,6 +29,7 @@ using namespace swarm;
 using namespace std::chrono_literals;
 using swarm::testing::closed_within;
 using swarm::testing::dial_from;
+using swarm::testing::endpoint_fixture;
 
 namespace {
 
@@ -46,21 +48,6 @@ double trickle_until_closed(int fd, const std::string& bytes) {
   return -1;
 }
 
-struct bulk_fixture {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::shared_ptr<bulk_endpoint> bulk;
-
-  explicit bulk_fixture(const bulk_options& opts) {
-    cfg.load<caf::io::middleman>();
-    cfg.set("logger.console", caf::atom("none"));
-    sys = std::make_unique<caf::actor_system>(cfg);
-    auto started = bulk_endpoint::start(*sys, opts);
-    REQUIRE(started);
-    bulk = *started;
-  }
-};
-
 /// A CA and a node certificate (scripts/make_certs.sh), removed afterwards.
 struct certs {
   std::string dir = "/tmp/swarm-doors-certs-" + std::to_string(::getpid());
@@ -78,7 +65,7 @@ struct certs {
 TEST_CASE("a bulk hello trickled a byte at a time is closed at the connect timeout, in all", "[bulk][doors]") {
   bulk_options opts;
   opts.connect_timeout = 1s;
-  bulk_fixture f(opts);
+  endpoint_fixture f(opts);
   const int fd = dial_from(f.bulk->port(), 1);
   const double secs = trickle_until_closed(fd, f.bulk->hello());  // the right token: 24 bytes in 4.8 s
   std::printf("a trickled bulk hello was closed after %.1f s (connect timeout 1 s)\n", secs);
@@ -96,7 +83,7 @@ TEST_CASE("with TLS, a handshake trickled a byte at a time is closed at the conn
   bulk_options opts;
   opts.connect_timeout = 1s;
   opts.tls = *ctx;
-  bulk_fixture f(opts);
+  endpoint_fixture f(opts);
   const auto refused_before = tls_refusals();
   const int fd = dial_from(f.bulk->port(), 1);
   // A handshake record announcing 512 bytes: OpenSSL waits for all of them.
@@ -114,7 +101,7 @@ TEST_CASE("strangers waiting for their hello are capped per address; a member fr
   bulk_options opts;
   opts.connect_timeout = 30s;  // beyond the test: every close here is the door's
   opts.max_strangers_per_address = 2;
-  bulk_fixture f(opts);
+  endpoint_fixture f(opts);
   const uint16_t port = f.bulk->port();
   const int a1 = dial_from(port, 2);
   const int a2 = dial_from(port, 2);

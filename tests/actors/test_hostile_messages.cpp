@@ -66,6 +66,22 @@ struct registered_server : system_fixture {
   }
 };
 
+/// Registers `server` (as its own process does, from `self`) with a stand-in
+/// coordinator that answers with `averager`; the server's round peer.
+caf::actor register_with(caf::scoped_actor& self, const stage_actor& server, caf::scoped_actor& fake_coordinator,
+                         const averager_actor& averager) {
+  self->send(server, register_atom::value, wrap(registration("target", 0, 4000, tiny_model().hash())),
+             caf::actor_cast<caf::actor>(fake_coordinator));
+  caf::actor peer;
+  fake_coordinator->receive(
+      [&](register_atom, const encoded<proto::register_server>&, const stage_actor&, const caf::actor& round_peer) {
+        peer = round_peer;
+        return wrap(proto::register_reply{});
+      });
+  fake_coordinator->receive([&](averager_atom) { return averager; });
+  return peer;
+}
+
 proto::move_order move(uint32_t stage, uint32_t to, int64_t term) {
   proto::move_order order;
   order.set_stage(stage);
@@ -111,15 +127,7 @@ TEST_CASE_METHOD(system_fixture, "a round peer takes round begins from its own s
   // round begin naming 5 members beside a list of 1 handle indexed past the list.
   auto server = spawn_stage0_server(*sys, "target", "");
   caf::scoped_actor self{*sys}, fake_coordinator{*sys};
-  self->send(server, register_atom::value, wrap(registration("target", 0, 4000, tiny_model().hash())),
-             caf::actor_cast<caf::actor>(fake_coordinator));
-  caf::actor peer;
-  fake_coordinator->receive(
-      [&](register_atom, const encoded<proto::register_server>&, const stage_actor&, const caf::actor& round_peer) {
-        peer = round_peer;
-        return wrap(proto::register_reply{});
-      });
-  fake_coordinator->receive([](averager_atom) { return averager_actor{}; });
+  const auto peer = register_with(self, server, fake_coordinator, averager_actor{});
   REQUIRE(peer);
   self->monitor(peer);
   proto::round_begin begin;
@@ -191,15 +199,7 @@ TEST_CASE_METHOD(system_fixture, "a round outcome from anyone but the server's o
   // applied as the stage's optimizer step.
   auto server = spawn_stage0_server(*sys, "target", "");
   caf::scoped_actor self{*sys}, fake_coordinator{*sys}, fake_averager{*sys}, silent_member{*sys};
-  self->send(server, register_atom::value, wrap(registration("target", 0, 4000, tiny_model().hash())),
-             caf::actor_cast<caf::actor>(fake_coordinator));
-  caf::actor peer;
-  fake_coordinator->receive(
-      [&](register_atom, const encoded<proto::register_server>&, const stage_actor&, const caf::actor& round_peer) {
-        peer = round_peer;
-        return wrap(proto::register_reply{});
-      });
-  fake_coordinator->receive([&](averager_atom) { return caf::actor_cast<averager_actor>(fake_averager); });
+  const auto peer = register_with(self, server, fake_coordinator, caf::actor_cast<averager_actor>(fake_averager));
   REQUIRE(peer);
   // A round of two whose other member never answers: the real exchange waits.
   proto::round_begin begin;
