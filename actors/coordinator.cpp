@@ -5,6 +5,7 @@
 #include "base/log.hpp"
 #include "messages/local.hpp"
 #include "messages/wire.hpp"
+#include "net/peer_roles.hpp"
 #include "net/tls.hpp"
 
 namespace swarm::coordinator_local {
@@ -275,11 +276,25 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
   if (cfg.board)
     send_later(self, std::chrono::seconds(30), coordinator_local::summary_due{});
   return {
+      // Who may ask (net/peer_roles.hpp, with TLS): servers register, ask
+      // where to serve and for their stage's peers; trainers subscribe and
+      // report; the status role reads the board; anyone may ask for the
+      // averager (how every node tells that the coordinator answers).
       [self](register_atom, const encoded<proto::register_server>& bytes, const stage_actor& server,
-             const caf::actor& round_peer) { return on_register(self, bytes, server, round_peer); },
-      [self](subscribe_atom, const encoded<proto::subscribe>& bytes) { return on_subscribe(self, bytes); },
+             const caf::actor& round_peer) -> caf::result<encoded<proto::register_reply>> {
+        if (!sent_as(self, role_server, "coordinator", "server registration"))
+          return refused_for_role("a server registration");
+        return on_register(self, bytes, server, round_peer);
+      },
+      [self](subscribe_atom, const encoded<proto::subscribe>& bytes) -> caf::result<std::string> {
+        if (!sent_as(self, role_trainer, "coordinator", "subscription"))
+          return refused_for_role("a subscription");
+        return on_subscribe(self, bytes);
+      },
       [self](averager_atom) { return self->state.averaging; },
       [self](peers_atom, const encoded<proto::subscribe>& bytes) -> caf::result<encoded<proto::server_list>> {
+        if (!sent_as(self, role_server, "coordinator", "peer list request"))
+          return refused_for_role("a peer list request");
         auto sub = decode(bytes);
         if (!sub)
           return sub.error();
@@ -290,10 +305,19 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
         return wrap(list);
       },
       [self](leave_atom, const encoded<proto::leave_notice>& bytes) { on_leave(self, bytes); },
-      [self](place_atom, const encoded<proto::placement_request>& bytes) { return on_place(self, bytes); },
-      [self](report_atom, const encoded<proto::trainer_report>& bytes) { on_report(self, bytes); },
+      [self](place_atom, const encoded<proto::placement_request>& bytes) -> caf::result<encoded<proto::placement>> {
+        if (!sent_as(self, role_server, "coordinator", "placement request"))
+          return refused_for_role("a placement request");
+        return on_place(self, bytes);
+      },
+      [self](report_atom, const encoded<proto::trainer_report>& bytes) {
+        if (sent_as(self, role_trainer, "coordinator", "trainer report"))
+          on_report(self, bytes);
+      },
       [self](evict_atom, const caf::actor& server) { on_evict(self, server); },
-      [self](status_atom, const std::string& format) -> std::string {
+      [self](status_atom, const std::string& format) -> caf::result<std::string> {
+        if (!sent_as(self, role_status, "coordinator", "status request"))
+          return refused_for_role("a status request");
         const auto& board = self->state.cfg.board;
         const double now = unix_seconds();
         if (!board)

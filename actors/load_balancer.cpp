@@ -10,6 +10,7 @@
 
 #include "base/log.hpp"
 #include "actors/stage_server.hpp"
+#include "net/peer_roles.hpp"
 #include "net/tls.hpp"
 #include "messages/local.hpp"
 #include "messages/wire.hpp"
@@ -387,10 +388,15 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
       [enqueue](backward_atom, bulk_parts& payload, int64_t samples, std::string& preferred) {
         return enqueue(false, payload, samples, std::move(preferred));
       },
-      [self](membership_atom, const encoded<proto::membership_update>& bytes) { on_membership(self, bytes); },
+      [self](membership_atom, const encoded<proto::membership_update>& bytes) {
+        const auto me = "trainer " + self->state.cfg.trainer_id + " stage " + std::to_string(self->state.cfg.stage);
+        if (sent_from(self, self->state.coordinator, me, "coordinator's process", "membership update") &&
+            sent_as(self, role_coordinator, me, "membership update"))
+          on_membership(self, bytes);
+      },
       // A restarted coordinator: the servers it knows arrive as JOINs again;
       // those still connected here are kept as they are.
-      [self](subscribe_atom, const coordinator_actor& coordinator) { subscribe(self, coordinator); },
+      [self](coordinator_changed& c) { subscribe(self, c.coordinator); },
       [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
         (void)self->state.chunks.add(caf::actor_cast<caf::actor_addr>(self->current_sender()), transfer_id, piece,
                                      clock_type::now());  // a refusal fails the reply's finish()

@@ -12,6 +12,7 @@
 #include "base/log.hpp"
 #include "messages/float_codec.hpp"
 #include "messages/wire.hpp"
+#include "net/peer_roles.hpp"
 
 namespace swarm {
 
@@ -419,7 +420,12 @@ round_peer_actor::behavior_type round_peer(self_ptr self, round_peer_config cfg,
         self->state.averager = averager;
         on_round(self, bytes, members, std::move(grad), samples, check);
       },
-      [self](piece_atom, const encoded<proto::allreduce_piece>& bytes) { on_piece(self, bytes); },
+      // Pieces come from the round's members only (on_piece), and from servers:
+      // members without a connection here reach it through the coordinator.
+      [self](piece_atom, const encoded<proto::allreduce_piece>& bytes) {
+        if (sent_as(self, role_server, self->state.cfg.server_id, "round piece", true))
+          on_piece(self, bytes);
+      },
       [self](exclude_atom, const encoded<proto::round_exclude>& bytes) {
         if (sent_by(self, self->state.averager.address(), self->state.cfg.server_id, "averager", "round exclusion"))
           on_exclude(self, bytes);

@@ -17,6 +17,7 @@
 #include "actors/stage_server_move.hpp"
 #include "actors/stage_calls.hpp"
 #include "messages/wire.hpp"
+#include "net/peer_roles.hpp"
 
 namespace swarm {
 
@@ -371,21 +372,33 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   spawn_helpers(self);
   set_down_and_exit_handlers(self);
   handle_local_messages(self);
+  // Who may ask (net/peer_roles.hpp, with TLS): trainers send work, ask for
+  // the door and send chunks; servers ask for state (and send chunks); the
+  // coordinator gives orders (moving::from_coordinator).
   return {
-      [self](forward_atom, uint64_t transfer_id, encoded<proto::forward_request>& tail) {
+      [self](forward_atom, uint64_t transfer_id,
+             encoded<proto::forward_request>& tail) -> reply_t<proto::forward_request> {
+        if (!sent_as(self, role_trainer, self->state.cfg.server_id, "forward request"))
+          return refused_for_role("a forward request");
         return receive_request<proto::forward_request>(self, "forward_request", transfer_id, std::move(tail.bytes),
                                                        [self](proto::forward_request& r, const commit_gate& g) {
                                                          return serve_forward(*self->state.worker, std::move(r),
                                                                               g);  // takes only r's tensor bytes
                                                        });
       },
-      [self](backward_atom, uint64_t transfer_id, encoded<proto::backward_request>& tail) {
+      [self](backward_atom, uint64_t transfer_id,
+             encoded<proto::backward_request>& tail) -> reply_t<proto::backward_request> {
+        if (!sent_as(self, role_trainer, self->state.cfg.server_id, "backward request"))
+          return refused_for_role("a backward request");
         return receive_request<proto::backward_request>(self, "backward_request", transfer_id, std::move(tail.bytes),
                                                         [self](proto::backward_request& r, const commit_gate& g) {
                                                           return serve_backward(*self->state.worker, std::move(r), g);
                                                         });
       },
-      [self](state_atom, uint64_t transfer_id, encoded<proto::state_request>& tail) {
+      [self](state_atom, uint64_t transfer_id,
+             encoded<proto::state_request>& tail) -> caf::result<uint64_t, encoded<proto::state_reply>> {
+        if (!sent_as(self, role_server, self->state.cfg.server_id, "state request"))
+          return refused_for_role("a state request");
         return serve_state(self, transfer_id, tail);
       },
       [self](round_atom, const encoded<proto::round_begin>& bytes, const std::vector<caf::actor>& members) {
@@ -403,8 +416,15 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
         return moving::on_register(self, bytes, coordinator);
       },
       [self](move_atom, const encoded<proto::move_order>& bytes) { moving::on_move(self, bytes); },
-      [self](door_atom) { return caf::actor_cast<caf::actor>(self->state.door); },
-      [self](chunk_atom, uint64_t transfer_id, const std::string& piece) { add_chunk(self, transfer_id, piece); },
+      [self](door_atom) {
+        return sent_as(self, role_trainer, self->state.cfg.server_id, "door request")
+                   ? caf::actor_cast<caf::actor>(self->state.door)
+                   : caf::actor{};
+      },
+      [self](chunk_atom, uint64_t transfer_id, const std::string& piece) {
+        if (sent_as(self, role_trainer | role_server, self->state.cfg.server_id, "chunk"))
+          add_chunk(self, transfer_id, piece);
+      },
   };
 }
 

@@ -9,6 +9,7 @@
 #include "base/log.hpp"
 #include "actors/stage_server_averaging.hpp"
 #include "actors/stage_server_checkpoint.hpp"
+#include "net/peer_roles.hpp"
 #include "net/tls.hpp"
 #include "messages/wire.hpp"
 
@@ -178,7 +179,8 @@ bool enter(server_ptr self, phase_event event) {
 
 bool from_coordinator(server_ptr self, const char* what) {
   const auto& coordinator = self->state.member.coordinator;
-  return coordinator && sent_from(self, coordinator.node(), self->state.cfg.server_id, "coordinator's process", what);
+  return coordinator && sent_from(self, coordinator.node(), self->state.cfg.server_id, "coordinator's process", what) &&
+         sent_as(self, role_coordinator, self->state.cfg.server_id, what);
 }
 
 bool accept_term(server_ptr self, int64_t term, const char* what) {
@@ -337,6 +339,8 @@ void report_exit(server_ptr self, int moved_to) {
                                    {"cache_evicted", cache.evicted},
                                    {"cache_peak_mib", static_cast<double>(cache.peak_bytes) / (1 << 20)},
                                    {"hash", std::to_string(st.avg.hash)},
+                                   {"refused", static_cast<int64_t>(refused_messages())},
+                                   {"refused_by_role", static_cast<int64_t>(refused_by_role())},
                                    {"moved_to", int64_t{moved_to}}});
 }
 

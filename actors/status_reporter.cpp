@@ -105,7 +105,7 @@ caf::behavior status_reporter(caf::event_based_actor* self, std::string trainer_
             .then([rp]() mutable { rp.deliver(caf::unit); }, [rp](caf::error&) mutable { rp.deliver(caf::unit); });
         return rp;
       },
-      [=](subscribe_atom, const coordinator_actor& fresh) { *current = fresh; },
+      [=](coordinator_changed& c) { *current = c.coordinator; },
   };
 }
 

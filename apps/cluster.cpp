@@ -351,9 +351,16 @@ bool supervisor::on_exit(pid_t pid, int status) {
 
 /// stopping: a stopped server must run again to exit; then every child.
 void supervisor::stop() {
+  bool continued = false;
   for (const auto& r : recoveries_)
     if (!r.killed)
-      ::kill(r.pid, SIGCONT);
+      continued |= ::kill(r.pid, SIGCONT) == 0;
+  // A server stopped until now reports to its averager before it is asked to
+  // stop too: else a peer's hand-in round could start with it as a member just
+  // as it exits empty-handed, and that peer's last gradient was dropped (CI,
+  // once: 8 samples).
+  if (continued)
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
   log_->info("stopping {} processes", children_.size());
   stop_all(children_, log_);
 }

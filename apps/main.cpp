@@ -22,7 +22,36 @@
 #include "apps/roles.hpp"
 #include "apps/weight_roles.hpp"
 #include "messages/errors.hpp"
+#include "net/peer_roles.hpp"
 #include "net/tls.hpp"
+
+namespace swarm {
+namespace {
+
+/// Why this node's own certificate cannot serve its --role (empty when it
+/// can): peers would refuse every message of it, so it stops here instead.
+std::string check_own_roles(const app_config& cfg) {
+  role_set needed = 0;
+  switch (cfg.which) {
+    case role::coordinator: needed = role_coordinator; break;
+    case role::server: needed = role_server; break;
+    case role::trainer:
+    case role::generate: needed = role_trainer; break;  // generate sends forward requests, as a trainer does
+    case role::status: needed = role_status; break;
+    case role::cluster: needed = role_any; break;  // every process of the cluster uses the one certificate
+    default: return {};
+  }
+  const auto has = roles_of_certificate_file(cfg.net.tls_cert);
+  if (!has || (*has & needed) == needed)
+    return {};  // an unreadable file was reported by tls_context::load
+  return "--tls-cert " + cfg.net.tls_cert + " names " + describe_roles(*has) + "; --role " + to_string(cfg.which) +
+         " needs a certificate for " + describe_roles(needed) +
+         " (the CA signs one so: scripts/make_certs.sh node DIR NAME " +
+         (needed == role_any ? std::string{"all"} : describe_roles(needed)) + ")";
+}
+
+}  // namespace
+}  // namespace swarm
 
 int main(int argc, char** argv) {
   swarm::keep_freed_memory();
@@ -41,6 +70,11 @@ int main(int argc, char** argv) {
       std::cerr << "swarm: bad TLS files: " << swarm::describe(tls.error()) << "\n";
       return 2;
     }
+    if (auto refused = swarm::check_own_roles(cfg); !refused.empty()) {
+      std::cerr << "swarm: " << refused << "\n";
+      return 2;
+    }
+    swarm::enforce_roles();
   }
   // Every role but status opens the tokenizer: its hash is part of the model hash peers compare.
   std::shared_ptr<const swarm::tokenizer> tok;

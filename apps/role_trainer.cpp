@@ -140,8 +140,8 @@ int run_trainer(const app_config& cfg) {
   const auto reason = n.run_with_coordinator(caf::actor_cast<caf::actor>(t), coord, cfg.trainer.coordinator,
                                              [&](const coordinator_actor& fresh) {
                                                for (auto& lb : balancers)
-                                                 caf::anon_send(lb, subscribe_atom::value, fresh);
-                                               caf::anon_send(reporter, subscribe_atom::value, fresh);
+                                                 caf::anon_send(lb, coordinator_changed{fresh});
+                                               caf::anon_send(reporter, coordinator_changed{fresh});
                                                return caf::error{};
                                              });
   for (auto& lb : balancers)

@@ -91,6 +91,8 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`cache_stepped` and `cache_evicted` (recorded forwards dropped because the parameters stepped before "
        "their backward came, or for room), `cache_peak_mib` (most held at once, estimated), `steps`, `hash` (FNV-1a of "
        "its parameters, as a decimal string), "
+       "`refused` (messages of its process refused for their sender: orders not from its coordinator, reports in "
+       "another's name), `refused_by_role` (refused for the role the sender's certificate names, with TLS), "
        "`moved_to` (-1: the server stopped; else the stage it left this one for). One per stage served: "
        "when the server stops, and when it leaves a stage for another, with the totals of its time there"},
       {"gradient_carry", "server",

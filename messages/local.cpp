@@ -20,8 +20,8 @@ std::atomic<uint64_t> refused{0};
 
 void log_refusal(caf::scheduled_actor* self, const std::string& me, const char* who, const char* what) {
   if (const uint64_t n = worth_logging(refused))
-    get_logger("actors")->warn("{}: refused a {} from {}: only its {} sends those [{} refused in this process]", me,
-                               what, caf::to_string(self->current_sender()), who, n);
+    get_logger("actors")->warn("{}: refused {} {} from {}: only its {} sends those [{} refused in this process]", me,
+                               article(what), what, caf::to_string(self->current_sender()), who, n);
 }
 
 }  // namespace
@@ -43,6 +43,8 @@ bool sent_from(caf::scheduled_actor* self, const caf::node_id& node, const std::
   log_refusal(self, me, who, what);
   return false;
 }
+
+uint64_t refused_messages() { return refused.load(); }
 
 caf::result<caf::message> drop_unexpected(caf::scheduled_actor* self, caf::message_view& x) {
   static std::atomic<uint64_t> dropped{0};

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <caf/actor_cast.hpp>
@@ -72,6 +73,14 @@ void send_self(Self* self, T what) {
 /// rebalancer, the server's own node); else false, and a warning as sent_by's.
 [[nodiscard]] bool sent_from(caf::scheduled_actor* self, const caf::node_id& node, const std::string& me,
                              const char* who, const char* what);
+
+/// "an" before a vowel, else "a": for log lines that name what was refused.
+[[nodiscard]] inline const char* article(const char* what) {
+  return what && std::string_view{"aeiou"}.find(what[0]) != std::string_view::npos ? "an" : "a";
+}
+
+/// Messages refused by sent_by and sent_from so far in this process.
+[[nodiscard]] uint64_t refused_messages();
 
 /// Logs a message no handler took (its sender, and its content cut short) and
 /// answers it with caf::sec::unexpected_message.

@@ -31,6 +31,8 @@
 #include <caf/timespan.hpp>
 #include <caf/typed_actor.hpp>
 
+#include "messages/local.hpp"
+
 namespace swarm {
 
 namespace proto {
@@ -210,4 +212,14 @@ using coordinator_actor =
                      caf::reacts_to<evict_atom, caf::actor>,
                      caf::replies_to<status_atom, std::string>::with<std::string>>;
 
+/// The node's coordinator restarted elsewhere: a trainer's load balancers
+/// subscribe to `coordinator`, its status reporter reports there. A local
+/// message (messages/local.hpp): no peer can point a trainer at a coordinator
+/// of its own.
+struct coordinator_changed {
+  coordinator_actor coordinator;
+};
+
 }  // namespace swarm
+
+SWARM_LOCAL_MESSAGE(swarm::coordinator_changed)

@@ -31,6 +31,9 @@
 
 #include "base/log.hpp"
 #include "messages/errors.hpp"
+#include "messages/local.hpp"
+#include "net/basp_watch.hpp"
+#include "net/peer_roles.hpp"
 #include "net/tcp.hpp"
 
 namespace swarm {
@@ -125,6 +128,71 @@ int handshake_step(int (*step)(SSL*), SSL* ssl, bool accepting) {
   const int r = step(ssl);
   note_handshake(ssl, r, accepting);
   return r;
+}
+
+/// What SSL_read has seen of one connection's stream (net/basp_watch.hpp);
+/// freed with the SSL object, which gives its node id back.
+struct stream_watch {
+  explicit stream_watch(bool accepting) : basp(accepting) {}
+  ~stream_watch() {
+    if (claimed)
+      release_node(basp.node());
+  }
+  bool bulk = false;  ///< the bulk plane's (net/bulk.hpp): not BASP
+  bool claimed = false;
+  bool said = false;  ///< its refusal was logged
+  basp_watch basp;
+};
+
+int watch_slot() {
+  static const int slot = SSL_get_ex_new_index(
+      0, nullptr, nullptr, nullptr,
+      [](void*, void* p, CRYPTO_EX_DATA*, int, long, void*) { delete static_cast<stream_watch*>(p); });
+  return slot;
+}
+
+stream_watch& watch_of(SSL* ssl) {
+  auto* w = static_cast<stream_watch*>(SSL_get_ex_data(ssl, watch_slot()));
+  if (!w) {
+    w = new stream_watch(SSL_is_server(ssl) == 1);
+    SSL_set_ex_data(ssl, watch_slot(), w);
+  }
+  return *w;
+}
+
+/// SHA-256 of the peer's certificate; empty without one.
+std::string fingerprint_of(X509* cert) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!cert || X509_digest(cert, EVP_sha256(), md, &len) != 1)
+    return {};
+  return std::string(reinterpret_cast<const char*>(md), len);
+}
+
+/// CAF read `n` decrypted bytes at `p` from `ssl`: whether they may pass. A
+/// connection refused here is closed by CAF (its read fails), logged once.
+bool watch_read(SSL* ssl, const char* p, size_t n) {
+  auto& w = watch_of(ssl);
+  if (w.bulk)
+    return true;
+  auto why = w.basp.feed(p, n, [&](const caf::node_id& node) {
+    X509* cert = SSL_get0_peer_certificate(ssl);
+    const role_set roles = roles_of_certificate(cert);
+    basp_watch::verdict v{claim_node(node, fingerprint_of(cert), roles), (roles & role_coordinator) != 0};
+    w.claimed = v.refused.empty();
+    return v;
+  });
+  if (why.empty())
+    return true;
+  if (!w.said) {
+    w.said = true;
+    static std::atomic<uint64_t> count{0};
+    std::string host;
+    if (const uint64_t k = worth_logging(count))
+      get_logger("tls")->warn("closed the connection with {}: {} [{} connections closed so]",
+                              peer_of(SSL_get_fd(ssl), host), why, k);
+  }
+  return false;
 }
 
 template <class F>
@@ -248,6 +316,7 @@ std::unique_ptr<tls_link> tls_link::handshake(const tls_context& ctx, int fd, bo
     SSL_free(ssl);
     return nullptr;
   }
+  watch_of(ssl).bulk = true;
   return std::unique_ptr<tls_link>(new tls_link(fd, ssl));
 }
 
@@ -363,7 +432,12 @@ int SSL_connect(SSL* ssl) {
 int SSL_read(SSL* ssl, void* buf, int num) {
   static const auto next = swarm::next_definition<int (*)(SSL*, void*, int)>("SSL_read");
   ERR_clear_error();
-  return next(ssl, buf, num);
+  const int r = next(ssl, buf, num);
+  if (r > 0 && !swarm::watch_read(ssl, static_cast<const char*>(buf), static_cast<size_t>(r))) {
+    ERR_raise(ERR_LIB_USER, 0);  // a fatal SSL_ERROR_SSL for the caller: CAF closes the connection
+    return -1;
+  }
+  return r;
 }
 
 int SSL_write(SSL* ssl, const void* buf, int num) {

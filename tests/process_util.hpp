@@ -272,23 +272,26 @@ inline int check_history(const std::vector<std::string>& files, const std::strin
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-/// Certificates made by scripts/make_certs.sh for one test: the cluster's CA
-/// and a node, and a second CA with a node of its own (a stranger with a
-/// valid-looking certificate). Removed afterwards.
+/// Certificates made by scripts/make_certs.sh for one test: the cluster's CA,
+/// a node of every role, a member that is a trainer only, and a second CA with
+/// a node of its own (a stranger with a valid-looking certificate). Removed afterwards.
 struct test_certs {
   std::string dir;
-  std::string ca, cert, key;          ///< the cluster's
-  std::string other_cert, other_key;  ///< signed by another CA
+  std::string ca, cert, key;              ///< the cluster's, every role
+  std::string trainer_cert, trainer_key;  ///< the cluster's, the trainer role alone
+  std::string other_cert, other_key;      ///< signed by another CA
   std::string other_ca;
 
   test_certs() : dir("/tmp/swarm-test-certs-" + std::to_string(getpid())) {
-    const std::string script = std::string{SWARM_SOURCE_DIR} + "/scripts/make_certs.sh";
-    const std::string cmd = "rm -rf " + dir + " && bash " + script + " ca " + dir + " >/dev/null && bash " + script +
-                            " node " + dir + " node >/dev/null && bash " + script + " ca " + dir +
-                            "/other >/dev/null && bash " + script + " node " + dir + "/other stranger >/dev/null";
+    const std::string script = "bash " + std::string{SWARM_SOURCE_DIR} + "/scripts/make_certs.sh ";
+    const std::string cmd = "rm -rf " + dir + " && " + script + "ca " + dir + " >/dev/null && " + script + "node " +
+                            dir + " node all >/dev/null && " + script + "node " + dir +
+                            " trainer trainer >/dev/null && " + script + "ca " + dir + "/other >/dev/null && " +
+                            script + "node " + dir + "/other stranger all >/dev/null";
     if (std::system(cmd.c_str()) != 0)
       throw std::runtime_error("scripts/make_certs.sh failed: " + cmd);
     ca = dir + "/ca.crt", cert = dir + "/node.crt", key = dir + "/node.key";
+    trainer_cert = dir + "/trainer.crt", trainer_key = dir + "/trainer.key";
     other_ca = dir + "/other/ca.crt", other_cert = dir + "/other/stranger.crt", other_key = dir + "/other/stranger.key";
   }
   ~test_certs() { std::system(("rm -rf " + dir).c_str()); }

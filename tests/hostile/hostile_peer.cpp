@@ -10,8 +10,8 @@
 // CONFIG: the swarm's --config file (its model hash lets some messages past
 // the first check, as a stranger who read the swarm's config would).
 //
-// It learns what any peer can: the coordinator's averager, each stage's
-// servers (peers), their doors. Its own actor, the bait, is named wherever a
+// It learns what any trainer can: the coordinator's averager, each stage's
+// servers (subscribed), their doors. Its own actor, the bait, is named wherever a
 // message names a source, a member or a coordinator; an order obeyed would
 // reach it. Prints one line per interface (cases tried, messages sent) and
 // the bait's catch; exits 0 when the bait caught nothing and the coordinator
@@ -66,23 +66,27 @@ bool learn(caf::actor_system& sys, hostile::targets& t) {
   self->request(caf::actor_cast<coordinator_actor>(t.coordinator), 10s, averager_atom::value)
       .receive([&](const averager_actor& a) { t.averager = caf::actor_cast<caf::actor>(a); },
                [&](caf::error&) { ok = false; });
+  // As a trainer learns them (a trainer's certificate may not ask for peers):
+  // subscribed, the coordinator sends each stage's servers as JOINs first.
   for (uint32_t stage = 0; stage < 2 && ok; ++stage) {
     proto::subscribe sub;
     sub.set_stage(stage);
-    self->request(caf::actor_cast<coordinator_actor>(t.coordinator), 10s, peers_atom::value, wrap(sub))
-        .receive(
-            [&](const encoded<proto::server_list>& list) {
-              auto l = decode(list);
-              for (const auto& s : l ? l->servers() : decltype(l->servers()){}) {
-                auto h = reach<stage_actor>(sys, s.host(), static_cast<uint16_t>(s.port()));
-                if (!h)
-                  continue;
-                t.servers.push_back(h);
-                t.server_stages.push_back(stage);
-                t.server_ids.push_back(s.server_id());
-              }
-            },
-            [&](caf::error&) { ok = false; });
+    sub.set_config_hash(t.config_hash);
+    self->request(caf::actor_cast<coordinator_actor>(t.coordinator), 10s, subscribe_atom::value, wrap(sub))
+        .receive([](const std::string&) {}, [&](caf::error&) { ok = false; });
+    for (bool more = ok; more;)
+      self->receive(
+          [&](membership_atom, const encoded<proto::membership_update>& bytes) {
+            auto up = decode(bytes);
+            if (!up || up->kind() != proto::membership_update::JOIN)
+              return;
+            if (auto h = reach<stage_actor>(sys, up->host(), static_cast<uint16_t>(up->port()))) {
+              t.servers.push_back(h);
+              t.server_stages.push_back(stage);
+              t.server_ids.push_back(up->server_id());
+            }
+          },
+          caf::after(std::chrono::milliseconds(200)) >> [&] { more = false; });
   }
   for (const auto& s : t.servers) {
     caf::actor door;

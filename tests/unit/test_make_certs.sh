@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Tests scripts/make_certs.sh: a node and a signed request make certificates
-# the CA verifies; a NAME that would overwrite the CA (ca, ca.csr) or write
-# outside DIR ('/', '..') is refused and writes nothing.
+# the CA verifies, naming the roles given (one extended key usage each, the
+# OIDs net/peer_roles.cpp reads); an unknown role, or a NAME that would
+# overwrite the CA (ca, ca.csr) or write outside DIR ('/', '..'), is refused
+# and writes nothing.
 # Usage: bash tests/unit/test_make_certs.sh [path/to/make_certs.sh]
 set -u
 
@@ -22,6 +24,24 @@ bash "$script" csr "$tmp/node" n2 >"$tmp/out.txt" 2>&1 || fail "csr n2"
 bash "$script" sign "$d" "$tmp/node/n2.csr" >"$tmp/out.txt" 2>&1 || fail "sign n2.csr"
 [ -f "$d/n2.crt" ] || fail "sign wrote no $d/n2.crt"
 
+# Roles: the OIDs must match net/peer_roles.cpp's (read from it, so the two cannot drift apart).
+sources=$(dirname "$script")/../net/peer_roles.cpp
+arc=$(grep -o '"2\.25\.[0-9]*\.1"' "$sources" | tr -d '"' | sed 's/\.1$//')
+[ -n "$arc" ] || fail "no role OIDs found in $sources"
+usages() { openssl x509 -in "$1" -noout -ext extendedKeyUsage 2>/dev/null | tail -n +2; }
+bash "$script" node "$d" t1 trainer >"$tmp/out.txt" 2>&1 || fail "node t1 trainer"
+grep -q "roles: trainer" "$tmp/out.txt" || fail "node t1 did not say its role"
+u=$(usages "$d/t1.crt")
+[[ $u == *"$arc.3"* && $u != *"$arc.2"* && $u != *"$arc.1"* ]] || fail "t1.crt's usages are not trainer alone: $u"
+bash "$script" node "$d" a1 all >"$tmp/out.txt" 2>&1 || fail "node a1 all"
+u=$(usages "$d/a1.crt")
+for r in 1 2 3 4; do [[ $u == *"$arc.$r"* ]] || fail "a1.crt lacks role $r: $u"; done
+bash "$script" csr "$tmp/node" s1 >/dev/null 2>&1 && bash "$script" sign "$d" "$tmp/node/s1.csr" status,server \
+  >"$tmp/out.txt" 2>&1 || fail "sign s1 status,server"
+u=$(usages "$d/s1.crt")
+[[ $u == *"$arc.4"* && $u == *"$arc.2"* && $u != *"$arc.3"* ]] || fail "s1.crt's usages are not status and server: $u"
+[[ $(usages "$d/n1.crt") != *"$arc"* ]] || fail "n1.crt (no ROLES) names a role"
+
 # refused COMMAND... EXPECTED: exits 2 with EXPECTED in its message.
 refused() {
   local expected=${*: -1}
@@ -38,7 +58,10 @@ refused node "$d" ../outside "must be a plain file name"
 refused csr "$d" sub/dir "must be a plain file name"
 refused node "$d" .. "must be a plain file name"
 refused node "$d" 'a b' "may hold only letters"
+refused node "$d" r1 admin "unknown role 'admin'"
+refused sign "$d" "$tmp/node/s1.csr" server,root "unknown role 'root'"
+[ ! -e "$d/r1.key" ] && [ ! -e "$d/r1.crt" ] || fail "an unknown role left files"
 [ "$(cat "$d/ca.crt" "$d/ca.key" | sha256sum)" = "$ca_sum" ] || fail "the CA changed"
 [ ! -e "$tmp/outside.key" ] && [ ! -e "$tmp/outside.crt" ] || fail "a file was written outside DIR"
 [ ! -e "$d/sub" ] || fail "a folder was made inside DIR"
-echo "OK: make_certs refuses names that overwrite the CA or leave DIR"
+echo "OK: make_certs names the roles given; refuses unknown roles and names that overwrite the CA or leave DIR"
