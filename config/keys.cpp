@@ -183,7 +183,9 @@ const std::vector<keys::row>& swarm_keys() {
           "0 = 4x the model's largest payload, at least 256; never below one largest payload"),
       key("tls-ca", &net::tls_ca, "", {},
           "mutual TLS: PEM certificate of the cluster CA (with --tls-cert and --tls-key)"),
-      key("tls-cert", &net::tls_cert, "", {}, "mutual TLS: PEM certificate of this node, signed by the cluster CA"),
+      key("tls-cert", &net::tls_cert, "", {},
+          "mutual TLS: PEM certificate of this node, signed by the cluster CA and naming this node's --role "
+          "(scripts/make_certs.sh ROLES; peers refuse what its roles do not send)"),
       key("tls-key", &net::tls_key, "", {}, "mutual TLS: PEM private key of this node's certificate (unencrypted)"),
 
       key("port", &coord::port, "", range("[0, 65535]"), "coordinator: TCP port to listen on; 0 = any free port", own),

@@ -15,10 +15,14 @@ else  # a copy without .git: the same folders
   mapfile -t files < <(find . -path ./build -prune -o -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \) -print | sed 's|^\./||' | sort)
 fi
 if [ "${1:-}" = "--check" ]; then
-  bad=()
-  for f in "${files[@]}"; do
-    "$format" --dry-run -Werror "$f" > /dev/null 2>&1 || bad+=("$f")
-  done
+  # Fifty files per clang-format, two at a time: one process per file took
+  # 12 s of the README's test command, this takes about 1 s.
+  errors=$(printf '%s\0' "${files[@]}" | xargs -0 -n 50 -P 2 "$format" --dry-run -Werror 2>&1 >/dev/null) && rc=0 || rc=$?
+  mapfile -t bad < <(printf '%s\n' "$errors" | sed -n 's/^\(.*\):[0-9]*:[0-9]*: error: .*/\1/p' | sort -u)
+  if [ $rc -ne 0 ] && [ ${#bad[@]} -eq 0 ]; then
+    printf 'format: clang-format failed:\n%s\n' "$errors"
+    exit 1
+  fi
   if [ ${#bad[@]} -gt 0 ]; then
     printf 'format: differs from .clang-format: %s\n' "${bad[@]}"
     echo "format: ${#bad[@]} of ${#files[@]} files; run scripts/format.sh to rewrite them"

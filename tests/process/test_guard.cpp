@@ -300,7 +300,7 @@ void train_through_storm(const std::vector<std::string>& flags, bool tls, int st
 // (scripts/test_full.sh).
 TEST_CASE("training goes on through a storm of malformed inputs at the coordinator's and servers' ports",
           "[faults][guard]") {
-  train_through_storm({}, false, test_size(120, 400), test_size(2500, 10000));
+  train_through_storm({}, false, test_size(90, 400), test_size(2000, 10000));
 }
 
 // Fewer than above: the kinds are the same, and one of them reaches CAF's TLS

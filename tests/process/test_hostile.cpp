@@ -130,10 +130,10 @@ void hostile_run(std::vector<std::string> flags, const std::vector<std::string>&
 
 }  // namespace
 
-// Storms of 5 and 4 s keep the README's test command under its 10 minutes
+// Storms of 4 s keep the README's test command under its 10 minutes
 // (60 s each with SWARM_TEST_FULL=1).
 TEST_CASE("a stranger sending every message of every interface changes nothing", "[hostile]") {
-  hostile_run({}, {}, true, test_size(5, 60));
+  hostile_run({}, {}, true, test_size(4, 60));
 }
 
 TEST_CASE("a member holding a valid certificate of the wrong role sending every message changes nothing",
