@@ -18,7 +18,7 @@
 # (etcd's own certificates need them: its clients check the address they dial).
 set -euo pipefail
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }  # the comment above
 [ $# -ge 2 ] || usage
 command -v openssl >/dev/null || { echo "make_certs: openssl not found (scripts/setup.sh installs it)" >&2; exit 2; }
 cmd=$1 dir=$2
