@@ -390,7 +390,7 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
       },
       [self](membership_atom, const encoded<proto::membership_update>& bytes) {
         const auto me = "trainer " + self->state.cfg.trainer_id + " stage " + std::to_string(self->state.cfg.stage);
-        if (sent_from(self, self->state.coordinator, me, "coordinator's process", "membership update") &&
+        if (sent_by(self, self->state.coordinator, me, "coordinator", "membership update") &&
             sent_as(self, role_coordinator, me, "membership update"))
           on_membership(self, bytes);
       },

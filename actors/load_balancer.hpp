@@ -35,8 +35,8 @@
 //   (forward_atom, request parts, samples)
 //   (backward_atom, request parts, samples, preferred server id)
 // From the trainer node after a coordinator restart: coordinator_changed
-// (messages/protocol.hpp). Membership updates are taken only from the process
-// of the coordinator subscribed to.
+// (messages/protocol.hpp). Membership updates are taken only from the
+// coordinator subscribed to.
 
 #include <atomic>
 #include <chrono>
@@ -129,8 +129,8 @@ struct load_balancer_state {
   bulk_inbox inbox;  ///< replies from the bulk connection, paired with their messages
   uint64_t next_transfer = 0;
   uint64_t next_attempt = 0;
-  bool stalled = false;      ///< a stall was logged and has not ended
-  caf::node_id coordinator;  ///< the process of the coordinator subscribed to: membership comes only from it
+  bool stalled = false;         ///< a stall was logged and has not ended
+  caf::actor_addr coordinator;  ///< the coordinator subscribed to: membership comes only from it
 };
 
 /// Spawns with the coordinator to subscribe to.

@@ -175,7 +175,7 @@ void on_membership(self_ptr self, const encoded<proto::membership_update>& bytes
 }
 
 void subscribe(self_ptr self, const coordinator_actor& coordinator) {
-  self->state.coordinator = coordinator.node();
+  self->state.coordinator = coordinator.address();
   proto::subscribe sub;
   sub.set_stage(static_cast<uint32_t>(self->state.cfg.stage));
   sub.set_config_hash(self->state.cfg.config_hash);

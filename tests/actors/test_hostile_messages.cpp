@@ -16,6 +16,7 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/door.hpp"
+#include "actors/load_balancer.hpp"
 #include "actors/stage_server.hpp"
 #include "messages/wire.hpp"
 #include "fixtures.hpp"
@@ -267,4 +268,43 @@ TEST_CASE_METHOD(system_fixture, "a trainer id belongs to its first reporter: no
     ++made_up;
   CHECK(made_up == 1);  // its first free id is its own; the other 49 are refused
   trainer->send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(system_fixture, "a trainer takes membership updates from its coordinator alone", "[actors][hostile]") {
+  // Before, anyone could add servers of its choosing to a trainer's routing (or
+  // take real ones out), and point it at another coordinator altogether.
+  auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, std::make_shared<metrics_sink>());
+  auto worker = std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu");
+  auto server = sys->spawn(stage_server, server_settings("good", 4 << 20), worker, std::make_shared<metrics_sink>(),
+                           std::make_shared<stage_server_counters>());
+  auto port = sys->middleman().publish(server, 0, "127.0.0.1");
+  REQUIRE(port);
+  load_balancer_config lbc;
+  lbc.config_hash = 42;
+  lbc.trainer.no_server_wait_s = 1.0;
+  auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
+  caf::scoped_actor self{*sys}, stranger{*sys};
+  auto forward = [&] {
+    std::string served_by;
+    self->request(lb, 20s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8).bytes}, int64_t{2})
+        .receive([&](bulk_parts&, const std::string& by, int32_t) { served_by = by; },
+                 [&](caf::error& err) { served_by = describe(err); });
+    return served_by;
+  };
+  proto::membership_update join;
+  join.set_kind(proto::membership_update::JOIN);
+  join.set_stage(0);
+  join.set_server_id("good");
+  join.set_host("127.0.0.1");
+  join.set_port(*port);
+  stranger->send(lb, membership_atom::value, wrap(join));  // a JOIN as the coordinator would word it
+  const auto unserved = forward();
+  INFO(unserved);
+  CHECK(unserved.find("NO_SERVER") != std::string::npos);  // nobody dialed: the stage had no server
+  self->request(coord, 5s, register_atom::value, wrap(registration("good", 0, *port, 42)), server, caf::actor{})
+      .receive([](const encoded<proto::register_reply>&) {}, [](caf::error& err) { FAIL(caf::to_string(err)); });
+  CHECK(forward() == "good");  // the same JOIN from the coordinator is taken
+  for (const auto& a :
+       {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord), caf::actor_cast<caf::actor>(server)})
+    self->send_exit(a, caf::exit_reason::user_shutdown);
 }
