@@ -1,5 +1,8 @@
 #include "policy/allreduce.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace swarm::policy {
 
 std::vector<shard> partition_shards(int64_t total, int peers) {
@@ -36,6 +39,61 @@ bool weighted_mean(const std::vector<weighted_part>& parts, int64_t n, float* ou
   }
   for (int64_t j = 0; j < n; ++j)
     out[j] = static_cast<float>(acc[static_cast<size_t>(j)]);
+  return true;
+}
+
+bool centered_clip(const std::vector<weighted_part>& parts, int64_t n, double tau, int iterations, float* out,
+                   std::vector<double>* clipped) {
+  const auto len = static_cast<size_t>(n);
+  // The start is the weighted mean of the finite parts; a part holding NaN or
+  // Inf has no finite distance, so it gets no weight at all.
+  std::vector<char> finite(parts.size(), 1);
+  double finite_total = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].samples <= 0)
+      continue;
+    for (size_t j = 0; j < len && finite[i]; ++j)
+      finite[i] = std::isfinite(parts[i].values[j]);
+    if (finite[i])
+      finite_total += parts[i].samples;
+  }
+  if (finite_total <= 0 || !(tau > 0))
+    return false;
+  std::vector<double> v(len, 0.0), step(len);
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (parts[i].samples > 0 && finite[i])
+      for (size_t j = 0; j < len; ++j)
+        v[j] += parts[i].samples / finite_total * parts[i].values[j];
+  std::vector<double> clip(parts.size(), 0.0);
+  for (int it = 0; it < iterations; ++it) {
+    std::fill(step.begin(), step.end(), 0.0);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const auto& p = parts[i];
+      if (p.samples <= 0)
+        continue;
+      if (!finite[i]) {
+        clip[i] = 1.0;
+        continue;
+      }
+      double norm_sq = 0;
+      for (size_t j = 0; j < len; ++j) {
+        const double d = p.values[j] - v[j];
+        norm_sq += d * d;
+      }
+      const double norm = std::sqrt(norm_sq);
+      const double keep = norm > tau ? tau / norm : 1.0;
+      clip[i] = 1.0 - keep;
+      const double w = p.samples / finite_total * keep;
+      for (size_t j = 0; j < len; ++j)
+        step[j] += w * (p.values[j] - v[j]);
+    }
+    for (size_t j = 0; j < len; ++j)
+      v[j] += step[j];
+  }
+  for (size_t j = 0; j < len; ++j)
+    out[j] = static_cast<float>(v[j]);
+  if (clipped)
+    *clipped = std::move(clip);
   return true;
 }
 

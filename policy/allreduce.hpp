@@ -33,6 +33,18 @@ struct weighted_part {
 /// False, with `out` untouched, when no part has samples (nothing to average).
 [[nodiscard]] bool weighted_mean(const std::vector<weighted_part>& parts, int64_t n, float* out);
 
+/// CenteredClip (Karimireddy, He and Jaggi 2021; BTARD runs it in each shard
+/// owner): from the weighted mean v, `iterations` times
+///   v <- v + sum_i w_i (x_i - v) min(1, tau / ||x_i - v||) / sum_i w_i,
+/// so one part (a lying or broken peer's) moves the result by at most
+/// tau w_i / sum_i w_i per iteration, however far off it is; it equals
+/// weighted_mean when every part lies within `tau` of that mean. Writes v into
+/// `out`; `clipped`, when given, gets each part's clip of the last iteration,
+/// 1 - min(1, tau / ||x_i - v||) (0: used whole; near 1: far outside). False,
+/// `out` untouched, when no part has samples or tau <= 0.
+[[nodiscard]] bool centered_clip(const std::vector<weighted_part>& parts, int64_t n, double tau, int iterations,
+                                 float* out, std::vector<double>* clipped = nullptr);
+
 /// Bytes each peer sends (and receives) in an ideal butterfly all-reduce of
 /// `bytes`: its parts of the others' shards out, their reduced shards back in.
 [[nodiscard]] inline double ideal_allreduce_bytes(double bytes, int peers) {

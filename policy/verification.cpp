@@ -1,0 +1,55 @@
+#include "policy/verification.hpp"
+
+#include <cmath>
+
+namespace swarm::policy {
+
+std::vector<size_t> charged(const std::vector<std::vector<double>>& distance, double tolerance) {
+  const size_t n = distance.size();
+  // A handful of servers answer one request (the first, its verifier, a
+  // referee): every subset is tried, up to 16 servers.
+  if (n < 2 || n > 16)
+    return {};
+  for (const auto& row : distance)
+    if (row.size() != n)
+      return {};
+  auto agree = [&](size_t i, size_t j) {
+    const double d = std::max(distance[i][j], distance[j][i]);
+    return !std::isnan(d) && d <= tolerance;
+  };
+  unsigned best = 0;
+  size_t best_size = 0;
+  bool tied = false;
+  for (unsigned set = 1; set < (1u << n); ++set) {
+    size_t size = 0;
+    bool clique = true;
+    for (size_t i = 0; i < n && clique; ++i) {
+      if (!(set >> i & 1u))
+        continue;
+      ++size;
+      for (size_t j = i + 1; j < n && clique; ++j)
+        clique = !(set >> j & 1u) || agree(i, j);
+    }
+    if (!clique || size < best_size)
+      continue;
+    tied = size == best_size;
+    if (size > best_size)
+      best = set, best_size = size;
+  }
+  if (tied || 2 * best_size <= n || best_size == n)
+    return {};
+  std::vector<size_t> out;
+  for (size_t i = 0; i < n; ++i)
+    if (!(best >> i & 1u))
+      out.push_back(i);
+  return out;
+}
+
+bool strike_book::charge(const std::string& server) { return ++strikes_[server] == limit_; }
+
+int strike_book::strikes(const std::string& server) const {
+  auto it = strikes_.find(server);
+  return it == strikes_.end() ? 0 : it->second;
+}
+
+}  // namespace swarm::policy

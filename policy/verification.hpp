@@ -1,0 +1,39 @@
+#pragma once
+// Who lied, when servers of a stage answered the same request differently
+// (issue #47, verified work): pure, over the distances between their outputs,
+// so the attribution is tested without actors. Floating point differs between
+// honest servers (thread counts, BLAS kernels, bf16, 8-bit activations), so
+// outputs agree within a tolerance, not bit for bit.
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace swarm::policy {
+
+/// Servers whose outputs (of one request) `distance[i][j]` apart say who is
+/// wrong: those outside the one largest group of servers that agree pairwise
+/// (distance <= tolerance), when that group is a strict majority. Empty when
+/// everyone agrees, or nobody can be told wrong (two that disagree, three
+/// that all disagree, a group that is no majority, two largest groups).
+/// `distance` is square and symmetric; NaN counts as disagreement.
+[[nodiscard]] std::vector<size_t> charged(const std::vector<std::vector<double>>& distance, double tolerance);
+
+/// Strikes against servers, as charged; `limit` strikes ban one. Honest
+/// answers in between do not wipe a strike: a server that lies only
+/// sometimes is banned all the same, later.
+class strike_book {
+public:
+  explicit strike_book(int limit) : limit_(limit < 1 ? 1 : limit) {}
+  /// One more strike against `server`; true when it reaches the limit now (once).
+  bool charge(const std::string& server);
+  [[nodiscard]] int strikes(const std::string& server) const;
+  [[nodiscard]] bool banned(const std::string& server) const { return strikes(server) >= limit_; }
+
+private:
+  int limit_;
+  std::map<std::string, int> strikes_;
+};
+
+}  // namespace swarm::policy
