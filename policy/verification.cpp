@@ -1,8 +1,26 @@
 #include "policy/verification.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace swarm::policy {
+
+double relative_distance(const float* a, const float* b, size_t n) {
+  double diff = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = a[i], y = b[i];
+    diff += (x - y) * (x - y);
+    na += x * x;
+    nb += y * y;
+  }
+  if (!std::isfinite(diff) || !std::isfinite(na) || !std::isfinite(nb))
+    return std::numeric_limits<double>::quiet_NaN();
+  const double scale = std::sqrt(std::max(na, nb));
+  return scale > 0 ? std::sqrt(diff) / scale : 0.0;
+}
+
+double verify_tolerance(bool bf16) { return bf16 ? 0.05 : 1e-4; }
 
 std::vector<size_t> charged(const std::vector<std::vector<double>>& distance, double tolerance) {
   const size_t n = distance.size();

@@ -12,6 +12,19 @@
 
 namespace swarm::policy {
 
+/// How far apart two servers' outputs of one request are: ||a - b|| /
+/// max(||a||, ||b||), in [0, 2]; 0 for two zero vectors. NaN when either holds
+/// NaN or Inf (a broken answer agrees with nothing).
+[[nodiscard]] double relative_distance(const float* a, const float* b, size_t n);
+
+/// Outputs (relative_distance) of two honest servers agree within this;
+/// `bf16`: either ran --precision bf16. Measured by test_model "[verify]" on
+/// config small's stage 0 here (2026-12-07): 1 vs 2 threads 0 in fp32 and in
+/// bf16, fp32 vs bf16 0.0011, noise of the same scale 1.40. Hence 1e-4 for
+/// fp32 (CPU kernels; a GPU's TF32 would need more) and 0.05 with bf16: 47x
+/// the measured gap, 28x below noise.
+[[nodiscard]] double verify_tolerance(bool bf16);
+
 /// Servers whose outputs (of one request) `distance[i][j]` apart say who is
 /// wrong: those outside the one largest group of servers that agree pairwise
 /// (distance <= tolerance), when that group is a strict majority. Empty when

@@ -14,6 +14,7 @@
 #include "models/stage_worker.hpp"
 #include "messages/tensor_codec.hpp"
 #include "actors/stage_calls.hpp"
+#include "policy/verification.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -322,4 +323,47 @@ TEST_CASE("tensors go to the worker's device and come back from it encoded", "[w
   REQUIRE(err < 0.02);
   req.set_reply_codec(static_cast<proto::codec>(9));
   REQUIRE(code(serve_forward(w, req)) == errc::BAD_REQUEST);
+}
+
+TEST_CASE("honest servers answer one forward within the verification tolerance; noise is far outside",
+          "[worker][verify]") {
+  // Issue #47's verified work compares two servers' outputs of one request.
+  // They differ honestly by the thread count (kernel summation order) and
+  // bf16 rounding; this measures how much, so the tolerance has a margin.
+  const int threads = at::get_num_threads();
+  const auto x = tokens(batch, len, 47);
+  auto output = [&](bool bf16, int n) {
+    at::set_num_threads(n);
+    stage_worker w(small_model(), 0, 2, "cpu");
+    w.set_bf16(bf16);
+    auto r = serve_forward(w, fwd(0, x));
+    REQUIRE(r);
+    auto t = decode_tensor(r->outputs(), "outputs");
+    REQUIRE(t);
+    auto f = t->to(torch::kFloat32).contiguous();
+    return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+  };
+  {
+    // Servers of one swarm may differ in --precision: an fp32 and a bf16 answer.
+    const auto fp32 = output(false, 2), bf16 = output(true, 2);
+    const double apart = policy::relative_distance(fp32.data(), bf16.data(), fp32.size());
+    std::cout << "fp32 vs bf16: " << apart << "\n";
+    CHECK(apart <= policy::verify_tolerance(true));
+  }
+  for (bool bf16 : {false, true}) {
+    const auto one = output(bf16, 1), two = output(bf16, 2), again = output(bf16, 1);
+    REQUIRE(one.size() == two.size());
+    const double threads_apart = policy::relative_distance(one.data(), two.data(), one.size());
+    const double repeat_apart = policy::relative_distance(one.data(), again.data(), one.size());
+    // Noise of the same scale (the `noise` fault): independent of the answer.
+    auto noise = torch::randn({static_cast<int64_t>(one.size())}, torch::TensorOptions().dtype(torch::kFloat32));
+    noise = noise * (torch::from_blob(const_cast<float*>(one.data()), {static_cast<int64_t>(one.size())}).std());
+    const double noise_apart = policy::relative_distance(one.data(), noise.data_ptr<float>(), one.size());
+    std::cout << (bf16 ? "bf16" : "fp32") << ": 1 vs 2 threads " << threads_apart << ", repeated " << repeat_apart
+              << ", noise " << noise_apart << " (tolerance " << policy::verify_tolerance(bf16) << ")\n";
+    CHECK(repeat_apart <= threads_apart + 1e-12);
+    CHECK(threads_apart <= policy::verify_tolerance(bf16));
+    CHECK(noise_apart > 10 * policy::verify_tolerance(bf16));
+  }
+  at::set_num_threads(threads);
 }
