@@ -89,4 +89,14 @@ inline proto::register_server registration(const std::string& id, uint32_t stage
   return reg;
 }
 
+/// One forward (stage 0 of 2, 2 x 8 tokens) through the load balancer `lb`:
+/// the id of the server that answered it, or its error described.
+inline std::string forward_through(caf::scoped_actor& self, const caf::actor& lb, caf::timespan timeout) {
+  std::string served_by;
+  self->request(lb, timeout, forward_atom::value, bulk_parts{forward_payload(0, 2, 8).bytes}, int64_t{2})
+      .receive([&](bulk_parts&, const std::string& server, int32_t) { served_by = server; },
+               [&](caf::error& err) { served_by = describe(err); });
+  return served_by;
+}
+
 }  // namespace swarm::testing::actor_helpers

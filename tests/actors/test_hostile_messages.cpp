@@ -284,13 +284,7 @@ TEST_CASE_METHOD(system_fixture, "a trainer takes membership updates from its co
   lbc.trainer.no_server_wait_s = 1.0;
   auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
   caf::scoped_actor self{*sys}, stranger{*sys};
-  auto forward = [&] {
-    std::string served_by;
-    self->request(lb, 20s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8).bytes}, int64_t{2})
-        .receive([&](bulk_parts&, const std::string& by, int32_t) { served_by = by; },
-                 [&](caf::error& err) { served_by = describe(err); });
-    return served_by;
-  };
+  auto forward = [&] { return forward_through(self, lb, 20s); };
   proto::membership_update join;
   join.set_kind(proto::membership_update::JOIN);
   join.set_stage(0);

@@ -118,13 +118,7 @@ TEST_CASE_METHOD(system_fixture, "a server's door grants room up to max-outstand
   lbc.config_hash = 42;
   lbc.busy_answers = std::make_shared<std::atomic<int64_t>>(0);
   auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), std::make_shared<metrics_sink>());
-  auto forward = [&] {
-    std::string served_by;
-    self->request(lb, 15s, forward_atom::value, bulk_parts{forward_payload(0, 2, 8).bytes}, int64_t{2})
-        .receive([&](bulk_parts&, const std::string& server, int32_t) { served_by = server; },
-                 [&](caf::error& err) { served_by = describe(err); });
-    return served_by;
-  };
+  auto forward = [&] { return forward_through(self, lb, 15s); };
 
   auto solo = serve("solo");
   const auto solo_door = door_of(solo);
