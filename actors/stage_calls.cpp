@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "messages/errors.hpp"
@@ -118,6 +119,18 @@ caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, proto:
   reply.set_duplicate(r->duplicate);
   reply.set_server_step(static_cast<uint64_t>(worker.steps()));
   return reply;
+}
+
+void replace_with_noise(proto::tensor& t, uint64_t seed) {
+  if (t.data().empty())
+    return;
+  auto decoded = decode_tensor(t, "outputs");
+  if (!decoded || decoded->numel() == 0)
+    return;
+  const auto x = decoded->to(torch::kFloat32);
+  auto gen = at::detail::createCPUGenerator(seed);
+  auto noise = torch::randn(x.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat32)) * x.std() + x.mean();
+  t = encode_tensor(noise.to(decoded->scalar_type()), t.codec());
 }
 
 }  // namespace swarm

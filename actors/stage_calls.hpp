@@ -22,6 +22,13 @@ namespace swarm {
 [[nodiscard]] caf::expected<proto::backward_reply> serve_backward(stage_worker& worker, proto::backward_request&& req,
                                                                   const commit_gate& gate = {});
 
+/// The `noise` fault (--fault noise, with --allow-faults; issue #47): `t`'s
+/// values replaced by Gaussian noise of their own mean and standard deviation,
+/// drawn from `seed`, in `t`'s dtype and codec: an answer of the right shape
+/// and scale that computed nothing, as a server saving its compute would
+/// send. An empty or undecodable tensor is left as it is.
+void replace_with_noise(proto::tensor& t, uint64_t seed);
+
 /// On a copy of `req` (tests that send one request twice).
 [[nodiscard]] inline caf::expected<proto::forward_reply> serve_forward(stage_worker& worker,
                                                                        const proto::forward_request& req,

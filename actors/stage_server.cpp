@@ -1,6 +1,8 @@
 #include "actors/stage_server.hpp"
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <type_traits>
 
@@ -363,6 +365,15 @@ void add_chunk(self_ptr self, uint64_t transfer_id, const std::string& piece) {
   (void)self->state.chunks.add(from, transfer_id, piece, std::chrono::steady_clock::now());
 }
 
+/// --fault noise (issue #47): this server answers with noise.
+bool lies(self_ptr self) { return self->state.cfg.server.fault == server_config::fault_kind::noise; }
+
+/// The seed of its next lie: deterministic for a server (its id) and a count.
+uint64_t next_lie(self_ptr self) {
+  static std::atomic<uint64_t> count{0};
+  return std::hash<std::string>{}(self->state.cfg.server_id) ^ (0x9e3779b97f4a7c15ull * ++count);
+}
+
 }  // namespace
 
 stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, std::shared_ptr<stage_worker> worker,
@@ -380,20 +391,29 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
              encoded<proto::forward_request>& tail) -> reply_t<proto::forward_request> {
         if (!sent_as(self, role_trainer, self->state.cfg.server_id, "forward request"))
           return refused_for_role("a forward request");
-        return receive_request<proto::forward_request>(self, "forward_request", transfer_id, std::move(tail.bytes),
-                                                       [self](proto::forward_request& r, const commit_gate& g) {
-                                                         return serve_forward(*self->state.worker, std::move(r),
-                                                                              g);  // takes only r's tensor bytes
-                                                       });
+        return receive_request<proto::forward_request>(
+            self, "forward_request", transfer_id, std::move(tail.bytes),
+            [self](proto::forward_request& r, const commit_gate& g) {
+              auto reply = serve_forward(*self->state.worker, std::move(r), g);  // takes only r's tensor bytes
+              if (reply && lies(self)) {
+                replace_with_noise(*reply->mutable_outputs(), next_lie(self));
+                replace_with_noise(*reply->mutable_input_grad(), next_lie(self));
+              }
+              return reply;
+            });
       },
       [self](backward_atom, uint64_t transfer_id,
              encoded<proto::backward_request>& tail) -> reply_t<proto::backward_request> {
         if (!sent_as(self, role_trainer, self->state.cfg.server_id, "backward request"))
           return refused_for_role("a backward request");
-        return receive_request<proto::backward_request>(self, "backward_request", transfer_id, std::move(tail.bytes),
-                                                        [self](proto::backward_request& r, const commit_gate& g) {
-                                                          return serve_backward(*self->state.worker, std::move(r), g);
-                                                        });
+        return receive_request<proto::backward_request>(
+            self, "backward_request", transfer_id, std::move(tail.bytes),
+            [self](proto::backward_request& r, const commit_gate& g) {
+              auto reply = serve_backward(*self->state.worker, std::move(r), g);
+              if (reply && lies(self))
+                replace_with_noise(*reply->mutable_input_grad(), next_lie(self));
+              return reply;
+            });
       },
       [self](state_atom, uint64_t transfer_id,
              encoded<proto::state_request>& tail) -> caf::result<uint64_t, encoded<proto::state_reply>> {

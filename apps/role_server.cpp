@@ -111,6 +111,10 @@ int run_server(const app_config& cfg) {
       "s-" + std::to_string(::getpid()) + (cfg.server.host == "127.0.0.1" ? std::string{} : "@" + cfg.server.host);
   node n{cfg, "server " + server_id, "server", "server"};
   auto log = get_logger("stage_server");
+  if (cfg.server.fault == server_config::fault_kind::noise) {
+    n.metrics()->tag("fault", "noise");  // every event of a server lying on purpose says so
+    log->warn("--fault noise: this server answers every forward and backward with noise (a test of issue #47)");
+  }
   set_torch_threads(cfg.threads, cfg.model.d_model, cfg.bf16());
   // --init-from: read once, checked before anything connects; every stage
   // this server builds (moves too) starts from it unless a peer or a checkpoint is further along.

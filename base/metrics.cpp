@@ -70,7 +70,14 @@ void metrics_sink::emit(const char* event, std::initializer_list<field> fields) 
     observer_(t, event, fields);
   if (fd_ < 0)
     return;
-  const auto line = format(t, role_, event, fields);
+  std::string line;
+  if (tags_.empty()) {
+    line = format(t, role_, event, fields);
+  } else {
+    std::vector<field> all(fields);
+    all.insert(all.end(), tags_.begin(), tags_.end());
+    line = format(t, role_, event, all);
+  }
   // One write per line keeps lines whole; a short write of a metrics line is not worth a retry loop.
   [[maybe_unused]] auto n = ::write(fd_, line.data(), line.size());
 }

@@ -40,6 +40,10 @@ public:
   using observer = std::function<void(double t, const char* event, std::initializer_list<field> fields)>;
   void observe(observer o) { observer_ = std::move(o); }
 
+  /// A field every line written from now on carries (a server lying on
+  /// purpose names its --fault so). Set once, before the sink is shared.
+  void tag(const char* key, std::string v) { tags_.emplace_back(key, std::move(v)); }
+
   /// The JSON line emit() would write at time `t` (exposed for tests): `t`
   /// to the millisecond, doubles to 6 significant digits, not finite as null.
   [[nodiscard]] static std::string format(double t, const std::string& role, const char* event,
@@ -52,6 +56,7 @@ private:
   int fd_ = -1;
   std::string role_;
   observer observer_;
+  std::vector<field> tags_;
 };
 
 /// A sink appending to `path` as `role`, or one that drops everything when `path` is empty.

@@ -176,15 +176,20 @@ struct server_config {
   /// fail_round: give the fault_after-th round it holds gradient in up before
   /// sending any part (as a peer that cannot be dialed makes it), and go on;
   /// hang_state: when asked for its state (by a joining or reloading peer).
+  /// noise: a lying server (issue #47): every forward's outputs and
+  /// backward's input gradients are noise of their own scale; needs allow_faults.
   enum class fault_kind {
     none,
     hang_forward,
     hang_backward,
     hang_round,
     fail_round,
-    hang_state
+    hang_state,
+    noise
   } fault = fault_kind::none;
   int64_t fault_after = 1;  ///< the fault hits the Nth request of its kind
+  /// --allow-faults: a fault that makes the server lie (noise) is refused without it.
+  bool allow_faults = false;
 };
 
 struct trainer_config {

@@ -39,7 +39,8 @@ const std::vector<std::pair<fault_kind, std::string>> fault_words = {{fault_kind
                                                                      {fault_kind::hang_backward, "hang-backward"},
                                                                      {fault_kind::hang_round, "hang-round"},
                                                                      {fault_kind::fail_round, "fail-round"},
-                                                                     {fault_kind::hang_state, "hang-state"}};
+                                                                     {fault_kind::hang_state, "hang-state"},
+                                                                     {fault_kind::noise, "noise"}};
 
 }  // namespace
 

@@ -245,10 +245,14 @@ const std::vector<keys::row>& swarm_keys() {
       keys::text_key<server>(
           "fault", fault_text, set_fault, one_of(fault_names()),
           "server, test hook: none | hang-forward | hang-backward | hang-round | fail-round (gives the Nth round it "
-          "holds gradient in up before sending any part, then goes on) | hang-state",
+          "holds gradient in up before sending any part, then goes on) | hang-state | noise (a lying server: every "
+          "forward's outputs and backward's input gradients are noise of their scale; needs --allow-faults)",
           own),
       key("fault-after", &server::fault_after, "", range(">= 1"),
           "server, test hook: the Nth request (or round) of that kind hangs", own),
+      key("allow-faults", &server::allow_faults, "", {},
+          "server: let --fault make this server lie (noise), for tests and benchmarks of issue #47's defences only",
+          own),
 
       key("corpus", &trainer::corpus, "", {}, "training text: a file, or a folder of text files (bytes; see --data)"),
       key("data", &trainer::data, "", {},

@@ -15,7 +15,9 @@
 #include "actors/coordinator.hpp"
 #include "base/clock.hpp"
 #include "actors/stage_server.hpp"
+#include "messages/tensor_codec.hpp"
 #include "messages/wire.hpp"
+#include "policy/verification.hpp"
 #include "fixtures.hpp"
 #include "actor_helpers.hpp"
 
@@ -157,4 +159,37 @@ TEST_CASE_METHOD(system_fixture, "coordinator admits matching servers, refuses o
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(all.find("\"event\": \"server_join\"") != std::string::npos);
   CHECK(all.find("\"event\": \"server_down\"") != std::string::npos);
+}
+
+TEST_CASE_METHOD(system_fixture, "a server told to lie (--fault noise) answers with noise; an honest one does not",
+                 "[actors][verify]") {
+  // Two servers of stage 0 of 2 with the same parameters (the model's seed):
+  // the same request must come back the same from honest ones (issue #47's
+  // verification compares them), and far apart from the liar.
+  caf::scoped_actor self{*sys};
+  auto answer = [&](const std::string& id, bool lie) {
+    auto scfg = server_settings(id);
+    if (lie)
+      scfg.server.fault = server_config::fault_kind::noise, scfg.server.allow_faults = true;
+    auto server = sys->spawn(stage_server, scfg, std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu"),
+                             std::make_shared<metrics_sink>(), std::make_shared<stage_server_counters>());
+    std::vector<float> out;
+    self->request(server, 10s, forward_atom::value, uint64_t{0}, forward_payload(0, 2, 8))
+        .receive(
+            [&](uint64_t, encoded<proto::forward_reply>& bytes) {
+              auto rep = decode(bytes);
+              REQUIRE(rep);
+              auto t = decode_tensor(rep->outputs(), "outputs");
+              REQUIRE(t);
+              auto f = t->contiguous();
+              out.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+            },
+            [&](caf::error& err) { FAIL(describe(err)); });
+    self->send_exit(server, caf::exit_reason::user_shutdown);
+    return out;
+  };
+  const auto honest = answer("honest", false), again = answer("again", false), liar = answer("liar", true);
+  REQUIRE(honest.size() == liar.size());
+  CHECK(policy::relative_distance(honest.data(), again.data(), honest.size()) <= policy::verify_tolerance(false));
+  CHECK(policy::relative_distance(honest.data(), liar.data(), honest.size()) > 10 * policy::verify_tolerance(true));
 }

@@ -367,3 +367,27 @@ TEST_CASE("honest servers answer one forward within the verification tolerance; 
   }
   at::set_num_threads(threads);
 }
+
+TEST_CASE("the noise fault answers with noise of the output's scale, in its codec, from its seed", "[worker][verify]") {
+  stage_worker w(small_model(), 0, 2, "cpu");
+  auto r = serve_forward(w, fwd(0, tokens(batch, len, 7)));
+  REQUIRE(r);
+  const auto honest = *decode_tensor(r->outputs(), "outputs");
+  auto lied = r->outputs(), again = r->outputs(), other = r->outputs();
+  replace_with_noise(lied, 1);
+  replace_with_noise(again, 1);
+  replace_with_noise(other, 2);
+  CHECK(lied.data() == again.data());  // deterministic under its seed
+  CHECK(lied.data() != other.data());
+  CHECK(lied.codec() == r->outputs().codec());
+  const auto noise = *decode_tensor(lied, "outputs");
+  REQUIRE(noise.sizes() == honest.sizes());
+  CHECK(noise.std().item<double>() == Approx(honest.std().item<double>()).epsilon(0.05));
+  const auto a = honest.contiguous(), b = noise.contiguous();
+  const double apart =
+      policy::relative_distance(a.data_ptr<float>(), b.data_ptr<float>(), static_cast<size_t>(a.numel()));
+  CHECK(apart > 10 * policy::verify_tolerance(true));  // what verification will catch
+  proto::tensor empty;
+  replace_with_noise(empty, 1);  // nothing to lie about
+  CHECK(empty.data().empty());
+}

@@ -365,3 +365,16 @@ TEST_CASE("--http-token: URL-safe characters only", "[config]") {
   CHECK_FALSE(bad.config);
   CHECK_THAT(bad.message, Catch::Contains("--http-token") && Catch::Contains("travels in URLs"));
 }
+
+TEST_CASE("a lying fault is refused without --allow-faults", "[config]") {
+  // Issue #47: --fault noise makes a server answer with noise, for tests and benchmarks only.
+  auto refused = parse({"--role", "server", "--coordinator", "127.0.0.1:1", "--fault", "noise"});
+  CHECK_FALSE(refused.config);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.message.find("--allow-faults") != std::string::npos);
+  auto allowed = parse({"--role", "server", "--coordinator", "127.0.0.1:1", "--fault", "noise", "--allow-faults"});
+  REQUIRE(allowed.config);
+  CHECK(allowed.config->server.fault == server_config::fault_kind::noise);
+  CHECK(parse({"--role", "server", "--coordinator", "127.0.0.1:1", "--fault", "hang-round"})
+            .config);  // lies about nothing
+}
