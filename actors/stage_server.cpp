@@ -229,8 +229,11 @@ void run_or_defer(self_ptr self, const caf::strong_actor_ptr& requester, const c
 
 /// A forward or backward request: its payload inline (reassembled from
 /// chunks) or over the bulk connection (answered once its bytes are here).
+/// Only trainers send them (net/peer_roles.hpp, with TLS).
 template <class Req, class Run>
 reply_t<Req> receive_request(self_ptr self, const char* op, uint64_t transfer_id, std::string tail, Run run) {
+  if (!sent_as(self, role_trainer, self->state.cfg.server_id, op))
+    return refused_for_role(op);
   auto& st = self->state;
   const auto requester = self->current_sender();
   auto rp = self->make_response_promise<uint64_t, encoded<typename reply_of<Req>::type>>();
@@ -365,13 +368,25 @@ void add_chunk(self_ptr self, uint64_t transfer_id, const std::string& piece) {
   (void)self->state.chunks.add(from, transfer_id, piece, std::chrono::steady_clock::now());
 }
 
-/// --fault noise (issue #47): this server answers with noise.
-bool lies(self_ptr self) { return self->state.cfg.server.fault == server_config::fault_kind::noise; }
-
-/// The seed of its next lie: deterministic for a server (its id) and a count.
+/// The seed of this server's next lie: deterministic for a server (its id) and a count.
 uint64_t next_lie(self_ptr self) {
   static std::atomic<uint64_t> count{0};
   return std::hash<std::string>{}(self->state.cfg.server_id) ^ (0x9e3779b97f4a7c15ull * ++count);
+}
+
+/// --fault noise (issue #47): every tensor of the reply replaced by noise.
+void lie_in(self_ptr self, proto::forward_reply& r) {
+  replace_with_noise(*r.mutable_outputs(), next_lie(self));
+  replace_with_noise(*r.mutable_input_grad(), next_lie(self));
+}
+void lie_in(self_ptr self, proto::backward_reply& r) { replace_with_noise(*r.mutable_input_grad(), next_lie(self)); }
+
+/// A reply as this server sends it: as computed, or a lie when told to (--fault noise).
+template <class Reply>
+caf::expected<Reply> as_told(self_ptr self, caf::expected<Reply> reply) {
+  if (reply && self->state.cfg.server.fault == server_config::fault_kind::noise)
+    lie_in(self, *reply);
+  return reply;
 }
 
 }  // namespace
@@ -387,32 +402,18 @@ stage_actor::behavior_type stage_server(self_ptr self, stage_server_config cfg, 
   // the door and send chunks; servers ask for state (and send chunks); the
   // coordinator gives orders (moving::from_coordinator).
   return {
-      [self](forward_atom, uint64_t transfer_id,
-             encoded<proto::forward_request>& tail) -> reply_t<proto::forward_request> {
-        if (!sent_as(self, role_trainer, self->state.cfg.server_id, "forward request"))
-          return refused_for_role("a forward request");
-        return receive_request<proto::forward_request>(
-            self, "forward_request", transfer_id, std::move(tail.bytes),
-            [self](proto::forward_request& r, const commit_gate& g) {
-              auto reply = serve_forward(*self->state.worker, std::move(r), g);  // takes only r's tensor bytes
-              if (reply && lies(self)) {
-                replace_with_noise(*reply->mutable_outputs(), next_lie(self));
-                replace_with_noise(*reply->mutable_input_grad(), next_lie(self));
-              }
-              return reply;
-            });
+      [self](forward_atom, uint64_t transfer_id, encoded<proto::forward_request>& tail) {
+        return receive_request<proto::forward_request>(self, "forward_request", transfer_id, std::move(tail.bytes),
+                                                       [self](proto::forward_request& r, const commit_gate& g) {
+                                                         return as_told(
+                                                             self, serve_forward(*self->state.worker, std::move(r), g));
+                                                       });  // serve_forward takes only r's tensor bytes
       },
-      [self](backward_atom, uint64_t transfer_id,
-             encoded<proto::backward_request>& tail) -> reply_t<proto::backward_request> {
-        if (!sent_as(self, role_trainer, self->state.cfg.server_id, "backward request"))
-          return refused_for_role("a backward request");
+      [self](backward_atom, uint64_t transfer_id, encoded<proto::backward_request>& tail) {
         return receive_request<proto::backward_request>(
             self, "backward_request", transfer_id, std::move(tail.bytes),
             [self](proto::backward_request& r, const commit_gate& g) {
-              auto reply = serve_backward(*self->state.worker, std::move(r), g);
-              if (reply && lies(self))
-                replace_with_noise(*reply->mutable_input_grad(), next_lie(self));
-              return reply;
+              return as_told(self, serve_backward(*self->state.worker, std::move(r), g));
             });
       },
       [self](state_atom, uint64_t transfer_id,
