@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include <caf/all.hpp>
+#include <fmt/format.h>
 
 #include "base/log.hpp"
 #include "actors/stage_server.hpp"
@@ -142,6 +143,9 @@ void on_done(self_ptr self, const encoded<proto::round_done>& bytes) {
   r.finished[s->handle.address()] = done->applied();
   r.results[s->handle.address()] = {done->step(), done->parameter_hash()};
   r.taken[s->handle.address()] = static_cast<int64_t>(std::min<uint64_t>(done->taken(), uint64_t{1} << 40));
+  for (const auto& id : done->clipped())
+    if (std::find(r.ids.begin(), r.ids.end(), id) != r.ids.end() && id != s->view.id)
+      r.clipped_by[id].insert(s->handle.address());
   if (done->applied() && std::isfinite(done->grad_norm()) && done->grad_norm() >= 0)
     sg.grad_norm_sq = done->grad_norm() * done->grad_norm();
   if (!done->applied())
@@ -215,17 +219,24 @@ void on_exclude_due(self_ptr self, uint32_t stage, uint64_t round) {
 
 }  // namespace
 
-void evict(self_ptr self, const caf::actor_addr& who, uint32_t stage) {
+void evict(self_ptr self, const caf::actor_addr& who, uint32_t stage, bool clipped) {
   auto& st = self->state;
   auto it = st.servers.find(who);
   if (it == st.servers.end())
     return;
   const auto id = it->second.view.id;
-  get_logger("averager")
-      ->error("stage {}: evicted server {}: its round results differed from its stage's majority {} rounds in a row",
-              stage, id, it->second.dissents);
-  st.metrics->emit("server_evicted",
-                   {{"stage", int64_t{stage}}, {"server", id}, {"dissents", int64_t{it->second.dissents}}});
+  const auto why = clipped ? fmt::format(
+                                 "the majority of its rounds' members clipped its gradient by more than "
+                                 "half in {} rounds (centered-clip)",
+                                 it->second.clips)
+                           : fmt::format("its round results differed from its stage's majority {} rounds in a row",
+                                         it->second.dissents);
+  get_logger("averager")->error("stage {}: evicted server {}: {}", stage, id, why);
+  st.metrics->emit("server_evicted", {{"stage", int64_t{stage}},
+                                      {"server", id},
+                                      {"dissents", int64_t{it->second.dissents}},
+                                      {"clips", int64_t{it->second.clips}},
+                                      {"why", why}});
   st.evicted.insert(who);
   if (st.coordinator)
     self->send(caf::actor_cast<coordinator_actor>(st.coordinator), evict_atom::value, it->second.handle);

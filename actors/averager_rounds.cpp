@@ -79,6 +79,10 @@ proto::round_begin round_begin_of(const averager_state& st, uint32_t stage, cons
       others += st.stages[k].grad_norm_sq;
   begin.set_other_norm_sq(others);
   begin.set_term(term_of(st.cfg.leader));
+  const auto& c = st.cfg.coordinator;
+  begin.set_clip(c.aggregation == "centered-clip");
+  begin.set_clip_radius(c.clip_radius);
+  begin.set_clip_iterations(static_cast<uint32_t>(c.clip_iterations));
   return begin;
 }
 
@@ -217,12 +221,35 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
       if (it->second.dissents >= policy::evict_after_dissents)
         to_evict.push_back(by[i]);
     }
+  // Centered-clip: a member whose parts a strict majority of the others that
+  // applied clipped by more than half (actors/stage_server_averaging.cpp).
+  std::vector<caf::actor_addr> clipped_out;
+  for (const auto& [id, reporters] : r.clipped_by) {
+    auto it = std::find_if(st.servers.begin(), st.servers.end(),
+                           [&, id = id](const auto& s) { return s.second.view.id == id && s.second.stage == stage; });
+    if (it == st.servers.end() || 2 * static_cast<int64_t>(reporters.size()) <= applied - 1)
+      continue;
+    ++it->second.clips;
+    st.metrics->emit("clip_strike", {{"stage", int64_t{stage}},
+                                     {"server", id},
+                                     {"round", static_cast<int64_t>(r.id)},
+                                     {"reporters", static_cast<int64_t>(reporters.size())},
+                                     {"strikes", int64_t{it->second.clips}}});
+    get_logger("averager")
+        ->warn("stage {}: round {}: {} of its members clipped server {}'s gradient by more than half (strike {} of {})",
+               stage, r.number, reporters.size(), id, it->second.clips, policy::evict_after_clips);
+    if (it->second.clips >= policy::evict_after_clips)
+      clipped_out.push_back(it->first);
+  }
   record_stage(self, stage);
   if (applied > 0)  // at most a batch is carried: a swarm slower than its rounds cannot pay back more
     sg.owed = std::clamp<int64_t>(sg.owed + taken - st.cfg.target_batch_size, 0, st.cfg.target_batch_size);
   sg.running.reset();
   for (const auto& who : to_evict)
     evict(self, who, stage);
+  for (const auto& who : clipped_out)
+    if (st.servers.count(who) > 0)
+      evict(self, who, stage, true);
   for (auto& [addr, s] : st.servers)
     if (s.stage == stage && s.view.reported && (s.view.step != sg.position.step || s.view.hash != sg.position.hash))
       order_reload(self, s, s.view.step < sg.position.step ? "behind" : "parameters differ");

@@ -23,9 +23,10 @@ void order_reload(self_ptr self, averager_state::server& whom, const char* reaso
 void exclude(self_ptr self, uint32_t stage, round_t& r, size_t rank, const char* why);
 /// Ends the running round once every member finished or was excluded (or `force`).
 void maybe_finish(self_ptr self, uint32_t stage, bool force);
-/// Evicts server `who` of `stage`: its results disagreed with its rounds'
-/// majority evict_after_dissents times in a row (actors/averager.cpp).
-void evict(self_ptr self, const caf::actor_addr& who, uint32_t stage);
+/// Evicts server `who` of `stage` (actors/averager.cpp): its results
+/// disagreed with its rounds' majority evict_after_dissents times in a row,
+/// or its parts were clipped evict_after_clips times (`clipped`).
+void evict(self_ptr self, const caf::actor_addr& who, uint32_t stage, bool clipped = false);
 /// Starts a round of `stage` when its servers hold a batch and none runs.
 void maybe_start(self_ptr self, uint32_t stage);
 

@@ -1,6 +1,9 @@
 #include "actors/coordinator.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
+#include <fmt/format.h>
 
 #include "base/log.hpp"
 #include "messages/local.hpp"
@@ -76,6 +79,11 @@ caf::result<encoded<proto::register_reply>> on_register(self_ptr self, const enc
   if (self->state.evicted.count(server.address()) > 0)
     return make_error(errc::BAD_REQUEST, "server " + reg->server_id() +
                                              " was evicted: its round results disagreed with its stage's majority");
+  if (auto b = self->state.banned.find(reg->server_id());
+      b != self->state.banned.end() && b->second.until > unix_seconds())
+    return make_error(errc::BAD_REQUEST, "server " + reg->server_id() + " is banned for another " +
+                                             std::to_string(static_cast<int64_t>(b->second.until - unix_seconds())) +
+                                             " s: " + b->second.why);
   if (server.node() == self->node())
     return admit(self, *reg, bytes, server, round_peer);  // in this process: no address to check
   // Dial the address it gave, as a trainer would: it must lead to the very
@@ -173,6 +181,78 @@ void on_evict(self_ptr self, const caf::actor& server) {
   notify(self, reg, proto::membership_update::LEAVE);
 }
 
+/// A trainer's verification banned a server (issue #47): out of its stage,
+/// refused for the cool-down, unless this trainer already banned its share.
+void on_evidence(self_ptr self, const encoded<proto::verification_evidence>& bytes) {
+  auto& st = self->state;
+  auto ev = decode(bytes);
+  const auto sender = self->current_sender();
+  if (!ev || !sender)
+    return;
+  // The share is counted per process (its node), whatever trainer id it claims.
+  const auto reporter = caf::to_string(sender->node());
+  auto log = get_logger("coordinator");
+  auto it = std::find_if(st.servers.begin(), st.servers.end(), [&](const auto& s) {
+    return s.second.server_id() == ev->server_id() && s.second.stage() == ev->stage();
+  });
+  if (it == st.servers.end()) {
+    log->info("trainer {} reported server {} of stage {}, which is not serving it (gone already)", ev->trainer_id(),
+              ev->server_id(), ev->stage());
+    return;
+  }
+  const double now = unix_seconds();
+  const auto of_stage = [&](auto&& pred) {
+    int64_t n = 0;
+    for (const auto& [addr, reg] : st.servers)
+      n += reg.stage() == ev->stage() && pred(reg);
+    return n;
+  };
+  const int64_t serving = of_stage([](const auto&) { return true; });
+  int64_t by_trainer = 0;
+  for (const auto& [id, b] : st.banned)
+    by_trainer += b.reporter == reporter && b.stage == ev->stage() && b.until > now;
+  const int64_t share = std::max<int64_t>(1, (serving + by_trainer) / 3);
+  if (by_trainer >= share) {
+    log->warn(
+        "trainer {} reported server {} of stage {}; not banned: that trainer's reports banned {} of its "
+        "servers already (at most a third at a time)",
+        ev->trainer_id(), ev->server_id(), ev->stage(), by_trainer);
+    return;
+  }
+  const auto reg = it->second;
+  const auto handle = caf::actor_cast<caf::actor>(it->first);
+  const auto why = fmt::format(
+      "trainer {}'s verification: microbatch {} at step {} answered {:.3g} away from {} (tolerance {:g}), {} strikes",
+      ev->trainer_id(), ev->microbatch_id(), ev->step(), ev->distance(), fmt::join(ev->agreeing(), ", "),
+      ev->tolerance(), ev->strikes());
+  const double cooldown = st.cfg.averaging.coordinator.ban_cooldown_s;
+  st.banned[reg.server_id()] = {now + cooldown, reg.stage(), reporter, why};
+  st.servers.erase(it);
+  const bool last = serving == 1;
+  if (last)
+    log->error("stage {} has NO server left: server {} banned ({}); the stage stalls until a server joins", reg.stage(),
+               reg.server_id(), why);
+  else
+    log->error("stage {}: server {} banned for {:.0f} s: {}", reg.stage(), reg.server_id(), cooldown, why);
+  st.metrics->emit("server_banned", {{"stage", int64_t{reg.stage()}},
+                                     {"server", reg.server_id()},
+                                     {"trainer", ev->trainer_id()},
+                                     {"step", static_cast<int64_t>(ev->step())},
+                                     {"microbatch", static_cast<int64_t>(ev->microbatch_id())},
+                                     {"distance", ev->distance()},
+                                     {"tolerance", ev->tolerance()},
+                                     {"strikes", int64_t{ev->strikes()}},
+                                     {"output_hash", fmt::format("{:016x}", ev->output_hash())},
+                                     {"agreed_hash", fmt::format("{:016x}", ev->agreed_hash())},
+                                     {"compared", ev->what()},
+                                     {"cooldown_s", cooldown},
+                                     {"last_of_stage", last},
+                                     {"why", why}});
+  notify(self, reg, proto::membership_update::LEAVE);
+  if (handle)
+    self->send(st.averaging, leave_atom::value, handle);
+}
+
 /// A server leaves its stage for another: no new work for it there.
 void on_leave(self_ptr self, const encoded<proto::leave_notice>& bytes) {
   auto& st = self->state;
@@ -242,7 +322,13 @@ void on_report(self_ptr self, const encoded<proto::trainer_report>& bytes) {
                                                {"elapsed_s", rep->elapsed_s()},
                                                {"has_eval", rep->has_eval()},
                                                {"eval_step", rep->eval_step()},
-                                               {"eval_loss", rep->eval_loss()}});
+                                               {"eval_loss", rep->eval_loss()},
+                                               {"verify_requests", rep->verify_requests()},
+                                               {"verify_samples", rep->verify_samples()},
+                                               {"forward_samples", rep->forward_samples()},
+                                               {"verify_disagreed", rep->verify_disagreed()},
+                                               {"verify_strikes", rep->verify_strikes()},
+                                               {"verify_bans", rep->verify_bans()}});
 }
 
 }  // namespace
@@ -315,6 +401,10 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_settings
           on_report(self, bytes);
       },
       [self](evict_atom, const caf::actor& server) { on_evict(self, server); },
+      [self](evict_atom, const encoded<proto::verification_evidence>& bytes) {
+        if (sent_as(self, role_trainer, "coordinator", "verification evidence"))
+          on_evidence(self, bytes);
+      },
       [self](status_atom, const std::string& format) -> caf::result<std::string> {
         if (!sent_as(self, role_status, "coordinator", "status request"))
           return refused_for_role("a status request");

@@ -13,6 +13,13 @@
 // A server that moves to another stage says it leaves its old one: subscribers
 // of that stage get a LEAVE (requests it already holds still complete), and it
 // registers again for the new stage when it is ready.
+//
+// A trainer whose verification (issue #47) banned a server reports it with the
+// evidence: the server leaves its stage (a LEAVE to subscribers, out of the
+// averager's rounds) and is refused for --ban-cooldown. So that one hostile
+// trainer cannot empty a stage, a trainer's reports ban at most a third of a
+// stage's servers (at least one) at a time; a ban that leaves a stage without
+// servers says so in an error line and its event.
 
 #include <cstdint>
 #include <map>
@@ -56,8 +63,17 @@ struct coordinator_state {
   std::map<std::string, caf::actor_addr> trainers;
   static constexpr size_t max_trainers = 256;
   std::set<caf::actor_addr> evicted;  ///< servers its averager evicted: never admitted again
-  averager_actor averaging;           ///< spawned and linked: it lives and dies with this actor
-  rebalancer_actor rebalancing;       ///< spawned and linked, like the averager
+  /// Servers banned on a trainer's verification evidence (issue #47), by id:
+  /// refused until `until` (unix seconds), for the reason given.
+  struct ban {
+    double until = 0;
+    uint32_t stage = 0;
+    std::string reporter;  ///< the reporting trainer's node
+    std::string why;
+  };
+  std::map<std::string, ban> banned;
+  averager_actor averaging;      ///< spawned and linked: it lives and dies with this actor
+  rebalancer_actor rebalancing;  ///< spawned and linked, like the averager
 };
 
 [[nodiscard]] coordinator_actor::behavior_type coordinator(coordinator_actor::stateful_pointer<coordinator_state> self,

@@ -85,7 +85,7 @@ std::optional<std::string> choose(self_ptr self, const request& req) {
   auto live = [&st] {
     std::vector<std::string> ids;
     for (const auto& [id, handle] : st.servers)
-      if (st.leaving.count(id) == 0)
+      if (st.leaving.count(id) == 0 && st.caught.count(id) == 0)
         ids.push_back(id);
     return ids;
   };
@@ -104,7 +104,21 @@ double compute_seconds(const bulk_parts& parts) {
   return !parts.empty() && head.ParseFromString(parts[0]) && std::isfinite(head.compute_s()) ? head.compute_s() : 0;
 }
 
-void deliver_error(request& req, caf::error err) { req.promise.deliver(std::move(err)); }
+/// The end of `req`: its answer (or error) to the trainer, or to the verification it belongs to.
+void finish(self_ptr self, request& req, caf::expected<bulk_parts> whole) {
+  if (req.verification != 0) {
+    on_verify_answer(self, req, std::move(whole));
+    return;
+  }
+  if (!whole) {
+    req.promise.deliver(whole.error());
+    return;
+  }
+  maybe_verify(self, req, *whole);
+  req.promise.deliver(std::move(*whole), req.server_id, int32_t{req.history.attempts});
+}
+
+void deliver_error(self_ptr self, request& req, caf::error err) { finish(self, req, std::move(err)); }
 
 void on_attempt_failed(self_ptr self, request req, const caf::error& err, const char* reason) {
   auto& st = self->state;
@@ -116,7 +130,7 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
   if (!is_retryable(err)) {
     log->warn("stage {}: {} of {} items failed at {}: {} (not retried)", st.cfg.stage, op_name(req),
               req.history.samples, server, describe(err));
-    deliver_error(req, err);
+    deliver_error(self, req, err);
     return;
   }
   if (code == errc::TIMEOUT) {
@@ -142,7 +156,7 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
   if (!policy::attempts_left(st.cfg.trainer.attempts, req.history)) {
     log->warn("stage {}: {} gave up after {} attempts: {}", st.cfg.stage, op_name(req), req.history.attempts,
               describe(err));
-    deliver_error(req, err);
+    deliver_error(self, req, err);
     return;
   }
   dispatch(self, std::move(req));
@@ -163,7 +177,7 @@ void on_reply_payload(self_ptr self, uint64_t attempt, caf::expected<bulk_parts>
   st.router.on_success(req->server_id, req->history.samples, req->history.backward, secs,
                        req->history.backward ? compute_seconds<proto::backward_reply>(*whole)
                                              : compute_seconds<proto::forward_reply>(*whole));
-  req->promise.deliver(std::move(*whole), req->server_id, int32_t{req->history.attempts});
+  finish(self, *req, std::move(*whole));
 }
 
 void on_reply(self_ptr self, uint64_t attempt, uint64_t transfer_id, std::string tail) {
@@ -298,6 +312,12 @@ void dispatch(self_ptr self, request req) {
   auto& st = self->state;
   req.ticket = 0;
   auto pick = choose(self, req);
+  if (pick && req.verification != 0 && asked_already(self, req, *pick))
+    pick.reset();                        // a second opinion from the first server is none
+  if (!pick && req.verification != 0) {  // it does not wait for a server: the trainer has its answer
+    deliver_error(self, req, make_error(errc::NO_SERVER, "no other server to compare with"));
+    return;
+  }
   if (!pick) {
     if (!st.stalled)
       get_logger("load_balancer")
@@ -335,7 +355,7 @@ void on_tick(self_ptr self) {
       std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(st.cfg.trainer.no_server_wait_s));
   const auto now = clock_type::now();
   while (!st.waiting.empty() && now - st.waiting.front().queued_at > limit) {
-    deliver_error(st.waiting.front(),
+    deliver_error(self, st.waiting.front(),
                   make_error(errc::NO_SERVER, "stage " + std::to_string(st.cfg.stage) + " had no eligible server for " +
                                                   std::to_string(st.cfg.trainer.no_server_wait_s) + " s"));
     st.waiting.pop_front();
@@ -352,6 +372,7 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
   auto& st = self->state;
   st.rng.seed(cfg.seed);
   st.router = policy::stage_router{cfg.trainer.router};
+  st.strikes = policy::strike_book{cfg.trainer.verify_strikes};
   st.cfg = std::move(cfg);
   st.metrics = std::move(metrics);
   self->set_down_handler([self](caf::down_msg& msg) {
@@ -380,6 +401,8 @@ caf::behavior load_balancer(self_ptr self, load_balancer_config cfg, coordinator
     req.history.samples = static_cast<double>(samples);
     req.history.preferred = std::move(preferred);
     req.promise = promise;
+    if (forward && self->state.cfg.verified)
+      self->state.cfg.verified->forward_samples.fetch_add(samples, std::memory_order_relaxed);
     dispatch(self, std::move(req));
     return promise;
   };

@@ -58,6 +58,7 @@
 #include "config/config.hpp"
 #include "policy/attempt.hpp"
 #include "policy/routing.hpp"
+#include "policy/verification.hpp"
 #include "net/bulk.hpp"
 #include "net/chunks.hpp"
 #include "messages/protocol.hpp"
@@ -80,6 +81,9 @@ struct load_balancer_config {
   /// Counts the busy answers of doors, for the trainer's step events (one
   /// counter shared by a trainer's balancers, read by the trainer); null: not counted.
   std::shared_ptr<std::atomic<int64_t>> busy_answers;
+  /// Verified work's counts, shared the same way; null: not counted.
+  std::shared_ptr<policy::verify_counters> verified;
+  bool last_stage = false;  ///< its stage is the last: verified with `verify` forwards (no gradient added)
 };
 
 struct load_balancer_state {
@@ -99,6 +103,9 @@ struct load_balancer_state {
     std::string failed_reason;  ///< why the previous attempt failed (for `reroute`)
     caf::error last_error;
     uint64_t ticket = 0;  ///< the chosen server's grant for this attempt; 0: none
+    /// A verification's request (its key in `verifying`): its answer is
+    /// compared, not delivered; its history avoids the servers already asked.
+    uint64_t verification = 0;
     // The attempt in flight:
     std::string server_id;
     clock::time_point sent_at;
@@ -129,8 +136,30 @@ struct load_balancer_state {
   bulk_inbox inbox;  ///< replies from the bulk connection, paired with their messages
   uint64_t next_transfer = 0;
   uint64_t next_attempt = 0;
-  bool stalled = false;         ///< a stall was logged and has not ended
-  caf::actor_addr coordinator;  ///< the coordinator subscribed to: membership comes only from it
+  bool stalled = false;                  ///< a stall was logged and has not ended
+  caf::actor_addr coordinator;           ///< the coordinator subscribed to: membership comes only from it
+  coordinator_actor coordinator_handle;  ///< the same, to report the servers verification caught
+
+  /// One forward being verified (issue #47): the request again, and the
+  /// answers so far (the first server's, its verifier's, a referee's).
+  struct answer {
+    std::string server;
+    uint64_t step = 0;          ///< the server_step it claimed
+    float loss = 0;             ///< last stage
+    std::vector<float> values;  ///< outputs, or on the last stage input_grad
+  };
+  struct verification {
+    std::string head;  ///< the request as first sent (with `verify` set on the last stage)
+    std::shared_ptr<const bulk_parts> data;
+    int64_t bytes = 0;
+    double samples = 0;
+    uint64_t microbatch = 0;
+    std::vector<answer> answers;
+  };
+  std::map<uint64_t, verification> verifying;
+  uint64_t next_verification = 0;
+  policy::strike_book strikes{3};
+  std::set<std::string> caught;  ///< banned for wrong answers: never chosen, JOINs ignored
 };
 
 /// Spawns with the coordinator to subscribe to.

@@ -61,6 +61,10 @@ void ask_for_door(self_ptr self, const std::string& id, const stage_actor& serve
 void connect(self_ptr self, const proto::membership_update& up) {
   auto& st = self->state;
   const auto id = up.server_id();
+  if (st.caught.count(id) > 0) {
+    get_logger("load_balancer")->warn("stage {}: server {} joined again; still banned here", st.cfg.stage, id);
+    return;
+  }
   if (st.leaving.erase(id) > 0) {  // it came back to this stage, still connected
     st.router.add(id, now_s(), &st.rng);
     get_logger("load_balancer")->info("stage {}: server {} is back", st.cfg.stage, id);
@@ -110,14 +114,14 @@ void connect(self_ptr self, const proto::membership_update& up) {
 
 }  // namespace
 
-void leave_server(self_ptr self, const std::string& server_id) {
+void leave_server(self_ptr self, const std::string& server_id, const char* why) {
   auto& st = self->state;
   if (st.servers.count(server_id) == 0 || !st.leaving.insert(server_id).second)
     return;
   st.router.remove(server_id);
   unpin(self, server_id);
   get_logger("load_balancer")
-      ->info("stage {}: server {} left for another stage ({} left here)", st.cfg.stage, server_id,
+      ->info("stage {}: server {} {} ({} left here)", st.cfg.stage, server_id, why,
              st.servers.size() - st.leaving.size());
 }
 
@@ -176,6 +180,7 @@ void on_membership(self_ptr self, const encoded<proto::membership_update>& bytes
 
 void subscribe(self_ptr self, const coordinator_actor& coordinator) {
   self->state.coordinator = coordinator.address();
+  self->state.coordinator_handle = coordinator;
   proto::subscribe sub;
   sub.set_stage(static_cast<uint32_t>(self->state.cfg.stage));
   sub.set_config_hash(self->state.cfg.config_hash);

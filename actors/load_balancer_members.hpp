@@ -22,9 +22,9 @@ void on_membership(self_ptr self, const encoded<proto::membership_update>& bytes
 void subscribe(self_ptr self, const coordinator_actor& coordinator);
 /// Dials again the servers whose connection failed and whose wait is over.
 void retry_unreachable(self_ptr self);
-/// The server moves to another stage: not chosen again here unless it comes
-/// back (a JOIN); its connection stays for the replies it still owes.
-void leave_server(self_ptr self, const std::string& server_id);
+/// The server moves to another stage (or `why`): not chosen again here unless
+/// it comes back (a JOIN); its connection stays for the replies it still owes.
+void leave_server(self_ptr self, const std::string& server_id, const char* why = "left for another stage");
 /// The server is gone: re-send everything pending there at once.
 void remove_server(self_ptr self, std::string server_id, const std::string& why);
 
@@ -40,5 +40,14 @@ void on_attempt_failed(self_ptr self, request req, const caf::error& err, const 
 void dispatch(self_ptr self, request req);
 /// Dispatches again every queued request.
 void flush_waiting(self_ptr self);
+
+// Verified work (actors/load_balancer_verify.cpp):
+/// `req`, a forward, was answered with `whole`: sampled at --verify-fraction,
+/// it is sent again to another server of the stage to compare.
+void maybe_verify(self_ptr self, const request& req, const bulk_parts& whole);
+/// Whether `server` answered the verification `req` belongs to already.
+[[nodiscard]] bool asked_already(self_ptr self, const request& req, const std::string& server);
+/// A verification's request ended: its answer, or why there is none.
+void on_verify_answer(self_ptr self, const request& req, caf::expected<bulk_parts> whole);
 
 }  // namespace swarm::balancing

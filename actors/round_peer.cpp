@@ -47,6 +47,8 @@ void finish(self_ptr self, const std::string& why, bool reply_late = false) {
   o.set_members(static_cast<uint32_t>(r.exchange->members()));
   o.set_gone(static_cast<uint32_t>(r.exchange->gone_count()));
   o.set_reassigned(static_cast<uint32_t>(r.exchange->reassigned()));
+  for (double c : r.exchange->clipped())
+    o.add_clipped(c);
   o.set_bytes_sent(static_cast<uint64_t>(r.bytes_sent));
   o.set_bytes_received(static_cast<uint64_t>(r.bytes_received));
   o.set_raw_bytes(static_cast<uint64_t>(r.exchange->bytes_sent()));
@@ -303,7 +305,9 @@ void on_round(self_ptr self, const encoded<proto::round_begin>& bytes, const std
   r.exchange = std::make_unique<policy::butterfly_round>(
       rank, static_cast<int>(members.size()), std::move(grad), samples,
       static_cast<int64_t>(std::max<uint64_t>(1, begin->piece_elements())),
-      [codec = codec_of(st.cfg.compression)](float* v, int64_t n) { round_trip_floats(v, n, codec); });
+      [codec = codec_of(st.cfg.compression)](float* v, int64_t n) { round_trip_floats(v, n, codec); },
+      policy::aggregation{begin->clip(), begin->clip_radius() > 0 ? begin->clip_radius() : 1.0,
+                          static_cast<int>(std::min<uint32_t>(std::max<uint32_t>(begin->clip_iterations(), 1), 100))});
   if (check.size() == 3) {
     r.sent_at = clock_type::time_point{clock_type::duration{check[0]}};
     r.window_end = clock_type::time_point{clock_type::duration{check[1]}};

@@ -74,6 +74,17 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::f
     reply.set_server_step(static_cast<uint64_t>(worker.steps()));
     return reply;
   }
+  if (req.verify() && targets) {  // a second opinion on the last stage: as in training, nothing accumulated
+    auto r = worker.verify(call->inputs, *targets);
+    if (!r)
+      return to_caf(r.error());
+    proto::forward_reply reply;
+    if (r->input_grad.defined())
+      *reply.mutable_input_grad() = encode_tensor(r->input_grad, call->codec);
+    reply.set_loss(r->loss);
+    reply.set_server_step(static_cast<uint64_t>(worker.steps()));
+    return reply;
+  }
   if (req.logits() && worker.span().has_head()) {  // generation: the next token's logits, nothing accumulated
     auto logits = worker.next_logits(call->inputs);
     if (!logits)

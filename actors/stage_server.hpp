@@ -137,6 +137,8 @@ struct server_round {
   std::optional<reply_check> check;  ///< a provisional microbatch in its gradient (settle_held_for_round)
   bool finished = false;             ///< applied or given up
   bool writer = false;               ///< its lowest live member: writes the stage's checkpoint
+  std::vector<std::string> ids;      ///< the members' server ids, rank order (round_begin.members)
+  std::vector<std::string> clipped;  ///< centered-clip: members this one's shards clipped by more than half
 };
 
 /// Requests and their exactly-once accounting; written by actors/stage_server.cpp only.

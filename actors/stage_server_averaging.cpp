@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <caf/all.hpp>
+#include <fmt/format.h>
 
 #include "base/freeze_watch.hpp"
 #include "base/log.hpp"
@@ -36,6 +37,8 @@ void send_done(server_ptr self, const server_round& r, bool applied) {
   done.set_taken(static_cast<uint64_t>(r.samples));
   if (applied)
     done.set_grad_norm(st.worker->last_grad_norm());
+  for (const auto& id : r.clipped)
+    done.add_clipped(id);
   self->send(st.member.averager, done_atom::value, wrap(done));
   st.avg.reported_samples = st.worker->accumulated_samples();
 }
@@ -78,6 +81,11 @@ void finish(server_ptr self, std::string why, const proto::round_outcome& o, con
     return;
   r.finished = true;
   r.writer = o.writer();
+  // Centered-clip: at least half the parts are used whole, so one clipped by
+  // more than half is far off the rest (issue #47; the averager counts).
+  for (int i = 0; i < o.clipped_size() && i < static_cast<int>(r.ids.size()); ++i)
+    if (o.clipped(i) > 0.5)
+      r.clipped.push_back(r.ids[static_cast<size_t>(i)]);
   if (why.empty() && !o.complete())
     why = o.why().empty() ? "the exchange did not complete" : o.why();
   if (why.empty() && st.cfg.freeze_s > 0)
@@ -123,6 +131,7 @@ void finish(server_ptr self, std::string why, const proto::round_outcome& o, con
                     {"stale_samples", r.stale_samples},
                     {"lr", learning_rate(st.cfg.model, st.worker->steps() - 1)},
                     {"compression", st.cfg.server.averaging_compression},
+                    {"clipped", fmt::format("{}", fmt::join(r.clipped, ","))},
                     {"bytes", static_cast<int64_t>(o.bytes_sent())},
                     {"bytes_received", static_cast<int64_t>(o.bytes_received())},
                     {"raw_bytes", static_cast<int64_t>(o.raw_bytes())},
@@ -223,6 +232,7 @@ void on_round_begin(server_ptr self, const encoded<proto::round_begin>& bytes, c
   r.number = begin->number();
   r.step = begin->step();
   r.members = begin->members_size();
+  r.ids.assign(begin->members().begin(), begin->members().end());
   r.other_norm_sq = std::isfinite(begin->other_norm_sq()) ? std::max(begin->other_norm_sq(), 0.0) : 0.0;
   r.term = begin->term();
   r.started = clock_type::now();
@@ -240,6 +250,9 @@ void on_round_begin(server_ptr self, const encoded<proto::round_begin>& bytes, c
     check = {c->sent_at.time_since_epoch().count(), c->window_end.time_since_epoch().count(),
              static_cast<int64_t>(c->slack_s * 1e6)};
   auto grad = st.worker->take_gradient();
+  if (st.cfg.server.fault == server_config::fault_kind::flip)  // issue #47's test: a contribution that lies
+    for (auto& v : grad.values)
+      v *= -10.0f;
   st.avg.round->samples = grad.samples;
   st.avg.round->microbatches = grad.microbatches;
   st.avg.round->stale_samples = grad.stale_samples;

@@ -26,7 +26,7 @@ std::shared_ptr<trainer_tally> tally_of(metrics_sink& metrics) {
   auto tally = std::make_shared<trainer_tally>();
   metrics.observe([tally](double, const char* event, std::initializer_list<metrics_sink::field> fields) {
     const std::string_view e{event};
-    if (e != "step" && e != "reroute" && e != "ban" && e != "eval")
+    if (e != "step" && e != "reroute" && e != "ban" && e != "eval" && e != "verify")
       return;
     std::lock_guard<std::mutex> lock(tally->m);
     auto& r = tally->report;
@@ -36,6 +36,27 @@ std::shared_ptr<trainer_tally> tally_of(metrics_sink& metrics) {
     }
     if (e == "ban") {
       r.set_bans(r.bans() + 1);
+      return;
+    }
+    if (e == "verify") {
+      for (const auto& [key, value] : fields) {
+        const std::string_view k{key};
+        const auto* i = std::get_if<int64_t>(&value);
+        if (!i)
+          continue;
+        if (k == "requests")
+          r.set_verify_requests(*i);
+        else if (k == "samples")
+          r.set_verify_samples(*i);
+        else if (k == "forward_samples")
+          r.set_forward_samples(*i);
+        else if (k == "disagreed")
+          r.set_verify_disagreed(*i);
+        else if (k == "strikes")
+          r.set_verify_strikes(*i);
+        else if (k == "bans")
+          r.set_verify_bans(*i);
+      }
       return;
     }
     if (e == "eval") {

@@ -34,6 +34,35 @@ int64_t busy_answers(const trainer_state& st) {
   return st.cfg.busy_answers ? st.cfg.busy_answers->load(std::memory_order_relaxed) : 0;
 }
 
+/// One count of its load balancers' verification (0 when none is counted).
+int64_t verified(const trainer_state& st, const std::atomic<int64_t> policy::verify_counters::*field) {
+  return st.cfg.verified ? ((*st.cfg.verified).*field).load(std::memory_order_relaxed) : 0;
+}
+
+/// The `verify` event (issue #47), after each step and at the end while
+/// verification is on: its counts so far, and its extra forward samples as a
+/// share of all the forwards' samples.
+void emit_verify(self_ptr self) {
+  auto& st = self->state;
+  if (!(st.cfg.train.verify_fraction > 0) || !st.cfg.verified)
+    return;
+  using v = policy::verify_counters;
+  const int64_t samples = verified(st, &v::samples), forwards = verified(st, &v::forward_samples);
+  st.metrics->emit("verify",
+                   {{"trainer", st.cfg.trainer_id},
+                    {"step", st.step},
+                    {"fraction", st.cfg.train.verify_fraction},
+                    {"requests", verified(st, &v::requests)},
+                    {"samples", samples},
+                    {"forward_samples", forwards},
+                    {"share", static_cast<double>(samples) / static_cast<double>(std::max<int64_t>(forwards, 1))},
+                    {"agreed", verified(st, &v::agreed)},
+                    {"disagreed", verified(st, &v::disagreed)},
+                    {"inconclusive", verified(st, &v::inconclusive)},
+                    {"strikes", verified(st, &v::strikes)},
+                    {"bans", verified(st, &v::bans)}});
+}
+
 /// Writes the trainer's position as a checkpoint (when `due_only`, only if one is due).
 void save_position(self_ptr self, bool due_only) {
   auto& st = self->state;
@@ -71,6 +100,7 @@ void report_exit(self_ptr self) {
     return;
   st.reported = true;
   save_position(self, false);
+  emit_verify(self);
   std::string acked;
   for (auto n : st.acked)
     acked += (acked.empty() ? "" : ",") + std::to_string(n);
@@ -245,6 +275,7 @@ void emit_step(self_ptr self) {
                             {"wire_bytes", st.wire_bytes},
                             {"wire_bytes_per_sample", static_cast<double>(st.wire_bytes) /
                                                           static_cast<double>(std::max<int64_t>(st.samples, 1))}});
+  emit_verify(self);
   st.step_retries_base = st.retries;
   st.step_samples = 0;
   st.step_loss_sum = 0;

@@ -32,6 +32,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include "policy/stage_lag.hpp"
+#include "policy/verification.hpp"
 #include "base/metrics.hpp"
 #include "config/config.hpp"
 #include "models/checkpoint.hpp"
@@ -58,6 +59,8 @@ struct trainer_settings {
   std::vector<microbatch_tokens> eval_set;
   /// Busy answers its load balancers got (load_balancer_config::busy_answers); null: none counted.
   std::shared_ptr<const std::atomic<int64_t>> busy_answers;
+  /// What its load balancers' verification did (load_balancer_config::verified); null: none counted.
+  std::shared_ptr<const policy::verify_counters> verified;
 };
 
 struct trainer_state {

@@ -15,6 +15,7 @@
 #include "apps/node.hpp"
 #include "apps/roles.hpp"
 #include "apps/weight_roles.hpp"
+#include "config/key_words.hpp"
 #include "messages/errors.hpp"
 
 namespace swarm {
@@ -111,9 +112,10 @@ int run_server(const app_config& cfg) {
       "s-" + std::to_string(::getpid()) + (cfg.server.host == "127.0.0.1" ? std::string{} : "@" + cfg.server.host);
   node n{cfg, "server " + server_id, "server", "server"};
   auto log = get_logger("stage_server");
-  if (cfg.server.fault == server_config::fault_kind::noise) {
-    n.metrics()->tag("fault", "noise");  // every event of a server lying on purpose says so
-    log->warn("--fault noise: this server answers every forward and backward with noise (a test of issue #47)");
+  if (cfg.server.lies()) {
+    const auto fault = key_words::fault_text(cfg.server);
+    n.metrics()->tag("fault", fault);  // every event of a server lying on purpose says so
+    log->warn("--fault {}: this server lies on purpose (a test of issue #47's defences)", fault);
   }
   set_torch_threads(cfg.threads, cfg.model.d_model, cfg.bf16());
   // --init-from: read once, checked before anything connects; every stage

@@ -69,6 +69,7 @@ load_balancer_config balancer_config(const app_config& cfg, const std::string& t
   lb.trainer = cfg.trainer;
   lb.net = cfg.net;
   lb.stage = stage;
+  lb.last_stage = stage == cfg.stages - 1;
   lb.trainer_id = trainer_id;
   lb.config_hash = cfg.model.hash();
   lb.tokenizer = cfg.model.tokenizer_label();
@@ -127,9 +128,12 @@ int run_trainer(const app_config& cfg) {
   std::vector<caf::actor> balancers;
   auto busy = std::make_shared<std::atomic<int64_t>>(0);
   tcfg.busy_answers = busy;
+  auto verified = std::make_shared<policy::verify_counters>();
+  tcfg.verified = verified;
   for (int s = 0; s < cfg.stages; ++s) {
     auto lb = balancer_config(cfg, trainer_id, s, bulk);
     lb.busy_answers = busy;
+    lb.verified = verified;
     balancers.push_back(sys.spawn(load_balancer, std::move(lb), coord, n.metrics()));
   }
   n.phase("training");

@@ -3,6 +3,7 @@
 #include "base/hash.hpp"
 #include "base/metrics_events.hpp"
 #include "config/family.hpp"
+#include "config/key_words.hpp"
 #include "config/keys.hpp"
 
 #include <CLI/CLI.hpp>
@@ -207,7 +208,7 @@ std::string validate(const app_config& c) {
   require(e, c.net.control_cert.empty() || !c.net.control_ca.empty(), "control-cert", c.net.control_cert,
           "needs --control-ca (the CA that signed etcd's certificate)");
   require(e, c.server.batch_size >= m.microbatch, "batch-size", c.server.batch_size, "must be >= microbatch");
-  require(e, c.server.fault != server_config::fault_kind::noise || c.server.allow_faults, "fault", std::string{"noise"},
+  require(e, !c.server.lies() || c.server.allow_faults, "fault", key_words::fault_text(c.server),
           "makes this server lie, for tests and benchmarks only: it needs --allow-faults too");
   const auto& t = c.trainer;
   require(e, t.router.ban_max_s >= t.router.ban_base_s, "ban-base", t.router.ban_base_s,

@@ -151,6 +151,16 @@ struct coordinator_config {
   /// The moves' rule (--rebalance-min-gain, --min-replicas); its cooldown_s is
   /// two periods, set by the rebalancer.
   policy::rebalance_config moves;
+  /// A server a trainer's verification banned (issue #47) is refused this long, seconds.
+  double ban_cooldown_s = 600.0;
+  /// How the stages' all-reduces combine their members' gradients (issue
+  /// #47): "mean" (weighted by samples) or "centered-clip"
+  /// (policy::centered_clip) with this radius and iterations. Sent with every
+  /// round order, so every member of a round reduces alike and replicas stay
+  /// bit-identical.
+  std::string aggregation = "mean";
+  double clip_radius = 1.0;
+  int clip_iterations = 3;
 };
 
 struct server_config {
@@ -176,8 +186,13 @@ struct server_config {
   /// fail_round: give the fault_after-th round it holds gradient in up before
   /// sending any part (as a peer that cannot be dialed makes it), and go on;
   /// hang_state: when asked for its state (by a joining or reloading peer).
-  /// noise: a lying server (issue #47): every forward's outputs and
-  /// backward's input gradients are noise of their own scale; needs allow_faults.
+  /// The lies of issue #47 (each needs allow_faults; deterministic per server id):
+  /// noise: every forward's outputs and backward's input gradients are noise
+  /// of their own scale; flip: its averaging contribution is negated and
+  /// scaled by 10; stale: its forwards and backwards run on the parameters
+  /// stale_steps (at most kept_versions) steps old, while it claims the
+  /// current step; drop_half: every second microbatch's gradient is never
+  /// computed, yet its samples are claimed in the round.
   enum class fault_kind {
     none,
     hang_forward,
@@ -185,11 +200,16 @@ struct server_config {
     hang_round,
     fail_round,
     hang_state,
-    noise
+    noise,
+    flip,
+    stale,
+    drop_half
   } fault = fault_kind::none;
   int64_t fault_after = 1;  ///< the fault hits the Nth request of its kind
-  /// --allow-faults: a fault that makes the server lie (noise) is refused without it.
+  /// --allow-faults: a fault that makes the server lie is refused without it.
   bool allow_faults = false;
+  /// Whether `fault` makes this server lie (rather than hang or fail).
+  [[nodiscard]] bool lies() const { return fault >= fault_kind::noise; }
 };
 
 struct trainer_config {
@@ -214,6 +234,10 @@ struct trainer_config {
   policy::attempt_config attempts;
   double commit_grace = 0.1;        ///< servers must commit this fraction of the deadline before it
   double no_server_wait_s = 600.0;  ///< how long a request waits for a stage with no server, seconds
+  /// Verified work (issue #47): the share of forwards re-sent to a second
+  /// server of the stage and compared (a third decides a disagreement); 0 = off.
+  double verify_fraction = 0.03;
+  int verify_strikes = 3;  ///< charges that ban a server (and report it to the coordinator)
 };
 
 /// --role tokenizer and --role prepare (data/): text in, a tokenizer or token shards out.

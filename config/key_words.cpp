@@ -40,7 +40,10 @@ const std::vector<std::pair<fault_kind, std::string>> fault_words = {{fault_kind
                                                                      {fault_kind::hang_round, "hang-round"},
                                                                      {fault_kind::fail_round, "fail-round"},
                                                                      {fault_kind::hang_state, "hang-state"},
-                                                                     {fault_kind::noise, "noise"}};
+                                                                     {fault_kind::noise, "noise"},
+                                                                     {fault_kind::flip, "flip"},
+                                                                     {fault_kind::stale, "stale"},
+                                                                     {fault_kind::drop_half, "drop-half"}};
 
 }  // namespace
 

@@ -209,6 +209,8 @@ const std::vector<keys::row>& swarm_keys() {
           "coordinator: time between load moves (one server each; empty or thin stages are served at once)"),
       key("rebalance-min-gain", &coord::moves, &policy::rebalance_config::min_gain, "", range(">= 0"),
           "coordinator: move only when the slowest stage's predicted capacity rises by more than this fraction"),
+      key("ban-cooldown", &coord::ban_cooldown_s, "seconds", range(">= 0"),
+          "coordinator: a server banned on a trainer's verification evidence is refused this long"),
       key("min-replicas", &coord::moves, &policy::rebalance_config::min_replicas, "", range(">= 1"),
           "coordinator: servers per stage kept before optimising throughput, where other stages can spare them"),
 
@@ -245,14 +247,27 @@ const std::vector<keys::row>& swarm_keys() {
       keys::text_key<server>(
           "fault", fault_text, set_fault, one_of(fault_names()),
           "server, test hook: none | hang-forward | hang-backward | hang-round | fail-round (gives the Nth round it "
-          "holds gradient in up before sending any part, then goes on) | hang-state | noise (a lying server: every "
-          "forward's outputs and backward's input gradients are noise of their scale; needs --allow-faults)",
+          "holds gradient in up before sending any part, then goes on) | hang-state; and lies, each needing "
+          "--allow-faults: noise (every forward's outputs and backward's input gradients are noise of their scale) | "
+          "flip (its all-reduce contribution negated and scaled by 10) | stale (computes on parameters --fault-after "
+          "steps old, at most 3, claiming the current step) | drop-half (every second microbatch's gradient never "
+          "computed, its samples claimed all the same)",
           own),
       key("fault-after", &server::fault_after, "", range(">= 1"),
-          "server, test hook: the Nth request (or round) of that kind hangs", own),
+          "server, test hook: the Nth request (or round) of that kind hangs; stale: steps behind", own),
       key("allow-faults", &server::allow_faults, "", {},
-          "server: let --fault make this server lie (noise), for tests and benchmarks of issue #47's defences only",
+          "server: let --fault make this server lie (noise, flip, stale, drop-half), for tests and benchmarks of "
+          "issue #47's defences only",
           own),
+      key("aggregation", &coord::aggregation, "", one_of({"mean", "centered-clip"}),
+          "coordinator: how each stage's all-reduce combines its members' gradients: mean (weighted by samples) | "
+          "centered-clip (CenteredClip, robust to a minority of wrong gradients; see --clip-radius)"),
+      key("clip-radius", &coord::clip_radius, "", range("> 0"),
+          "coordinator, centered-clip: each member's pull on the mean is clipped to this many times the members' "
+          "median "
+          "distance from it"),
+      key("clip-iterations", &coord::clip_iterations, "", range("[1, 100]"),
+          "coordinator, centered-clip: iterations of the clipped mean"),
 
       key("corpus", &trainer::corpus, "", {}, "training text: a file, or a folder of text files (bytes; see --data)"),
       key("data", &trainer::data, "", {},
@@ -294,6 +309,12 @@ const std::vector<keys::row>& swarm_keys() {
           "asking; 0 = never ask"),
       key("commit-grace", &trainer::commit_grace, "", range("[0, 1)"),
           "trainer: servers must commit this fraction of a request's deadline before it ends"),
+      key("verify-fraction", &trainer::verify_fraction, "", range("[0, 1]"),
+          "trainer: share of forwards re-sent to a second server of their stage and compared (a third decides a "
+          "disagreement, the minority is charged); 0 = no verification"),
+      key("verify-strikes", &trainer::verify_strikes, "", range(">= 1"),
+          "trainer: charges that ban a server from this trainer and report it, with the evidence, to the "
+          "coordinator"),
 
       key("checkpoint-dir", &ckpt::dir, "", {},
           "server, trainer, local: keep checkpoints in this folder and resume from them; empty = none"),

@@ -60,6 +60,7 @@ class state_reply;
 class state_request;
 class subscribe;
 class trainer_report;
+class verification_evidence;
 }  // namespace proto
 
 /// The bytes of one serialized P (messages/swarm.proto). With a transfer id
@@ -199,7 +200,8 @@ using round_peer_actor =
 /// placement_request -> placement (answered by the rebalancer); report:
 /// trainer_report (for the status page); status: "json" | "text" |
 /// "prometheus" -> the status board rendered so (swarm --role status); evict: a
-/// server the averager evicted (from its own process only): out of membership, never admitted again.
+/// server the averager evicted (from its own process only): out of membership, never admitted again;
+/// or verification_evidence from a trainer (issue #47): out of membership, refused for --ban-cooldown.
 using coordinator_actor =
     caf::typed_actor<caf::replies_to<register_atom, encoded<proto::register_server>, stage_actor,
                                      caf::actor>::with<encoded<proto::register_reply>>,
@@ -210,6 +212,7 @@ using coordinator_actor =
                      caf::replies_to<place_atom, encoded<proto::placement_request>>::with<encoded<proto::placement>>,
                      caf::reacts_to<report_atom, encoded<proto::trainer_report>>,
                      caf::reacts_to<evict_atom, caf::actor>,
+                     caf::reacts_to<evict_atom, encoded<proto::verification_evidence>>,
                      caf::replies_to<status_atom, std::string>::with<std::string>>;
 
 /// The node's coordinator restarted elsewhere: a trainer's load balancers

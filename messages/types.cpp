@@ -21,7 +21,7 @@ void register_types(caf::actor_system_config& cfg) {
   add_payloads<allreduce_piece, backward_reply, backward_request, forward_reply, forward_request, leave_notice,
                membership_update, move_order, placement, placement_request, progress_report, register_reply,
                register_server, reload_order, round_begin, round_done, round_exclude, round_outcome, round_waiting,
-               server_list, state_reply, state_request, subscribe, trainer_report>(cfg);
+               server_list, state_reply, state_request, subscribe, trainer_report, verification_evidence>(cfg);
   cfg.add_message_type<stage_actor>("stage_actor");
   cfg.add_message_type<averager_actor>("averager_actor");
   register_error_category(cfg);

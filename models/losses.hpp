@@ -19,6 +19,12 @@ struct loss_and_grad {
 [[nodiscard]] loss_and_grad last_stage_forward_backward(stage_module& stage, const torch::Tensor& inputs,
                                                         const torch::Tensor& targets);
 
+/// Last stage, a second opinion (issue #47's verification): the same loss and
+/// d loss / d inputs as last_stage_forward_backward, no parameter gradient
+/// accumulated.
+[[nodiscard]] loss_and_grad last_stage_check(stage_module& stage, const torch::Tensor& inputs,
+                                             const torch::Tensor& targets);
+
 /// Last stage, validation: the mean loss against `targets`, no gradient.
 [[nodiscard]] float last_stage_loss(stage_module& stage, const torch::Tensor& inputs, const torch::Tensor& targets);
 

@@ -166,6 +166,31 @@ result<float> stage_worker::evaluate(const torch::Tensor& inputs_in, const torch
   }
 }
 
+result<forward_result> stage_worker::verify(const torch::Tensor& inputs_in, const torch::Tensor& targets_in) {
+  auto& m = *impl_;
+  if (!m.span().has_head())
+    return error(errc::BAD_REQUEST, "a verification forward asked of stage " + std::to_string(m.span().stage) +
+                                        ", which is not the last (its forwards are verified as they are)");
+  try {
+    const auto inputs = inputs_in.defined() ? inputs_in.to(m.device) : inputs_in;
+    const auto targets = targets_in.defined() ? targets_in.to(m.device) : targets_in;
+    if (auto err = check_inputs(inputs, m.span(), m.cfg))
+      return err;
+    if (auto err = check_targets(targets, inputs, m.cfg))
+      return err;
+    auto r = last_stage_check(m.module, inputs, targets);
+    if (!std::isfinite(r.loss) || (r.input_grad.defined() && !all_finite(r.input_grad)))
+      return error(errc::NON_FINITE, "verification loss or input gradient is not finite");
+    forward_result result;
+    result.loss = r.loss;
+    result.input_grad = r.input_grad;
+    return result;
+  } catch (const std::exception& e) {
+    return error(errc::INTERNAL,
+                 std::string{"verification on stage "} + std::to_string(m.span().stage) + ": " + e.what());
+  }
+}
+
 result<at::Tensor> stage_worker::next_logits(const torch::Tensor& inputs_in) {
   auto& m = *impl_;
   if (!m.span().has_head())

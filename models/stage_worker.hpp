@@ -107,6 +107,11 @@ public:
   /// `targets`, same checks as forward; no backward, nothing accumulated.
   [[nodiscard]] result<float> evaluate(const at::Tensor& inputs, const at::Tensor& targets);
 
+  /// A second opinion of a training forward on the last stage (issue #47's
+  /// verification): loss and input gradient as forward() gives them, same
+  /// checks, nothing accumulated.
+  [[nodiscard]] result<forward_result> verify(const at::Tensor& inputs, const at::Tensor& targets);
+
   /// Generation on the last stage: logits [B, vocab] of each sample's last
   /// position; same checks as forward, nothing accumulated.
   [[nodiscard]] result<at::Tensor> next_logits(const at::Tensor& inputs);

@@ -90,6 +90,12 @@ void status_board::on_trainer_report(const metrics_event& e) {
   tr.reroutes = e.get_int("reroutes");
   tr.bans = e.get_int("bans");
   tr.busy = e.get_int("busy");
+  tr.verify_requests = e.get_int("verify_requests");
+  tr.verify_samples = e.get_int("verify_samples");
+  tr.forward_samples = e.get_int("forward_samples");
+  tr.verify_disagreed = e.get_int("verify_disagreed");
+  tr.verify_strikes = e.get_int("verify_strikes");
+  tr.verify_bans = e.get_int("verify_bans");
   tr.wire_bytes = e.get_int("wire_bytes");
   tr.elapsed_s = e.get_double("elapsed_s");
   tr.last_report = t;
@@ -210,6 +216,28 @@ void status_board::on_event(double t, const char* event, std::initializer_list<m
     stage_at(e.get_int("stage")).servers = e.get_int("servers");
   } else if (name == "leadership" || name == "control") {
     on_control(e);
+  } else if (name == "server_banned") {
+    on_server_banned(e);
+  }
+}
+
+void status_board::on_server_banned(const metrics_event& e) {
+  const auto id = e.get_string("server");
+  if (auto it = servers_.find(id); it != servers_.end())
+    it->second.state = "banned";
+  auto& b = banned_[id];
+  b.stage = e.get_int("stage");
+  b.t = e.t();
+  b.until = e.t() + e.get_double("cooldown_s");
+  b.why = e.get_string("why");
+  note(e.t(), "server_banned",
+       "stage " + std::to_string(b.stage) + ": " + id + " banned" +
+           (e.get_int("last_of_stage") != 0 ? " (the stage's LAST server)" : "") + ": " + b.why);
+  // Bans whose cool-down ended long ago make room (a stranger's reports cannot grow the board).
+  while (banned_.size() > max_trainers) {
+    auto oldest = std::min_element(banned_.begin(), banned_.end(),
+                                   [](const auto& a, const auto& b) { return a.second.until < b.second.until; });
+    banned_.erase(oldest);
   }
 }
 
@@ -271,8 +299,22 @@ std::string status_board::text(double now) const {
       std::snprintf(line, sizeof line, "  validation %.3f at step %" PRId64, tr.eval_loss, tr.eval_step);
       o += line;
     }
+    if (tr.verify_requests > 0) {
+      std::snprintf(line, sizeof line,
+                    "  verified %" PRId64 " (%.1f%% extra forward samples), %" PRId64 " disagreed, %" PRId64
+                    " strikes, %" PRId64 " banned",
+                    tr.verify_requests,
+                    100.0 * static_cast<double>(tr.verify_samples) /
+                        static_cast<double>(std::max<int64_t>(tr.forward_samples, 1)),
+                    tr.verify_disagreed, tr.verify_strikes, tr.verify_bans);
+      o += line;
+    }
     o += "\n";
   }
+  for (const auto& [id, b] : banned_)
+    if (b.until > now)
+      o += "banned: " + id + " (stage " + std::to_string(b.stage) + ", " + fmt("%.0f", b.until - now) +
+           " s left): " + b.why + "\n";
   o += "\nlatest events:\n";
   const size_t from = events_.size() > 10 ? events_.size() - 10 : 0;
   for (size_t i = from; i < events_.size(); ++i)

@@ -4,7 +4,7 @@
 //
 // It is fed the coordinator's own event stream (metrics_sink::observe): the
 // events it writes to the metrics file (server_join, server_down, round_end,
-// reload, stage_lost, stage_load, rebalance, leadership) and three it only
+// reload, stage_lost, stage_load, rebalance, leadership, server_banned) and three it only
 // tells the board (server_progress from the averager, trainer_report from
 // trainers, control from an elected candidate's watch of etcd). So the
 // page shows what the metrics file says, and nothing on the data path waits
@@ -69,6 +69,9 @@ private:
     std::string id;
     int64_t step = 0, max_steps = 0, samples = 0, tokens = 0, dropped = 0, retries = 0, reroutes = 0, bans = 0,
             busy = 0, wire_bytes = 0;
+    /// Verified work (issue #47): forwards re-sent, their samples, all forwards' samples, disagreements, strikes, bans.
+    int64_t verify_requests = 0, verify_samples = 0, forward_samples = 0, verify_disagreed = 0, verify_strikes = 0,
+            verify_bans = 0;
     double loss = 0, tokens_per_s = 0, elapsed_s = 0, last_report = 0;
     std::vector<std::array<double, 4>> history;  ///< t, step, loss, tokens_per_s
     bool has_eval = false;                       ///< a validation loss was measured
@@ -80,6 +83,12 @@ private:
     double t;
     std::string name, text;
   };
+  /// A server banned on a trainer's verification evidence (server_banned).
+  struct banned_server {
+    int64_t stage = 0;
+    double t = 0, until = 0;
+    std::string why;
+  };
   /// --control: the election and etcd, as this coordinator process last saw them.
   struct control_view {
     bool on = false;
@@ -90,8 +99,10 @@ private:
     int64_t term = 0, healthy = 0;
   };
 
-  /// Down (a failure) or stopped on purpose: no longer serving, shown until it joins again.
-  [[nodiscard]] static bool gone(const std::string& state) { return state == "down" || state == "stopped"; }
+  /// Down (a failure), stopped on purpose or banned: no longer serving, shown until it joins again.
+  [[nodiscard]] static bool gone(const std::string& state) {
+    return state == "down" || state == "stopped" || state == "banned";
+  }
   /// A model hash as the page shows it: its first 8 hex digits.
   [[nodiscard]] static std::string hash_prefix(uint64_t h);
 
@@ -107,11 +118,13 @@ private:
   void on_server_join(const metrics_event& e);
   void on_server_gone(const metrics_event& e);  ///< server_down, server_stop
   void on_round_end(const metrics_event& e);
+  void on_server_banned(const metrics_event& e);
   void on_control(const metrics_event& e);  ///< leadership, control
   // json()'s parts (m_ held):
   [[nodiscard]] nlohmann::ordered_json stages_json(double now) const;
   [[nodiscard]] nlohmann::ordered_json trainers_json(double now) const;
   [[nodiscard]] nlohmann::ordered_json control_json() const;
+  [[nodiscard]] nlohmann::ordered_json banned_json(double now) const;
   // prometheus()'s trainer families (m_ held).
   void trainer_metrics(exposition& x) const;
 
@@ -122,6 +135,7 @@ private:
   stage_watch watch_{0};  ///< the stages' steps as their rounds end
   std::map<std::string, trainer> trainers_;
   std::deque<event> events_;
+  std::map<std::string, banned_server> banned_;  ///< by server id, while its cool-down lasts (and a while after)
   control_view control_;
   int64_t leadership_changes_ = 0;
   int64_t joins_ = 0, downs_ = 0, reloads_ = 0, moves_ = 0;

@@ -76,6 +76,12 @@ ordered_json status_board::trainers_json(double now) const {
                       {"reroutes", tr.reroutes},
                       {"bans", tr.bans},
                       {"busy", tr.busy},
+                      {"verify_requests", tr.verify_requests},
+                      {"verify_samples", tr.verify_samples},
+                      {"forward_samples", tr.forward_samples},
+                      {"verify_disagreed", tr.verify_disagreed},
+                      {"verify_strikes", tr.verify_strikes},
+                      {"verify_bans", tr.verify_bans},
                       {"wire_bytes", tr.wire_bytes},
                       {"elapsed_s", num("%.1f", tr.elapsed_s)},
                       {"last_report_s", num("%.1f", now - tr.last_report)}};
@@ -107,6 +113,18 @@ ordered_json status_board::control_json() const {
           {"members", std::move(members)}};
 }
 
+ordered_json status_board::banned_json(double now) const {
+  auto out = ordered_json::array();
+  for (const auto& [id, b] : banned_)
+    if (b.until > now)
+      out.push_back({{"server", id},
+                     {"stage", b.stage},
+                     {"since_s", num("%.1f", now - b.t)},
+                     {"left_s", num("%.1f", b.until - now)},
+                     {"why", b.why}});
+  return out;
+}
+
 std::string status_board::json(double now) const {
   std::lock_guard<std::mutex> lock(m_);
   ordered_json o = {{"time", num("%.3f", now)},
@@ -123,6 +141,7 @@ std::string status_board::json(double now) const {
   o["history"] = std::move(history);
   if (control_.on)
     o["control"] = control_json();
+  o["banned"] = banned_json(now);
   auto events = ordered_json::array();
   for (const auto& e : events_)
     events.push_back({{"t", num("%.3f", e.t)}, {"event", e.name}, {"text", e.text}});

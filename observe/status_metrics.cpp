@@ -6,6 +6,8 @@
 #include "observe/exposition.hpp"
 #include "observe/status_board.hpp"
 
+#include <algorithm>
+
 namespace swarm {
 
 void status_board::trainer_metrics(exposition& x) const {
@@ -34,6 +36,17 @@ void status_board::trainer_metrics(exposition& x) const {
       {"swarm_trainer_busy_answers_total", true,
        "Busy answers a trainer got when it asked a server for room (it then chose another).",
        [](const trainer& t) { return static_cast<double>(t.busy); }},
+      {"swarm_trainer_verify_requests_total", true,
+       "Forwards a trainer sent again to a second or third server to compare (verified work).",
+       [](const trainer& t) { return static_cast<double>(t.verify_requests); }},
+      {"swarm_trainer_verify_samples_total", true, "Samples of those forwards: verification's extra compute.",
+       [](const trainer& t) { return static_cast<double>(t.verify_samples); }},
+      {"swarm_trainer_forward_samples_total", true, "Samples of every forward a trainer sent (first attempts).",
+       [](const trainer& t) { return static_cast<double>(t.forward_samples); }},
+      {"swarm_trainer_verify_strikes_total", true, "Charges a trainer's verification made against servers.",
+       [](const trainer& t) { return static_cast<double>(t.verify_strikes); }},
+      {"swarm_trainer_verify_bans_total", true, "Servers a trainer's verification banned.",
+       [](const trainer& t) { return static_cast<double>(t.verify_bans); }},
       {"swarm_trainer_wire_bytes_total", true, "Request and reply payload bytes a trainer moved.",
        [](const trainer& t) { return static_cast<double>(t.wire_bytes); }},
   };
@@ -80,6 +93,11 @@ std::string status_board::prometheus(double now) const {
       {"join", joins_}, {"down", downs_}, {"reload", reloads_}, {"move", moves_}};
   for (const auto& [kind, n] : server_events)
     x.add({{"kind", kind}}, static_cast<double>(n));
+  x.gauge("swarm_banned_servers", "Servers of a stage banned on a trainer's verification evidence, cool-down running.");
+  for (const auto& [index, st] : stages_)
+    x.add(at(index), static_cast<double>(std::count_if(banned_.begin(), banned_.end(), [&, i = index](const auto& b) {
+            return b.second.stage == i && b.second.until > now;
+          })));
   trainer_metrics(x);
   if (control_.on) {
     x.gauge("swarm_control_term", "The election term this process last saw leading (--control).");

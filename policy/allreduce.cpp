@@ -43,7 +43,7 @@ bool weighted_mean(const std::vector<weighted_part>& parts, int64_t n, float* ou
 }
 
 bool centered_clip(const std::vector<weighted_part>& parts, int64_t n, double tau, int iterations, float* out,
-                   std::vector<double>* clipped) {
+                   std::vector<double>* clipped, const float* start) {
   const auto len = static_cast<size_t>(n);
   // The start is the weighted mean of the finite parts; a part holding NaN or
   // Inf has no finite distance, so it gets no weight at all.
@@ -60,10 +60,13 @@ bool centered_clip(const std::vector<weighted_part>& parts, int64_t n, double ta
   if (finite_total <= 0 || !(tau > 0))
     return false;
   std::vector<double> v(len, 0.0), step(len);
-  for (size_t i = 0; i < parts.size(); ++i)
-    if (parts[i].samples > 0 && finite[i])
-      for (size_t j = 0; j < len; ++j)
-        v[j] += parts[i].samples / finite_total * parts[i].values[j];
+  if (start)
+    std::copy(start, start + len, v.begin());
+  else
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (parts[i].samples > 0 && finite[i])
+        for (size_t j = 0; j < len; ++j)
+          v[j] += parts[i].samples / finite_total * parts[i].values[j];
   std::vector<double> clip(parts.size(), 0.0);
   for (int it = 0; it < iterations; ++it) {
     std::fill(step.begin(), step.end(), 0.0);
@@ -95,6 +98,57 @@ bool centered_clip(const std::vector<weighted_part>& parts, int64_t n, double ta
   if (clipped)
     *clipped = std::move(clip);
   return true;
+}
+
+bool clipped_mean(const std::vector<weighted_part>& parts, int64_t n, const aggregation& how, float* out,
+                  std::vector<double>* clipped) {
+  const auto len = static_cast<size_t>(n);
+  std::vector<const float*> used;
+  for (const auto& p : parts)
+    if (p.samples > 0 && std::all_of(p.values, p.values + len, [](float x) { return std::isfinite(x); }))
+      used.push_back(p.values);
+  if (used.empty())
+    return centered_clip(parts, n, 1.0, 0, out, clipped);  // false unless a part has samples: then NaN parts only
+  std::vector<float> start(len), column(used.size());
+  for (size_t j = 0; j < len; ++j) {
+    for (size_t i = 0; i < used.size(); ++i)
+      column[i] = used[i][j];
+    auto mid = column.begin() + static_cast<std::ptrdiff_t>(column.size() / 2);
+    std::nth_element(column.begin(), mid, column.end());
+    float m = *mid;
+    if (column.size() % 2 == 0)  // the mean of the two middle values: symmetric in the parts
+      m = 0.5f * (m + *std::max_element(column.begin(), mid));
+    start[j] = m;
+  }
+  const auto distance = [&](const float* x) {
+    double sq = 0;
+    for (size_t j = 0; j < len; ++j)
+      sq += (static_cast<double>(x[j]) - start[j]) * (static_cast<double>(x[j]) - start[j]);
+    return std::sqrt(sq);
+  };
+  std::vector<double> dist;
+  for (const float* x : used)
+    dist.push_back(distance(x));
+  auto mid = dist.begin() + static_cast<std::ptrdiff_t>(dist.size() / 2);
+  std::nth_element(dist.begin(), mid, dist.end());
+  const double tau = how.radius * *mid;
+  if (!(tau > 0)) {
+    // The median part is the start itself: at least half the parts agree
+    // exactly, and any other is off by itself. The start is their value.
+    std::copy(start.begin(), start.end(), out);
+    if (clipped) {
+      clipped->assign(parts.size(), 0.0);
+      for (size_t i = 0; i < parts.size(); ++i)
+        if (parts[i].samples > 0)
+          (*clipped)[i] =
+              std::all_of(parts[i].values, parts[i].values + len, [](float x) { return std::isfinite(x); }) &&
+                      distance(parts[i].values) == 0
+                  ? 0.0
+                  : 1.0;
+    }
+    return true;
+  }
+  return centered_clip(parts, n, tau, how.iterations, out, clipped, start.data());
 }
 
 }  // namespace swarm::policy

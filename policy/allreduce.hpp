@@ -42,8 +42,25 @@ struct weighted_part {
 /// `out`; `clipped`, when given, gets each part's clip of the last iteration,
 /// 1 - min(1, tau / ||x_i - v||) (0: used whole; near 1: far outside). False,
 /// `out` untouched, when no part has samples or tau <= 0.
+/// `start`, when given (n floats), replaces the weighted mean as where it begins.
 [[nodiscard]] bool centered_clip(const std::vector<weighted_part>& parts, int64_t n, double tau, int iterations,
-                                 float* out, std::vector<double>* clipped = nullptr);
+                                 float* out, std::vector<double>* clipped = nullptr, const float* start = nullptr);
+
+/// How a shard's owner combines the members' parts (--aggregation, issue #47).
+struct aggregation {
+  bool clip = false;    ///< false: weighted_mean; true: clipped_mean
+  double radius = 1.0;  ///< clipped_mean's tau, in medians of the parts' distances from its start
+  int iterations = 3;
+};
+
+/// CenteredClip as a stage's all-reduce runs it: from the coordinate-wise
+/// median of the finite parts with samples (robust however far off a minority
+/// is; the weighted mean is not), with tau = radius x the median of the
+/// parts' distances from that start, so it needs no scale of the gradients.
+/// When every part equals the start, the weighted mean. Writes `out` and
+/// `clipped` as centered_clip; false when no part has samples.
+[[nodiscard]] bool clipped_mean(const std::vector<weighted_part>& parts, int64_t n, const aggregation& how, float* out,
+                                std::vector<double>* clipped = nullptr);
 
 /// Bytes each peer sends (and receives) in an ideal butterfly all-reduce of
 /// `bytes`: its parts of the others' shards out, their reduced shards back in.

@@ -79,6 +79,12 @@ struct round_plan {
 /// in a row is evicted: one can be a fault caught mid-step, twice is a pattern.
 constexpr int evict_after_dissents = 2;
 
+/// A member whose parts a strict majority of its round's other members
+/// clipped by more than half (centered-clip, issue #47) in this many rounds,
+/// not necessarily in a row, is evicted: one round can be an unlucky
+/// microbatch, three are a pattern.
+constexpr int evict_after_clips = 3;
+
 /// Where a stage stands before this averager ran a round of it (it started, or
 /// took over from a leader, or the stage's state was lost): the (step, hash)
 /// most servers report at or past `known` (a predecessor's record, else

@@ -6,9 +6,10 @@
 namespace swarm::policy {
 
 butterfly_round::butterfly_round(int rank, int members, std::vector<float> grad, int64_t samples,
-                                 int64_t piece_elements, round_trip_fn round_trip)
+                                 int64_t piece_elements, round_trip_fn round_trip, aggregation how)
     : me_(rank), n_(members), grad_(std::move(grad)), samples_(samples),
-      piece_elements_(std::max<int64_t>(1, piece_elements)), round_trip_(std::move(round_trip)),
+      piece_elements_(std::max<int64_t>(1, piece_elements)), round_trip_(std::move(round_trip)), how_(how),
+      clipped_(static_cast<size_t>(std::max(members, 0)), 0.0),
       shards_(partition_shards(static_cast<int64_t>(grad_.size()), members)), state_(static_cast<size_t>(members)),
       gone_(static_cast<size_t>(members), false) {
   for (int k = 0; k < n_; ++k) {
@@ -156,6 +157,7 @@ void butterfly_round::try_reduce(int k, std::vector<piece>& out) {
     // values of a dead owner instead, and those must win (see the header).
     const auto& sh = shards_[static_cast<size_t>(k)];
     std::vector<weighted_part> parts;
+    std::vector<int> ranks;  // of each part
     for (int r = 0; r < n_; ++r) {
       const auto& p = s.parts[static_cast<size_t>(r)];
       if (r == me_)
@@ -164,11 +166,19 @@ void butterfly_round::try_reduce(int k, std::vector<piece>& out) {
         parts.push_back({p.values.data(), static_cast<double>(p.samples)});
       else if (!gone_[static_cast<size_t>(r)])
         return;  // still waiting for a live member
+      else
+        continue;
+      ranks.push_back(r);
     }
     s.reduced.assign(static_cast<size_t>(sh.size()), 0.0f);
-    if (!weighted_mean(parts, sh.size(), s.reduced.data()))
+    std::vector<double> clip;
+    const bool any = how_.clip ? clipped_mean(parts, sh.size(), how_, s.reduced.data(), &clip)
+                               : weighted_mean(parts, sh.size(), s.reduced.data());
+    if (!any)
       std::fill(s.reduced.begin(), s.reduced.end(), 0.0f);  // nobody had samples
-    if (round_trip_)                                        // piece by piece, as send_shard cuts it
+    for (size_t i = 0; i < clip.size() && i < ranks.size(); ++i)
+      clipped_[static_cast<size_t>(ranks[i])] = std::max(clipped_[static_cast<size_t>(ranks[i])], clip[i]);
+    if (round_trip_)  // piece by piece, as send_shard cuts it
       for (int64_t off = 0; off < sh.size(); off += piece_elements_)
         round_trip_(s.reduced.data() + off, std::min(piece_elements_, sh.size() - off));
     s.done = true;

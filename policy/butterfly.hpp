@@ -52,8 +52,9 @@ public:
   /// `round_trip`, when the REDUCED pieces travel compressed: an owner keeps
   /// each piece of its reduced shard as its receivers will decode it, so every
   /// member ends with the same vector.
+  /// `how`: weighted mean, or CenteredClip (every member of a round must use the same).
   butterfly_round(int rank, int members, std::vector<float> grad, int64_t samples, int64_t piece_elements,
-                  round_trip_fn round_trip = {});
+                  round_trip_fn round_trip = {}, aggregation how = {});
 
   /// The PARTs to send first; may complete the round at once (one member).
   [[nodiscard]] std::vector<piece> start();
@@ -82,6 +83,9 @@ public:
   [[nodiscard]] int64_t bytes_received() const { return bytes_received_; }
   /// Shards whose owner went gone before this member had them.
   [[nodiscard]] int reassigned() const { return reassigned_; }
+  /// Per rank, the most its parts were clipped in the shards this member
+  /// reduced (clipped_mean: 0 used whole, near 1 far off); all 0 with the mean.
+  [[nodiscard]] const std::vector<double>& clipped() const { return clipped_; }
 
 private:
   struct part {
@@ -111,6 +115,8 @@ private:
   std::vector<float> grad_;
   int64_t samples_, piece_elements_;
   round_trip_fn round_trip_;
+  aggregation how_;
+  std::vector<double> clipped_;
   std::vector<shard> shards_;
   std::vector<shard_state> state_;
   std::vector<bool> gone_;

@@ -22,6 +22,18 @@ double relative_distance(const float* a, const float* b, size_t n) {
 
 double verify_tolerance(bool bf16) { return bf16 ? 0.05 : 1e-4; }
 
+double codec_error(const std::string& compression) {
+  if (compression == "fp16")
+    return 5e-4;
+  if (compression == "blockwise8")
+    return 0.02;
+  return 0.0;
+}
+
+double verify_tolerance(bool bf16, const std::string& compression) {
+  return verify_tolerance(bf16) + 2 * codec_error(compression);
+}
+
 std::vector<size_t> charged(const std::vector<std::vector<double>>& distance, double tolerance) {
   const size_t n = distance.size();
   // A handful of servers answer one request (the first, its verifier, a

@@ -5,7 +5,9 @@
 // honest servers (thread counts, BLAS kernels, bf16, 8-bit activations), so
 // outputs agree within a tolerance, not bit for bit.
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +26,18 @@ namespace swarm::policy {
 /// fp32 (CPU kernels; a GPU's TF32 would need more) and 0.05 with bf16: 47x
 /// the measured gap, 28x below noise.
 [[nodiscard]] double verify_tolerance(bool bf16);
+
+/// The relative error (relative_distance from the original) one wire
+/// encoding (--compression: none | fp16 | blockwise8) adds to a stage's
+/// outputs, rounded up from test_model "[verify]": fp16 measured 1.5e-4,
+X [[nodiscard]] double codec_error(const std::string& compression);
+
+/// What two honest answers, each computed and then encoded with
+/// `compression`, may differ by: verify_tolerance(bf16) + 2 codec_error. Two
+/// servers computing bit for bit alike encode alike (distance 0); the term is
+/// for those that do not (another CPU's kernels, bf16), whose values can round
+/// to neighbouring codes.
+[[nodiscard]] double verify_tolerance(bool bf16, const std::string& compression);
 
 /// Servers whose outputs (of one request) `distance[i][j]` apart say who is
 /// wrong: those outside the one largest group of servers that agree pairwise
@@ -47,6 +61,19 @@ public:
 private:
   int limit_;
   std::map<std::string, int> strikes_;
+};
+
+/// What a trainer's verification of forwards (issue #47) did, all its stages
+/// together: its step events, report and run summary show them.
+struct verify_counters {
+  std::atomic<int64_t> forward_samples{0};  ///< samples of every forward the trainer sent (first attempts)
+  std::atomic<int64_t> requests{0};         ///< forwards re-sent to a second or third server
+  std::atomic<int64_t> samples{0};          ///< their samples
+  std::atomic<int64_t> agreed{0};           ///< verifications whose two answers agreed
+  std::atomic<int64_t> disagreed{0};        ///< ... that did not (a third server asked)
+  std::atomic<int64_t> inconclusive{0};     ///< no second server, an error, or answers of different steps
+  std::atomic<int64_t> strikes{0};          ///< charges against servers
+  std::atomic<int64_t> bans{0};             ///< servers banned for them
 };
 
 }  // namespace swarm::policy

@@ -2,8 +2,10 @@
 // What the actor tests share: a forward request's payload, stage server settings,
 // a real stage-0 server and a silent (hung) one, and a server's registration.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -98,5 +100,35 @@ inline std::string forward_through(caf::scoped_actor& self, const caf::actor& lb
                [&](caf::error& err) { served_by = describe(err); });
   return served_by;
 }
+
+/// Event lines an actor writes, kept in memory (shared with the sink: the
+/// actor may outlive the test's locals).
+struct event_log : std::enable_shared_from_this<event_log> {
+  std::mutex m;
+  std::vector<std::string> lines;
+  std::shared_ptr<metrics_sink> sink() {
+    auto s = std::make_shared<metrics_sink>();
+    s->observe(
+        [self = shared_from_this()](double t, const char* event, std::initializer_list<metrics_sink::field> fields) {
+          std::lock_guard<std::mutex> lock(self->m);
+          self->lines.push_back(metrics_sink::format(t, "coordinator", event, fields));
+        });
+    return s;
+  }
+  /// The first line holding `a`; empty when none.
+  std::string find(const std::string& a) {
+    std::lock_guard<std::mutex> lock(m);
+    for (const auto& l : lines)
+      if (l.find(a) != std::string::npos)
+        return l;
+    return {};
+  }
+  size_t count(const std::string& a, const std::string& b = "") {
+    std::lock_guard<std::mutex> lock(m);
+    return static_cast<size_t>(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find(a) != std::string::npos && l.find(b) != std::string::npos;
+    }));
+  }
+};
 
 }  // namespace swarm::testing::actor_helpers

@@ -204,3 +204,77 @@ TEST_CASE_METHOD(system_fixture, "a stage without servers fails requests with NO
   self->send_exit(lb, caf::exit_reason::user_shutdown);
   self->send_exit(coord, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE_METHOD(system_fixture,
+                 "verification catches a server answering with noise: strikes, a ban here, its stage at the "
+                 "coordinator, evidence in both",
+                 "[actors][verify]") {
+  auto coord_log = std::make_shared<event_log>(), lb_log = std::make_shared<event_log>();
+  auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, coord_log->sink());
+  caf::scoped_actor self{*sys};
+  auto enrol = [&](const std::string& id, const stage_actor& server) {
+    auto port = sys->middleman().publish(server, 0, "127.0.0.1");
+    REQUIRE(port);
+    caf::error refused;
+    self->request(coord, 5s, register_atom::value, wrap(registration(id, 0, *port, 42)), server, caf::actor{})
+        .receive([](const encoded<proto::register_reply>&) {}, [&](caf::error& err) { refused = err; });
+    return refused;
+  };
+  std::vector<stage_actor> servers;
+  for (const std::string id : {"honest-a", "honest-b", "liar"}) {
+    auto scfg = server_settings(id, 4 << 20);
+    if (id == "liar")
+      scfg.server.fault = server_config::fault_kind::noise, scfg.server.allow_faults = true;
+    servers.push_back(sys->spawn(stage_server, scfg, std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu"),
+                                 std::make_shared<metrics_sink>(), std::make_shared<stage_server_counters>()));
+    REQUIRE(!enrol(id, servers.back()));
+  }
+  load_balancer_config lbc;
+  lbc.config_hash = 42;
+  lbc.trainer.verify_fraction = 1.0;  // every forward, so that the test is short
+  lbc.trainer.verify_strikes = 2;
+  lbc.trainer_id = "t0";
+  lbc.verified = std::make_shared<policy::verify_counters>();
+  auto lb = sys->spawn(load_balancer, lbc, caf::actor_cast<coordinator_actor>(coord), lb_log->sink());
+  std::this_thread::sleep_for(300ms);  // connected to all three
+  // Each forward the liar answers, or verifies, charges it (two honest servers
+  // outvote it); two charges ban it. Forwards after the ban never reach it.
+  std::vector<std::string> served;
+  for (int i = 0; i < 40 && lbc.verified->bans.load() == 0; ++i) {
+    served.push_back(forward_through(self, lb, 15s));
+    std::this_thread::sleep_for(50ms);  // the verification's answers come in beside
+  }
+  REQUIRE(lbc.verified->bans.load() == 1);
+  for (int i = 0; i < 6; ++i)
+    CHECK(forward_through(self, lb, 15s) != "liar");
+  std::this_thread::sleep_for(300ms);
+  CHECK(lb_log->count("\"event\": \"verify_strike\"", "\"server\": \"liar\"") >= 2);
+  CHECK(lb_log->count("\"event\": \"verify_strike\"", "\"server\": \"honest-") == 0);
+  REQUIRE(lb_log->count("\"event\": \"verify_ban\"", "\"server\": \"liar\"") == 1);
+  const auto ban = lb_log->find("\"event\": \"verify_ban\"");
+  CHECK(ban.find("\"agreeing\": \"honest-") != std::string::npos);  // the two that outvoted it
+  CHECK(ban.find("\"output_hash\"") != std::string::npos);
+  CHECK(lbc.verified->strikes.load() >= 2);
+  CHECK(lbc.verified->requests.load() >= static_cast<int64_t>(served.size()));
+  // The coordinator took it out of its stage and refuses it for the cool-down.
+  REQUIRE(coord_log->count("\"event\": \"server_banned\"", "\"server\": \"liar\"") == 1);
+  CHECK(coord_log->find("\"event\": \"server_banned\"").find("\"last_of_stage\": false") != std::string::npos);
+  auto again = sys->spawn(stage_server, server_settings("liar", 4 << 20),
+                          std::make_shared<stage_worker>(tiny_model(), 0, 2, "cpu"), std::make_shared<metrics_sink>(),
+                          std::make_shared<stage_server_counters>());
+  const auto refused = enrol("liar", again);
+  CHECK(describe(refused).find("banned") != std::string::npos);
+  // One trainer bans at most a third of a stage at a time: evidence against an
+  // honest server from the same process is not acted on.
+  proto::verification_evidence forged;
+  forged.set_trainer_id("t0");
+  forged.set_server_id("honest-a");
+  self->send(coord, evict_atom::value, wrap(forged));
+  std::this_thread::sleep_for(300ms);
+  CHECK(coord_log->count("\"event\": \"server_banned\"", "\"server\": \"honest-a\"") == 0);
+  for (const auto& a :
+       {caf::actor_cast<caf::actor>(lb), caf::actor_cast<caf::actor>(coord), caf::actor_cast<caf::actor>(again)})
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+  for (const auto& s : servers)
+    self->send_exit(s, caf::exit_reason::user_shutdown);
+}

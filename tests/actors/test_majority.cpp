@@ -24,28 +24,6 @@ using namespace swarm::testing::actor_helpers;
 
 namespace {
 
-/// Event lines the averager writes, kept in memory (shared with the sink: the
-/// averager may outlive the test's locals).
-struct event_log : std::enable_shared_from_this<event_log> {
-  std::mutex m;
-  std::vector<std::string> lines;
-  std::shared_ptr<metrics_sink> sink() {
-    auto s = std::make_shared<metrics_sink>();
-    s->observe(
-        [self = shared_from_this()](double t, const char* event, std::initializer_list<metrics_sink::field> fields) {
-          std::lock_guard<std::mutex> lock(self->m);
-          self->lines.push_back(metrics_sink::format(t, "coordinator", event, fields));
-        });
-    return s;
-  }
-  size_t count(const std::string& a, const std::string& b = "") {
-    std::lock_guard<std::mutex> lock(m);
-    return static_cast<size_t>(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
-      return l.find(a) != std::string::npos && l.find(b) != std::string::npos;
-    }));
-  }
-};
-
 proto::progress_report report(const std::string& id, uint64_t step, uint64_t hash) {
   proto::progress_report rep;
   rep.set_stage(0);

@@ -368,6 +368,52 @@ TEST_CASE("honest servers answer one forward within the verification tolerance; 
   at::set_num_threads(threads);
 }
 
+TEST_CASE("a verification forward on the last stage answers as training does and adds nothing", "[worker][verify]") {
+  const auto cfg = small_model();
+  stage_worker w(cfg, 1, 2, "cpu");
+  const auto x = hidden(batch, len, cfg.d_model, 1);
+  const auto y = tokens(batch, len, 2);
+  auto second = fwd(1, x, y);
+  second.set_verify(true);
+  const auto hash = w.parameter_hash();
+  auto checked = serve_forward(w, second);
+  REQUIRE(checked);
+  CHECK(w.accumulated_samples() == 0);  // the gradient of its parameters was never added
+  CHECK(w.parameter_hash() == hash);
+  auto trained = serve_forward(w, fwd(1, x, y));
+  REQUIRE(trained);
+  CHECK(w.accumulated_samples() == batch);
+  CHECK(checked->loss() == Approx(trained->loss()).epsilon(1e-6));
+  const auto a = decode_tensor(checked->input_grad(), "a")->contiguous();
+  const auto b = decode_tensor(trained->input_grad(), "b")->contiguous();
+  REQUIRE(a.sizes() == b.sizes());
+  const double apart =
+      policy::relative_distance(a.data_ptr<float>(), b.data_ptr<float>(), static_cast<size_t>(a.numel()));
+  std::cout << "last stage: verification vs training input_grad " << apart << "\n";
+  CHECK(apart <= policy::verify_tolerance(false));
+  stage_worker first(cfg, 0, 2, "cpu");  // other stages are verified with the very request
+  auto through = fwd(0, tokens(batch, len, 3));
+  through.set_verify(true);
+  REQUIRE_CODE(first.verify(*decode_tensor(through.inputs(), "x"), *decode_tensor(y, "y")), errc::BAD_REQUEST);
+}
+
+TEST_CASE("the wire's encodings stay within codec_error of a stage's outputs", "[worker][verify]") {
+  stage_worker w(small_model(), 0, 2, "cpu");
+  auto r = serve_forward(w, fwd(0, tokens(batch, len, 11)));
+  REQUIRE(r);
+  const auto x = decode_tensor(r->outputs(), "outputs")->to(torch::kFloat32).contiguous();
+  for (auto [codec, name] : {std::pair{proto::FP16, "fp16"}, std::pair{proto::BLOCKWISE8, "blockwise8"}}) {
+    const auto y = decode_tensor(encode_tensor(x, codec), "y")->to(torch::kFloat32).contiguous();
+    const double err =
+        policy::relative_distance(x.data_ptr<float>(), y.data_ptr<float>(), static_cast<size_t>(x.numel()));
+    std::cout << name << ": relative error " << err << " (codec_error " << policy::codec_error(name) << ")\n";
+    CHECK(err > 0);
+    CHECK(err <= policy::codec_error(name));
+  }
+  CHECK(policy::verify_tolerance(false, "blockwise8") == Approx(1e-4 + 0.04));
+  CHECK(policy::verify_tolerance(true, "none") == policy::verify_tolerance(true));
+}
+
 TEST_CASE("the noise fault answers with noise of the output's scale, in its codec, from its seed", "[worker][verify]") {
   stage_worker w(small_model(), 0, 2, "cpu");
   auto r = serve_forward(w, fwd(0, tokens(batch, len, 7)));

@@ -9,6 +9,8 @@
 
 #include "policy/butterfly.hpp"
 
+#include <cmath>
+
 using namespace swarm::policy;
 
 namespace {
@@ -19,11 +21,12 @@ struct group {
   std::vector<bool> dead;
   std::deque<piece> wire;
 
-  group(const std::vector<std::vector<float>>& grads, const std::vector<int64_t>& samples, int64_t piece_elems) {
+  group(const std::vector<std::vector<float>>& grads, const std::vector<int64_t>& samples, int64_t piece_elems,
+        aggregation how = {}) {
     const int n = static_cast<int>(grads.size());
     for (int r = 0; r < n; ++r)
-      m.push_back(std::make_unique<butterfly_round>(r, n, grads[static_cast<size_t>(r)],
-                                                    samples[static_cast<size_t>(r)], piece_elems));
+      m.push_back(std::make_unique<butterfly_round>(
+          r, n, grads[static_cast<size_t>(r)], samples[static_cast<size_t>(r)], piece_elems, round_trip_fn{}, how));
     dead.assign(static_cast<size_t>(n), false);
   }
   void post(std::vector<piece> out) {
@@ -219,4 +222,37 @@ TEST_CASE("an excluded member's later messages are ignored; malformed pieces are
   CHECK(refused({1, 0, false, 0, 0, 2, 1, {1, NAN}}));  // NaN
   CHECK(refused({1, 0, false, 0, 0, 2, -1, {1, 1}}));   // negative weight
   CHECK_FALSE(b.complete());
+}
+
+TEST_CASE("a round under centered-clip leaves a flipped member out, every member alike, and names it",
+          "[butterfly][robust]") {
+  // issue #47's `flip` fault: member 2 hands in -10 x a gradient like the others'.
+  const int64_t n = 90;
+  auto a = ramp(n, 0.01f), b = ramp(n, 0.011f), liar = ramp(n, -0.105f);
+  std::vector<float> honest(static_cast<size_t>(n));
+  for (size_t i = 0; i < honest.size(); ++i)
+    honest[i] = 0.5f * (a[i] + b[i]);
+  const auto off = [&](const std::vector<float>& v) {
+    double d = 0, h = 0;
+    for (size_t i = 0; i < v.size(); ++i)
+      d += (v[i] - honest[i]) * (v[i] - honest[i]), h += honest[i] * honest[i];
+    return std::sqrt(d / h);
+  };
+  group mean({a, b, liar}, {8, 8, 8}, 7);
+  mean.start();
+  mean.run();
+  group clip({a, b, liar}, {8, 8, 8}, 7, aggregation{true, 1.0, 3});
+  clip.start();
+  clip.run();
+  const double mean_off = off(mean.agreed()), clip_off = off(clip.agreed());
+  CHECK(mean_off > 3.0);   // the mean goes the liar's way: -8/3 of the honest gradient
+  CHECK(clip_off < 0.06);  // within the honest members' own spread (they differ by 10%)
+  for (int r = 0; r < 3; ++r) {
+    const auto& c = clip.m[static_cast<size_t>(r)]->clipped();
+    REQUIRE(c.size() == 3);
+    CHECK(c[2] > 0.5);  // each owner saw the liar's part far out
+    CHECK(c[0] < 0.5);
+    CHECK(c[1] < 0.5);
+    CHECK(mean.m[static_cast<size_t>(r)]->clipped() == std::vector<double>{0, 0, 0});
+  }
 }

@@ -168,3 +168,41 @@ TEST_CASE("a server that lies only sometimes is banned all the same, once", "[ro
   CHECK(book.strikes("honest") == 0);
   CHECK_FALSE(book.banned("honest"));
 }
+
+TEST_CASE("clipped_mean starts from the median: three rounds' worth of iterations leave a flipped part out",
+          "[robust]") {
+  // What a stage's all-reduce runs (--aggregation centered-clip, radius 1,
+  // iterations 3): the same flipped, scaled member as above, no scale given.
+  const std::vector<float> g1{1.0f, -0.5f, 0.25f}, g2{1.1f, -0.4f, 0.2f}, liar{-10.5f, 4.5f, -2.25f};
+  const std::vector<weighted_part> parts{{g1.data(), 1}, {g2.data(), 1}, {liar.data(), 1}};
+  std::vector<float> out(3);
+  std::vector<double> clipped;
+  REQUIRE(clipped_mean(parts, 3, aggregation{true, 1.0, 3}, out.data(), &clipped));
+  const vec honest{1.05, -0.45, 0.225};
+  CHECK(distance(out, honest) < 0.15);  // the two honest parts are 0.15 apart
+  REQUIRE(clipped.size() == 3);
+  CHECK(clipped[2] > 0.5);  // the liar, far outside
+  CHECK(clipped[0] < 0.5);
+  CHECK(clipped[1] < 0.5);
+  // Every part alike but one: that one is simply left out.
+  const std::vector<float> same{2.0f, 2.0f, 2.0f};
+  REQUIRE(clipped_mean({{same.data(), 1}, {same.data(), 2}, {liar.data(), 1}}, 3, aggregation{true, 1.0, 3}, out.data(),
+                       &clipped));
+  CHECK(out == same);
+  CHECK(clipped == std::vector<double>{0.0, 0.0, 1.0});
+  // Honest parts only: within a fraction of their spread of the weighted mean.
+  std::mt19937 rng(47);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  std::vector<std::vector<float>> honest_parts(5, std::vector<float>(64));
+  std::vector<weighted_part> all;
+  for (auto& p : honest_parts) {
+    for (auto& x : p)
+      x = 1.0f + noise(rng);
+    all.push_back({p.data(), 1});
+  }
+  std::vector<float> mean(64), clip(64);
+  REQUIRE(weighted_mean(all, 64, mean.data()));
+  REQUIRE(clipped_mean(all, 64, aggregation{true, 1.0, 3}, clip.data()));
+  CHECK(distance(clip, vec(mean.begin(), mean.end())) < 0.5 * std::sqrt(64.0) / std::sqrt(5.0));
+  CHECK_FALSE(clipped_mean({{g1.data(), 0}}, 3, aggregation{true, 1.0, 3}, out.data()));  // no samples
+}
