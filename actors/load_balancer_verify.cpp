@@ -118,10 +118,11 @@ void judge(self_ptr self, uint64_t id) {
   const auto wrong = policy::charged(d, tol);
   if (wrong.empty()) {
     get_logger("load_balancer")
-        ->warn("stage {}: microbatch {}: servers {}, {} and {} answered at step {} with no majority within {:g} "
-               "(distances {:.3g}, {:.3g}, {:.3g}); nobody charged",
-               st.cfg.stage, v.microbatch, as[0].server, as[1].server, as[2].server, as[0].step, tol, d[0][1],
-               d[0][2], d[1][2]);
+        ->warn(
+            "stage {}: microbatch {}: servers {}, {} and {} answered at step {} with no majority within {:g} "
+            "(distances {:.3g}, {:.3g}, {:.3g}); nobody charged",
+            st.cfg.stage, v.microbatch, as[0].server, as[1].server, as[2].server, as[0].step, tol, d[0][1], d[0][2],
+            d[1][2]);
     end(self, id, nullptr);
     return;
   }
@@ -129,8 +130,8 @@ void judge(self_ptr self, uint64_t id) {
   for (size_t i = 0; i < as.size(); ++i)
     if (std::find(wrong.begin(), wrong.end(), i) == wrong.end())
       agreeing.push_back(as[i].server);
-  const size_t ref = std::find_if(as.begin(), as.end(), [&](const answer& a) { return a.server == agreeing[0]; }) -
-                     as.begin();
+  const size_t ref =
+      std::find_if(as.begin(), as.end(), [&](const answer& a) { return a.server == agreeing[0]; }) - as.begin();
   for (size_t i : wrong) {
     const auto& server = as[i].server;
     const bool banned_now = st.strikes.charge(server);
@@ -153,23 +154,24 @@ void judge(self_ptr self, uint64_t id) {
     // The evidence, in the strike's event and again in the ban's.
     const auto emit = [&](const char* event) {
       st.metrics->emit(event, {{"stage", int64_t{st.cfg.stage}},
-                                       {"trainer", st.cfg.trainer_id},
-                                       {"server", server},
-                                       {"step", static_cast<int64_t>(ev.step())},
-                                       {"microbatch", static_cast<int64_t>(ev.microbatch_id())},
-                                       {"agreeing", agreed_list},
-                                       {"output_hash", fmt::format("{:016x}", ev.output_hash())},
-                                       {"agreed_hash", fmt::format("{:016x}", ev.agreed_hash())},
-                                       {"distance", ev.distance()},
-                                       {"tolerance", tol},
-                                       {"strikes", int64_t{ev.strikes()}}});
+                               {"trainer", st.cfg.trainer_id},
+                               {"server", server},
+                               {"step", static_cast<int64_t>(ev.step())},
+                               {"microbatch", static_cast<int64_t>(ev.microbatch_id())},
+                               {"agreeing", agreed_list},
+                               {"output_hash", fmt::format("{:016x}", ev.output_hash())},
+                               {"agreed_hash", fmt::format("{:016x}", ev.agreed_hash())},
+                               {"distance", ev.distance()},
+                               {"tolerance", tol},
+                               {"strikes", int64_t{ev.strikes()}}});
     };
     emit("verify_strike");
     get_logger("load_balancer")
-        ->warn("stage {}: server {} answered microbatch {} at step {} {:.3g} away from {} (tolerance {:g}): strike "
-               "{} of {}",
-               st.cfg.stage, server, v.microbatch, ev.step(), ev.distance(), agreed_list, tol, ev.strikes(),
-               st.cfg.trainer.verify_strikes);
+        ->warn(
+            "stage {}: server {} answered microbatch {} at step {} {:.3g} away from {} (tolerance {:g}): strike "
+            "{} of {}",
+            st.cfg.stage, server, v.microbatch, ev.step(), ev.distance(), agreed_list, tol, ev.strikes(),
+            st.cfg.trainer.verify_strikes);
     if (!banned_now)
       continue;
     count(self, &policy::verify_counters::bans);
@@ -217,9 +219,8 @@ void maybe_verify(self_ptr self, const request& req, const bulk_parts& whole) {
 
 bool asked_already(self_ptr self, const request& req, const std::string& server) {
   auto it = self->state.verifying.find(req.verification);
-  return it != self->state.verifying.end() &&
-         std::any_of(it->second.answers.begin(), it->second.answers.end(),
-                     [&](const answer& a) { return a.server == server; });
+  return it != self->state.verifying.end() && std::any_of(it->second.answers.begin(), it->second.answers.end(),
+                                                          [&](const answer& a) { return a.server == server; });
 }
 
 void on_verify_answer(self_ptr self, const request& req, caf::expected<bulk_parts> whole) {

@@ -51,6 +51,9 @@ caf::expected<std::shared_ptr<stage_worker>> build_stage_worker(const stage_serv
     auto worker = std::make_shared<stage_worker>(cfg.model, stage, cfg.num_stages, cfg.device);
     worker->set_activation_cache(cfg.server.activation_cache_mb << 20);
     worker->set_bf16(cfg.bf16);
+    using fault = server_config::fault_kind;
+    worker->set_lies(cfg.server.fault == fault::stale ? cfg.server.fault_after : 0,
+                     cfg.server.fault == fault::drop_half);
     if (cfg.initial_weights)
       if (auto err = worker->load_parameters(*cfg.initial_weights))
         return make_error(errc::BAD_CONFIG, std::string{"--init-from: "} + err.what());

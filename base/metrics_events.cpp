@@ -59,7 +59,8 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`excluded` (members gone: died, late or refused), `reassigned` (shards of a gone owner it had to "
        "get elsewhere), `samples` (of its gradient), `stale_samples` (of those, computed on the parameters "
        "before the previous step: a step stale), `lr` (the step's learning rate), `compression` (its "
-       "`--averaging-compression`), `bytes` "
+       "`--averaging-compression`), `clipped` (with `--aggregation centered-clip`: the members whose parts it "
+       "clipped by more than half in the shards it reduced, comma-separated), `bytes` "
        "and `bytes_received` (encoded gradient values it sent and got), `raw_bytes` (what it sent as "
        "float32), `ideal_bytes` (2 x (peers-1)/peers x float32 gradient bytes), `seconds` (from its hand-over "
        "to its step)"},
@@ -137,9 +138,36 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "trained stage's state died (a clean stop writes none); the next server of the stage loads the "
        "stage's newest checkpoint, or starts from initial parameters without one"},
       {"server_evicted", "coordinator",
-       "`stage`, `server`, `dissents`: the server's round results differed from a strict majority of its rounds' "
-       "this many rounds in a row (the majority decides, docs/deploy.md): out of its stage's rounds, dropped from "
-       "membership (trainers send it nothing) and never admitted again"},
+       "`stage`, `server`, `dissents`, `clips`, `why`: the server's round results differed from a strict majority "
+       "of its rounds' `dissents` rounds in a row (the majority decides, docs/deploy.md), or under "
+       "`--aggregation centered-clip` a strict majority of its rounds' other members clipped its gradient by "
+       "more than half in `clips` rounds (3): out of its stage's rounds, dropped from membership (trainers send "
+       "it nothing) and never admitted again"},
+      {"clip_strike", "coordinator",
+       "`stage`, `server`, `round`, `reporters`, `strikes`: under `--aggregation centered-clip`, a strict "
+       "majority of a round's other members (`reporters` of them) clipped this server's gradient by more than "
+       "half; 3 strikes evict it (`server_evicted`)"},
+      {"verify_strike", "trainer",
+       "`stage`, `trainer`, `server`, `step` (the server_step every compared answer claimed), `microbatch`, "
+       "`agreeing` (the servers whose answers agreed, comma-separated), `output_hash` and `agreed_hash` (FNV-1a "
+       "of the charged answer's and the majority's compared tensor), `distance` (relative, between them), "
+       "`tolerance`, `strikes` (so far): verified work (`--verify-fraction`) found this server outside the "
+       "majority of three that answered one forward"},
+      {"verify_ban", "trainer",
+       "the fields of `verify_strike`: its `--verify-strikes`-th strike; the trainer sends it no more work and "
+       "reports it, with this evidence, to the coordinator (`server_banned`)"},
+      {"verify", "trainer",
+       "`trainer`, `step`, `fraction` (`--verify-fraction`), `requests` (forwards re-sent to a second or third "
+       "server), `samples` (theirs), `forward_samples` (of every forward), `share` (samples / forward_samples: "
+       "verification's extra forward compute), `agreed`, `disagreed` (a third server asked), `inconclusive` (no "
+       "other server, an error, or answers of different steps), `strikes`, `bans`: after every step and at exit "
+       "while verification is on, the counts so far"},
+      {"server_banned", "coordinator",
+       "`stage`, `server`, `trainer`, `step`, `microbatch`, `distance`, `tolerance`, `strikes`, `output_hash`, "
+       "`agreed_hash`, `compared` (`outputs`, or `loss and input_grad` on the last stage), `cooldown_s`, "
+       "`last_of_stage` (true: its stage has no server left), `why`: a trainer's verification evidence took the "
+       "server out of its stage; it is refused for `--ban-cooldown` (a trainer's reports ban at most a third of "
+       "a stage at a time)"},
       {"fault", "server",
        "`server`, `stage`, `op` (`forward`, `backward`, `round`, `state`, `fail-round`), `pid`: the `--fault` "
        "test hook now holds a request (or its shard of a round) and hangs until stopped; `fail-round`: it gave "

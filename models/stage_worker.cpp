@@ -1,5 +1,6 @@
 #include "models/stage_worker.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -111,6 +112,21 @@ result<forward_result> stage_worker::forward(const torch::Tensor& inputs_in, con
       if (targets_in)
         return error(errc::BAD_REQUEST,
                      "targets given to stage " + std::to_string(m.span().stage) + ", which is not the last");
+      if (m.stale_steps > 0 && static_cast<int64_t>(m.previous.size()) >= m.stale_steps) {
+        // --fault stale: on the parameters stale_steps old, claiming the current ones.
+        const auto k = static_cast<size_t>(m.stale_steps - 1);
+        m.swap_previous(k);
+        struct swap_back {
+          impl& m;
+          size_t k;
+          ~swap_back() { m.swap_previous(k); }
+        } restore{m, k};
+        torch::NoGradGuard no_grad;
+        result.outputs = m.module->forward(inputs);
+        if (auto err = check_finite(result.outputs, "outputs"))
+          return err;
+        return result;
+      }
       if (!cache_key.empty() && m.cache.enabled()) {
         auto recorded = stage_forward_recorded(m.module, inputs);
         result.outputs = recorded.outputs.detach();
@@ -228,6 +244,8 @@ result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, c
     if (auto err = check_same_batch(output_grad, "output_grad", inputs, expected))
       return err;
     backward_result result;
+    if (m.stale_steps > 0)  // --fault stale: its backward recomputes where its forward ran
+      forward_step = m.steps - m.stale_steps;
     const int64_t behind = forward_step ? m.steps - *forward_step : 0;
     const bool on_previous = behind >= 1 && behind <= static_cast<int64_t>(m.previous.size());
     const auto k = static_cast<size_t>(behind - 1);
@@ -263,6 +281,11 @@ result<backward_result> stage_worker::backward(const torch::Tensor& inputs_in, c
 void stage_worker::set_activation_cache(int64_t bytes) { impl_->cache.set_limit(bytes); }
 
 void stage_worker::set_bf16(bool on) { impl_->module->set_bf16(on); }
+
+void stage_worker::set_lies(int64_t stale_steps, bool drop_half) {
+  impl_->stale_steps = std::clamp<int64_t>(stale_steps, 0, static_cast<int64_t>(kept_versions));
+  impl_->drop_half = drop_half;
+}
 
 const activation_cache_stats& stage_worker::activation_cache() const { return impl_->cache.stats(); }
 

@@ -144,6 +144,13 @@ public:
   /// autocast, parameters, gradients, optimizer state and all-reduce in float32).
   void set_bf16(bool on);
   [[nodiscard]] const activation_cache_stats& activation_cache() const;
+  /// Test hooks of issue #47's lying faults (--fault stale, drop-half; with
+  /// --allow-faults). `stale_steps` > 0: a non-last stage's forwards and
+  /// backwards run on the parameters that many steps old (at most
+  /// kept_versions, once kept), while replies claim the current step.
+  /// `drop_half`: every second gradient is never added (zeros; the reply a
+  /// uniform guess's loss and a zero input gradient), its samples counted.
+  void set_lies(int64_t stale_steps, bool drop_half);
 
   /// Samples whose gradients are accumulated since the last step.
   [[nodiscard]] int64_t accumulated_samples() const;

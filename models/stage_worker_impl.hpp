@@ -40,7 +40,11 @@ struct stage_worker::impl {
   /// (stage_worker::backward); empty on the last stage, whose forward runs its
   /// backward, and after an import.
   std::deque<std::vector<torch::Tensor>> previous;
-  bool held_stale = false;        ///< the held microbatch was computed on `previous`
+  bool held_stale = false;  ///< the held microbatch was computed on `previous`
+  // Issue #47's lying faults (stage_worker::set_lies): test hooks only.
+  int64_t stale_steps = 0;  ///< forwards and backwards on the parameters this many steps old, when kept
+  bool drop_half = false;   ///< every second gradient never added, its samples counted all the same
+  int64_t gradients_seen = 0;
   swarm::activation_cache cache;  ///< recorded forwards awaiting their backward
 
   torch::Device device;
@@ -145,6 +149,19 @@ struct stage_worker::impl {
                                    bool stale = false) {
     clear_param_grads();
     loss_and_grad r = fn();
+    if (drop_half && ++gradients_seen % 2 == 0) {
+      // The lie: what a server that computed nothing could answer (a
+      // uniform guess's loss, no input gradient), its samples claimed.
+      clear_param_grads();
+      r.loss = std::log(static_cast<float>(cfg.vocab));
+      if (r.input_grad.defined())
+        r.input_grad = torch::zeros_like(r.input_grad);
+      std::vector<torch::Tensor> zeros;
+      for (auto& p : params)
+        zeros.push_back(torch::zeros_like(p));
+      add_to_accumulator(zeros, batch);
+      return r;
+    }
     bool finite = std::isfinite(r.loss) && all_finite(r.input_grad);
     for (size_t i = 0; finite && i < params.size(); ++i)
       finite = all_finite(params[i].grad());

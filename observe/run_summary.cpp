@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "base/metrics_reader.hpp"
 
@@ -23,10 +25,13 @@ struct run_totals {
     double first_loss = NAN, last_loss = NAN, first_t = NAN, last_t = NAN;
     double steps = 0, samples = 0, tokens = 0, dropped = 0, retries = 0;
     double first_eval = NAN, last_eval = NAN, first_eval_step = 0, last_eval_step = 0;
+    bool verified = false;  ///< a `verify` event: its latest counts
+    double verify_requests = 0, verify_share = 0, verify_disagreed = 0, verify_strikes = 0, verify_bans = 0;
   };
   std::map<std::string, trainer> trainers;
   std::map<int, std::pair<int64_t, int64_t>> rounds;  // stage -> applied, failed
   int64_t reroutes = 0, moves = 0, downs = 0, chaos = 0, reloads = 0, checkpoint_loads = 0;
+  std::vector<std::string> removed;  ///< servers banned or evicted for wrong work, and why
   double first_t = NAN, last_t = NAN;
 
   void add(const metrics_event& e);
@@ -72,6 +77,17 @@ void run_totals::add(const metrics_event& e) {
     ++reloads;
   } else if (event == "checkpoint_load") {
     ++checkpoint_loads;
+  } else if (event == "verify") {
+    auto& tr = trainers[e.get_string("trainer")];
+    tr.verified = true;
+    tr.verify_requests = num("requests");
+    tr.verify_share = num("share");
+    tr.verify_disagreed = num("disagreed");
+    tr.verify_strikes = num("strikes");
+    tr.verify_bans = num("bans");
+  } else if (event == "server_banned" || event == "server_evicted") {
+    removed.push_back(e.get_string("server") + " of stage " + std::to_string(e.get_int("stage")) + " " +
+                      (event == "server_banned" ? "banned" : "evicted") + ": " + e.get_string("why"));
   }
 }
 
@@ -88,7 +104,8 @@ std::string run_summary(const std::string& metrics_path, double since) {
     if (e && e->t() >= since)
       run.add(*e);
   }
-  const auto& [trainers, rounds, reroutes, moves, downs, chaos, reloads, checkpoint_loads, first_t, last_t] = run;
+  const auto& [trainers, rounds, reroutes, moves, downs, chaos, reloads, checkpoint_loads, removed, first_t, last_t] =
+      run;
   if (std::isnan(first_t))
     return "no summary: no events in " + metrics_path + "\n";
   std::string o = "run summary (" + metrics_path + ")\n";
@@ -102,6 +119,10 @@ std::string run_summary(const std::string& metrics_path, double since) {
     if (!std::isnan(tr.first_eval))
       o += "    validation loss " + fmt("%.3f", tr.first_eval) + " at step " + fmt("%.0f", tr.first_eval_step) +
            " -> " + fmt("%.3f", tr.last_eval) + " at step " + fmt("%.0f", tr.last_eval_step) + "\n";
+    if (tr.verified)
+      o += "    verified " + fmt("%.0f", tr.verify_requests) + " forwards (" + fmt("%.1f", 100 * tr.verify_share) +
+           "% extra forward samples), " + fmt("%.0f", tr.verify_disagreed) + " disagreed, " +
+           fmt("%.0f", tr.verify_strikes) + " strikes, " + fmt("%.0f", tr.verify_bans) + " servers banned\n";
   }
   if (trainers.empty())
     o += "  no trainer made a step\n";
@@ -114,6 +135,8 @@ std::string run_summary(const std::string& metrics_path, double since) {
   o += " reroutes " + std::to_string(reroutes) + ", moves " + std::to_string(moves) + ", server downs " +
        std::to_string(downs) + ", reloads " + std::to_string(reloads) + ", checkpoint loads " +
        std::to_string(checkpoint_loads) + (chaos > 0 ? ", chaos actions " + std::to_string(chaos) : "") + "\n";
+  for (const auto& r : removed)
+    o += "  " + r + "\n";
   return o;
 }
 

@@ -19,6 +19,8 @@
 #   env: RUNS ("faultfree chaos"; either alone runs only that half)
 #        FRESH=1 repeats a run that already finished in out_dir (otherwise it is kept)
 #        COORDINATOR_EVERY (300): seconds between coordinator kills of the chaos run
+#        FLAGS: more flags for both runs, e.g. issue 47's: FLAGS="--verify-fraction 0.2
+#        --aggregation centered-clip" (verification is on at its default 3% anyway)
 #        CHAOS_EVERY (20), CHAOS_DOWN (10), WIPE_AT (half time): the chaos run's other
 #        timings, e.g. issue 22's 6-minute run: RUNS=chaos CHAOS_EVERY=10 CHAOS_DOWN=5
 #        COORDINATOR_EVERY=90 WIPE_AT=200 scripts/soak.sh 6
@@ -114,7 +116,7 @@ run() {  # name, extra flags...
   printf -v start '%(%s)T' -1
   ./build/swarm --role cluster --config config/small --stage-servers 3,3 --max-steps 0 \
     --metrics "$out/$name.jsonl" --log-level warn \
-    --checkpoint-dir "$out/$name-ckpt" --checkpoint-every 30s "$@" > "$out/$name.log" 2>&1 &
+    --checkpoint-dir "$out/$name-ckpt" --checkpoint-every 30s ${FLAGS:-} "$@" > "$out/$name.log" 2>&1 &
   cluster_pid=$!
   while :; do
     printf -v now '%(%s)T' -1

@@ -13,6 +13,9 @@ for the runs faultfree and chaos; a missing run is left out. For each run prints
      than one hash; epoch = new timelines of the stage before: `stage_lost`
      events, or checkpoint loads below the step it had reached (goal: 0)
   4b. averaging rounds per stage (round_end): how many, applied, the longest
+  4c. verified work and robust averaging (issue #47): the trainers' last `verify`
+      counts, and every verify_strike, verify_ban, server_banned, clip_strike and
+      server_evicted naming a server (in a soak no server lies: goal 0)
   5. checkpoints written and loaded, stages lost and the steps each one cost
   6. chaos actions, coordinator kills, wipes, processes the cluster restarted
   7. the longest stalls (gaps between a trainer's consecutive steps)
@@ -246,6 +249,27 @@ def section_rounds(r):
               f"{fmt_t(r.rel(longest))}, {longest.get('excluded', '?')} excluded)")
 
 
+def section_verification(r):
+    print("4c. verified work and robust averaging (no server lies here: every charge below is a false one)")
+    last = {}
+    for e in r.ev["verify"]:
+        last[e.get("trainer", "?")] = e
+    for trainer, e in sorted(last.items()):
+        print(f"   trainer {trainer}: {int(num(e, 'requests', 0))} forwards verified "
+              f"({100 * num(e, 'share', 0):.1f}% extra forward samples), {int(num(e, 'agreed', 0))} agreed, "
+              f"{int(num(e, 'disagreed', 0))} disagreed, {int(num(e, 'inconclusive', 0))} inconclusive")
+    if not last:
+        print("   no verify events (--verify-fraction 0?)")
+    charges = 0
+    for kind in ("verify_strike", "verify_ban", "server_banned", "clip_strike", "server_evicted"):
+        charges += len(r.ev[kind])
+        for e in r.ev[kind][:5]:
+            print(f"     {kind} at {fmt_t(r.rel(e))}: stage {e.get('stage', '?')} server {e.get('server', '?')} "
+                  f"{e.get('why', '')}")
+    print(f"   strikes, bans and evictions: {charges} (goal 0)")
+    r.false_charges = charges
+
+
 def section_checkpoints(r):
     print("5. checkpoints")
     written = collections.defaultdict(list)
@@ -325,7 +349,7 @@ def report(r):
         print(f"   {r.bad} lines skipped (not JSON objects with a numeric t)")
     r.disagreements, r.longest_stall = None, None
     for section in (section_progress, section_drops, section_accounting, section_hashes, section_rounds,
-                    section_checkpoints, section_chaos, section_stalls, section_memory):
+                    section_verification, section_checkpoints, section_chaos, section_stalls, section_memory):
         section(r)
     print()
 

@@ -437,3 +437,45 @@ TEST_CASE("the noise fault answers with noise of the output's scale, in its code
   replace_with_noise(empty, 1);  // nothing to lie about
   CHECK(empty.data().empty());
 }
+
+TEST_CASE("the stale fault answers on parameters N steps old; drop-half claims samples it never computed",
+          "[worker][verify]") {
+  const auto cfg = small_model();
+  const auto x = tokens(batch, len, 5);
+  auto outputs = [&](stage_worker& w) {
+    auto r = serve_forward(w, fwd(0, x));
+    REQUIRE(r);
+    return decode_tensor(r->outputs(), "outputs")->contiguous();
+  };
+  auto step = [&](stage_worker& w, uint64_t seed) {
+    REQUIRE(serve_backward(w, bwd(0, tokens(batch, len, seed), hidden(batch, len, cfg.d_model, seed + 1))));
+    w.apply_step();
+  };
+  stage_worker honest(cfg, 0, 2, "cpu"), stale(cfg, 0, 2, "cpu");
+  stale.set_lies(2, false);
+  const auto at0 = outputs(honest);
+  step(honest, 1), step(stale, 1);
+  const auto at1 = outputs(honest);
+  step(honest, 2), step(stale, 2);
+  CHECK(torch::equal(outputs(stale), at0));  // two steps old, while it claims step 2
+  CHECK(stale.steps() == 2);
+  CHECK_FALSE(torch::equal(outputs(honest), at0));
+  CHECK_FALSE(torch::equal(at1, at0));
+
+  stage_worker dropper(cfg, 0, 2, "cpu"), computes(cfg, 0, 2, "cpu");
+  dropper.set_lies(0, true);
+  const auto a = tokens(batch, len, 8), b = tokens(batch, len, 9);
+  const auto g = hidden(batch, len, cfg.d_model, 10);
+  REQUIRE(serve_backward(dropper, bwd(0, a, g)));
+  auto second = serve_backward(dropper, bwd(0, b, g));
+  REQUIRE(second);
+  CHECK(dropper.accumulated_samples() == 2 * batch);  // both claimed
+  REQUIRE(serve_backward(computes, bwd(0, a, g)));
+  const auto lied = dropper.take_gradient(), one = computes.take_gradient();
+  REQUIRE(lied.values.size() == one.values.size());
+  CHECK(lied.samples == 2 * batch);
+  size_t off = 0;  // the mean of one real gradient and a zero one: half the real one
+  for (size_t i = 0; i < one.values.size(); ++i)
+    off += std::abs(lied.values[i] - 0.5f * one.values[i]) > 1e-6f * (1 + std::abs(one.values[i]));
+  CHECK(off == 0);
+}

@@ -179,6 +179,36 @@ TEST_CASE("the status board holds at most max_trainers trainers: the longest sil
   CHECK_THAT(json, !Catch::Contains("\"t0\""));   // the longest silent went
 }
 
+TEST_CASE("the board lists banned servers and why while their cool-down lasts, and each trainer's verification",
+          "[status][verify]") {
+  fed_board f;
+  feed_a_short_run(f);
+  auto& b = *f.board;
+  b.on_event(1020, "server_banned",
+             {{"stage", int64_t{0}},
+              {"server", std::string{"s-1"}},
+              {"cooldown_s", 600.0},
+              {"last_of_stage", true},
+              {"why", std::string{"trainer t's verification: microbatch 3"}}});
+  b.on_event(1021, "trainer_report",
+             {{"trainer", std::string{"t"}},
+              {"verify_requests", int64_t{40}},
+              {"verify_samples", int64_t{320}},
+              {"forward_samples", int64_t{6400}},
+              {"verify_disagreed", int64_t{3}},
+              {"verify_strikes", int64_t{3}},
+              {"verify_bans", int64_t{1}}});
+  const auto text = b.text(1030);
+  CHECK_THAT(text, Catch::Contains("banned: s-1 (stage 0, 590 s left): trainer t's verification: microbatch 3"));
+  CHECK_THAT(text, Catch::Contains("verified 40 (5.0% extra forward samples), 3 disagreed, 3 strikes, 1 banned"));
+  CHECK_THAT(text, Catch::Contains("the stage's LAST server"));
+  const auto json = b.json(1030);
+  CHECK_THAT(json, Catch::Contains("\"banned\": [{\"server\": \"s-1\", \"stage\": 0"));
+  CHECK_THAT(json, Catch::Contains("\"verify_bans\": 1"));
+  CHECK_THAT(b.prometheus(1030), Catch::Contains("swarm_banned_servers{stage=\"0\"} 1"));
+  CHECK_THAT(b.json(1700), Catch::Contains("\"banned\": []"));  // its cool-down over
+}
+
 TEST_CASE("the run summary reads a run's metrics file", "[status]") {
   const std::string path = "/tmp/swarm-test-summary.jsonl";
   {
@@ -203,7 +233,11 @@ TEST_CASE("the run summary reads a run's metrics file", "[status]") {
            "4.75}\n"
         << "{\"t\": 110.0, \"role\": \"trainer\", \"event\": \"step\", \"trainer\": \"t1\", \"step\": 2, \"loss\": "
            "4.25, "
-           "\"samples\": 16, \"tokens\": 1024, \"dropped\": 1, \"retries\": 3}\n";
+           "\"samples\": 16, \"tokens\": 1024, \"dropped\": 1, \"retries\": 3}\n"
+        << "{\"t\": 110.0, \"role\": \"trainer\", \"event\": \"verify\", \"trainer\": \"t1\", \"requests\": 7, "
+           "\"share\": 0.05, \"disagreed\": 2, \"strikes\": 2, \"bans\": 1}\n"
+        << "{\"t\": 110.0, \"role\": \"coordinator\", \"event\": \"server_banned\", \"stage\": 0, \"server\": "
+           "\"s-9\", \"why\": \"trainer t1's verification\"}\n";
   }
   const auto s = run_summary(path, 100.0);
   CHECK_THAT(s, Catch::Contains("time 10 s"));
@@ -212,6 +246,9 @@ TEST_CASE("the run summary reads a run's metrics file", "[status]") {
   CHECK_THAT(s, Catch::Contains("validation loss 6.900 at step 0 -> 4.750 at step 2"));
   CHECK_THAT(s, Catch::Contains("stage 0 1 applied (1 failed)"));
   CHECK_THAT(s, Catch::Contains("reroutes 1, moves 1, server downs 1,"));
+  CHECK_THAT(s, Catch::Contains("verified 7 forwards (5.0% extra forward samples), 2 disagreed, 2 strikes, 1 "
+                                "servers banned"));
+  CHECK_THAT(s, Catch::Contains("s-9 of stage 0 banned: trainer t1's verification"));
   CHECK_THAT(run_summary("/nonexistent/metrics.jsonl", 0), Catch::Contains("cannot read"));
   std::remove(path.c_str());
 }
@@ -286,6 +323,7 @@ TEST_CASE("/metrics is the text exposition 0.0.4, its families in the board's or
                                        "swarm_round_seconds",
                                        "swarm_server_samples_per_second",
                                        "swarm_server_events_total",
+                                       "swarm_banned_servers",
                                        "swarm_trainer_steps_total",
                                        "swarm_trainer_samples_total",
                                        "swarm_trainer_tokens_total",
@@ -295,6 +333,11 @@ TEST_CASE("/metrics is the text exposition 0.0.4, its families in the board's or
                                        "swarm_trainer_reroutes_total",
                                        "swarm_trainer_bans_total",
                                        "swarm_trainer_busy_answers_total",
+                                       "swarm_trainer_verify_requests_total",
+                                       "swarm_trainer_verify_samples_total",
+                                       "swarm_trainer_forward_samples_total",
+                                       "swarm_trainer_verify_strikes_total",
+                                       "swarm_trainer_verify_bans_total",
                                        "swarm_trainer_wire_bytes_total",
                                        "swarm_eval_loss"};
   CHECK(families == order);
