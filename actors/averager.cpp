@@ -1,6 +1,7 @@
 #include "actors/averager.hpp"
 #include "actors/averager_rounds.hpp"
 #include "base/clock.hpp"
+#include "policy/averaging.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -143,9 +144,9 @@ void on_done(self_ptr self, const encoded<proto::round_done>& bytes) {
   r.finished[s->handle.address()] = done->applied();
   r.results[s->handle.address()] = {done->step(), done->parameter_hash()};
   r.taken[s->handle.address()] = static_cast<int64_t>(std::min<uint64_t>(done->taken(), uint64_t{1} << 40));
-  for (const auto& id : done->clipped())
+  for (const auto& id : done->outliers())
     if (std::find(r.ids.begin(), r.ids.end(), id) != r.ids.end() && id != s->view.id)
-      r.clipped_by[id].insert(s->handle.address());
+      r.named_by[id].insert(s->handle.address());
   if (done->applied() && std::isfinite(done->grad_norm()) && done->grad_norm() >= 0)
     sg.grad_norm_sq = done->grad_norm() * done->grad_norm();
   if (!done->applied())
@@ -219,23 +220,23 @@ void on_exclude_due(self_ptr self, uint32_t stage, uint64_t round) {
 
 }  // namespace
 
-void evict(self_ptr self, const caf::actor_addr& who, uint32_t stage, bool clipped) {
+void evict(self_ptr self, const caf::actor_addr& who, uint32_t stage, bool outlier) {
   auto& st = self->state;
   auto it = st.servers.find(who);
   if (it == st.servers.end())
     return;
   const auto id = it->second.view.id;
-  const auto why = clipped ? fmt::format(
-                                 "the majority of its rounds' members clipped its gradient by more than "
-                                 "half in {} rounds (centered-clip)",
-                                 it->second.clips)
+  const auto why = outlier ? fmt::format(
+                                 "the majority of its rounds' members found its gradient outside the honest "
+                                 "spread in {} of its stage's last {} rounds (centered-clip)",
+                                 it->second.outlier_rounds.size(), policy::outlier_window)
                            : fmt::format("its round results differed from its stage's majority {} rounds in a row",
                                          it->second.dissents);
   get_logger("averager")->error("stage {}: evicted server {}: {}", stage, id, why);
   st.metrics->emit("server_evicted", {{"stage", int64_t{stage}},
                                       {"server", id},
                                       {"dissents", int64_t{it->second.dissents}},
-                                      {"clips", int64_t{it->second.clips}},
+                                      {"outlier_rounds", static_cast<int64_t>(it->second.outlier_rounds.size())},
                                       {"why", why}});
   st.evicted.insert(who);
   if (st.coordinator)

@@ -53,6 +53,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -104,8 +105,10 @@ struct averager_state {
     clock::time_point reload_sent{};
     uint64_t reload_step = 0;  ///< the stage's step the last order was for
     int dissents = 0;          ///< rounds in a row its result differed from a strict majority
-    int clips = 0;             ///< rounds a majority clipped its parts by more than half (centered-clip)
-    bool agreed = false;       ///< its last round result was the majority's: a reload source first
+    /// Numbers of the stage's rounds (its last policy::outlier_window) in which
+    /// a majority named it an outlier (centered-clip).
+    std::deque<uint64_t> outlier_rounds;
+    bool agreed = false;  ///< its last round result was the majority's: a reload source first
   };
   struct round {
     uint64_t id = 0;
@@ -117,8 +120,8 @@ struct averager_state {
     std::map<caf::actor_addr, policy::stage_position> results;
     std::map<caf::actor_addr, int64_t> taken;  ///< samples of the gradient each member handed in
     std::set<caf::actor_addr> excluded;
-    std::set<caf::actor_addr> answered;                           ///< sent round_waiting: alive, just waiting
-    std::map<std::string, std::set<caf::actor_addr>> clipped_by;  ///< member id -> the members that clipped it
+    std::set<caf::actor_addr> answered;                         ///< sent round_waiting: alive, just waiting
+    std::map<std::string, std::set<caf::actor_addr>> named_by;  ///< member id -> the members naming it an outlier
     clock::time_point started;
   };
   struct stage {

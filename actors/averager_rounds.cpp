@@ -221,25 +221,30 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
       if (it->second.dissents >= policy::evict_after_dissents)
         to_evict.push_back(by[i]);
     }
-  // Centered-clip: a member whose parts a strict majority of the others that
-  // applied clipped by more than half (actors/stage_server_averaging.cpp).
-  std::vector<caf::actor_addr> clipped_out;
-  for (const auto& [id, reporters] : r.clipped_by) {
+  // Centered-clip: a member a strict majority of the others that applied
+  // named an outlier (actors/stage_server_averaging.cpp).
+  std::vector<caf::actor_addr> outliers;
+  for (const auto& [id, reporters] : r.named_by) {
     auto it = std::find_if(st.servers.begin(), st.servers.end(),
                            [&, id = id](const auto& s) { return s.second.view.id == id && s.second.stage == stage; });
     if (it == st.servers.end() || 2 * static_cast<int64_t>(reporters.size()) <= applied - 1)
       continue;
-    ++it->second.clips;
+    auto& seen = it->second.outlier_rounds;
+    seen.push_back(r.number);
+    while (!seen.empty() && seen.front() + policy::outlier_window <= r.number)
+      seen.pop_front();
     st.metrics->emit("clip_strike", {{"stage", int64_t{stage}},
                                      {"server", id},
                                      {"round", static_cast<int64_t>(r.id)},
                                      {"reporters", static_cast<int64_t>(reporters.size())},
-                                     {"strikes", int64_t{it->second.clips}}});
+                                     {"strikes", static_cast<int64_t>(seen.size())}});
     get_logger("averager")
-        ->warn("stage {}: round {}: {} of its members clipped server {}'s gradient by more than half (strike {} of {})",
-               stage, r.number, reporters.size(), id, it->second.clips, policy::evict_after_clips);
-    if (it->second.clips >= policy::evict_after_clips)
-      clipped_out.push_back(it->first);
+        ->warn(
+            "stage {}: round {}: {} of its members found server {}'s gradient outside the honest spread ({} in "
+            "the last {} rounds; {} evict)",
+            stage, r.number, reporters.size(), id, seen.size(), policy::outlier_window, policy::evict_after_outliers);
+    if (static_cast<int>(seen.size()) >= policy::evict_after_outliers)
+      outliers.push_back(it->first);
   }
   record_stage(self, stage);
   if (applied > 0)  // at most a batch is carried: a swarm slower than its rounds cannot pay back more
@@ -247,7 +252,7 @@ void maybe_finish(self_ptr self, uint32_t stage, bool force) {
   sg.running.reset();
   for (const auto& who : to_evict)
     evict(self, who, stage);
-  for (const auto& who : clipped_out)
+  for (const auto& who : outliers)
     if (st.servers.count(who) > 0)
       evict(self, who, stage, true);
   for (auto& [addr, s] : st.servers)

@@ -25,8 +25,8 @@ void exclude(self_ptr self, uint32_t stage, round_t& r, size_t rank, const char*
 void maybe_finish(self_ptr self, uint32_t stage, bool force);
 /// Evicts server `who` of `stage` (actors/averager.cpp): its results
 /// disagreed with its rounds' majority evict_after_dissents times in a row,
-/// or its parts were clipped evict_after_clips times (`clipped`).
-void evict(self_ptr self, const caf::actor_addr& who, uint32_t stage, bool clipped = false);
+/// or a majority named it an outlier evict_after_outliers times (`outlier`).
+void evict(self_ptr self, const caf::actor_addr& who, uint32_t stage, bool outlier = false);
 /// Starts a round of `stage` when its servers hold a batch and none runs.
 void maybe_start(self_ptr self, uint32_t stage);
 

@@ -47,8 +47,8 @@ void finish(self_ptr self, const std::string& why, bool reply_late = false) {
   o.set_members(static_cast<uint32_t>(r.exchange->members()));
   o.set_gone(static_cast<uint32_t>(r.exchange->gone_count()));
   o.set_reassigned(static_cast<uint32_t>(r.exchange->reassigned()));
-  for (double c : r.exchange->clipped())
-    o.add_clipped(c);
+  for (double x : r.exchange->outlying())
+    o.add_outlying(x);
   o.set_bytes_sent(static_cast<uint64_t>(r.bytes_sent));
   o.set_bytes_received(static_cast<uint64_t>(r.bytes_received));
   o.set_raw_bytes(static_cast<uint64_t>(r.exchange->bytes_sent()));

@@ -132,13 +132,13 @@ struct server_round {
   int64_t samples = 0;        ///< samples of the gradient handed in
   int64_t stale_samples = 0;  ///< of those, computed on parameters before `step` (local_gradient)
   int64_t microbatches = 0;
-  double other_norm_sq = 0;          ///< round_begin.other_norm_sq: the clip's other stages
-  int64_t term = 0;                  ///< round_begin.term: the ordering coordinator's
-  std::optional<reply_check> check;  ///< a provisional microbatch in its gradient (settle_held_for_round)
-  bool finished = false;             ///< applied or given up
-  bool writer = false;               ///< its lowest live member: writes the stage's checkpoint
-  std::vector<std::string> ids;      ///< the members' server ids, rank order (round_begin.members)
-  std::vector<std::string> clipped;  ///< centered-clip: members this one's shards clipped by more than half
+  double other_norm_sq = 0;           ///< round_begin.other_norm_sq: the clip's other stages
+  int64_t term = 0;                   ///< round_begin.term: the ordering coordinator's
+  std::optional<reply_check> check;   ///< a provisional microbatch in its gradient (settle_held_for_round)
+  bool finished = false;              ///< applied or given up
+  bool writer = false;                ///< its lowest live member: writes the stage's checkpoint
+  std::vector<std::string> ids;       ///< the members' server ids, rank order (round_begin.members)
+  std::vector<std::string> outliers;  ///< centered-clip: members whose parts lay outside the honest spread here
 };
 
 /// Requests and their exactly-once accounting; written by actors/stage_server.cpp only.

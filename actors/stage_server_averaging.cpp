@@ -1,4 +1,5 @@
 #include "actors/stage_server_averaging.hpp"
+#include "policy/allreduce.hpp"
 #include "policy/averaging.hpp"
 #include "base/clock.hpp"
 
@@ -37,8 +38,8 @@ void send_done(server_ptr self, const server_round& r, bool applied) {
   done.set_taken(static_cast<uint64_t>(r.samples));
   if (applied)
     done.set_grad_norm(st.worker->last_grad_norm());
-  for (const auto& id : r.clipped)
-    done.add_clipped(id);
+  for (const auto& id : r.outliers)
+    done.add_outliers(id);
   self->send(st.member.averager, done_atom::value, wrap(done));
   st.avg.reported_samples = st.worker->accumulated_samples();
 }
@@ -81,11 +82,11 @@ void finish(server_ptr self, std::string why, const proto::round_outcome& o, con
     return;
   r.finished = true;
   r.writer = o.writer();
-  // Centered-clip: at least half the parts are used whole, so one clipped by
-  // more than half is far off the rest (issue #47; the averager counts).
-  for (int i = 0; i < o.clipped_size() && i < static_cast<int>(r.ids.size()); ++i)
-    if (o.clipped(i) > 0.5)
-      r.clipped.push_back(r.ids[static_cast<size_t>(i)]);
+  // Centered-clip: members whose parts lay far outside the others' spread
+  // (issue #47; the averager counts what a majority says).
+  for (int i = 0; i < o.outlying_size() && i < static_cast<int>(r.ids.size()); ++i)
+    if (o.outlying(i) > policy::outlier_ratio)
+      r.outliers.push_back(r.ids[static_cast<size_t>(i)]);
   if (why.empty() && !o.complete())
     why = o.why().empty() ? "the exchange did not complete" : o.why();
   if (why.empty() && st.cfg.freeze_s > 0)
@@ -131,7 +132,7 @@ void finish(server_ptr self, std::string why, const proto::round_outcome& o, con
                     {"stale_samples", r.stale_samples},
                     {"lr", learning_rate(st.cfg.model, st.worker->steps() - 1)},
                     {"compression", st.cfg.server.averaging_compression},
-                    {"clipped", fmt::format("{}", fmt::join(r.clipped, ","))},
+                    {"outliers", fmt::format("{}", fmt::join(r.outliers, ","))},
                     {"bytes", static_cast<int64_t>(o.bytes_sent())},
                     {"bytes_received", static_cast<int64_t>(o.bytes_received())},
                     {"raw_bytes", static_cast<int64_t>(o.raw_bytes())},

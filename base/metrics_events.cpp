@@ -59,8 +59,8 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`excluded` (members gone: died, late or refused), `reassigned` (shards of a gone owner it had to "
        "get elsewhere), `samples` (of its gradient), `stale_samples` (of those, computed on the parameters "
        "before the previous step: a step stale), `lr` (the step's learning rate), `compression` (its "
-       "`--averaging-compression`), `clipped` (with `--aggregation centered-clip`: the members whose parts it "
-       "clipped by more than half in the shards it reduced, comma-separated), `bytes` "
+       "`--averaging-compression`), `outliers` (with `--aggregation centered-clip`: the members whose parts lay "
+       "outside the honest spread in the shards it reduced, comma-separated), `bytes` "
        "and `bytes_received` (encoded gradient values it sent and got), `raw_bytes` (what it sent as "
        "float32), `ideal_bytes` (2 x (peers-1)/peers x float32 gradient bytes), `seconds` (from its hand-over "
        "to its step)"},
@@ -138,15 +138,18 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "trained stage's state died (a clean stop writes none); the next server of the stage loads the "
        "stage's newest checkpoint, or starts from initial parameters without one"},
       {"server_evicted", "coordinator",
-       "`stage`, `server`, `dissents`, `clips`, `why`: the server's round results differed from a strict majority "
+       "`stage`, `server`, `dissents`, `outlier_rounds`, `why`: the server's round results differed from a strict "
+       "majority "
        "of its rounds' `dissents` rounds in a row (the majority decides, docs/deploy.md), or under "
-       "`--aggregation centered-clip` a strict majority of its rounds' other members clipped its gradient by "
-       "more than half in `clips` rounds (3): out of its stage's rounds, dropped from membership (trainers send "
+       "`--aggregation centered-clip` a strict majority of its rounds' other members found its gradient outside "
+       "the honest spread in `outlier_rounds` (3) of its stage's last 10 rounds: out of its stage's rounds, "
+       "dropped from membership (trainers send "
        "it nothing) and never admitted again"},
       {"clip_strike", "coordinator",
        "`stage`, `server`, `round`, `reporters`, `strikes`: under `--aggregation centered-clip`, a strict "
-       "majority of a round's other members (`reporters` of them) clipped this server's gradient by more than "
-       "half; 3 strikes evict it (`server_evicted`)"},
+       "majority of a round's other members (`reporters` of them) found this server's gradient outside the honest "
+       "spread (its distance from the parts' median, x sqrt(samples), over 4 times the median part's); `strikes`: "
+       "such rounds among its stage's last 10, 3 evict it (`server_evicted`)"},
       {"verify_strike", "trainer",
        "`stage`, `trainer`, `server`, `step` (the server_step every compared answer claimed), `microbatch`, "
        "`agreeing` (the servers whose answers agreed, comma-separated), `output_hash` and `agreed_hash` (FNV-1a "

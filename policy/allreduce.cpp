@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace swarm::policy {
 
@@ -101,14 +102,17 @@ bool centered_clip(const std::vector<weighted_part>& parts, int64_t n, double ta
 }
 
 bool clipped_mean(const std::vector<weighted_part>& parts, int64_t n, const aggregation& how, float* out,
-                  std::vector<double>* clipped) {
+                  std::vector<double>* outlying) {
   const auto len = static_cast<size_t>(n);
+  const auto finite = [len](const weighted_part& p) {
+    return std::all_of(p.values, p.values + len, [](float x) { return std::isfinite(x); });
+  };
   std::vector<const float*> used;
   for (const auto& p : parts)
-    if (p.samples > 0 && std::all_of(p.values, p.values + len, [](float x) { return std::isfinite(x); }))
+    if (p.samples > 0 && finite(p))
       used.push_back(p.values);
   if (used.empty())
-    return centered_clip(parts, n, 1.0, 0, out, clipped);  // false unless a part has samples: then NaN parts only
+    return centered_clip(parts, n, 1.0, 0, out);  // false unless a part has samples: then NaN parts only
   std::vector<float> start(len), column(used.size());
   for (size_t j = 0; j < len; ++j) {
     for (size_t i = 0; i < used.size(); ++i)
@@ -126,29 +130,37 @@ bool clipped_mean(const std::vector<weighted_part>& parts, int64_t n, const aggr
       sq += (static_cast<double>(x[j]) - start[j]) * (static_cast<double>(x[j]) - start[j]);
     return std::sqrt(sq);
   };
-  std::vector<double> dist;
-  for (const float* x : used)
-    dist.push_back(distance(x));
-  auto mid = dist.begin() + static_cast<std::ptrdiff_t>(dist.size() / 2);
-  std::nth_element(dist.begin(), mid, dist.end());
-  const double tau = how.radius * *mid;
+  const auto median = [](std::vector<double> v) {
+    auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    return *mid;
+  };
+  std::vector<double> dist(parts.size(), 0.0), scaled, unscaled;
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (parts[i].samples > 0) {
+      dist[i] = finite(parts[i]) ? distance(parts[i].values) : std::numeric_limits<double>::infinity();
+      if (std::isfinite(dist[i])) {
+        scaled.push_back(dist[i] * std::sqrt(parts[i].samples));
+        unscaled.push_back(dist[i]);
+      }
+    }
+  const double typical = median(scaled);
+  if (outlying) {
+    outlying->assign(parts.size(), 0.0);
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (parts[i].samples > 0) {
+        const double x = dist[i] * std::sqrt(parts[i].samples);
+        (*outlying)[i] = x == 0 ? 0.0 : typical > 0 ? x / typical : std::numeric_limits<double>::infinity();
+      }
+  }
+  const double tau = how.radius * median(unscaled);
   if (!(tau > 0)) {
     // The median part is the start itself: at least half the parts agree
     // exactly, and any other is off by itself. The start is their value.
     std::copy(start.begin(), start.end(), out);
-    if (clipped) {
-      clipped->assign(parts.size(), 0.0);
-      for (size_t i = 0; i < parts.size(); ++i)
-        if (parts[i].samples > 0)
-          (*clipped)[i] =
-              std::all_of(parts[i].values, parts[i].values + len, [](float x) { return std::isfinite(x); }) &&
-                      distance(parts[i].values) == 0
-                  ? 0.0
-                  : 1.0;
-    }
     return true;
   }
-  return centered_clip(parts, n, tau, how.iterations, out, clipped, start.data());
+  return centered_clip(parts, n, tau, how.iterations, out, nullptr, start.data());
 }
 
 }  // namespace swarm::policy

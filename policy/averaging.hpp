@@ -79,11 +79,12 @@ struct round_plan {
 /// in a row is evicted: one can be a fault caught mid-step, twice is a pattern.
 constexpr int evict_after_dissents = 2;
 
-/// A member whose parts a strict majority of its round's other members
-/// clipped by more than half (centered-clip, issue #47) in this many rounds,
-/// not necessarily in a row, is evicted: one round can be an unlucky
-/// microbatch, three are a pattern.
-constexpr int evict_after_clips = 3;
+/// A member that a strict majority of its round's other members named an
+/// outlier (centered-clip, issue #47: policy::outlier_ratio) in
+/// evict_after_outliers of its stage's last outlier_window rounds is evicted:
+/// one round can be an unlucky microbatch, three in ten are a pattern.
+constexpr int evict_after_outliers = 3;
+constexpr uint64_t outlier_window = 10;
 
 /// Where a stage stands before this averager ran a round of it (it started, or
 /// took over from a leader, or the stage's state was lost): the (step, hash)

@@ -9,7 +9,7 @@ butterfly_round::butterfly_round(int rank, int members, std::vector<float> grad,
                                  int64_t piece_elements, round_trip_fn round_trip, aggregation how)
     : me_(rank), n_(members), grad_(std::move(grad)), samples_(samples),
       piece_elements_(std::max<int64_t>(1, piece_elements)), round_trip_(std::move(round_trip)), how_(how),
-      clipped_(static_cast<size_t>(std::max(members, 0)), 0.0),
+      outlying_(static_cast<size_t>(std::max(members, 0)), 0.0),
       shards_(partition_shards(static_cast<int64_t>(grad_.size()), members)), state_(static_cast<size_t>(members)),
       gone_(static_cast<size_t>(members), false) {
   for (int k = 0; k < n_; ++k) {
@@ -171,13 +171,13 @@ void butterfly_round::try_reduce(int k, std::vector<piece>& out) {
       ranks.push_back(r);
     }
     s.reduced.assign(static_cast<size_t>(sh.size()), 0.0f);
-    std::vector<double> clip;
-    const bool any = how_.clip ? clipped_mean(parts, sh.size(), how_, s.reduced.data(), &clip)
+    std::vector<double> out;
+    const bool any = how_.clip ? clipped_mean(parts, sh.size(), how_, s.reduced.data(), &out)
                                : weighted_mean(parts, sh.size(), s.reduced.data());
     if (!any)
       std::fill(s.reduced.begin(), s.reduced.end(), 0.0f);  // nobody had samples
-    for (size_t i = 0; i < clip.size() && i < ranks.size(); ++i)
-      clipped_[static_cast<size_t>(ranks[i])] = std::max(clipped_[static_cast<size_t>(ranks[i])], clip[i]);
+    for (size_t i = 0; i < out.size() && i < ranks.size(); ++i)
+      outlying_[static_cast<size_t>(ranks[i])] = std::max(outlying_[static_cast<size_t>(ranks[i])], out[i]);
     if (round_trip_)  // piece by piece, as send_shard cuts it
       for (int64_t off = 0; off < sh.size(); off += piece_elements_)
         round_trip_(s.reduced.data() + off, std::min(piece_elements_, sh.size() - off));

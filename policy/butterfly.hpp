@@ -83,9 +83,10 @@ public:
   [[nodiscard]] int64_t bytes_received() const { return bytes_received_; }
   /// Shards whose owner went gone before this member had them.
   [[nodiscard]] int reassigned() const { return reassigned_; }
-  /// Per rank, the most its parts were clipped in the shards this member
-  /// reduced (clipped_mean: 0 used whole, near 1 far off); all 0 with the mean.
-  [[nodiscard]] const std::vector<double>& clipped() const { return clipped_; }
+  /// Per rank, the most its parts lay out in the shards this member reduced
+  /// (clipped_mean's outlying score: about 1 honest, above outlier_ratio far
+  /// off); all 0 with the mean.
+  [[nodiscard]] const std::vector<double>& outlying() const { return outlying_; }
 
 private:
   struct part {
@@ -116,7 +117,7 @@ private:
   int64_t samples_, piece_elements_;
   round_trip_fn round_trip_;
   aggregation how_;
-  std::vector<double> clipped_;
+  std::vector<double> outlying_;
   std::vector<shard> shards_;
   std::vector<shard_state> state_;
   std::vector<bool> gone_;

@@ -3,7 +3,9 @@
 // (policy/verification.hpp): two against one, ties, a server that lies only sometimes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <random>
 #include <vector>
@@ -176,33 +178,51 @@ TEST_CASE("clipped_mean starts from the median: three rounds' worth of iteration
   const std::vector<float> g1{1.0f, -0.5f, 0.25f}, g2{1.1f, -0.4f, 0.2f}, liar{-10.5f, 4.5f, -2.25f};
   const std::vector<weighted_part> parts{{g1.data(), 1}, {g2.data(), 1}, {liar.data(), 1}};
   std::vector<float> out(3);
-  std::vector<double> clipped;
-  REQUIRE(clipped_mean(parts, 3, aggregation{true, 1.0, 3}, out.data(), &clipped));
+  std::vector<double> outlying;
+  REQUIRE(clipped_mean(parts, 3, aggregation{true, 1.0, 3}, out.data(), &outlying));
   const vec honest{1.05, -0.45, 0.225};
   CHECK(distance(out, honest) < 0.15);  // the two honest parts are 0.15 apart
-  REQUIRE(clipped.size() == 3);
-  CHECK(clipped[2] > 0.5);  // the liar, far outside
-  CHECK(clipped[0] < 0.5);
-  CHECK(clipped[1] < 0.5);
+  REQUIRE(outlying.size() == 3);
+  CHECK(outlying[2] > outlier_ratio);  // the liar, far outside
+  CHECK(outlying[0] <= outlier_ratio);
+  CHECK(outlying[1] <= outlier_ratio);
   // Every part alike but one: that one is simply left out.
   const std::vector<float> same{2.0f, 2.0f, 2.0f};
   REQUIRE(clipped_mean({{same.data(), 1}, {same.data(), 2}, {liar.data(), 1}}, 3, aggregation{true, 1.0, 3}, out.data(),
-                       &clipped));
+                       &outlying));
   CHECK(out == same);
-  CHECK(clipped == std::vector<double>{0.0, 0.0, 1.0});
-  // Honest parts only: within a fraction of their spread of the weighted mean.
+  CHECK(outlying[0] == 0.0);
+  CHECK(outlying[2] > outlier_ratio);
+  // Honest parts of unequal samples (noise shrinking with sqrt(samples), the
+  // stage's usual case): near the weighted mean, and nobody an outlier, in
+  // every one of 200 draws; the same parts with one flipped and scaled by 10:
+  // that one an outlier in every draw.
   std::mt19937 rng(47);
   std::normal_distribution<float> noise(0.0f, 1.0f);
-  std::vector<std::vector<float>> honest_parts(5, std::vector<float>(64));
-  std::vector<weighted_part> all;
-  for (auto& p : honest_parts) {
-    for (auto& x : p)
-      x = 1.0f + noise(rng);
-    all.push_back({p.data(), 1});
+  int false_outliers = 0, caught = 0;
+  double worst = 0;
+  for (int draw = 0; draw < 200; ++draw) {
+    const std::vector<double> samples{8, 16, 24, 32, 8};
+    std::vector<std::vector<float>> p(samples.size(), std::vector<float>(64));
+    std::vector<weighted_part> all;
+    for (size_t i = 0; i < p.size(); ++i) {
+      for (size_t j = 0; j < p[i].size(); ++j)
+        p[i][j] = 0.2f * std::sin(static_cast<float>(j)) + noise(rng) / std::sqrt(static_cast<float>(samples[i]));
+      all.push_back({p[i].data(), samples[i]});
+    }
+    std::vector<float> mean(64), clip(64);
+    REQUIRE(weighted_mean(all, 64, mean.data()));
+    REQUIRE(clipped_mean(all, 64, aggregation{true, 1.0, 3}, clip.data(), &outlying));
+    worst = std::max(worst, *std::max_element(outlying.begin(), outlying.end()));
+    false_outliers += std::count_if(outlying.begin(), outlying.end(), [](double x) { return x > outlier_ratio; });
+    CHECK(distance(clip, vec(mean.begin(), mean.end())) < 0.5);  // the mean's own error is ~0.5 (64 x 1/sqrt(88))
+    for (auto& x : p[4])
+      x *= -10.0f;
+    REQUIRE(clipped_mean(all, 64, aggregation{true, 1.0, 3}, clip.data(), &outlying));
+    caught += outlying[4] > outlier_ratio;
   }
-  std::vector<float> mean(64), clip(64);
-  REQUIRE(weighted_mean(all, 64, mean.data()));
-  REQUIRE(clipped_mean(all, 64, aggregation{true, 1.0, 3}, clip.data()));
-  CHECK(distance(clip, vec(mean.begin(), mean.end())) < 0.5 * std::sqrt(64.0) / std::sqrt(5.0));
+  std::cout << "honest parts' largest outlying score in 200 draws: " << worst << "\n";
+  CHECK(false_outliers == 0);
+  CHECK(caught == 200);
   CHECK_FALSE(clipped_mean({{g1.data(), 0}}, 3, aggregation{true, 1.0, 3}, out.data()));  // no samples
 }
