@@ -181,8 +181,9 @@ void on_evict(self_ptr self, const caf::actor& server) {
   notify(self, reg, proto::membership_update::LEAVE);
 }
 
-/// A trainer's verification banned a server (issue #47): out of its stage,
-/// refused for the cool-down, unless this trainer already banned its share.
+/// A trainer's verification charged a server (issue #47): counted; at
+/// verify_strikes out of its stage and refused for the cool-down, unless the
+/// reporting process banned its share already.
 void on_evidence(self_ptr self, const encoded<proto::verification_evidence>& bytes) {
   auto& st = self->state;
   auto ev = decode(bytes);
@@ -198,6 +199,14 @@ void on_evidence(self_ptr self, const encoded<proto::verification_evidence>& byt
   if (it == st.servers.end()) {
     log->info("trainer {} reported server {} of stage {}, which is not serving it (gone already)", ev->trainer_id(),
               ev->server_id(), ev->stage());
+    return;
+  }
+  const int strikes = ++st.strikes[ev->server_id()];
+  if (st.strikes.size() > 4096)  // ids made up by a hostile trainer cannot grow it without bound
+    st.strikes.erase(st.strikes.begin());
+  if (strikes < st.cfg.verify_strikes) {
+    log->info("trainer {} charged server {} of stage {} (strike {} of {}, all trainers)", ev->trainer_id(),
+              ev->server_id(), ev->stage(), strikes, st.cfg.verify_strikes);
     return;
   }
   const double now = unix_seconds();
@@ -222,9 +231,11 @@ void on_evidence(self_ptr self, const encoded<proto::verification_evidence>& byt
   const auto reg = it->second;
   const auto handle = caf::actor_cast<caf::actor>(it->first);
   const auto why = fmt::format(
-      "trainer {}'s verification: microbatch {} at step {} answered {:.3g} away from {} (tolerance {:g}), {} strikes",
+      "trainer {}'s verification: microbatch {} at step {} answered {:.3g} away from {} (tolerance {:g}), {} "
+      "strikes from all trainers",
       ev->trainer_id(), ev->microbatch_id(), ev->step(), ev->distance(), fmt::join(ev->agreeing(), ", "),
-      ev->tolerance(), ev->strikes());
+      ev->tolerance(), strikes);
+  st.strikes.erase(ev->server_id());
   const double cooldown = st.cfg.averaging.coordinator.ban_cooldown_s;
   st.banned[reg.server_id()] = {now + cooldown, reg.stage(), reporter, why};
   st.servers.erase(it);
@@ -241,7 +252,7 @@ void on_evidence(self_ptr self, const encoded<proto::verification_evidence>& byt
                                      {"microbatch", static_cast<int64_t>(ev->microbatch_id())},
                                      {"distance", ev->distance()},
                                      {"tolerance", ev->tolerance()},
-                                     {"strikes", int64_t{ev->strikes()}},
+                                     {"strikes", int64_t{strikes}},
                                      {"output_hash", fmt::format("{:016x}", ev->output_hash())},
                                      {"agreed_hash", fmt::format("{:016x}", ev->agreed_hash())},
                                      {"compared", ev->what()},

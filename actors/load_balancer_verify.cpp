@@ -2,8 +2,9 @@
 // a sampled share of forwards is sent again, with the same inputs, to a
 // second server of the stage, and the answers compared; a disagreement asks
 // a third, and the one outside the agreeing majority is charged
-// (policy::charged). A server charged --verify-strikes times is banned here
-// and reported to the coordinator with the evidence.
+// (policy::charged). Every charge goes to the coordinator with its evidence,
+// which counts them over all trainers and bans at --verify-strikes; a server
+// this trainer charged --verify-strikes times is banned here too.
 //
 // The trainer uses the first answer at once: verification runs beside the
 // pipeline, never in its way, so its cost is the second server's compute and
@@ -166,6 +167,8 @@ void judge(self_ptr self, uint64_t id) {
                                {"strikes", int64_t{ev.strikes()}}});
     };
     emit("verify_strike");
+    if (st.coordinator_handle)  // counted there over every trainer: at --verify-strikes it bans
+      self->send(st.coordinator_handle, evict_atom::value, wrap(ev));
     get_logger("load_balancer")
         ->warn(
             "stage {}: server {} answered microbatch {} at step {} {:.3g} away from {} (tolerance {:g}): strike "
@@ -179,10 +182,7 @@ void judge(self_ptr self, uint64_t id) {
     leave_server(self, server, "banned: its answers disagreed with its stage's majority");
     emit("verify_ban");
     get_logger("load_balancer")
-        ->error("stage {}: server {} banned after {} strikes; reported to the coordinator", st.cfg.stage, server,
-                ev.strikes());
-    if (st.coordinator_handle)
-      self->send(st.coordinator_handle, evict_atom::value, wrap(ev));
+        ->error("stage {}: server {} banned here after {} strikes", st.cfg.stage, server, ev.strikes());
   }
   end(self, id, nullptr);
 }

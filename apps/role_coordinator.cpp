@@ -36,6 +36,7 @@ coordinator_settings settings_of(const app_config& cfg) {
   rb.stage_cost = stage_costs(cfg.model, cfg.stages);
   rb.coordinator = cfg.coordinator;
   rb.settle_s = std::min(10.0, cfg.coordinator.rebalance_period_s);
+  settings.verify_strikes = cfg.trainer.verify_strikes;
   return settings;
 }
 

@@ -157,8 +157,10 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`tolerance`, `strikes` (so far): verified work (`--verify-fraction`) found this server outside the "
        "majority of three that answered one forward"},
       {"verify_ban", "trainer",
-       "the fields of `verify_strike`: its `--verify-strikes`-th strike; the trainer sends it no more work and "
-       "reports it, with this evidence, to the coordinator (`server_banned`)"},
+       "the fields of `verify_strike`: this trainer's `--verify-strikes`-th strike against it; it sends it no "
+       "more work (every strike went to the coordinator, which counts them over all trainers: `server_banned`). "
+       "swarm-sim writes `stage`, "
+       "`trainer`, `server`, `liar` (whether it was one of the `--liars`)"},
       {"verify", "trainer",
        "`trainer`, `step`, `fraction` (`--verify-fraction`), `requests` (forwards re-sent to a second or third "
        "server), `samples` (theirs), `forward_samples` (of every forward), `share` (samples / forward_samples: "
@@ -168,8 +170,9 @@ const std::vector<metrics_event_doc>& metrics_events() {
       {"server_banned", "coordinator",
        "`stage`, `server`, `trainer`, `step`, `microbatch`, `distance`, `tolerance`, `strikes`, `output_hash`, "
        "`agreed_hash`, `compared` (`outputs`, or `loss and input_grad` on the last stage), `cooldown_s`, "
-       "`last_of_stage` (true: its stage has no server left), `why`: a trainer's verification evidence took the "
-       "server out of its stage; it is refused for `--ban-cooldown` (a trainer's reports ban at most a third of "
+       "`last_of_stage` (true: its stage has no server left), `why`: trainers' verification charged the server "
+       "`strikes` (`--verify-strikes`) times, all trainers together; the last charge's evidence took it out of its "
+       "stage; it is refused for `--ban-cooldown` (a trainer's reports ban at most a third of "
        "a stage at a time)"},
       {"fault", "server",
        "`server`, `stage`, `op` (`forward`, `backward`, `round`, `state`, `fail-round`), `pid`: the `--fault` "
@@ -209,8 +212,13 @@ const std::vector<metrics_event_doc>& metrics_events() {
        "`gap_points` (points of the best assignment's throughput the run missed, after the warm-up), "
        "`gap_sum_points` (the parts' sum) and the parts: `gap_startup`, `gap_state_copies`, `gap_idle_routing`, "
        "`gap_idle_averaging`, `gap_idle_no_requests`, `gap_best_spare`, `gap_lost_to_failures`, `gap_overshoot`, "
-       "`gap_window_ends`, `gap_slower_than_yardstick` (docs/simulator.md, \"The gap\"): the end of a "
-       "`swarm-sim` run"},
+       "`gap_verification` (second opinions of verified work), `gap_window_ends`, `gap_slower_than_yardstick` "
+       "(docs/simulator.md, \"The gap\"): the end of a `swarm-sim` run"},
+      {"sim_verification", "sim",
+       "`fraction` (`--verify-fraction`), `forwards` (answered), `requests` (second and third opinions), `share` "
+       "(requests / forwards), `disagreed`, `inconclusive`, `strikes`, `liars` (`--liars` of the peers), "
+       "`liars_banned`, `honest_banned`, `first_ban_s` and `last_ban_s` (simulated seconds of the liars' bans, -1: "
+       "none): the end of a `swarm-sim` run (issue #47)"},
   };
   return events;
 }

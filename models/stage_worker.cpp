@@ -160,11 +160,17 @@ result<forward_result> stage_worker::forward(const torch::Tensor& inputs_in, con
   }
 }
 
-result<float> stage_worker::evaluate(const torch::Tensor& inputs_in, const torch::Tensor& targets_in) {
-  auto& m = *impl_;
+namespace {
+
+/// A last-stage-only call that adds nothing (validation, verification):
+/// refused elsewhere, inputs and targets moved and checked, exceptions as
+/// INTERNAL errors naming `what`; `fn(inputs, targets)` does the rest.
+template <class T, class Fn>
+result<T> on_last_stage(stage_worker::impl& m, const torch::Tensor& inputs_in, const torch::Tensor& targets_in,
+                        const char* what, const char* elsewhere, Fn&& fn) {
   if (!m.span().has_head())
-    return error(errc::BAD_REQUEST, "validation asked of stage " + std::to_string(m.span().stage) +
-                                        ", which is not the last (its forward is the same as in training)");
+    return error(errc::BAD_REQUEST, std::string{what} + " asked of stage " + std::to_string(m.span().stage) +
+                                        ", which is not the last (" + elsewhere + ")");
   try {
     const auto inputs = inputs_in.defined() ? inputs_in.to(m.device) : inputs_in;
     const auto targets = targets_in.defined() ? targets_in.to(m.device) : targets_in;
@@ -172,39 +178,38 @@ result<float> stage_worker::evaluate(const torch::Tensor& inputs_in, const torch
       return err;
     if (auto err = check_targets(targets, inputs, m.cfg))
       return err;
-    const float loss = last_stage_loss(m.module, inputs, targets);
-    if (!std::isfinite(loss))
-      return error(errc::NON_FINITE, "validation loss is not finite");
-    return loss;
+    return fn(inputs, targets);
   } catch (const std::exception& e) {
-    return error(errc::INTERNAL,
-                 std::string{"validation on stage "} + std::to_string(m.span().stage) + ": " + e.what());
+    return error(errc::INTERNAL, std::string{what} + " on stage " + std::to_string(m.span().stage) + ": " + e.what());
   }
+}
+
+}  // namespace
+
+result<float> stage_worker::evaluate(const torch::Tensor& inputs_in, const torch::Tensor& targets_in) {
+  auto& m = *impl_;
+  return on_last_stage<float>(m, inputs_in, targets_in, "validation", "its forward is the same as in training",
+                              [&](const torch::Tensor& inputs, const torch::Tensor& targets) -> result<float> {
+                                const float loss = last_stage_loss(m.module, inputs, targets);
+                                if (!std::isfinite(loss))
+                                  return error(errc::NON_FINITE, "validation loss is not finite");
+                                return loss;
+                              });
 }
 
 result<forward_result> stage_worker::verify(const torch::Tensor& inputs_in, const torch::Tensor& targets_in) {
   auto& m = *impl_;
-  if (!m.span().has_head())
-    return error(errc::BAD_REQUEST, "a verification forward asked of stage " + std::to_string(m.span().stage) +
-                                        ", which is not the last (its forwards are verified as they are)");
-  try {
-    const auto inputs = inputs_in.defined() ? inputs_in.to(m.device) : inputs_in;
-    const auto targets = targets_in.defined() ? targets_in.to(m.device) : targets_in;
-    if (auto err = check_inputs(inputs, m.span(), m.cfg))
-      return err;
-    if (auto err = check_targets(targets, inputs, m.cfg))
-      return err;
-    auto r = last_stage_check(m.module, inputs, targets);
-    if (!std::isfinite(r.loss) || (r.input_grad.defined() && !all_finite(r.input_grad)))
-      return error(errc::NON_FINITE, "verification loss or input gradient is not finite");
-    forward_result result;
-    result.loss = r.loss;
-    result.input_grad = r.input_grad;
-    return result;
-  } catch (const std::exception& e) {
-    return error(errc::INTERNAL,
-                 std::string{"verification on stage "} + std::to_string(m.span().stage) + ": " + e.what());
-  }
+  return on_last_stage<forward_result>(
+      m, inputs_in, targets_in, "a verification forward", "its forwards are verified as they are",
+      [&](const torch::Tensor& inputs, const torch::Tensor& targets) -> result<forward_result> {
+        auto r = last_stage_check(m.module, inputs, targets);
+        if (!std::isfinite(r.loss) || (r.input_grad.defined() && !all_finite(r.input_grad)))
+          return error(errc::NON_FINITE, "verification loss or input gradient is not finite");
+        forward_result result;
+        result.loss = r.loss;
+        result.input_grad = r.input_grad;
+        return result;
+      });
 }
 
 result<at::Tensor> stage_worker::next_logits(const torch::Tensor& inputs_in) {

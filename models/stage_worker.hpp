@@ -208,8 +208,9 @@ public:
   /// Number of parameters (elements) of this stage.
   [[nodiscard]] int64_t parameter_count() const;
 
+  struct impl;  ///< opaque here (models/stage_worker_impl.hpp); named for the .cpp's helpers
+
 private:
-  struct impl;
   std::unique_ptr<impl> impl_;
 };
 

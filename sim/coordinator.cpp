@@ -145,8 +145,8 @@ void maybe_move(world& w, bool periodic) {
 std::vector<policy::server_load> server_loads(world& w) {
   std::vector<policy::server_load> out;
   for (auto& p : w.peers) {
-    if (p.state == peer::off || (p.stage < 0 && p.move_to < 0))
-      continue;  // off, or starting and not placed yet
+    if (p.state == peer::off || (p.stage < 0 && p.move_to < 0) || p.banned)
+      continue;  // off, starting and not placed yet, or banned (out of membership, issue #47)
     policy::server_load l;
     l.id = p.name;
     const bool ordered = p.move_to >= 0;

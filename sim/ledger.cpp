@@ -89,6 +89,12 @@ void ledger::computed(const peer& p, double t0, double now, work_books* books, u
   }
 }
 
+void ledger::verified(const peer& p, double t0, double now) {
+  const double in = speed_of(p) * clip(t0, now);
+  busy_ += in;
+  verification_ += in;
+}
+
 void ledger::attempt_over(work_books& b, attempt_end how) {
   switch (how) {
     case attempt_end::accepted:
@@ -151,12 +157,13 @@ ledger::report ledger::close(std::vector<peer>& peers, const std::vector<const w
   add("gap_lost_to_failures", "work lost to failures (cut by a death, reply lost, microbatch dropped)",
       killed_computing_ + lost_down_ + dropped_);
   add("gap_overshoot", "computed for a trainer that had given up (timed out: routing overshoot)", overshoot_);
+  add("gap_verification", "second opinions of verified work (--verify-fraction)", verification_);
   add("gap_window_ends", "work in flight at the window's ends (end less start)", in_flight - useful_pre_);
   add("gap_slower_than_yardstick", "requests slower than their model (cores shared: local platform, state imports)",
       slower);
   r.gap_points = best_samples > 0 ? 100.0 * (best_samples - completed) / best_samples : 0.0;
   // Every finished request's compute has exactly one fate: a check on the books themselves.
-  const double fates = useful_ + dropped_ + overshoot_ + lost_down_ + booked;
+  const double fates = useful_ + dropped_ + overshoot_ + lost_down_ + verification_ + booked;
   if (std::abs(fates - busy_) > 1e-6 * std::max(1.0, busy_))
     r.parts.push_back({"gap_unbooked", "compute without a fate (a bug in the books)", (busy_ - fates) * scale});
   return r;

@@ -54,6 +54,9 @@ public:
   /// the compute goes to its attempt when `books` still waits on `attempt`,
   /// else nobody wants it (its trainer gave up: overshoot).
   void computed(const peer& p, double t0, double now, work_books* books, uint64_t attempt);
+  /// A server finished a verification's second opinion it took at `t0`
+  /// (issue #47): verification's compute, used by no microbatch.
+  void verified(const peer& p, double t0, double now);
   /// A worker's attempt ended.
   void attempt_over(work_books& b, attempt_end how);
   /// A worker's microbatch completed (true) or was dropped (false) at `now`.
@@ -91,7 +94,7 @@ private:
   double starting_ = 0, copying_ = 0, busy_ = 0, killed_computing_ = 0;
   double idle_starved_ = 0, idle_queued_ = 0, idle_round_ = 0;
   // Busy core-seconds by fate.
-  double useful_ = 0, useful_pre_ = 0, dropped_ = 0, overshoot_ = 0, lost_down_ = 0;
+  double useful_ = 0, useful_pre_ = 0, dropped_ = 0, overshoot_ = 0, lost_down_ = 0, verification_ = 0;
 };
 
 }  // namespace swarm::sim

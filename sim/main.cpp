@@ -159,6 +159,47 @@ void print_timeline(const world& w) {
   std::printf("\n");
 }
 
+/// What the trainers' verification did (issue #47), all trainers together.
+struct verification_totals {
+  int64_t forwards = 0, requests = 0, disagreed = 0, inconclusive = 0, strikes = 0;
+  int liars = 0, banned_liars = 0;
+  double first_ban = -1, last_ban = -1;  ///< simulated seconds of the liars' bans
+};
+
+verification_totals verification_of(const world& w) {
+  verification_totals v;
+  for (const auto& t : w.trainers) {
+    v.forwards += t.forwards;
+    v.requests += t.verify_requests;
+    v.disagreed += t.verify_disagreed;
+    v.inconclusive += t.verify_inconclusive;
+    v.strikes += t.verify_strikes;
+  }
+  for (const auto& p : w.peers) {
+    v.liars += p.liar;
+    if (p.liar && p.banned) {
+      ++v.banned_liars;
+      v.first_ban = v.first_ban < 0 ? p.banned_at : std::min(v.first_ban, p.banned_at);
+      v.last_ban = std::max(v.last_ban, p.banned_at);
+    }
+  }
+  return v;
+}
+
+void print_verification(const world& w) {
+  const auto v = verification_of(w);
+  if (!(w.cfg.trainer.verify_fraction > 0) && v.liars == 0)
+    return;
+  std::printf(
+      "  verification (--verify-fraction %g): %lld second opinions for %lld forwards (%.1f%% extra), "
+      "%lld disagreed, %lld inconclusive, %lld strikes; liars banned %d of %d (first at %.0f s, last at "
+      "%.0f s), honest servers banned %lld\n",
+      w.cfg.trainer.verify_fraction, static_cast<long long>(v.requests), static_cast<long long>(v.forwards),
+      v.forwards > 0 ? 100.0 * static_cast<double>(v.requests) / static_cast<double>(v.forwards) : 0.0,
+      static_cast<long long>(v.disagreed), static_cast<long long>(v.inconclusive), static_cast<long long>(v.strikes),
+      v.banned_liars, v.liars, v.first_ban, v.last_ban, static_cast<long long>(w.total.false_bans));
+}
+
 /// The summary on standard output.
 void print_summary(const world& w, const figures& f, const microbatch_totals& n, const ledger::report& gap) {
   const auto& cfg = w.cfg;
@@ -182,6 +223,7 @@ void print_summary(const world& w, const figures& f, const microbatch_totals& n,
       static_cast<long long>(tot.rounds_applied), static_cast<long long>(tot.rounds_failed),
       static_cast<long long>(tot.moves_load), static_cast<long long>(tot.moves_redundancy),
       static_cast<long long>(tot.moves_empty), static_cast<long long>(tot.joins), static_cast<long long>(tot.downs));
+  print_verification(w);
   std::printf("  simulator: %.1f s wall, peak RSS %.0f MiB\n", f.wall, peak_rss_mib());
 }
 
@@ -234,6 +276,21 @@ namespace swarm::sim {
           {"wall_s", wall},
           {"peak_rss_mib", peak_rss_mib()},
           {"seed", static_cast<int64_t>(cfg.seed)}},
+         "sim");
+  const auto v = verification_of(w);
+  w.emit("sim_verification",
+         {{"fraction", cfg.trainer.verify_fraction},
+          {"forwards", v.forwards},
+          {"requests", v.requests},
+          {"share", v.forwards > 0 ? static_cast<double>(v.requests) / static_cast<double>(v.forwards) : 0.0},
+          {"disagreed", v.disagreed},
+          {"inconclusive", v.inconclusive},
+          {"strikes", v.strikes},
+          {"liars", int64_t{v.liars}},
+          {"liars_banned", int64_t{v.banned_liars}},
+          {"honest_banned", w.total.false_bans},
+          {"first_ban_s", v.first_ban},
+          {"last_ban_s", v.last_ban}},
          "sim");
   w.emit("cluster_exit", {{"code", int64_t{0}}}, "sim");
   w.metrics.flush();
@@ -330,6 +387,7 @@ int main(int argc, char** argv) {
   engine.set_config("contexts/stack-size:1024");
   engine.set_config("contexts/guard-size:0");
   build_platform(w);
+  w.strikes = policy::strike_book{cfg.trainer.verify_strikes};
   for (auto& t : w.trainers) {
     t.rng.seed(cfg.seed * 1000003 + static_cast<uint64_t>(t.index));
     t.routers.assign(static_cast<size_t>(cfg.stages), policy::stage_router(cfg.trainer.router));

@@ -7,7 +7,9 @@
 //   local: the same zone with loopback links and ~0 latency, plus one host
 //          of `cores` cores on which every server computes: the processes of a
 //          `swarm --role cluster` on one machine share its cores.
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "sim/world.hpp"
 
@@ -114,6 +116,16 @@ void build_platform(world& w) {
     p.arrived = s4u::Semaphore::create(0);
     p.inbox = s4u::Mailbox::by_name("peer" + std::to_string(i));
     w.peers.push_back(p);
+  }
+  // --liars: that share of the peers, drawn under the seed, answers wrongly
+  // (issue #47). Without liars the engine is left alone: runs stay as they were.
+  if (c.liars > 0) {
+    std::vector<size_t> order(w.peers.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::shuffle(order.begin(), order.end(), w.rng);
+    const auto liars = static_cast<size_t>(std::llround(c.liars * static_cast<double>(w.peers.size())));
+    for (size_t i = 0; i < liars && i < order.size(); ++i)
+      w.peers[order[i]].liar = true;
   }
   for (int i = 0; i < c.cluster.trainers; ++i) {
     trainer_state t;

@@ -46,7 +46,7 @@ const char* const shared_keys[] = {
     "trainers",                                                                        // cluster_config
     "in-flight", "routing", "compression", "forward-timeout", "backward-timeout", "commit-grace",
     "max-retries", "no-server-wait", "ema-alpha", "backward-cost", "ban-base", "ban-max",
-    "busy-retries"};                                                                   // trainer_config
+    "busy-retries", "verify-fraction", "verify-strikes"};                              // trainer_config
 // clang-format on
 
 /// swarm-sim's own keys.
@@ -73,6 +73,9 @@ const std::vector<keys::row>& sim_keys() {
       key("routing-probe", &trainer_config::router, &policy::routing_config::probe_requests, "", range(">= 0"),
           "requests an unmeasured server holds at once from one trainer while a measured one is eligible "
           "(swarm's routing policy; 0: no cap, as before it had one)"),
+      key("liars", &s::liars, "", range("[0, 1)"),
+          "share of the peers whose every answer is wrong (issue #47's noise fault): the trainers' verification "
+          "(--verify-fraction) must find and ban them; chosen at random under --seed"),
       key("join", &s::join, "", check::one_of({"placed", "random"}),
           "where a (re)started server goes: placed (swarm's --stage auto: an empty, thin or the slowest stage) | "
           "random (a uniformly random stage: a swarm without rebalancing)"),

@@ -127,14 +127,17 @@ double compute(world& w, peer& p, request& r) {
   s4u::this_actor::exec_init(work)->set_host(p.cpu)->wait();
   if (p.slowdown > 1)
     s4u::this_actor::sleep_for((p.slowdown - 1) * (w.now() - t0));
-  w.books.computed(p, t0, w.now(), r.books, r.attempt);
+  if (r.verify)
+    w.books.verified(p, t0, w.now());
+  else
+    w.books.computed(p, t0, w.now(), r.books, r.attempt);
   p.admission.done(r.ticket);
   w.books.set_phase(p, phase::idle, w.now());
   if (local)
     w.coordinator_backlog_s += w.cal.coordinator_s_per_request;  // its report to the averager
   p.busy_s += w.now() - t0;
   ++p.served;
-  const bool adds = r.kind == request::backward || p.stage == cfg.stages - 1;
+  const bool adds = !r.verify && (r.kind == request::backward || p.stage == cfg.stages - 1);
   // Its rate counts a forward as the share of a sample's work it is, so a
   // stage filling with forwards (whose backwards come later) is not taken
   // for a slow one.
@@ -226,6 +229,7 @@ void start_reload(peer& p) {
 void start_server(peer& p, int stage) {
   ++p.life;
   ++p.epoch;
+  p.banned = false;  // a new process: a new name, which no trainer has caught yet
   p.name = "s" + std::to_string(p.index) + "." + std::to_string(p.life);
   p.state = peer::joining;
   p.stage = stage;  // -1 until placed

@@ -108,17 +108,19 @@ void emit_reroute(world& w, const trainer_state& t, int stage, const char* op, c
 /// `delay_s` for the asks' round trips, `sent` when it leaves after them) and
 /// waits for its reply until the timeout: the reply, or nullopt (timed out).
 std::optional<reply> send_attempt(world& w, trainer_state& t, work_books& books, s4u::Mailbox* box, peer& p, int stage,
-                                  bool backward, uint64_t ticket, double delay_s, double sent) {
+                                  bool backward, uint64_t ticket, double delay_s, double sent, bool verify = false) {
   const auto& c = w.costs[static_cast<size_t>(stage)];
   const double timeout = backward ? w.cfg.trainer.backward_timeout_s : w.cfg.trainer.forward_timeout_s;
   const uint64_t id = t.next_attempt++;
   const auto kind = backward ? request::backward : request::forward;
   const double reply_bytes = backward ? c.backward_out_bytes : c.forward_out_bytes;
   auto* r = new request{kind, stage, p.epoch, w.cfg.model.microbatch, reply_bytes, box, id};
-  r->books = &books;
+  r->books = verify ? nullptr : &books;
+  r->verify = verify;
   r->ticket = ticket;
   r->delay_s = delay_s;
-  books.attempt = id;
+  if (!verify)
+    books.attempt = id;
   r->commit_by = sent + (1 - w.cfg.trainer.commit_grace) * timeout;
   // The trainer's CPU per request (its codec, messages), measured by
   // scripts/calibrate.sh on this machine: charged where it competes, on the
@@ -247,6 +249,99 @@ std::string call(world& w, trainer_state& t, work_books& books, s4u::Mailbox* bo
   return {};
 }
 
+/// A second (or third) opinion of a forward of `stage` from a server none of
+/// `asked` (swarm's load balancer: one attempt chain that never falls back to
+/// them): the server that answered and whether it lies, or nullopt.
+std::optional<std::pair<std::string, bool>> opinion(world& w, trainer_state& t, s4u::Mailbox* box, int stage,
+                                                    const std::vector<std::string>& asked) {
+  policy::attempt_history h;
+  h.samples = static_cast<double>(w.cfg.model.microbatch);
+  h.tried = asked;
+  auto& router = t.routers[static_cast<size_t>(stage)];
+  work_books unused;  // its compute is booked as verification's (ledger::verified)
+  while (policy::attempts_left(w.cfg.trainer.attempts, h)) {
+    auto pick = policy::next_server(w.cfg.trainer.attempts, h, router, t.pins[static_cast<size_t>(stage)], w.now(),
+                                    t.rng, [] { return std::vector<std::string>{}; });
+    if (!pick || std::find(asked.begin(), asked.end(), *pick) != asked.end())
+      return std::nullopt;
+    peer* p = find_peer(w, *pick);
+    ++h.attempts;
+    policy::on_ended(h, router, *pick);
+    if (!p)
+      continue;
+    const bool liar = p->liar;
+    const double sent = w.now();
+    auto answer = send_attempt(w, t, unused, box, *p, stage, false, 0, 0, sent, true);
+    if (answer && answer->status == reply::ok) {
+      router.on_success(*pick, h.samples, false, w.now() - sent, answer->served_s);
+      return std::make_pair(*pick, liar);
+    }
+  }
+  return std::nullopt;
+}
+
+/// `name` banned on verification's charges (the last one trainer t's): out of
+/// its stage for every trainer, as swarm's coordinator takes it out.
+void ban(world& w, trainer_state& t, int stage, const std::string& name) {
+  w.forget(stage, name);
+  peer* p = find_peer(w, name);
+  if (!p || p->banned)
+    return;
+  p->banned = true;
+  p->banned_at = w.now();
+  ++(p->liar ? w.total.liar_bans : w.total.false_bans);
+  w.emit("verify_ban", {{"stage", int64_t{stage}}, {"trainer", t.name}, {"server", name}, {"liar", p->liar}},
+         "trainer");
+}
+
+/// Verifies trainer `ti`'s forward of `stage` that `first` answered (whether
+/// it lies: `first_lies`), beside the pipeline as swarm's load balancer does:
+/// a second server, a third on a disagreement, the minority charged.
+void verify(int ti, int stage, std::string first, bool first_lies) {
+  auto& w = the_world();
+  auto& t = w.trainers[static_cast<size_t>(ti)];
+  int slot = t.verify_boxes;
+  if (t.free_verify_boxes.empty()) {
+    ++t.verify_boxes;
+  } else {
+    slot = t.free_verify_boxes.back();
+    t.free_verify_boxes.pop_back();
+  }
+  auto* box = s4u::Mailbox::by_name(t.name + "/verify" + std::to_string(slot));
+  box->set_receiver(s4u::Actor::self());
+  std::vector<std::string> asked{first};
+  std::vector<bool> lies{first_lies};
+  // Honest answers agree; a liar's agrees with nothing (its noise is its own).
+  const auto settle = [&] {
+    ++t.verify_requests;
+    auto got = opinion(w, t, box, stage, asked);
+    if (!got)
+      return false;
+    asked.push_back(got->first);
+    lies.push_back(got->second);
+    return true;
+  };
+  if (settle() && (lies[0] || lies[1])) {
+    ++t.verify_disagreed;
+    if (settle()) {
+      std::vector<std::vector<double>> d(3, std::vector<double>(3, 0.0));
+      for (size_t i = 0; i < 3; ++i)
+        for (size_t j = 0; j < 3; ++j)
+          d[i][j] = i != j && (lies[i] || lies[j]) ? 1.0 : 0.0;
+      for (size_t i : policy::charged(d, 0.5)) {
+        ++t.verify_strikes;
+        if (w.strikes.charge(asked[i]))  // counted over every trainer, as swarm's coordinator does
+          ban(w, t, stage, asked[i]);
+      }
+    } else {
+      ++t.verify_inconclusive;
+    }
+  } else if (asked.size() < 2) {
+    ++t.verify_inconclusive;
+  }
+  t.free_verify_boxes.push_back(slot);
+}
+
 outcome run_microbatch(world& w, trainer_state& t, work_books& books, s4u::Mailbox* box) {
   const int stages = w.cfg.stages;
   std::vector<std::string> used(static_cast<size_t>(stages));
@@ -254,6 +349,12 @@ outcome run_microbatch(world& w, trainer_state& t, work_books& books, s4u::Mailb
     used[static_cast<size_t>(s)] = call(w, t, books, box, s, false, {});
     if (used[static_cast<size_t>(s)].empty())
       return outcome::dropped;
+    ++t.forwards;
+    const double p = w.cfg.trainer.verify_fraction;
+    if (p > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(t.rng) < p) {
+      const peer* first = find_peer(w, used[static_cast<size_t>(s)]);
+      s4u::Actor::create("verify", t.host, verify, t.index, s, used[static_cast<size_t>(s)], first && first->liar);
+    }
   }
   for (int s = stages - 2; s >= 0; --s)
     if (call(w, t, books, box, s, true, used[static_cast<size_t>(s)]).empty())

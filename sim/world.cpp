@@ -29,7 +29,7 @@ int64_t world::samples() const {
 std::vector<peer*> world::serving(int stage) {
   std::vector<peer*> out;
   for (auto& p : peers)
-    if (p.state == peer::serving && p.stage == stage)
+    if (p.state == peer::serving && p.stage == stage && !p.banned)
       out.push_back(&p);
   return out;
 }

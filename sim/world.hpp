@@ -19,6 +19,7 @@
 #include "policy/admission.hpp"
 #include "policy/rebalancing.hpp"
 #include "policy/routing.hpp"
+#include "policy/verification.hpp"
 #include "models/shape/cost_model.hpp"
 #include "sim/ledger.hpp"
 #include "sim/scenario.hpp"
@@ -43,6 +44,7 @@ struct request {
   uint64_t ticket = 0;          ///< its reservation's grant (policy::admission), 0: sent without one
   double delay_s = 0;   ///< its asks' round trips (sim/trainer.cpp): not ready before this long after it arrived
   double ready_at = 0;  ///< arrival + delay_s (deliver())
+  bool verify = false;  ///< a verification's second opinion (issue #47): its compute is verification's, adds nothing
 };
 
 /// A server's answer, or a down event the coordinator forwards to a waiting trainer.
@@ -88,6 +90,9 @@ struct peer {
   double speed = 1;          ///< compute relative to the calibrated core
   double slowdown = 1;       ///< as swarm --slowdown: sleeps (slowdown - 1) x its compute
   int region = 0;
+  bool liar = false;       ///< every answer wrong (--liars): verification's quarry
+  bool banned = false;     ///< a trainer's verification banned it: out of its stage (serving() skips it)
+  double banned_at = -1;   ///< simulated seconds; -1: never
   int home_stage = -1;     ///< where it first served (kill churn without rebalancing returns it there)
   int initial_stage = -1;  ///< the stage it was started on at time 0 (-1: a later joiner)
   int initial_index = -1;  ///< its place among the peers started on initial_stage ("server S.I": I)
@@ -140,13 +145,18 @@ struct trainer_state {
   double step_started = 0;
   uint64_t next_attempt = 1;
   std::vector<work_books> workers;  ///< one per in-flight slot (sim/ledger)
-  std::vector<double> latency_s;    ///< one-way latency to each peer's host, looked up once (<0: not yet)
+  int64_t verify_requests = 0, verify_disagreed = 0, verify_inconclusive = 0, verify_strikes = 0;
+  int64_t forwards = 0;                ///< forward calls answered (verification's share is of these)
+  std::vector<int> free_verify_boxes;  ///< mailboxes of finished verifications, for the next (sim/trainer.cpp)
+  int verify_boxes = 0;
+  std::vector<double> latency_s;  ///< one-way latency to each peer's host, looked up once (<0: not yet)
 };
 
 struct totals {
   int64_t rounds_applied = 0, rounds_failed = 0;
   int64_t moves_load = 0, moves_redundancy = 0, moves_empty = 0, joins = 0, downs = 0, reloads = 0;
-  double optimal_samples = 0;  ///< integral of the best assignment's samples/s over time
+  int64_t liar_bans = 0, false_bans = 0;  ///< servers verification banned: lying ones, honest ones
+  double optimal_samples = 0;             ///< integral of the best assignment's samples/s over time
   double fluid_samples = 0;
   double alive_peer_seconds = 0;
   // At the end of the warm-up: what the summary subtracts.
@@ -181,6 +191,9 @@ struct world {
   int alive_now = 0;
   totals total;
   ledger books;  ///< where the gap to the best assignment goes
+  /// Verification's charges from every trainer, as swarm's coordinator counts
+  /// them (policy/verification.hpp): --verify-strikes ban a server.
+  policy::strike_book strikes{3};
   std::ofstream metrics;
   std::chrono::steady_clock::time_point wall_start;
   struct sample {

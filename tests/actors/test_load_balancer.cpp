@@ -210,7 +210,9 @@ TEST_CASE_METHOD(system_fixture,
                  "coordinator, evidence in both",
                  "[actors][verify]") {
   auto coord_log = std::make_shared<event_log>(), lb_log = std::make_shared<event_log>();
-  auto coord = sys->spawn(coordinator, coordinator_settings{2, 42}, coord_log->sink());
+  coordinator_settings cs{2, 42};
+  cs.verify_strikes = 2;  // as the trainer's: its strikes alone ban
+  auto coord = sys->spawn(coordinator, cs, coord_log->sink());
   caf::scoped_actor self{*sys};
   auto enrol = [&](const std::string& id, const stage_actor& server) {
     auto port = sys->middleman().publish(server, 0, "127.0.0.1");
@@ -265,10 +267,11 @@ TEST_CASE_METHOD(system_fixture,
   const auto refused = enrol("liar", again);
   CHECK(describe(refused).find("banned") != std::string::npos);
   // One trainer bans at most a third of a stage at a time: evidence against an
-  // honest server from the same process is not acted on.
+  // honest server from the same process, as many strikes as ban, is not acted on.
   proto::verification_evidence forged;
   forged.set_trainer_id("t0");
   forged.set_server_id("honest-a");
+  self->send(coord, evict_atom::value, wrap(forged));
   self->send(coord, evict_atom::value, wrap(forged));
   std::this_thread::sleep_for(300ms);
   CHECK(coord_log->count("\"event\": \"server_banned\"", "\"server\": \"honest-a\"") == 0);

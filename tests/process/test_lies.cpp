@@ -30,7 +30,9 @@ TEST_CASE("a server answering with noise is banned; one flipping its gradient is
           "[faults][verify]") {
   // Rounds of 6 microbatches: each of the three members holds a part (with
   // 2, most rounds have two parts, and two cannot outvote each other).
-  manual_swarm swarm({"--aggregation", "centered-clip", "--rebalance", "off", "--batch-size", "48"}, "lies");
+  // --verify-strikes for the coordinator too: it counts every trainer's strikes.
+  manual_swarm swarm(
+      {"--aggregation", "centered-clip", "--rebalance", "off", "--batch-size", "48", "--verify-strikes", "2"}, "lies");
   REQUIRE_FALSE(swarm.address.empty());
   const std::string noisy = "s-" + std::to_string(swarm.server(0, {"--fault", "noise", "--allow-faults"}));
   swarm.server(0);
@@ -39,7 +41,7 @@ TEST_CASE("a server answering with noise is banned; one flipping its gradient is
   swarm.server(1);
   swarm.server(1);
   REQUIRE(swarm.public_ports(6).size() == 7);
-  const pid_t trainer = swarm.trainer({"--max-steps", "0", "--verify-fraction", "0.5", "--verify-strikes", "2"});
+  const pid_t trainer = swarm.trainer({"--max-steps", "0", "--verify-fraction", "0.5"});
   double caught_at = 0;
   const bool caught = wait_for_metrics(
       swarm.metrics,

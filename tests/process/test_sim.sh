@@ -9,6 +9,9 @@
 #      it only as probes (one per trainer), and to it by the dozen with --routing-probe 0;
 #   6. asking first: servers that grant room to at most 4 requests (policy::admission) leave
 #      fewer idle while others queue than routing alone (240 peers, no churn);
+#   6b. lying peers (issue #47): a third of 12 peers answer wrongly; trainers verifying 5% of
+#      forwards ban every liar and no honest peer, the second opinions cost about 5% of the
+#      forwards and show in the gap as verification's; without verification nobody is banned;
 #   7. where the gap went: the parts add up to the gap (within 1% of it) in every run above.
 #   tests/process/test_sim.sh SWARM_SIM SOURCE_DIR
 set -euo pipefail
@@ -134,6 +137,31 @@ if busy0 != 0 or busy4 == 0:
     sys.exit(f"FAIL: busy answers {busy0} without asking, {busy4} with it")
 if not (idle4 < idle0 - 4 and share4 > share0 + 0.04):
     sys.exit("FAIL: asking first did not cut the routing idle by 4 points and add 4 points of share")
+PY
+
+echo "== 6b. lying peers, verified work"
+for p in 0 0.05; do
+  "$sim" --config "$src/config/sim-small" --platform wan --quiet --peers 12 --trainers 2 --duration 300 --seed 3 \
+    --liars 0.34 --verify-fraction "$p" --metrics "$out/liars$p.jsonl" > /dev/null
+done
+python3 - "$out/liars0.jsonl" "$out/liars0.05.jsonl" <<'PY'
+import json, sys
+def run(path):
+    ev = [json.loads(l) for l in open(path)]
+    v = [e for e in ev if e["event"] == "sim_verification"][-1]
+    g = [e for e in ev if e["event"] == "sim_gap"][-1]
+    return v, g
+(off, off_gap), (on, on_gap) = run(sys.argv[1]), run(sys.argv[2])
+print(f"verifying 5%: {on['requests']} second opinions for {on['forwards']} forwards ({100 * on['share']:.1f}%), "
+      f"liars banned {on['liars_banned']} of {on['liars']} (first at {on['first_ban_s']:.0f} s, last at "
+      f"{on['last_ban_s']:.0f} s), honest banned {on['honest_banned']}; {on_gap['gap_verification']:.2f} points of "
+      f"the gap; without verification {off['liars_banned']} banned")
+if on["liars"] != 4 or on["liars_banned"] != on["liars"] or on["honest_banned"] != 0:
+    sys.exit("FAIL: verification did not ban exactly the liars")
+if not 0.03 < on["share"] < 0.08 or on_gap["gap_verification"] <= 0:
+    sys.exit("FAIL: the second opinions' share or their place in the gap is off")
+if off["requests"] != 0 or off["liars_banned"] != 0 or off_gap["gap_verification"] != 0:
+    sys.exit("FAIL: without verification something was verified or banned")
 PY
 
 echo "== 7. the gap's parts add up to the gap"
