@@ -159,7 +159,8 @@ struct load_balancer_state {
   std::map<uint64_t, verification> verifying;
   uint64_t next_verification = 0;
   policy::strike_book strikes{3};
-  std::set<std::string> caught;  ///< banned for wrong answers: never chosen, JOINs ignored
+  std::set<std::string> caught;       ///< banned for wrong answers: never chosen, JOINs ignored
+  std::map<std::string, int> agreed;  ///< verifications each server agreed in (--verify-probation)
 };
 
 /// Spawns with the coordinator to subscribe to.

@@ -8,10 +8,10 @@
 //
 // The trainer uses the first answer at once: verification runs beside the
 // pipeline, never in its way, so its cost is the second server's compute and
-// the bytes, not latency. Other stages than the last are verified with the
-// very request the first server got (a liar cannot tell the two apart; the
-// second server keeps the forward like any other, and may even serve its
-// backward from it). On the last stage a forward adds its gradient, so the
+// the bytes, not latency. A server new to this trainer is on probation: each
+// of its answers is verified until it agreed --verify-probation times. Other stages than the last are verified
+// with the very request the first server got (a liar cannot tell the two apart; the second server keeps the forward
+// like any other, and may even serve its backward from it). On the last stage a forward adds its gradient, so the
 // second opinion is marked `verify` and adds nothing.
 //
 // Answers are compared only when they claim the same server_step: honest
@@ -129,8 +129,10 @@ void judge(self_ptr self, uint64_t id) {
   }
   std::vector<std::string> agreeing;
   for (size_t i = 0; i < as.size(); ++i)
-    if (std::find(wrong.begin(), wrong.end(), i) == wrong.end())
+    if (std::find(wrong.begin(), wrong.end(), i) == wrong.end()) {
       agreeing.push_back(as[i].server);
+      ++st.agreed[as[i].server];
+    }
   const size_t ref =
       std::find_if(as.begin(), as.end(), [&](const answer& a) { return a.server == agreeing[0]; }) - as.begin();
   for (size_t i : wrong) {
@@ -191,7 +193,11 @@ void judge(self_ptr self, uint64_t id) {
 
 void maybe_verify(self_ptr self, const request& req, const bulk_parts& whole) {
   auto& st = self->state;
-  const double p = st.cfg.trainer.verify_fraction;
+  // On probation (--verify-probation), every answer; then the sample.
+  const auto passed = st.agreed.find(req.server_id);
+  const bool probation =
+      policy::on_probation(passed == st.agreed.end() ? 0 : passed->second, st.cfg.trainer.verify_probation);
+  const double p = st.cfg.trainer.verify_fraction > 0 && probation ? 1.0 : st.cfg.trainer.verify_fraction;
   if (req.verification != 0 || req.history.backward || !(p > 0) ||
       std::uniform_real_distribution<double>(0.0, 1.0)(st.rng) >= p)
     return;
@@ -246,6 +252,8 @@ void on_verify_answer(self_ptr self, const request& req, caf::expected<bulk_part
   if (v.answers.size() == 2) {
     const double d = distance(v.answers[0], v.answers[1]);
     if (d <= tolerance(self)) {
+      for (const auto& a : v.answers)
+        ++st.agreed[a.server];
       end(self, id, &policy::verify_counters::agreed);
       return;
     }

@@ -164,7 +164,8 @@ const std::vector<metrics_event_doc>& metrics_events() {
       {"verify", "trainer",
        "`trainer`, `step`, `fraction` (`--verify-fraction`), `requests` (forwards re-sent to a second or third "
        "server), `samples` (theirs), `forward_samples` (of every forward), `share` (samples / forward_samples: "
-       "verification's extra forward compute), `agreed`, `disagreed` (a third server asked), `inconclusive` (no "
+       "verification's extra forward compute, probation's included), `agreed`, `disagreed` (a third server asked), "
+       "`inconclusive` (no "
        "other server, an error, or answers of different steps), `strikes`, `bans`: after every step and at exit "
        "while verification is on, the counts so far"},
       {"server_banned", "coordinator",

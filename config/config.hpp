@@ -238,6 +238,9 @@ struct trainer_config {
   /// server of the stage and compared (a third decides a disagreement); 0 = off.
   double verify_fraction = 0.03;
   int verify_strikes = 3;  ///< charges that ban a server (and report it to the coordinator)
+  /// Probation: every answer of a server new to this trainer is verified
+  /// until it agreed this many times (policy/verification.hpp); 0 = none.
+  int verify_probation = 3;
 };
 
 /// --role tokenizer and --role prepare (data/): text in, a tokenizer or token shards out.

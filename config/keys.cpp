@@ -312,6 +312,10 @@ const std::vector<keys::row>& swarm_keys() {
       key("verify-fraction", &trainer::verify_fraction, "", range("[0, 1]"),
           "trainer: share of forwards re-sent to a second server of their stage and compared (a third decides a "
           "disagreement, the minority is charged); 0 = no verification"),
+      key("verify-probation", &trainer::verify_probation, "", range(">= 0"),
+          "trainer: every forward a server new to this trainer answers is verified until it agreed this many times "
+          "(a liar early in a run does lasting harm), then --verify-fraction; 0 = no probation (each trainer checks "
+          "each server: in a swarm of many trainers and servers this costs most)"),
       key("verify-strikes", &trainer::verify_strikes, "", range(">= 1"),
           "trainer: charges that ban a server from this trainer and report it, with the evidence, to the "
           "coordinator"),

@@ -34,7 +34,7 @@ trap cleanup EXIT
 run() {  # name, liar's flags ('' for none), then flags for every process
   local name=$1 liar=$2; shift 2
   local m="$out/$name.jsonl" common port
-  common=(--config "$config" --metrics "$m" --log-level error --threads 1 --rebalance off "$@")
+  common=(--config "$config" --metrics "$m" --log-level error --threads 1 --rebalance off ${EXTRA:-} "$@")
   pids=()
   ./build/swarm --role coordinator --port 0 --port-file "$out/$name.port" "${common[@]}" > "$out/$name.log" 2>&1 &
   pids+=($!)

@@ -46,7 +46,7 @@ const char* const shared_keys[] = {
     "trainers",                                                                        // cluster_config
     "in-flight", "routing", "compression", "forward-timeout", "backward-timeout", "commit-grace",
     "max-retries", "no-server-wait", "ema-alpha", "backward-cost", "ban-base", "ban-max",
-    "busy-retries", "verify-fraction", "verify-strikes"};                              // trainer_config
+    "busy-retries", "verify-fraction", "verify-strikes", "verify-probation"};                              // trainer_config
 // clang-format on
 
 /// swarm-sim's own keys.

@@ -321,14 +321,21 @@ void verify(int ti, int stage, std::string first, bool first_lies) {
     lies.push_back(got->second);
     return true;
   };
-  if (settle() && (lies[0] || lies[1])) {
+  if (settle() && !lies[0] && !lies[1]) {
+    ++t.agreed[asked[0]];
+    ++t.agreed[asked[1]];
+  } else if (asked.size() == 2) {
     ++t.verify_disagreed;
     if (settle()) {
       std::vector<std::vector<double>> d(3, std::vector<double>(3, 0.0));
       for (size_t i = 0; i < 3; ++i)
         for (size_t j = 0; j < 3; ++j)
           d[i][j] = i != j && (lies[i] || lies[j]) ? 1.0 : 0.0;
-      for (size_t i : policy::charged(d, 0.5)) {
+      const auto wrong = policy::charged(d, 0.5);
+      for (size_t i = 0; i < 3 && !wrong.empty(); ++i)
+        if (std::find(wrong.begin(), wrong.end(), i) == wrong.end())
+          ++t.agreed[asked[i]];
+      for (size_t i : wrong) {
         ++t.verify_strikes;
         if (w.strikes.charge(asked[i]))  // counted over every trainer, as swarm's coordinator does
           ban(w, t, stage, asked[i]);
@@ -350,7 +357,11 @@ outcome run_microbatch(world& w, trainer_state& t, work_books& books, s4u::Mailb
     if (used[static_cast<size_t>(s)].empty())
       return outcome::dropped;
     ++t.forwards;
-    const double p = w.cfg.trainer.verify_fraction;
+    // As swarm's load balancer: a server on probation has every answer verified.
+    const auto passed = t.agreed.find(used[static_cast<size_t>(s)]);
+    const bool probation =
+        policy::on_probation(passed == t.agreed.end() ? 0 : passed->second, w.cfg.trainer.verify_probation);
+    const double p = w.cfg.trainer.verify_fraction > 0 && probation ? 1.0 : w.cfg.trainer.verify_fraction;
     if (p > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(t.rng) < p) {
       const peer* first = find_peer(w, used[static_cast<size_t>(s)]);
       s4u::Actor::create("verify", t.host, verify, t.index, s, used[static_cast<size_t>(s)], first && first->liar);

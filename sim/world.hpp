@@ -10,6 +10,7 @@
 #include <chrono>
 #include <deque>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -148,6 +149,7 @@ struct trainer_state {
   int64_t verify_requests = 0, verify_disagreed = 0, verify_inconclusive = 0, verify_strikes = 0;
   int64_t forwards = 0;                ///< forward calls answered (verification's share is of these)
   std::vector<int> free_verify_boxes;  ///< mailboxes of finished verifications, for the next (sim/trainer.cpp)
+  std::map<std::string, int> agreed;   ///< verifications each server agreed in (--verify-probation)
   int verify_boxes = 0;
   std::vector<double> latency_s;  ///< one-way latency to each peer's host, looked up once (<0: not yet)
 };
