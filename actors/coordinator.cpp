@@ -210,13 +210,9 @@ void on_evidence(self_ptr self, const encoded<proto::verification_evidence>& byt
     return;
   }
   const double now = unix_seconds();
-  const auto of_stage = [&](auto&& pred) {
-    int64_t n = 0;
-    for (const auto& [addr, reg] : st.servers)
-      n += reg.stage() == ev->stage() && pred(reg);
-    return n;
-  };
-  const int64_t serving = of_stage([](const auto&) { return true; });
+  int64_t serving = 0;
+  for (const auto& [addr, reg] : st.servers)
+    serving += reg.stage() == ev->stage();
   int64_t by_trainer = 0;
   for (const auto& [id, b] : st.banned)
     by_trainer += b.reporter == reporter && b.stage == ev->stage() && b.until > now;

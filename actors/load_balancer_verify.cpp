@@ -9,10 +9,12 @@
 // The trainer uses the first answer at once: verification runs beside the
 // pipeline, never in its way, so its cost is the second server's compute and
 // the bytes, not latency. A server new to this trainer is on probation: each
-// of its answers is verified until it agreed --verify-probation times. Other stages than the last are verified
-// with the very request the first server got (a liar cannot tell the two apart; the second server keeps the forward
-// like any other, and may even serve its backward from it). On the last stage a forward adds its gradient, so the
-// second opinion is marked `verify` and adds nothing.
+// of its answers is verified until it agreed --verify-probation times. Other
+// stages than the last are verified with the very request the first server
+// got (a liar cannot tell the two apart; the second server keeps the forward
+// like any other, and may even serve its backward from it). On the last stage
+// a forward adds its gradient, so the second opinion is marked `verify` and
+// adds nothing.
 //
 // Answers are compared only when they claim the same server_step: honest
 // servers of a stage step together, but one may answer just before a round's
@@ -113,9 +115,8 @@ void judge(self_ptr self, uint64_t id) {
   const double tol = tolerance(self);
   std::vector<std::vector<double>> d(as.size(), std::vector<double>(as.size(), 0.0));
   for (size_t i = 0; i < as.size(); ++i)
-    for (size_t j = 0; j < as.size(); ++j)
-      if (i != j)
-        d[i][j] = distance(as[i], as[j]);
+    for (size_t j = i + 1; j < as.size(); ++j)
+      d[i][j] = d[j][i] = distance(as[i], as[j]);  // symmetric: each pair's tensors read once
   const auto wrong = policy::charged(d, tol);
   if (wrong.empty()) {
     get_logger("load_balancer")
@@ -128,13 +129,13 @@ void judge(self_ptr self, uint64_t id) {
     return;
   }
   std::vector<std::string> agreeing;
+  size_t ref = as.size();  // the majority's first answer: the evidence's reference
   for (size_t i = 0; i < as.size(); ++i)
     if (std::find(wrong.begin(), wrong.end(), i) == wrong.end()) {
+      ref = std::min(ref, i);
       agreeing.push_back(as[i].server);
       ++st.agreed[as[i].server];
     }
-  const size_t ref =
-      std::find_if(as.begin(), as.end(), [&](const answer& a) { return a.server == agreeing[0]; }) - as.begin();
   for (size_t i : wrong) {
     const auto& server = as[i].server;
     const bool banned_now = st.strikes.charge(server);

@@ -74,17 +74,6 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::f
     reply.set_server_step(static_cast<uint64_t>(worker.steps()));
     return reply;
   }
-  if (req.verify() && targets) {  // a second opinion on the last stage: as in training, nothing accumulated
-    auto r = worker.verify(call->inputs, *targets);
-    if (!r)
-      return to_caf(r.error());
-    proto::forward_reply reply;
-    if (r->input_grad.defined())
-      *reply.mutable_input_grad() = encode_tensor(r->input_grad, call->codec);
-    reply.set_loss(r->loss);
-    reply.set_server_step(static_cast<uint64_t>(worker.steps()));
-    return reply;
-  }
   if (req.logits() && worker.span().has_head()) {  // generation: the next token's logits, nothing accumulated
     auto logits = worker.next_logits(call->inputs);
     if (!logits)
@@ -94,7 +83,9 @@ caf::expected<proto::forward_reply> serve_forward(stage_worker& worker, proto::f
     reply.set_server_step(static_cast<uint64_t>(worker.steps()));
     return reply;
   }
-  auto r = worker.forward(call->inputs, targets ? &*targets : nullptr, gate, cache_key(req));
+  // A second opinion on the last stage (issue #47) answers as in training, nothing accumulated.
+  auto r = req.verify() && targets ? worker.verify(call->inputs, *targets)
+                                   : worker.forward(call->inputs, targets ? &*targets : nullptr, gate, cache_key(req));
   if (!r)
     return to_caf(r.error());
   proto::forward_reply reply;
